@@ -1,0 +1,69 @@
+# eventpipe: the two commands a new user needs are `make run` and `make test`.
+# Everything the tests use (kube-apiserver, etcd, VictoriaLogs) is built here
+# from Go modules into $(BIN) (git-ignored), reusing the Go build cache.
+
+SHELL := /usr/bin/env bash
+.SHELLFLAGS := -euo pipefail -c
+ROOT := $(abspath $(dir $(lastword $(MAKEFILE_LIST))))
+BIN ?= $(ROOT)/.bin
+export EVENTPIPE_BIN_DIR := $(BIN)
+GO ?= go
+GOTEST_FLAGS ?= -race -count=1 -timeout 30m
+
+VICTORIALOGS_VERSION := v1.52.2
+PROTOC_GEN_GO_VERSION := v1.36.12
+PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
+
+.PHONY: all build run test tools kube-tools victoria-logs proto proto-tools vet fmt bench dev-cluster clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN)/eventpipe ./cmd/eventpipe
+
+## run: build eventpipe and run the main job on the bundled seed scenario.
+run: build
+	$(BIN)/eventpipe enrich --demo --output table
+
+## test: build every test server, then run all tests (what .ci/run calls).
+test: tools
+	test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
+	$(GO) vet ./...
+	$(GO) test $(GOTEST_FLAGS) ./...
+
+## tools: kube-apiserver, etcd (testenv/build) and victoria-logs into $(BIN).
+tools: kube-tools victoria-logs
+
+kube-tools:
+	$(ROOT)/testenv/build/build.sh "$(BIN)"
+
+victoria-logs: $(BIN)/victoria-logs
+$(BIN)/victoria-logs:
+	mkdir -p $(BIN)
+	GOBIN=$(BIN) GOFLAGS=-trimpath $(GO) install github.com/VictoriaMetrics/VictoriaLogs/app/victoria-logs@$(VICTORIALOGS_VERSION)
+
+## proto: regenerate api/eventpipe/v1/*.pb.go (committed).
+proto: proto-tools
+	PATH="$(BIN):$$PATH" $(ROOT)/api/gen.sh
+
+proto-tools:
+	command -v protoc >/dev/null || { apt-get update -qq && apt-get install -y -qq protobuf-compiler libprotobuf-dev; }
+	GOBIN=$(BIN) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
+	GOBIN=$(BIN) $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
+
+## dev-cluster: start etcd + kube-apiserver on loopback and print a kubeconfig.
+dev-cluster: kube-tools
+	$(GO) run ./testenv/cmd/dev-cluster
+
+## bench: run the Go benchmarks (see bench/README.md for the harnesses).
+bench: tools
+	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+vet:
+	$(GO) vet ./...
+
+fmt:
+	gofmt -w $$(git ls-files '*.go')
+
+clean:
+	rm -rf $(BIN)

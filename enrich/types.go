@@ -1,0 +1,150 @@
+package enrich
+
+import "time"
+
+// The input types below are the only view of Kubernetes that enrich has. The
+// agent fills them from its informer caches (keeping only these fields, so a
+// cached object costs little memory) and `eventpipe enrich` fills them from
+// kubectl JSON. They are read-only once handed to enrich.
+
+// Owner is one metadata.ownerReferences entry.
+type Owner struct {
+	APIVersion string
+	Kind       string
+	Name       string
+	UID        string
+	Controller bool
+}
+
+// Meta is the subset of ObjectMeta that attribution reads.
+type Meta struct {
+	Namespace       string
+	Name            string
+	UID             string
+	ResourceVersion string
+	Labels          map[string]string
+	Annotations     map[string]string
+	Owners          []Owner
+	// DeletedAt is set for objects remembered after deletion (tombstones),
+	// so teardown events are still attributed.
+	DeletedAt time.Time
+}
+
+// Container is one container or init container of a pod, with its spec image
+// and, when known, its current waiting/terminated state.
+type Container struct {
+	Name  string
+	Image string
+	Init  bool
+	// From status: the waiting state (e.g. ErrImagePull, ImagePullBackOff
+	// and the runtime's message), or empty.
+	WaitingReason  string
+	WaitingMessage string
+	// From status: the last termination reason (e.g. Error, OOMKilled).
+	TerminatedReason string
+	RestartCount     int32
+}
+
+// Pod is the subset of a Pod enrich reads.
+type Pod struct {
+	Meta
+	NodeName   string
+	Phase      string
+	Containers []Container
+}
+
+// PVC is the subset of a PersistentVolumeClaim enrich reads.
+type PVC struct {
+	Meta
+}
+
+// Namespace is the subset of a Namespace enrich reads.
+type Namespace struct {
+	Meta
+}
+
+// Condition is one status condition of a Sandbox CR.
+type Condition struct {
+	Type    string
+	Status  string
+	Reason  string
+	Message string
+}
+
+// Sandbox is the subset of an Agent Sandbox CR (agents.x-k8s.io Sandbox,
+// v1beta1 or v1alpha1) enrich reads.
+type Sandbox struct {
+	Meta
+	APIVersion string
+	// PodName is the agents.x-k8s.io/pod-name annotation's value, else the CR name.
+	PodName    string
+	Conditions []Condition
+}
+
+// ObjectRef is an Event's involvedObject (core/v1) or regarding
+// (events.k8s.io/v1).
+type ObjectRef struct {
+	Kind       string
+	APIVersion string
+	Namespace  string
+	Name       string
+	UID        string
+	FieldPath  string
+}
+
+// Event is one Kubernetes Event, normalised from either Event API. Zero times
+// mean "not set".
+type Event struct {
+	// "v1" or "events.k8s.io/v1".
+	APIVersion      string
+	Namespace       string
+	Name            string
+	UID             string
+	ResourceVersion string
+
+	Involved ObjectRef
+	Type     string
+	Reason   string
+	Message  string
+	Action   string
+	// core/v1 count, or events.k8s.io series.count (deprecatedCount when
+	// no series).
+	Count int32
+
+	FirstTimestamp     time.Time
+	LastTimestamp      time.Time
+	EventTime          time.Time
+	SeriesLastObserved time.Time
+
+	// source.component / reportingController; source.host / reportingInstance.
+	ReportingComponent string
+	ReportingInstance  string
+}
+
+// Small read-only lookups over cached metadata. Implementations must be safe
+// for concurrent reads; they never do I/O (the agent backs them with informer
+// indexers, tests with maps). ok=false means "not cached (yet)".
+type (
+	PodLookup interface {
+		Pod(namespace, name string) (*Pod, bool)
+	}
+	PVCLookup interface {
+		PVC(namespace, name string) (*PVC, bool)
+	}
+	NamespaceLookup interface {
+		Namespace(name string) (*Namespace, bool)
+	}
+	SandboxLookup interface {
+		Sandbox(namespace, name string) (*Sandbox, bool)
+		SandboxByUID(uid string) (*Sandbox, bool)
+	}
+)
+
+// Lookups bundles the caches attribution reads. A nil field behaves as an
+// empty cache.
+type Lookups struct {
+	Pods       PodLookup
+	PVCs       PVCLookup
+	Namespaces NamespaceLookup
+	Sandboxes  SandboxLookup
+}
