@@ -1,0 +1,29 @@
+// Package store is what the collector stores: occurrences in the durable log
+// (collector/wal), de-duplicated by event_id, each agent's watch cursor
+// (cluster, stream) -> resourceVersion, and one persisted cursor per named
+// consumer (sink).
+//
+// Contract:
+//   - Append returns only after the new occurrences AND the cluster cursor
+//     are durable (one group commit: the log's fsync, then the checkpoint
+//     file's fsync, before any caller of the group is answered). A returned
+//     error means nothing of the batch may be assumed stored; retrying the
+//     same batch is safe (duplicates are recognised by event_id).
+//   - An occurrence whose event_id was stored within DedupeWindow is not
+//     stored again, across restarts too (the index is rebuilt from the log on
+//     Open).
+//   - The cluster cursor is never ahead of the data: it is written after the
+//     log's fsync, so after a crash it is at worst behind (the agent replays,
+//     dedupe absorbs the replay).
+//   - Offsets seen by consumers are dense (1, 2, 3, ...) and name occurrences
+//     only; checkpoints live in their own file (see FORMAT.md).
+//   - Read and Wait implement sinks.Source; Cursor returns a sinks.Cursor
+//     persisted atomically under <dir>/cursors/<name>.
+//   - Retention removes whole segments by size and age; a consumer whose
+//     cursor was behind the removed records loses them loudly: counted per
+//     consumer (Lost, eventpipe_collector_log_consumer_lost_records_total)
+//     and logged.
+//   - After a failed write or fsync, Append fails with an error wrapping
+//     ErrNotWritable (retryable) until the store repairs itself by reopening
+//     the log (attempted on the next Append and by Run).
+package store
