@@ -1,0 +1,431 @@
+package enrich
+
+import (
+	"strings"
+
+	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
+)
+
+// compiledRules is Rules prepared for lookups on the hot path.
+type compiledRules struct {
+	Rules
+	workloadImage   map[string]bool
+	supervisorImage map[string]bool
+	bootstrapImage  map[string]bool
+	shared          map[string]bool
+}
+
+func compileRules(r Rules) compiledRules {
+	set := func(l []string) map[string]bool {
+		m := make(map[string]bool, len(l))
+		for _, s := range l {
+			m[s] = true
+		}
+		return m
+	}
+	return compiledRules{
+		Rules:           r,
+		workloadImage:   set(r.WorkloadImageContainers),
+		supervisorImage: set(r.SupervisorImageContainers),
+		bootstrapImage:  set(r.BootstrapImageContainers),
+		shared:          set(r.SharedNamespaces),
+	}
+}
+
+// imageRole says which image a container runs. pod may be nil.
+func (r *compiledRules) imageRole(container string, pod *Pod) string {
+	switch {
+	case container == "":
+		return eventpipev1.ImageRoleUnknown
+	case r.workloadImage[container]:
+		return eventpipev1.ImageRoleWorkload
+	case r.supervisorImage[container]:
+		return eventpipev1.ImageRoleSupervisor
+	case r.bootstrapImage[container]:
+		return eventpipev1.ImageRoleBootstrap
+	}
+	if pod != nil {
+		if c := findContainer(pod, container); c != nil && c.Init {
+			return eventpipev1.ImageRoleInit
+		}
+	}
+	return eventpipev1.ImageRoleUnknown
+}
+
+// attribution is what attribute found.
+type attribution struct {
+	rule    string
+	role    string
+	sandbox *eventpipev1.Sandbox
+	pod     *Pod // the involved pod, when cached
+	missing bool
+}
+
+// attribute ties an involved object to its sandbox, applying the rules in
+// DESIGN.md order and recording the one that matched.
+func (e *Enricher) attribute(ref *ObjectRef, eventNS string) attribution {
+	a := attribution{rule: eventpipev1.AttributionNone, role: eventpipev1.RoleNone}
+	ns := ref.Namespace
+	if ns == "" {
+		ns = eventNS
+	}
+	switch ref.Kind {
+	case e.rules.SandboxKind:
+		if !e.isSandboxAPI(ref.APIVersion) {
+			return a
+		}
+		e.attributeSandbox(&a, ns, ref)
+	case "Pod":
+		if ref.APIVersion != "" && ref.APIVersion != "v1" {
+			return a
+		}
+		e.attributePod(&a, ns, ref.Name)
+	case "PersistentVolumeClaim":
+		if ref.APIVersion != "" && ref.APIVersion != "v1" {
+			return a
+		}
+		e.attributePVC(&a, ns, ref.Name)
+	}
+	return a
+}
+
+func (e *Enricher) isSandboxAPI(apiVersion string) bool {
+	if apiVersion == "" {
+		return true
+	}
+	group, _, ok := strings.Cut(apiVersion, "/")
+	return ok && group == e.rules.SandboxGroup
+}
+
+func (e *Enricher) attributeSandbox(a *attribution, ns string, ref *ObjectRef) {
+	cr := e.sandboxCR(ns, ref.Name)
+	if cr == nil && ref.UID != "" && e.lk.Sandboxes != nil {
+		cr, _ = e.lk.Sandboxes.SandboxByUID(ref.UID)
+	}
+	if cr == nil {
+		a.missing = true
+		return
+	}
+	if id := firstKey(cr.Annotations, e.rules.SandboxIDKeys); id != "" {
+		a.rule = eventpipev1.AttributionSandboxAnnotation
+	} else if id := firstKey(cr.Labels, e.rules.SandboxIDKeys); id != "" {
+		a.rule = eventpipev1.AttributionSandboxLabel
+	} else {
+		return
+	}
+	a.role = eventpipev1.RoleSandbox
+	a.sandbox, a.missing = e.describe(cr, nil, ns, "")
+}
+
+func (e *Enricher) attributePod(a *attribution, ns, name string) {
+	var pod *Pod
+	if e.lk.Pods != nil {
+		pod, _ = e.lk.Pods.Pod(ns, name)
+	}
+	a.pod = pod
+	supervisor := e.isSupervisorPod(name, pod)
+	var id, rule string
+	var cr *Sandbox
+	ownerMissing := false
+	if pod != nil {
+		switch {
+		case firstKey(pod.Annotations, e.rules.SandboxIDKeys) != "":
+			id, rule = firstKey(pod.Annotations, e.rules.SandboxIDKeys), eventpipev1.AttributionPodAnnotation
+		case firstKey(pod.Labels, e.rules.SandboxIDKeys) != "":
+			id, rule = firstKey(pod.Labels, e.rules.SandboxIDKeys), eventpipev1.AttributionPodLabel
+		case firstKey(pod.Labels, e.rules.BoundaryPairLabels) != "":
+			id, rule = firstKey(pod.Labels, e.rules.BoundaryPairLabels), eventpipev1.AttributionBoundaryPair
+		}
+	}
+	if rule == "" {
+		if uuid, ok := e.supervisorUUID(name); ok {
+			id, rule = uuid, eventpipev1.AttributionSupervisorName
+			supervisor = true
+		}
+	}
+	// The CR gives name, workspace and gateway; the owner chain also
+	// attributes on its own.
+	if pod != nil {
+		var owned bool
+		cr, owned = e.ownerSandbox(ns, pod.Owners)
+		if owned && cr == nil {
+			ownerMissing = true
+		}
+		if rule == "" && cr != nil {
+			rule = eventpipev1.AttributionOwnerChain
+		}
+	}
+	if cr == nil && !supervisor {
+		// pod name == CR name (also works before the pod is cached).
+		if c := e.sandboxCR(ns, name); c != nil && (c.PodName == "" || c.PodName == name) {
+			cr = c
+			if rule == "" {
+				rule = eventpipev1.AttributionPodName
+			}
+		}
+	}
+	if rule == "" {
+		a.missing = pod == nil || ownerMissing
+		return
+	}
+	a.rule = rule
+	a.role = eventpipev1.RoleWorkload
+	if supervisor {
+		a.role = eventpipev1.RoleSupervisor
+	}
+	var meta *Meta
+	if pod != nil {
+		meta = &pod.Meta
+	}
+	var nsMissing bool
+	a.sandbox, nsMissing = e.describe(cr, meta, ns, id)
+	a.missing = pod == nil || ownerMissing || nsMissing
+}
+
+func (e *Enricher) attributePVC(a *attribution, ns, name string) {
+	var pvc *PVC
+	if e.lk.PVCs != nil {
+		pvc, _ = e.lk.PVCs.PVC(ns, name)
+	}
+	var cr *Sandbox
+	rule := ""
+	ownerMissing := false
+	if pvc != nil {
+		var owned bool
+		cr, owned = e.ownerSandbox(ns, pvc.Owners)
+		if cr != nil {
+			rule = eventpipev1.AttributionPVCOwner
+		} else if owned {
+			ownerMissing = true
+		}
+	}
+	if cr == nil && e.rules.PVCPrefix != "" && strings.HasPrefix(name, e.rules.PVCPrefix) {
+		if c := e.sandboxCR(ns, strings.TrimPrefix(name, e.rules.PVCPrefix)); c != nil {
+			cr, rule = c, eventpipev1.AttributionPVCName
+		}
+	}
+	if cr == nil {
+		a.missing = pvc == nil || ownerMissing
+		return
+	}
+	var meta *Meta
+	if pvc != nil {
+		meta = &pvc.Meta
+	}
+	a.rule = rule
+	a.role = eventpipev1.RoleVolume
+	var nsMissing bool
+	a.sandbox, nsMissing = e.describe(cr, meta, ns, "")
+	a.missing = nsMissing
+}
+
+// describe builds the Sandbox part from the CR (may be nil), the involved
+// object's metadata (may be nil) and an id found by a pod rule. missing is
+// true when the workspace depends on a namespace that is not cached.
+func (e *Enricher) describe(cr *Sandbox, obj *Meta, ns, id string) (*eventpipev1.Sandbox, bool) {
+	s := &eventpipev1.Sandbox{}
+	pick := func(keys []string) string {
+		if cr != nil {
+			if v := firstKey(cr.Annotations, keys); v != "" {
+				return v
+			}
+			if v := firstKey(cr.Labels, keys); v != "" {
+				return v
+			}
+		}
+		if obj != nil {
+			if v := firstKey(obj.Annotations, keys); v != "" {
+				return v
+			}
+			if v := firstKey(obj.Labels, keys); v != "" {
+				return v
+			}
+		}
+		return ""
+	}
+	if id == "" || cr != nil {
+		if v := pick(e.rules.SandboxIDKeys); v != "" {
+			id = v
+		}
+	}
+	s.Id = clean(id)
+	s.Workspace = pick(e.rules.WorkspaceKeys)
+	s.GatewayId = pick(e.rules.GatewayIDKeys)
+	name := pick(e.rules.SandboxNameKeys)
+	missing := false
+	shared := e.rules.shared[ns]
+	if cr != nil {
+		s.CrNamespace, s.CrName = clean(cr.Namespace), clean(cr.Name)
+		if shared {
+			if ws, n, ok := strings.Cut(cr.Name, e.rules.SharedSeparator); ok {
+				if s.Workspace == "" {
+					s.Workspace = ws
+				}
+				if name == "" {
+					name = n
+				}
+			}
+		}
+		if name == "" {
+			name = cr.Name
+		}
+	}
+	if s.Workspace == "" || s.GatewayId == "" {
+		var nsObj *Namespace
+		if e.lk.Namespaces != nil && ns != "" {
+			nsObj, _ = e.lk.Namespaces.Namespace(ns)
+		}
+		switch {
+		case nsObj != nil && e.isManaged(nsObj):
+			if s.Workspace == "" {
+				s.Workspace = firstKey(nsObj.Labels, e.rules.WorkspaceKeys)
+				if s.Workspace == "" {
+					s.Workspace = firstKey(nsObj.Annotations, e.rules.WorkspaceKeys)
+				}
+			}
+			if s.GatewayId == "" {
+				s.GatewayId = firstKey(nsObj.Labels, e.rules.GatewayIDKeys)
+			}
+		case shared || s.Workspace != "":
+			// Shared mode: the CR name prefix, handled above.
+		case nsObj != nil:
+			// Operator mode: the namespace is the workspace.
+			s.Workspace = ns
+		default:
+			missing = s.Workspace == ""
+		}
+	}
+	s.Name = clean(name)
+	s.Workspace = clean(s.Workspace)
+	s.GatewayId = clean(s.GatewayId)
+	return s, missing
+}
+
+func (e *Enricher) isManaged(ns *Namespace) bool {
+	if len(e.rules.ManagedNamespaceLabels) == 0 {
+		return false
+	}
+	for k, v := range e.rules.ManagedNamespaceLabels {
+		if got, ok := ns.Labels[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
+}
+
+// sandboxCR looks a CR up by namespace and name.
+func (e *Enricher) sandboxCR(ns, name string) *Sandbox {
+	if e.lk.Sandboxes == nil || name == "" {
+		return nil
+	}
+	cr, ok := e.lk.Sandboxes.Sandbox(ns, name)
+	if !ok {
+		return nil
+	}
+	return cr
+}
+
+// ownerSandbox follows ownerReferences to a Sandbox CR (controller first,
+// then any). owned reports whether any owner is a Sandbox, cached or not.
+func (e *Enricher) ownerSandbox(ns string, owners []Owner) (cr *Sandbox, owned bool) {
+	for pass := 0; pass < 2; pass++ {
+		for i := range owners {
+			o := &owners[i]
+			if o.Controller != (pass == 0) || o.Kind != e.rules.SandboxKind || !e.isSandboxAPI(o.APIVersion) {
+				continue
+			}
+			owned = true
+			if o.UID != "" && e.lk.Sandboxes != nil {
+				if c, ok := e.lk.Sandboxes.SandboxByUID(o.UID); ok {
+					return c, true
+				}
+			}
+			if c := e.sandboxCR(ns, o.Name); c != nil && (o.UID == "" || c.UID == "" || c.UID == o.UID) {
+				return c, true
+			}
+		}
+	}
+	return nil, owned
+}
+
+// isSupervisorPod: supervisor labels, or the naming rule.
+func (e *Enricher) isSupervisorPod(name string, pod *Pod) bool {
+	if pod != nil {
+		for k, v := range e.rules.SupervisorLabels {
+			if pod.Labels[k] == v && v != "" {
+				return true
+			}
+		}
+	}
+	_, ok := e.supervisorUUID(name)
+	return ok
+}
+
+// supervisorUUID applies the os-supervisor-<uuid> rule to a Pod name.
+func (e *Enricher) supervisorUUID(name string) (string, bool) {
+	p := e.rules.SupervisorPodPrefix
+	if p == "" || !strings.HasPrefix(name, p) {
+		return "", false
+	}
+	rest := name[len(p):]
+	if !isUUID(rest) {
+		return "", false
+	}
+	return rest, true
+}
+
+// isUUID: 8-4-4-4-12 hex digits.
+func isUUID(s string) bool {
+	if len(s) != 36 {
+		return false
+	}
+	for i := 0; i < 36; i++ {
+		c := s[i]
+		switch i {
+		case 8, 13, 18, 23:
+			if c != '-' {
+				return false
+			}
+		default:
+			if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func firstKey(m map[string]string, keys []string) string {
+	if len(m) == 0 {
+		return ""
+	}
+	for _, k := range keys {
+		if v := m[k]; v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+func findContainer(p *Pod, name string) *Container {
+	for i := range p.Containers {
+		if p.Containers[i].Name == name {
+			return &p.Containers[i]
+		}
+	}
+	return nil
+}
+
+// containerForImage finds the only container of p running image.
+func containerForImage(p *Pod, image string) string {
+	found := ""
+	for i := range p.Containers {
+		if p.Containers[i].Image == image {
+			if found != "" && found != p.Containers[i].Name {
+				return ""
+			}
+			found = p.Containers[i].Name
+		}
+	}
+	return found
+}

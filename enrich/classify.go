@@ -1,0 +1,201 @@
+package enrich
+
+import (
+	"strings"
+
+	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
+)
+
+// maxClassifyBytes bounds the work ClassifyPull does on a hostile message.
+const maxClassifyBytes = 16 << 10
+
+// pullReasons are kubelet reasons (Event reasons and container waiting
+// reasons) that are image-pull failures by themselves.
+var pullReasons = map[string]bool{
+	"ErrImagePull":              true,
+	"ImagePullBackOff":          true,
+	"InvalidImageName":          true,
+	"ErrImageNeverPull":         true,
+	"RegistryUnavailable":       true,
+	"SignatureValidationFailed": true,
+}
+
+// successReasons never carry a pull failure even when the message mentions
+// pulling.
+var successReasons = map[string]bool{
+	"Pulling": true, "Pulled": true, "Created": true, "Started": true,
+	"Scheduled": true, "Killing": true, "SandboxChanged": true,
+}
+
+// pullMarkers in a (lower-cased) message make an event of another reason
+// (Failed, BackOff, FailedSync, FailedCreatePodSandBox, ...) a pull failure.
+var pullMarkers = []string{
+	"failed to pull image",
+	"back-off pulling image",
+	"error pulling image",
+	"errimagepull",
+	"imagepullbackoff",
+	"invalidimagename",
+	"errimageneverpull",
+	"failed to apply default image tag",
+	"pull policy of never",
+	"signaturevalidationfailed",
+	"pull access denied",
+	"failed to pull and unpack image",
+}
+
+// rule maps message fragments to a category; rules are tried in order, the
+// first with a matching fragment wins. The order resolves messages that
+// name several things (a TLS handshake timeout is a timeout; "pull access
+// denied ... may require docker login" is not_found_or_unauthorized, not
+// unauthorized).
+type rule struct {
+	category  string
+	fragments []string
+}
+
+var rules = []rule{
+	{eventpipev1.CategoryNeverPull, []string{"pull policy of never", "errimageneverpull"}},
+	{eventpipev1.CategoryInvalidReference, []string{
+		"invalidimagename", "invalid reference format", "couldn't parse image", "could not parse image",
+		"failed to apply default image tag", "repository name must be lowercase", "invalid image name",
+		"repository name must have at least one component", "invalid repository name", "invalid tag format",
+		"parsing image name", "invalid checksum digest format", "invalid digest", "invalid image reference",
+		"docker reference must not",
+	}},
+	{eventpipev1.CategoryPolicyRejected, []string{
+		"signaturevalidationfailed", "source image rejected", "rejected by policy", "signature",
+		"policy requirements", "not allowed by policy", "blocked by policy", "denied by policy",
+		"image is not allowed", "is not in the allowed",
+	}},
+	{eventpipev1.CategoryPlatformMismatch, []string{
+		"no match for platform", "does not match the specified platform", "no matching manifest for",
+		"no image found in manifest list for architecture", "image operating system", "cannot be used on this platform",
+		"not supported on this platform", "no matching platform", "platform mismatch",
+	}},
+	{eventpipev1.CategoryNodeStorage, []string{
+		"no space left on device", "disk quota exceeded", "not enough space", "insufficient space",
+		"read-only file system", "disk pressure", "out of disk", "quota exceeded for",
+	}},
+	{eventpipev1.CategoryRateLimited, []string{
+		"toomanyrequests", "too many requests", "rate limit", "ratelimit", "status 429", "429 too many",
+		"code=429", "status code 429",
+	}},
+	{eventpipev1.CategoryTimeout, []string{
+		"deadline exceeded", "deadlineexceeded", "i/o timeout", "tls handshake timeout", "timeout exceeded",
+		"timed out", "timeout awaiting", "request canceled while waiting for connection",
+		"slow image pulling", "image pull progress", "context canceled",
+	}},
+	{eventpipev1.CategoryTLSError, []string{
+		"x509:", "tls:", "certificate", "server gave http response to https client", "ssl", "handshake failure",
+	}},
+	{eventpipev1.CategoryRegistryUnreachable, []string{
+		"connection refused", "no such host", "no route to host", "network is unreachable",
+		"connection reset", "server misbehaving", "temporary failure in name resolution",
+		"dial tcp", "dial udp", "unexpected eof", "broken pipe", "service unavailable", "bad gateway",
+		"internal server error", "503", "502", "500 internal", "unavailable desc", "registryunavailable",
+		"cannot connect", "could not connect", "couldn't connect", "connection closed", "name resolution",
+		"pinging container registry", "pinging docker registry",
+	}},
+	{eventpipev1.CategoryNotFoundOrUnauthorized, []string{
+		"pull access denied", "requested access to the resource is denied", "may require 'docker login'",
+		"may require \"docker login\"", "may require authorization", "repository does not exist or may require",
+		"insufficient_scope", "not found or unauthorized", "does not exist or no pull access",
+	}},
+	{eventpipev1.CategoryUnauthorized, []string{
+		"unauthorized", "authentication required", "no basic auth credentials", "401", "403 forbidden",
+		"forbidden", "failed to authorize", "access denied", "access to the resource is denied",
+		"invalid username/password", "incorrect username or password", "authorization failed",
+		"denied: permission", "permission \"", "permissiondenied", "permission denied", "unauthenticated",
+		"credentials", "authentication failed", "denied:",
+	}},
+	{eventpipev1.CategoryNotFound, []string{
+		"not found", "manifest unknown", "code = notfound", "name unknown", "does not exist",
+		"no such image", "404", "blob unknown", "unknown manifest", "notfound",
+	}},
+}
+
+// ClassifyPull classifies one (reason, message) pair from an Event or a
+// container waiting state; ok=false when it is not an image-pull failure.
+// category is one of the Category* constants; image is the reference the
+// message names (may be empty); detail is the runtime's own words for the
+// cause (empty when the message names none).
+func ClassifyPull(reason, message string) (category, image, detail string, ok bool) {
+	if len(message) > maxClassifyBytes {
+		message = message[:maxClassifyBytes]
+	}
+	if successReasons[reason] {
+		return "", "", "", false
+	}
+	lower := strings.ToLower(message)
+	if !pullReasons[reason] && !containsAny(lower, pullMarkers) {
+		return "", "", "", false
+	}
+	image = imageFromMessage(message)
+	// The image reference itself must not classify ("…/notfound:429").
+	scan := lower
+	if image != "" {
+		li := strings.ToLower(image)
+		scan = strings.ReplaceAll(scan, li, "<image>")
+		if short := shortImage(li); short != li {
+			scan = strings.ReplaceAll(scan, short, "<image>")
+		}
+	}
+	category = eventpipev1.CategoryUnknown
+	for _, r := range rules {
+		if containsAny(scan, r.fragments) {
+			category = r.category
+			break
+		}
+	}
+	if category == eventpipev1.CategoryUnknown {
+		switch reason {
+		case "InvalidImageName":
+			category = eventpipev1.CategoryInvalidReference
+		case "ErrImageNeverPull":
+			category = eventpipev1.CategoryNeverPull
+		case "RegistryUnavailable":
+			category = eventpipev1.CategoryRegistryUnreachable
+		case "SignatureValidationFailed":
+			category = eventpipev1.CategoryPolicyRejected
+		}
+	}
+	if category != eventpipev1.CategoryUnknown {
+		detail = pullDetail(message)
+	}
+	return category, image, detail, true
+}
+
+// shortImage strips docker.io/ and library/ as Docker's messages do.
+func shortImage(img string) string {
+	img = strings.TrimPrefix(img, "docker.io/")
+	return strings.TrimPrefix(img, "library/")
+}
+
+// pullDetail extracts the most specific part of a pull-failure message: after
+// the last `": ` (the runtime wraps each cause in "<what> \"ref\": ") and the
+// gRPC `desc = `, without the daemon's prefix.
+func pullDetail(msg string) string {
+	s := msg
+	if i := strings.LastIndex(s, `desc = `); i >= 0 {
+		s = s[i+len(`desc = `):]
+	}
+	if i := strings.LastIndex(s, `": `); i >= 0 && i+3 < len(s) {
+		s = s[i+3:]
+	}
+	for _, p := range []string{"Error response from daemon: ", "ErrImagePull: ", "Error: "} {
+		s = strings.TrimPrefix(s, p)
+	}
+	s = strings.TrimSpace(s)
+	out, _ := truncateUTF8(s, 512)
+	return out
+}
+
+func containsAny(s string, frags []string) bool {
+	for _, f := range frags {
+		if strings.Contains(s, f) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,240 @@
+package enrich
+
+import (
+	"fmt"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
+)
+
+// Enricher turns Events into Occurrences. It is safe for concurrent use.
+type Enricher struct {
+	cfg     Config
+	lk      Lookups
+	rules   compiledRules
+	tracker *pullTracker
+}
+
+// Result is the outcome of Enrich.
+type Result struct {
+	// Occurrence is always complete and valid (attributed or not).
+	Occurrence *eventpipev1.Occurrence
+	// Missing: the involved object or the owner needed to attribute it is
+	// not in the caches (yet). The agent holds such events briefly and calls
+	// Enrich again; Occurrence is still complete (unattributed).
+	Missing bool
+}
+
+// New validates cfg and returns an Enricher reading lk. Nil lookups behave as
+// empty caches.
+func New(cfg Config, lk Lookups) (*Enricher, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("enrich config: %w", err)
+	}
+	return &Enricher{
+		cfg:     cfg,
+		lk:      lk,
+		rules:   compileRules(cfg.Rules),
+		tracker: newPullTracker(cfg.TrackerCapacity),
+	}, nil
+}
+
+// Enrich attributes and diagnoses one Event. observedAt is when the caller
+// saw it (the occurrence time's last fallback). ev is not modified.
+func (e *Enricher) Enrich(ev *Event, observedAt time.Time) Result {
+	if ev == nil {
+		ev = &Event{}
+	}
+	o, missing := e.enrichEvent(ev, observedAt, eventpipev1.PullSourceEvent, false)
+	return Result{Occurrence: o, Missing: missing}
+}
+
+func (e *Enricher) enrich(ev *Event, observedAt time.Time, source string, backoff bool) *eventpipev1.Occurrence {
+	o, _ := e.enrichEvent(ev, observedAt, source, backoff)
+	return o
+}
+
+func (e *Enricher) enrichEvent(ev *Event, observedAt time.Time, source string, backoff bool) (*eventpipev1.Occurrence, bool) {
+	occurredAt := OccurrenceTime(ev, observedAt)
+	msg, truncated := truncateUTF8(ev.Message, e.cfg.MaxMessageBytes)
+	o := &eventpipev1.Occurrence{
+		SchemaVersion: eventpipev1.SchemaVersion,
+		EventId:       clean(ev.UID) + "/" + clean(ev.ResourceVersion),
+		OccurredAt:    timestamppb.New(occurredAt),
+		ObservedAt:    timestamppb.New(nonZero(observedAt, occurredAt)),
+		Cluster:       clean(e.cfg.Cluster),
+		Namespace:     clean(ev.Namespace),
+		Event: &eventpipev1.EventRef{
+			Name:            clean(ev.Name),
+			Uid:             clean(ev.UID),
+			ResourceVersion: clean(ev.ResourceVersion),
+			ApiVersion:      clean(ev.APIVersion),
+		},
+		InvolvedObject: &eventpipev1.ObjectRef{
+			Kind:       clean(ev.Involved.Kind),
+			ApiVersion: clean(ev.Involved.APIVersion),
+			Namespace:  clean(ev.Involved.Namespace),
+			Name:       clean(ev.Involved.Name),
+			Uid:        clean(ev.Involved.UID),
+			FieldPath:  clean(ev.Involved.FieldPath),
+		},
+		Type:               clean(ev.Type),
+		Reason:             clean(ev.Reason),
+		Message:            msg,
+		MessageTruncated:   truncated,
+		Count:              max(ev.Count, 1),
+		ReportingComponent: clean(ev.ReportingComponent),
+		ReportingInstance:  clean(ev.ReportingInstance),
+		Action:             clean(ev.Action),
+	}
+	a := e.attribute(&ev.Involved, ev.Namespace)
+	e.fill(o, a, ev, occurredAt, source, backoff)
+	return o, a.missing
+}
+
+// fill sets the attribution, role, container, image, pull failure and
+// progress parts of o from a and the event's reason and message.
+func (e *Enricher) fill(o *eventpipev1.Occurrence, a attribution, ev *Event, at time.Time, source string, backoff bool) {
+	o.Attribution = a.rule
+	o.Role = a.role
+	if a.sandbox != nil {
+		o.Sandbox = a.sandbox
+	}
+	container, _ := containerFromFieldPath(ev.Involved.FieldPath)
+	// A pull message names the image; fall back to the pod spec.
+	image := imageFromMessage(ev.Message)
+	if container == "" && image != "" && a.pod != nil {
+		container = containerForImage(a.pod, image)
+	}
+	if image == "" && container != "" && a.pod != nil {
+		if c := findContainer(a.pod, container); c != nil {
+			image = c.Image
+		}
+	}
+	o.Container = clean(container)
+	o.Image = cleanImage(image)
+	if o.Image != "" {
+		o.ImageRole = e.rules.imageRole(container, a.pod)
+	}
+
+	if cat, img, detail, ok := ClassifyPull(ev.Reason, ev.Message); ok {
+		if img == "" {
+			img = image
+		}
+		key := trackerKey{namespace: ev.Involved.Namespace, pod: ev.Involved.Name, container: container}
+		if ev.Involved.UID != "" {
+			key.pod = ev.Involved.UID
+		}
+		st := e.tracker.record(key, failure{
+			category: cat,
+			image:    img,
+			detail:   detail,
+			at:       at,
+			eventUID: ev.UID,
+			count:    max(ev.Count, 1),
+			source:   source,
+			backoff:  backoff,
+		}, e.cfg.PersistentWindow)
+		disp := eventpipev1.DispositionRetrying
+		if persistentCategory(st.category) && int(st.attempts) >= e.cfg.PersistentAfter {
+			disp = eventpipev1.DispositionPersistent
+		}
+		if o.Image == "" && st.image != "" {
+			o.Image = cleanImage(st.image)
+			o.ImageRole = e.rules.imageRole(container, a.pod)
+		}
+		o.PullFailure = &eventpipev1.PullFailure{
+			Category:    st.category,
+			Image:       cleanImage(st.image),
+			Disposition: disp,
+			Attempts:    st.attempts,
+			FirstSeen:   timestamppb.New(st.firstSeen),
+			LastSeen:    timestamppb.New(st.lastSeen),
+			Detail:      clean(st.detail),
+			Source:      source,
+		}
+	} else if ev.Involved.Kind == "Pod" && container != "" && (ev.Reason == "Pulled" || ev.Reason == "Started") {
+		// The container got its image: its failure history is over.
+		key := trackerKey{namespace: ev.Involved.Namespace, pod: ev.Involved.Name, container: container}
+		if ev.Involved.UID != "" {
+			key.pod = ev.Involved.UID
+		}
+		e.tracker.forget(key)
+	}
+	o.Progress = e.progress(ev, a, container, o.Image)
+}
+
+// progress computes the gateway's progress keys, correctly: only events
+// about the workload pod move them, and only the workload container's
+// Pulled/Started complete the pull and start steps.
+func (e *Enricher) progress(ev *Event, a attribution, container, image string) *eventpipev1.Progress {
+	if a.role != eventpipev1.RoleWorkload || ev.Involved.Kind != "Pod" {
+		return nil
+	}
+	switch ev.Reason {
+	case "Scheduled":
+		return &eventpipev1.Progress{
+			CompleteStep:  eventpipev1.StepRequestingSandbox,
+			CompleteLabel: "Sandbox allocated",
+			ActiveStep:    eventpipev1.StepPullingImage,
+		}
+	case "Pulling":
+		return &eventpipev1.Progress{ActiveStep: eventpipev1.StepPullingImage, ActiveDetail: image}
+	case "Pulled":
+		if container != e.cfg.Rules.ProgressContainer {
+			return nil
+		}
+		return &eventpipev1.Progress{
+			CompleteStep:  eventpipev1.StepPullingImage,
+			CompleteLabel: "Image pulled",
+			ActiveStep:    eventpipev1.StepStartingSandbox,
+		}
+	case "Started":
+		if container != e.cfg.Rules.ProgressContainer {
+			return nil
+		}
+		return &eventpipev1.Progress{
+			CompleteStep:  eventpipev1.StepStartingSandbox,
+			CompleteLabel: "Sandbox started",
+		}
+	}
+	return nil
+}
+
+// OccurrenceTime is series.lastObservedTime, else lastTimestamp, else
+// eventTime, else firstTimestamp, else observedAt, else the current time:
+// never zero.
+func OccurrenceTime(ev *Event, observedAt time.Time) time.Time {
+	for _, t := range []time.Time{ev.SeriesLastObserved, ev.LastTimestamp, ev.EventTime, ev.FirstTimestamp, observedAt} {
+		if validTime(t) {
+			return t.UTC()
+		}
+	}
+	return time.Now().UTC()
+}
+
+// maxUnix is 9999-12-31T23:59:59Z, the last instant a Timestamp can carry.
+const maxUnix = 253402300799
+
+func validTime(t time.Time) bool { return t.Unix() > 0 && t.Unix() <= maxUnix }
+
+func nonZero(t, fallback time.Time) time.Time {
+	if !validTime(t) {
+		return fallback
+	}
+	return t.UTC()
+}
+
+// persistentCategory reports whether retrying the pull cannot fix the cause.
+func persistentCategory(c string) bool {
+	switch c {
+	case eventpipev1.CategoryNotFound, eventpipev1.CategoryUnauthorized,
+		eventpipev1.CategoryNotFoundOrUnauthorized, eventpipev1.CategoryInvalidReference,
+		eventpipev1.CategoryNeverPull, eventpipev1.CategoryPlatformMismatch,
+		eventpipev1.CategoryPolicyRejected:
+		return true
+	}
+	return false
+}

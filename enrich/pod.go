@@ -1,0 +1,62 @@
+package enrich
+
+import (
+	"time"
+
+	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
+)
+
+// DiagnosePod turns a pod's container waiting states (ErrImagePull,
+// ImagePullBackOff, InvalidImageName, ErrImageNeverPull, ...) into
+// occurrences with pull_failure.source "pod_status". Their event_id is
+// "<pod UID>/<resourceVersion>/<container>", so re-seeing the same pod
+// version is the same occurrence; reporting_component is "eventpipe-agent";
+// they are attributed like an Event about that pod and container. It
+// returns nil when nothing is waiting on an image.
+func (e *Enricher) DiagnosePod(p *Pod, observedAt time.Time) []*eventpipev1.Occurrence {
+	if p == nil {
+		return nil
+	}
+	var out []*eventpipev1.Occurrence
+	for i := range p.Containers {
+		c := &p.Containers[i]
+		if c.WaitingReason == "" {
+			continue
+		}
+		if _, _, _, ok := ClassifyPull(c.WaitingReason, c.WaitingMessage); !ok {
+			continue
+		}
+		fp := "spec.containers{" + c.Name + "}"
+		if c.Init {
+			fp = "spec.initContainers{" + c.Name + "}"
+		}
+		ev := &Event{
+			APIVersion:      "v1",
+			Namespace:       p.Namespace,
+			UID:             p.UID,
+			ResourceVersion: p.ResourceVersion + "/" + c.Name,
+			Involved: ObjectRef{
+				Kind: "Pod", APIVersion: "v1", Namespace: p.Namespace, Name: p.Name, UID: p.UID, FieldPath: fp,
+			},
+			Type:               "Warning",
+			Reason:             c.WaitingReason,
+			Message:            c.WaitingMessage,
+			Count:              1,
+			ReportingComponent: "eventpipe-agent",
+		}
+		if ev.Message == "" {
+			ev.Message = "container " + c.Name + " is waiting: " + c.WaitingReason
+		}
+		at := observedAt
+		if !validTime(at) {
+			at = OccurrenceTime(ev, observedAt)
+		}
+		r := e.enrich(ev, at, eventpipev1.PullSourcePodStatus, c.WaitingReason == "ImagePullBackOff")
+		r.Event = &eventpipev1.EventRef{Uid: clean(p.UID), ResourceVersion: clean(p.ResourceVersion), ApiVersion: "v1"}
+		if c.Image != "" && r.PullFailure != nil && r.PullFailure.Image == "" {
+			r.PullFailure.Image = cleanImage(c.Image)
+		}
+		out = append(out, r)
+	}
+	return out
+}

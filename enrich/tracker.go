@@ -1,0 +1,149 @@
+package enrich
+
+import (
+	"container/list"
+	"sync"
+	"time"
+
+	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
+)
+
+// trackerKey names one container of one pod (pod is its UID when known,
+// else its name).
+type trackerKey struct {
+	namespace, pod, container string
+}
+
+// failure is one pull-failure signal fed to the tracker.
+type failure struct {
+	category, image, detail string
+	at                      time.Time
+	eventUID                string
+	count                   int32
+	source                  string
+	// backoff: a pod status in ImagePullBackOff (between attempts), not a
+	// new attempt.
+	backoff bool
+}
+
+// pullState is the tracker's verdict for one key.
+type pullState struct {
+	category, image, detail string
+	attempts                uint32
+	firstSeen, lastSeen     time.Time
+}
+
+// maxCountedEvents bounds the per-entry Event UIDs whose counts are summed:
+// kubelet aggregates one pod's pull failures into a handful of Events.
+const maxCountedEvents = 8
+
+type trackerEntry struct {
+	key   trackerKey
+	state pullState
+	// Per cause-bearing Event UID, the highest count seen: a count bump of
+	// the same Event is not a new failure on top of the old count.
+	counts map[string]int32
+	// pod_status attempts counted separately (they see the same failures
+	// as events); lastStatusID de-duplicates re-seen pod versions.
+	statusSignals uint32
+	lastStatusID  string
+	elem          *list.Element
+}
+
+// pullTracker is a bounded LRU of pull state per (pod, container).
+type pullTracker struct {
+	mu       sync.Mutex
+	capacity int
+	entries  map[trackerKey]*trackerEntry
+	lru      *list.List // front = most recent; values are *trackerEntry
+}
+
+func newPullTracker(capacity int) *pullTracker {
+	return &pullTracker{capacity: capacity, entries: make(map[trackerKey]*trackerEntry), lru: list.New()}
+}
+
+// record folds f into the key's state and returns the updated state. A
+// failure with no cause (unknown) inherits the last known cause for the
+// same image; a new image or a gap longer than window starts afresh.
+func (t *pullTracker) record(k trackerKey, f failure, window time.Duration) pullState {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	en := t.entries[k]
+	if en != nil {
+		stale := f.at.Sub(en.state.lastSeen) > window
+		otherImage := f.image != "" && en.state.image != "" && f.image != en.state.image
+		if stale || otherImage {
+			t.removeLocked(en)
+			en = nil
+		}
+	}
+	if en == nil {
+		en = &trackerEntry{key: k, counts: make(map[string]int32, 2)}
+		en.state.firstSeen, en.state.lastSeen = f.at, f.at
+		en.elem = t.lru.PushFront(en)
+		t.entries[k] = en
+		for len(t.entries) > t.capacity {
+			t.removeLocked(t.lru.Back().Value.(*trackerEntry))
+		}
+	} else {
+		t.lru.MoveToFront(en.elem)
+	}
+	s := &en.state
+	if f.at.Before(s.firstSeen) {
+		s.firstSeen = f.at
+	}
+	if f.at.After(s.lastSeen) {
+		s.lastSeen = f.at
+	}
+	if f.image != "" {
+		s.image = f.image
+	}
+	if f.category != eventpipev1.CategoryUnknown {
+		s.category, s.detail = f.category, f.detail
+		switch {
+		case f.source == eventpipev1.PullSourcePodStatus:
+			if f.eventUID != en.lastStatusID && (!f.backoff || en.statusSignals == 0) {
+				en.statusSignals++
+			}
+			en.lastStatusID = f.eventUID
+		case f.eventUID == "":
+			en.counts[""] += f.count
+		default:
+			if old, ok := en.counts[f.eventUID]; ok || len(en.counts) < maxCountedEvents {
+				en.counts[f.eventUID] = max(old, f.count)
+			} else {
+				en.counts[""] += f.count
+			}
+		}
+	} else if s.category == "" {
+		s.category, s.detail = f.category, f.detail
+	}
+	var sum uint32
+	for _, c := range en.counts {
+		if c > 0 {
+			sum += uint32(c)
+		}
+	}
+	s.attempts = max(sum, en.statusSignals, 1)
+	return *s
+}
+
+// forget drops a key's state (the image was pulled).
+func (t *pullTracker) forget(k trackerKey) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if en := t.entries[k]; en != nil {
+		t.removeLocked(en)
+	}
+}
+
+func (t *pullTracker) len() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.entries)
+}
+
+func (t *pullTracker) removeLocked(en *trackerEntry) {
+	t.lru.Remove(en.elem)
+	delete(t.entries, en.key)
+}
