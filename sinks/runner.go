@@ -1,0 +1,485 @@
+package sinks
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// SourceHead is optionally implemented by a Source that knows the offset of
+// its last record. A Runner uses it so that LagRecords counts records it has
+// not read yet; without it the lag only covers what the runner has seen.
+type SourceHead interface {
+	LastOffset() uint64
+}
+
+// Status is a snapshot of one runner, for /readyz, logs and tests.
+type Status struct {
+	// Name is the sink's configured name.
+	Name string
+	// Running is true between the start and the end of Run.
+	Running bool
+	// Cursor is the last committed offset (0: nothing yet).
+	Cursor uint64
+	// LastOffset is the highest log offset the runner knows of.
+	LastOffset uint64
+	// LagRecords is LastOffset - Cursor.
+	LagRecords uint64
+	// LagSeconds is the age of the oldest record read but not delivered
+	// (by its observed_at), 0 when caught up.
+	LagSeconds float64
+	// LastError is the last push, read or commit error; empty after a
+	// successful push.
+	LastError string
+	// Counters since this Runner was created.
+	Sent     uint64
+	Failed   uint64 // permanently refused and dropped (whole batches and partial)
+	Filtered uint64
+	Lost     uint64 // removed by retention before being read
+}
+
+// Runner moves records from a Source to one Pusher: it reads from the
+// cursor, filters, batches by size and time, pushes with retry, and commits
+// the cursor after each push that ended (delivered, or refused for good and
+// counted). See the package doc for the full contract.
+type Runner struct {
+	cfg    RunnerConfig
+	p      Pusher
+	src    Source
+	cur    Cursor
+	log    *slog.Logger
+	m      *sinkMetrics
+	filter atomic.Pointer[filter]
+
+	// sleep waits d or until ctx ends; replaced in tests.
+	sleep func(ctx context.Context, d time.Duration) error
+
+	running atomic.Bool
+	mu      sync.Mutex
+	st      Status
+	oldest  time.Time // observed_at of the oldest undelivered record read, zero if none
+}
+
+// NewRunner checks cfg and builds a runner. logger and reg may be nil.
+// Several runners (with different names) may share one Registerer.
+func NewRunner(cfg RunnerConfig, p Pusher, src Source, cur Cursor, logger *slog.Logger, reg prometheus.Registerer) (*Runner, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("sink runner config: %w", err)
+	}
+	if p == nil || src == nil || cur == nil {
+		return nil, fmt.Errorf("sink %q: pusher, source and cursor are required", cfg.Name)
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	m := newMetrics()
+	if err := m.register(reg); err != nil {
+		return nil, fmt.Errorf("sink %q: register metrics: %w", cfg.Name, err)
+	}
+	r := &Runner{
+		cfg:   cfg,
+		p:     p,
+		src:   src,
+		cur:   cur,
+		log:   logger.With("sink", cfg.Name),
+		m:     m.forSink(cfg.Name),
+		sleep: sleepCtx,
+	}
+	r.st.Name = cfg.Name
+	r.filter.Store(compileFilter(cfg.Filter))
+	return r, nil
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// SetFilter replaces the filter atomically (hot reload). It applies to the
+// records read after the call; a batch already collected is pushed as is.
+func (r *Runner) SetFilter(f FilterConfig) error {
+	if err := f.Validate(); err != nil {
+		return fmt.Errorf("sink %q: %w", r.cfg.Name, err)
+	}
+	r.filter.Store(compileFilter(f))
+	r.log.Info("sink filter replaced")
+	return nil
+}
+
+// Name is the sink's configured name.
+func (r *Runner) Name() string { return r.cfg.Name }
+
+// Status returns a snapshot.
+func (r *Runner) Status() Status {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	st := r.st
+	st.Running = r.running.Load()
+	if !r.oldest.IsZero() {
+		st.LagSeconds = time.Since(r.oldest).Seconds()
+	}
+	return st
+}
+
+// Run blocks until ctx ends. It returns nil after a clean stop, or an error
+// when it cannot start (cursor unreadable, already running). On stop the
+// in-flight push is abandoned (its context is cancelled) and nothing that
+// was not delivered is committed.
+func (r *Runner) Run(ctx context.Context) error {
+	if !r.running.CompareAndSwap(false, true) {
+		return fmt.Errorf("sink %q: runner already running", r.cfg.Name)
+	}
+	defer r.running.Store(false)
+
+	committed, err := r.cur.Load()
+	if err != nil {
+		return fmt.Errorf("sink %q: load cursor: %w", r.cfg.Name, err)
+	}
+	r.mu.Lock()
+	r.st.Cursor = committed
+	r.mu.Unlock()
+	r.observeHead(committed)
+	r.log.Info("sink runner started", "cursor", committed)
+	defer r.log.Info("sink runner stopped")
+
+	maxRecords := r.cfg.Batch.MaxRecords
+	batch := make([]Record, 0, maxRecords)
+	next := committed + 1
+	var first time.Time // when the batch's first record was read
+	readBackoff := r.cfg.Retry.Initial
+
+	for {
+		if ctx.Err() != nil {
+			return nil
+		}
+		recs, skipped, err := r.src.Read(ctx, next, maxRecords-len(batch))
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			r.setError(fmt.Errorf("read log at %d: %w", next, err))
+			r.log.Warn("sink read failed", "from", next, "err", err, "retry_in", readBackoff)
+			if r.sleep(ctx, readBackoff) != nil {
+				return nil
+			}
+			readBackoff = r.nextBackoff(readBackoff)
+			continue
+		}
+		readBackoff = r.cfg.Retry.Initial
+		if skipped > 0 {
+			r.countLost(next, skipped)
+		}
+		if len(recs) == 0 {
+			next += skipped
+		}
+		f := r.filter.Load()
+		var filtered uint64
+		for _, rec := range recs {
+			if rec.Offset < next {
+				r.log.Error("sink source returned an offset out of order; record ignored", "offset", rec.Offset, "expected_from", next)
+				continue
+			}
+			next = rec.Offset + 1
+			if !f.match(rec.Occurrence) {
+				filtered++
+				continue
+			}
+			if len(batch) == 0 {
+				first = time.Now()
+				r.setOldest(rec)
+			}
+			batch = append(batch, rec)
+		}
+		if filtered > 0 {
+			r.m.filtered.Add(float64(filtered))
+			r.mu.Lock()
+			r.st.Filtered += filtered
+			r.mu.Unlock()
+		}
+		r.observeHead(next - 1)
+
+		if len(batch) >= maxRecords || (len(batch) > 0 && time.Since(first) >= r.cfg.Batch.MaxWait) {
+			if err := r.deliver(ctx, batch); err != nil {
+				return nil // ctx ended: nothing undelivered is committed
+			}
+			clear(batch)
+			batch = batch[:0]
+			first = time.Time{}
+			r.setOldest(Record{})
+			if err := r.commit(ctx, next-1); err != nil {
+				return nil
+			}
+			continue
+		}
+		if len(recs) > 0 || skipped > 0 {
+			// More may be waiting; commit progress made only of filtered or
+			// lost records once it is a batch's worth, so the lag stays true.
+			if len(batch) == 0 && next-1-r.cursor() >= uint64(maxRecords) {
+				if err := r.commit(ctx, next-1); err != nil {
+					return nil
+				}
+			}
+			continue
+		}
+		// Caught up with the log.
+		if len(batch) == 0 && next-1 > r.cursor() {
+			if err := r.commit(ctx, next-1); err != nil {
+				return nil
+			}
+		}
+		wctx, cancel := ctx, context.CancelFunc(func() {})
+		if len(batch) > 0 {
+			wctx, cancel = context.WithDeadline(ctx, first.Add(r.cfg.Batch.MaxWait))
+		}
+		err = r.src.Wait(wctx, next-1)
+		cancel()
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+			r.setError(fmt.Errorf("wait for log after %d: %w", next-1, err))
+			r.log.Warn("sink wait failed", "after", next-1, "err", err)
+			if r.sleep(ctx, r.cfg.Retry.Initial) != nil {
+				return nil
+			}
+		}
+	}
+}
+
+// deliver pushes batch until the push ends (delivered or refused for good).
+// It returns an error only when ctx ended first.
+func (r *Runner) deliver(ctx context.Context, batch []Record) error {
+	backoff := r.cfg.Retry.Initial
+	r.m.batchRecords.Observe(float64(len(batch)))
+	for attempt := 1; ; attempt++ {
+		pctx, cancel := context.WithTimeout(ctx, r.cfg.Retry.PushTimeout)
+		start := time.Now()
+		err := r.p.Push(pctx, batch)
+		cancel()
+		r.m.pushDuration.Observe(time.Since(start).Seconds())
+		if err == nil {
+			r.countSent(len(batch))
+			r.setError(nil)
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		var partial *PartialError
+		var throttle *ThrottleError
+		var wait time.Duration
+		class := ClassRetryable
+		switch {
+		case errors.As(err, &partial):
+			r.dropPartial(batch, partial)
+			return nil
+		case IsPermanent(err):
+			r.m.errPerm.Inc()
+			r.dropAll(batch, err)
+			r.setError(err)
+			return nil
+		case errors.As(err, &throttle):
+			class = ClassThrottle
+			r.m.errThrottle.Inc()
+			wait = throttle.RetryAfter
+			if wait <= 0 {
+				wait = r.jitter(backoff)
+			}
+		default:
+			r.m.errRetryable.Inc()
+			wait = r.jitter(backoff)
+		}
+		r.setError(err)
+		r.log.Warn("sink push failed; retrying", "class", class, "attempt", attempt, "records", len(batch),
+			"first_offset", batch[0].Offset, "retry_in", wait, "err", err)
+		if err := r.sleep(ctx, wait); err != nil {
+			return err
+		}
+		backoff = r.nextBackoff(backoff)
+	}
+}
+
+func (r *Runner) nextBackoff(d time.Duration) time.Duration {
+	n := time.Duration(float64(d) * r.cfg.Retry.Multiplier)
+	if n > r.cfg.Retry.Max || n <= 0 {
+		n = r.cfg.Retry.Max
+	}
+	return n
+}
+
+func (r *Runner) jitter(d time.Duration) time.Duration {
+	j := r.cfg.Retry.Jitter
+	if j == 0 {
+		return d
+	}
+	f := 1 + j*(2*rand.Float64()-1)
+	return time.Duration(float64(d) * f)
+}
+
+func eventID(rec Record) string {
+	if rec.Occurrence == nil {
+		return ""
+	}
+	return rec.Occurrence.GetEventId()
+}
+
+func (r *Runner) dropAll(batch []Record, err error) {
+	for _, rec := range batch {
+		r.log.Error("sink dropped a record: refused permanently", "offset", rec.Offset, "event_id", eventID(rec), "reason", err.Error())
+	}
+	r.m.failedPermanent.Add(float64(len(batch)))
+	r.mu.Lock()
+	r.st.Failed += uint64(len(batch))
+	r.mu.Unlock()
+}
+
+func (r *Runner) dropPartial(batch []Record, pe *PartialError) {
+	var dropped int
+	for i := range batch {
+		reason, ok := pe.Failed[i]
+		if !ok {
+			continue
+		}
+		dropped++
+		msg := "refused"
+		if reason != nil {
+			msg = reason.Error()
+		}
+		r.log.Error("sink dropped a record: refused permanently", "offset", batch[i].Offset, "event_id", eventID(batch[i]), "reason", msg)
+	}
+	for i := range pe.Failed {
+		if i < 0 || i >= len(batch) {
+			r.log.Error("sink pusher reported a refused index outside the batch; ignored", "index", i, "records", len(batch))
+		}
+	}
+	r.m.failedPartial.Add(float64(dropped))
+	r.countSent(len(batch) - dropped)
+	r.mu.Lock()
+	r.st.Failed += uint64(dropped)
+	r.mu.Unlock()
+	if dropped > 0 {
+		r.setError(pe)
+	} else {
+		r.setError(nil)
+	}
+}
+
+func (r *Runner) countSent(n int) {
+	r.m.sent.Add(float64(n))
+	r.mu.Lock()
+	r.st.Sent += uint64(n)
+	r.mu.Unlock()
+}
+
+func (r *Runner) countLost(from, n uint64) {
+	r.log.Error("sink lost records: removed by retention before being delivered",
+		"from_offset", from, "to_offset", from+n-1, "records", n)
+	r.m.lost.Add(float64(n))
+	r.mu.Lock()
+	r.st.Lost += n
+	r.mu.Unlock()
+}
+
+func (r *Runner) setError(err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err == nil {
+		r.st.LastError = ""
+	} else {
+		r.st.LastError = err.Error()
+	}
+}
+
+func (r *Runner) cursor() uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.st.Cursor
+}
+
+// setOldest records the age reference of the oldest undelivered record
+// (rec zero: none).
+func (r *Runner) setOldest(rec Record) {
+	var t time.Time
+	if o := rec.Occurrence; o != nil {
+		switch {
+		case o.GetObservedAt() != nil:
+			t = o.GetObservedAt().AsTime()
+		case o.GetOccurredAt() != nil:
+			t = o.GetOccurredAt().AsTime()
+		}
+	}
+	if t.IsZero() && rec.Offset != 0 {
+		t = time.Now()
+	}
+	r.mu.Lock()
+	r.oldest = t
+	r.mu.Unlock()
+	if t.IsZero() {
+		r.m.lagSeconds.Set(0)
+	} else {
+		r.m.lagSeconds.Set(time.Since(t).Seconds())
+	}
+}
+
+func (r *Runner) observeHead(seen uint64) {
+	if h, ok := r.src.(SourceHead); ok {
+		if last := h.LastOffset(); last > seen {
+			seen = last
+		}
+	}
+	r.mu.Lock()
+	if seen > r.st.LastOffset {
+		r.st.LastOffset = seen
+	}
+	r.updateLagLocked()
+	r.mu.Unlock()
+}
+
+func (r *Runner) updateLagLocked() {
+	var lag uint64
+	if r.st.LastOffset > r.st.Cursor {
+		lag = r.st.LastOffset - r.st.Cursor
+	}
+	r.st.LagRecords = lag
+	r.m.lagRecords.Set(float64(lag))
+	if !r.oldest.IsZero() {
+		r.m.lagSeconds.Set(time.Since(r.oldest).Seconds())
+	}
+}
+
+// commit persists off, retrying until it succeeds or ctx ends.
+func (r *Runner) commit(ctx context.Context, off uint64) error {
+	backoff := r.cfg.Retry.Initial
+	for {
+		err := r.cur.Commit(off)
+		if err == nil {
+			r.mu.Lock()
+			r.st.Cursor = off
+			if off > r.st.LastOffset {
+				r.st.LastOffset = off
+			}
+			r.updateLagLocked()
+			r.mu.Unlock()
+			return nil
+		}
+		r.setError(fmt.Errorf("commit cursor %d: %w", off, err))
+		r.log.Error("sink cursor commit failed; retrying", "offset", off, "err", err, "retry_in", backoff)
+		if err := r.sleep(ctx, backoff); err != nil {
+			return err
+		}
+		backoff = r.nextBackoff(backoff)
+	}
+}
