@@ -1,0 +1,25 @@
+// Package kube starts a real Kubernetes control plane (etcd + kube-apiserver,
+// built by testenv/build) on loopback for tests, benchmarks and the
+// dev-cluster command.
+//
+// Contract:
+//   - Start (tests) and StartProcess (everything else) find the binaries in
+//     $EVENTPIPE_BIN_DIR, else <repo root>/.bin, and build them with
+//     testenv/build/build.sh when they are missing, so `go test` alone works.
+//   - Both processes listen on free 127.0.0.1 ports only and keep all state in
+//     one directory (t.TempDir() for Start). They run in their own process
+//     group and die with the test binary (Pdeathsig); Stop (registered with
+//     t.Cleanup by Start) sends SIGTERM, then SIGKILL after a grace period, and
+//     waits, so no process outlives the cluster even when a test fails.
+//   - A started Cluster is ready: /readyz answered 200, the agent's RBAC from
+//     deploy/agent/rbac.yaml is applied with its namespace and service
+//     account, and the Agent Sandbox CRDs (testenv/crds) are Established.
+//   - AdminConfig is system:masters; AgentConfig authenticates as the
+//     service account user system:serviceaccount:eventpipe:eventpipe-agent
+//     (a static token), so it has exactly the permissions the agent ships.
+//   - Compact forces an etcd compaction at the current revision: afterwards
+//     a watch or exact list of an un-watch-cached resource (Events) from an
+//     older resourceVersion answers 410 Gone.
+//   - Cluster methods are safe for concurrent use, except that
+//     RestartAPIServer and Stop must not race each other.
+package kube
