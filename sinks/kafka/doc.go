@@ -1,0 +1,27 @@
+// Package kafka is the audit-archive sink: every occurrence becomes one
+// Kafka record produced with segmentio/kafka-go, acks=all.
+//
+// Contract (details and the value schema in README.md):
+//   - key = sandbox id, else "<namespace>/<involved object uid>", so one
+//     sandbox's occurrences stay ordered in one partition (murmur2, like the
+//     Java client);
+//   - value = versioned JSON of the occurrence in one stable field order
+//     (value_format: json), or the eventpipe.v1.Occurrence protobuf
+//     encoding (value_format: protobuf);
+//   - CloudEvents binary-mode headers: ce_specversion, ce_id (= event_id),
+//     ce_source, ce_type, ce_time, ce_subject (= sandbox id), content-type;
+//   - a record over max_message_bytes has its message truncated (on a UTF-8
+//     boundary) and message_truncated set; what still does not fit is
+//     refused permanently through sinks.PartialError (counted and logged by
+//     the runner), never silently;
+//   - errors map to the runner's classes: per-message errors of
+//     kafka.WriteErrors become a PartialError (refused for good) or a
+//     retryable error for the batch (transient); broker unavailability,
+//     timeouts and leader changes are retryable; throttling is a
+//     ThrottleError; authentication and authorisation failures are
+//     retryable (they can be fixed by an operator without losing data) but
+//     are logged as errors.
+//
+// Push is synchronous: it returns nil only when every record of the batch
+// was acknowledged by all in-sync replicas.
+package kafka
