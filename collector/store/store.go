@@ -3,28 +3,92 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"path/filepath"
+	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/semaphore"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
 	"github.com/eventpipe/eventpipe/collector/wal"
 	"github.com/eventpipe/eventpipe/sinks"
 )
 
-// ErrNotWritable is wrapped by Append errors after a failed write or fsync:
-// retryable (codes.Unavailable); the store repairs itself by reopening the log.
-var ErrNotWritable = wal.ErrNotWritable
+var (
+	// ErrNotWritable is wrapped by Append errors after a failed write or
+	// fsync: retryable (gRPC Unavailable). The store repairs itself by
+	// reopening the log on the next Append or Run tick.
+	ErrNotWritable = wal.ErrNotWritable
+	// ErrClosed is returned after Close.
+	ErrClosed = errors.New("store closed")
+	// ErrInvalid is wrapped by Append errors about the batch itself (nil
+	// occurrence, oversized occurrence, missing cluster or stream): not
+	// retryable (gRPC InvalidArgument).
+	ErrInvalid = errors.New("invalid batch")
+)
 
-// ErrClosed is returned after Close.
-var ErrClosed = errors.New("store closed")
-
-var errTODO = errors.New("store: not implemented yet")
+const defaultTick = 30 * time.Second
 
 // Store is the collector's durable state. Safe for concurrent use.
-type Store struct{}
+type Store struct {
+	cfg  Config
+	log  *slog.Logger
+	m    *metrics
+	walm *wal.Metrics
+	fs   wal.FS
+	now  func() time.Time
+	tick time.Duration
+	sem  *semaphore.Weighted
+
+	walMu sync.RWMutex // guards w (swapped by repair)
+	w     *wal.WAL
+
+	commitMu sync.Mutex // one commit round or repair at a time
+	ckpt     *checkpointer
+	ckptErr  error
+
+	mu        sync.Mutex
+	index     map[string]idxEntry
+	order     []idxItem
+	cursors   map[streamKey]string
+	consumers map[string]uint64 // committed offset per known consumer
+	lost      map[string]uint64
+	notify    chan struct{}
+	closed    bool
+
+	gmu      sync.Mutex
+	queue    []*request
+	flushing bool
+}
 
 var _ sinks.Source = (*Store)(nil)
+
+type idxEntry struct {
+	at  int64    // stored-at, unix nanos
+	req *request // non-nil while the storing batch is not committed
+}
+
+type idxItem struct {
+	id string
+	at int64
+}
+
+type request struct {
+	key   streamKey
+	rv    string
+	recs  [][]byte
+	ids   []string // ids reserved by this request
+	deps  []*request
+	first uint64
+	err   error
+	wake  chan bool     // false: done; true: lead the next round
+	done  chan struct{} // closed when the request's round finished
+}
 
 // AppendResult tells what one Append did.
 type AppendResult struct {
@@ -36,56 +100,643 @@ type AppendResult struct {
 	LastOffset uint64
 }
 
+type options struct {
+	fs   wal.FS
+	now  func() time.Time
+	tick time.Duration
+}
+
 // Open opens or creates the store in cfg.Dir, repairing a torn log tail and
 // rebuilding the dedupe index from the log.
 func Open(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Store, error) {
-	return nil, errTODO
+	return openWith(cfg, logger, reg, options{})
 }
 
-// Run applies retention periodically and expires the dedupe index; returns
-// when ctx ends.
-func (s *Store) Run(ctx context.Context) error { <-ctx.Done(); return nil }
+func openWith(cfg Config, logger *slog.Logger, reg prometheus.Registerer, o options) (*Store, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("storage config: %w", err)
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	if o.fs == nil {
+		o.fs = wal.OSFS{}
+	}
+	if o.now == nil {
+		o.now = time.Now
+	}
+	if o.tick <= 0 {
+		o.tick = defaultTick
+	}
+	m, err := newMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	walm, err := wal.NewMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{
+		cfg: cfg, log: logger, m: m, walm: walm, fs: o.fs, now: o.now, tick: o.tick,
+		sem:       semaphore.NewWeighted(cfg.MaxInflightBytes),
+		consumers: map[string]uint64{},
+		lost:      map[string]uint64{},
+		notify:    make(chan struct{}),
+	}
+	for _, d := range []string{cfg.Dir, filepath.Join(cfg.Dir, "cursors")} {
+		if err := o.fs.MkdirAll(d, 0o750); err != nil {
+			return nil, fmt.Errorf("create %s: %w", d, err)
+		}
+	}
+	if err := s.openLocked(); err != nil {
+		return nil, err
+	}
+	first, last := s.w.Bounds()
+	s.log.Info("log opened", "dir", cfg.Dir, "first", first, "last", last,
+		"dedupe_index", len(s.index), "cluster_cursors", len(s.cursors))
+	return s, nil
+}
+
+// openLocked (re)opens the log and the checkpoint and rebuilds the dedupe
+// index, keeping reservations of batches still waiting to commit. Callers
+// hold commitMu (or are in Open).
+func (s *Store) openLocked() error {
+	w, err := wal.Open(filepath.Join(s.cfg.Dir, "log"), wal.Options{
+		SegmentBytes: s.cfg.SegmentBytes, MaxRecordBytes: envelopeSize + maxOccurrenceLen,
+		FS: s.fs, Logger: s.log.With("part", "wal"), Metrics: s.walm, NoSync: !s.cfg.Fsync, Now: s.now,
+	})
+	if err != nil {
+		return fmt.Errorf("open log: %w", err)
+	}
+	_, last := w.Bounds()
+	ckpt, cp, err := openCheckpointer(s.fs, s.cfg.Dir, s.cfg.Fsync, last)
+	if err != nil {
+		w.Close()
+		return err
+	}
+	index, order, err := s.rebuildIndex(w)
+	if err != nil {
+		w.Close()
+		ckpt.close()
+		return err
+	}
+	s.walMu.Lock()
+	old := s.w
+	s.w = w
+	s.walMu.Unlock()
+	if old != nil {
+		old.Close()
+	}
+	if s.ckpt != nil {
+		s.ckpt.close()
+	}
+	s.ckpt, s.ckptErr = ckpt, nil
+	s.mu.Lock()
+	for id, e := range s.index {
+		if e.req != nil {
+			index[id] = e
+			order = append(order, idxItem{id, e.at})
+		}
+	}
+	s.index, s.order, s.cursors = index, order, cp.cursors
+	s.mu.Unlock()
+	s.updateOffsetGauges()
+	return nil
+}
+
+// rebuildIndex reads the records stored within the dedupe window.
+func (s *Store) rebuildIndex(w *wal.WAL) (map[string]idxEntry, []idxItem, error) {
+	index := map[string]idxEntry{}
+	var order []idxItem
+	cutoff := s.now().Add(-s.cfg.DedupeWindow)
+	from := uint64(0)
+	for _, seg := range w.Segments() {
+		if !seg.ModTime.Before(cutoff) {
+			from = seg.First
+			break
+		}
+	}
+	if from == 0 {
+		return index, order, nil
+	}
+	for {
+		entries, err := w.Read(from, 4096)
+		if err != nil {
+			return nil, nil, fmt.Errorf("rebuild dedupe index at offset %d: %w", from, err)
+		}
+		if len(entries) == 0 {
+			return index, order, nil
+		}
+		for _, e := range entries {
+			at, kind, payload, err := decodeEnvelope(e.Data)
+			if err != nil || kind != kindOccurrence {
+				return nil, nil, fmt.Errorf("rebuild dedupe index at offset %d: %w", e.Offset, errOr(err, errBadRecord))
+			}
+			if at.Before(cutoff) {
+				continue
+			}
+			if id := eventID(payload); id != "" {
+				index[id] = idxEntry{at: at.UnixNano()}
+				order = append(order, idxItem{id, at.UnixNano()})
+			}
+		}
+		from = entries[len(entries)-1].Offset + 1
+	}
+}
+
+func errOr(err, def error) error {
+	if err != nil {
+		return err
+	}
+	return def
+}
+
+// eventID extracts Occurrence.event_id (field 2) without decoding the rest.
+func eventID(b []byte) string {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return ""
+		}
+		b = b[n:]
+		if num == 2 && typ == protowire.BytesType {
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return ""
+			}
+			return string(v)
+		}
+		n = protowire.ConsumeFieldValue(num, typ, b)
+		if n < 0 {
+			return ""
+		}
+		b = b[n:]
+	}
+	return ""
+}
+
+func (s *Store) wal() *wal.WAL {
+	s.walMu.RLock()
+	defer s.walMu.RUnlock()
+	return s.w
+}
 
 // Append stores the occurrences whose event_id was not stored within the
 // dedupe window and records (cluster, stream) -> resourceVersion, in one
 // durable step, then returns. Concurrent callers share fsyncs. When
 // in-flight bytes exceed MaxInflightBytes, Append blocks (ctx-aware). Empty
 // occs with a resourceVersion only advances the cluster cursor (bookmarks).
-// An empty resourceVersion leaves the cursor unchanged. occs are not
-// retained after Append returns.
+// An empty resourceVersion leaves the cursor unchanged. An occurrence with
+// an empty event_id is stored without de-duplication. occs are not retained
+// after Append returns.
 func (s *Store) Append(ctx context.Context, cluster, stream, resourceVersion string, occs []*eventpipev1.Occurrence) (AppendResult, error) {
-	return AppendResult{}, errTODO
+	res, err := s.append(ctx, cluster, stream, resourceVersion, occs)
+	if err != nil {
+		s.m.appendErrors.Inc()
+	}
+	return res, err
+}
+
+func (s *Store) append(ctx context.Context, cluster, stream, rv string, occs []*eventpipev1.Occurrence) (AppendResult, error) {
+	var res AppendResult
+	if rv != "" && (cluster == "" || stream == "") {
+		return res, fmt.Errorf("%w: cluster and stream are required with a resourceVersion", ErrInvalid)
+	}
+	payloads := make([][]byte, len(occs))
+	var total int64
+	for i, o := range occs {
+		if o == nil {
+			return res, fmt.Errorf("%w: occurrence %d is nil", ErrInvalid, i)
+		}
+		b, err := proto.Marshal(o)
+		if err != nil {
+			return res, fmt.Errorf("%w: occurrence %d (%s): %v", ErrInvalid, i, o.GetEventId(), err)
+		}
+		if len(b) > maxOccurrenceLen {
+			return res, fmt.Errorf("%w: occurrence %d (%s) is %d bytes, limit %d", ErrInvalid, i, o.GetEventId(), len(b), maxOccurrenceLen)
+		}
+		payloads[i] = b
+		total += int64(len(b) + envelopeSize)
+	}
+	weight := min(max(total, 1), s.cfg.MaxInflightBytes)
+	if err := s.sem.Acquire(ctx, weight); err != nil {
+		return res, fmt.Errorf("wait for log capacity: %w", err)
+	}
+	s.m.inflight.Add(float64(weight))
+	defer func() {
+		s.m.inflight.Sub(float64(weight))
+		s.sem.Release(weight)
+	}()
+
+	r := &request{key: streamKey{cluster, stream}, rv: rv, wake: make(chan bool, 1), done: make(chan struct{})}
+	now := s.now()
+	nowNs := now.UnixNano()
+	cutoff := now.Add(-s.cfg.DedupeWindow).UnixNano()
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return res, ErrClosed
+	}
+	s.expireLocked(cutoff)
+	seen := map[string]bool{}
+	for i, o := range occs {
+		id := o.GetEventId()
+		if id != "" {
+			if seen[id] {
+				res.Duplicates++
+				continue
+			}
+			seen[id] = true
+			if e, ok := s.index[id]; ok && e.at >= cutoff {
+				res.Duplicates++
+				if e.req != nil {
+					r.deps = append(r.deps, e.req)
+				}
+				continue
+			}
+			s.index[id] = idxEntry{at: nowNs, req: r}
+			s.order = append(s.order, idxItem{id, nowNs})
+			r.ids = append(r.ids, id)
+		}
+		rec := make([]byte, 0, envelopeSize+len(payloads[i]))
+		rec = appendEnvelope(rec, now, kindOccurrence)
+		r.recs = append(r.recs, append(rec, payloads[i]...))
+	}
+	s.mu.Unlock()
+	if res.Duplicates > 0 {
+		s.m.deduplicated.Add(float64(res.Duplicates))
+	}
+	if len(r.recs) == 0 && rv == "" && len(r.deps) == 0 {
+		return res, nil
+	}
+
+	s.submit(r)
+	for _, d := range r.deps {
+		<-d.done
+		if d.err != nil && r.err == nil {
+			r.err = fmt.Errorf("a duplicate occurrence was being stored by a concurrent batch that failed: %w", d.err)
+		}
+	}
+	if r.err != nil {
+		return AppendResult{}, r.err
+	}
+	res.Stored = len(r.recs)
+	if res.Stored > 0 {
+		res.LastOffset = r.first + uint64(res.Stored) - 1
+	}
+	return res, nil
+}
+
+// submit runs r through a group commit: the first caller leads a round with
+// everything queued, then hands leadership to the oldest waiter.
+func (s *Store) submit(r *request) {
+	s.gmu.Lock()
+	s.queue = append(s.queue, r)
+	if s.flushing {
+		s.gmu.Unlock()
+		if !<-r.wake {
+			return
+		}
+		s.gmu.Lock()
+	}
+	s.flushing = true
+	q := s.queue
+	s.queue = nil
+	s.gmu.Unlock()
+
+	s.commitRound(q)
+	for _, x := range q {
+		close(x.done)
+		if x != r {
+			x.wake <- false
+		}
+	}
+	s.gmu.Lock()
+	if len(s.queue) > 0 {
+		s.queue[0].wake <- true
+	} else {
+		s.flushing = false
+	}
+	s.gmu.Unlock()
+}
+
+// commitRound writes every request's records with one write, one log
+// fsync, then one checkpoint fsync, and publishes the result.
+func (s *Store) commitRound(q []*request) {
+	s.commitMu.Lock()
+	defer s.commitMu.Unlock()
+	err := s.writableLocked()
+	if err != nil && errors.Is(err, ErrNotWritable) {
+		if rerr := s.repairLocked(); rerr != nil {
+			err = fmt.Errorf("%w (repair failed: %v)", err, rerr)
+		} else {
+			err = nil
+		}
+	}
+	w := s.wal()
+	var firsts []uint64
+	if err == nil {
+		batches := make([][][]byte, len(q))
+		for i, r := range q {
+			batches[i] = r.recs
+		}
+		firsts, err = w.Write(batches)
+		if err == nil {
+			err = w.Sync()
+		}
+	}
+	if err != nil {
+		err = fmt.Errorf("append to log: %w", err)
+		s.mu.Lock()
+		for _, r := range q {
+			r.err = err
+			for _, id := range r.ids {
+				if e, ok := s.index[id]; ok && e.req == r {
+					delete(s.index, id)
+				}
+			}
+		}
+		s.mu.Unlock()
+		return
+	}
+	// The records are durable: the cursors may now follow them.
+	var ckptErr error
+	s.mu.Lock()
+	next := make(map[streamKey]string, len(s.cursors)+1)
+	for k, v := range s.cursors {
+		next[k] = v
+	}
+	s.mu.Unlock()
+	changed := false
+	for _, r := range q {
+		if r.rv != "" && next[r.key] != r.rv {
+			next[r.key] = r.rv
+			changed = true
+		}
+	}
+	if changed {
+		_, last := w.Bounds()
+		if ckptErr = s.ckpt.write(checkpoint{lastOffset: last, cursors: next}, s.now()); ckptErr != nil {
+			ckptErr = fmt.Errorf("%w: record cluster cursor: %v", ErrNotWritable, ckptErr)
+			s.ckptErr = ckptErr
+			s.log.Error("checkpoint write failed; refusing appends until repaired", "err", ckptErr)
+		}
+	}
+	stored := 0
+	s.mu.Lock()
+	for i, r := range q {
+		r.first = firsts[i]
+		stored += len(r.recs)
+		for _, id := range r.ids {
+			if e, ok := s.index[id]; ok && e.req == r {
+				s.index[id] = idxEntry{at: e.at}
+			}
+		}
+		if ckptErr != nil && r.rv != "" {
+			r.err = ckptErr
+		}
+	}
+	if ckptErr == nil {
+		s.cursors = next
+	}
+	close(s.notify)
+	s.notify = make(chan struct{})
+	s.mu.Unlock()
+	s.m.appended.Add(float64(stored))
+	s.updateOffsetGauges()
+}
+
+func (s *Store) writableLocked() error {
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		return ErrClosed
+	}
+	if s.ckptErr != nil {
+		return s.ckptErr
+	}
+	return s.wal().Err()
+}
+
+// repairLocked reopens the log (truncating whatever a failed write left)
+// and the checkpoint. Callers hold commitMu.
+func (s *Store) repairLocked() error {
+	s.log.Warn("repairing the log after a write failure")
+	if err := s.openLocked(); err != nil {
+		return fmt.Errorf("repair log: %w", err)
+	}
+	s.log.Info("log repaired and writable again", "repair", s.wal().Repaired())
+	return nil
+}
+
+func (s *Store) expireLocked(cutoff int64) {
+	i := 0
+	for ; i < len(s.order) && s.order[i].at < cutoff; i++ {
+		it := s.order[i]
+		if e, ok := s.index[it.id]; ok && e.at == it.at && e.req == nil {
+			delete(s.index, it.id)
+		}
+	}
+	if i > 0 {
+		s.order = s.order[i:]
+		if cap(s.order) > 1024 && len(s.order) < cap(s.order)/4 {
+			s.order = append([]idxItem(nil), s.order...)
+		}
+	}
+}
+
+func (s *Store) updateOffsetGauges() {
+	first, last := s.wal().Bounds()
+	s.m.firstOffset.Set(float64(first))
+	s.m.lastOffset.Set(float64(last))
 }
 
 // ClusterCursor returns the last durably recorded resourceVersion of
 // (cluster, stream).
 func (s *Store) ClusterCursor(cluster, stream string) (resourceVersion string, ok bool) {
-	return "", false
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rv, ok := s.cursors[streamKey{cluster, stream}]
+	return rv, ok
 }
 
-// Read returns up to max records with Offset >= from without blocking;
-// skipped counts records in [from, first returned) removed by retention.
+// Read returns up to max records with Offset >= from (from 0 reads from
+// the start) in offset order without blocking; skipped counts records in
+// [from, first returned) removed by retention.
 func (s *Store) Read(ctx context.Context, from uint64, max int) ([]sinks.Record, uint64, error) {
-	return nil, 0, errTODO
+	if err := ctx.Err(); err != nil {
+		return nil, 0, err
+	}
+	if from == 0 {
+		from = 1
+	}
+	s.walMu.RLock()
+	entries, err := s.w.Read(from, max)
+	first, _ := s.w.Bounds()
+	s.walMu.RUnlock()
+	if err != nil && len(entries) == 0 {
+		return nil, 0, fmt.Errorf("read log at %d: %w", from, err)
+	}
+	var skipped uint64
+	if len(entries) > 0 {
+		skipped = entries[0].Offset - from
+	} else if from < first {
+		skipped = first - from
+	}
+	out := make([]sinks.Record, 0, len(entries))
+	for _, e := range entries {
+		_, kind, payload, derr := decodeEnvelope(e.Data)
+		if derr == nil && kind != kindOccurrence {
+			derr = fmt.Errorf("%w: kind %d", errBadRecord, kind)
+		}
+		occ := &eventpipev1.Occurrence{}
+		if derr == nil {
+			derr = proto.Unmarshal(payload, occ)
+		}
+		if derr != nil {
+			return out, skipped, fmt.Errorf("decode record %d: %w", e.Offset, derr)
+		}
+		out = append(out, sinks.Record{Offset: e.Offset, Occurrence: occ})
+	}
+	if err != nil {
+		return out, skipped, fmt.Errorf("read log after %d: %w", from, err)
+	}
+	return out, skipped, nil
 }
 
 // Wait blocks until a record with Offset > after exists, or ctx ends.
-func (s *Store) Wait(ctx context.Context, after uint64) error { return errTODO }
-
-// Cursor returns the persisted cursor of one named consumer (a sink),
-// stored atomically under <dir>/cursors/<name>. Names are [a-zA-Z0-9._-]+.
-func (s *Store) Cursor(consumer string) (sinks.Cursor, error) { return nil, errTODO }
+func (s *Store) Wait(ctx context.Context, after uint64) error {
+	for {
+		s.mu.Lock()
+		ch, closed := s.notify, s.closed
+		s.mu.Unlock()
+		if closed {
+			return ErrClosed
+		}
+		if _, last := s.Bounds(); last > after {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-ch:
+		}
+	}
+}
 
 // Bounds returns the first retained and last stored offsets (last < first
 // when the log is empty).
-func (s *Store) Bounds() (first, last uint64) { return 1, 0 }
+func (s *Store) Bounds() (first, last uint64) { return s.wal().Bounds() }
 
 // Lost reports, per consumer, records removed by retention before that
-// consumer read them.
-func (s *Store) Lost() map[string]uint64 { return nil }
+// consumer read them (since Open; every known consumer is listed).
+func (s *Store) Lost() map[string]uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]uint64, len(s.consumers))
+	for name := range s.consumers {
+		out[name] = s.lost[name]
+	}
+	return out
+}
 
 // Writable returns nil when the log accepts appends.
-func (s *Store) Writable() error { return errTODO }
+func (s *Store) Writable() error {
+	s.commitMu.Lock()
+	defer s.commitMu.Unlock()
+	return s.writableLocked()
+}
 
-// Close flushes and releases the store; pending Appends fail.
-func (s *Store) Close() error { return nil }
+// Run applies retention periodically, expires the dedupe index and repairs
+// the log after a write failure; it returns nil when ctx ends.
+func (s *Store) Run(ctx context.Context) error {
+	t := time.NewTicker(s.tick)
+	defer t.Stop()
+	for {
+		s.maintain()
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+func (s *Store) maintain() {
+	if _, err := s.ApplyRetention(); err != nil {
+		s.log.Error("retention failed", "err", err)
+	}
+	cutoff := s.now().Add(-s.cfg.DedupeWindow).UnixNano()
+	s.mu.Lock()
+	s.expireLocked(cutoff)
+	s.mu.Unlock()
+	s.commitMu.Lock()
+	if err := s.writableLocked(); errors.Is(err, ErrNotWritable) {
+		if rerr := s.repairLocked(); rerr != nil {
+			s.log.Error("log still not writable", "err", rerr)
+		}
+	}
+	s.commitMu.Unlock()
+}
+
+// ApplyRetention removes whole segments beyond the size and age bounds now
+// and returns how many records it removed. Run calls it periodically.
+func (s *Store) ApplyRetention() (uint64, error) {
+	s.walMu.RLock()
+	removed, err := s.w.Retain(s.cfg.Retention.MaxBytes, s.cfg.Retention.MaxAge)
+	s.walMu.RUnlock()
+	var total uint64
+	for _, seg := range removed {
+		if seg.Last < seg.First {
+			continue
+		}
+		n := seg.Last - seg.First + 1
+		total += n
+		s.log.Info("retention removed a segment", "segment", seg.Name, "first", seg.First, "last", seg.Last, "bytes", seg.Bytes)
+		s.mu.Lock()
+		for name, pos := range s.consumers {
+			if pos >= seg.Last {
+				continue
+			}
+			lost := seg.Last - max(pos, seg.First-1)
+			s.lost[name] += lost
+			s.m.consumerLost.WithLabelValues(name).Add(float64(lost))
+			s.log.Error("consumer fell behind retention: records lost", "consumer", name,
+				"cursor", pos, "lost", lost, "first", seg.First, "last", seg.Last)
+		}
+		s.mu.Unlock()
+	}
+	s.m.retention.Add(float64(total))
+	s.updateOffsetGauges()
+	if err != nil {
+		return total, fmt.Errorf("apply retention: %w", err)
+	}
+	return total, nil
+}
+
+// Close stops accepting appends, waits for the commit in progress and
+// releases the files. Waiters in Wait return ErrClosed.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	close(s.notify)
+	s.notify = make(chan struct{})
+	s.mu.Unlock()
+	s.commitMu.Lock()
+	defer s.commitMu.Unlock()
+	var errs []error
+	s.walMu.Lock()
+	if err := s.w.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("close log: %w", err))
+	}
+	s.walMu.Unlock()
+	if err := s.ckpt.close(); err != nil {
+		errs = append(errs, fmt.Errorf("close checkpoint: %w", err))
+	}
+	return errors.Join(errs...)
+}
