@@ -42,6 +42,17 @@ var pullMarkers = []string{
 	"signaturevalidationfailed",
 	"pull access denied",
 	"failed to pull and unpack image",
+	// Runtime wordings that only a pull produces, for events that carry
+	// just the cause.
+	"reading manifest",
+	"pinging container registry",
+	"pinging docker registry",
+	"error pinging docker registry",
+	"toomanyrequests",
+	"initializing source docker://",
+	"failed to resolve reference",
+	"error pulling image configuration",
+	"manifest unknown",
 }
 
 // rule maps message fragments to a category; rules are tried in order, the
