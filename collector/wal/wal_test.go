@@ -17,7 +17,9 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-func rec(i int) []byte { return []byte(fmt.Sprintf("record-%06d-%s", i, bytes.Repeat([]byte{'x'}, i%37))) }
+func rec(i int) []byte {
+	return []byte(fmt.Sprintf("record-%06d-%s", i, bytes.Repeat([]byte{'x'}, i%37)))
+}
 
 func mustOpen(t *testing.T, dir string, o Options) *WAL {
 	t.Helper()
