@@ -97,7 +97,7 @@ func RunContract(t *testing.T, h Harness) {
 
 // env is one scenario's world.
 type env struct {
-	t      *testing.T
+	t      testing.TB
 	h      Harness
 	ctx    context.Context
 	target *Target
@@ -177,7 +177,7 @@ func (e *env) start(wrap func(sinks.Pusher) sinks.Pusher) *running {
 	return rn
 }
 
-func (rn *running) stop(t *testing.T) {
+func (rn *running) stop(t testing.TB) {
 	if rn.cancel == nil {
 		return
 	}
@@ -302,8 +302,10 @@ func (e *env) assertAllDelivered(want []string) map[string]int {
 	return got
 }
 
-func scenarioSuccess(t *testing.T, h Harness) {
-	e := newEnv(t, h, 1)
+func scenarioSuccess(t *testing.T, h Harness) { successScenario(newEnv(t, h, 1)) }
+
+func successScenario(e *env) {
+	t, h := e.t, e.h
 	e.append(e.gen.Batch(h.Records / 2))
 	rn := e.start(nil)
 	e.append(e.gen.Batch(h.Records - h.Records/2)) // while it runs
