@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -248,8 +249,6 @@ func TestMetadata(t *testing.T) {
 	}
 }
 
-// decodePush decodes a PushRequest with protowire, independently of the
-// size arithmetic of the encoder.
 type decodedEntry struct {
 	sec, nanos int64
 	line       string
@@ -260,73 +259,104 @@ type decodedStream struct {
 	entries []decodedEntry
 }
 
-func fields(t *testing.T, b []byte, fn func(num protowire.Number, typ protowire.Type, v []byte, n uint64)) {
-	t.Helper()
+type fieldFunc func(num protowire.Number, v []byte, x uint64) error
+
+func fields(b []byte, fn fieldFunc) error {
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {
-			t.Fatalf("bad tag: %v", protowire.ParseError(n))
+			return fmt.Errorf("bad tag: %w", protowire.ParseError(n))
 		}
 		b = b[n:]
 		switch typ {
 		case protowire.BytesType:
 			v, n := protowire.ConsumeBytes(b)
 			if n < 0 {
-				t.Fatalf("bad bytes: %v", protowire.ParseError(n))
+				return fmt.Errorf("bad bytes: %w", protowire.ParseError(n))
 			}
-			fn(num, typ, v, 0)
+			if err := fn(num, v, 0); err != nil {
+				return err
+			}
 			b = b[n:]
 		case protowire.VarintType:
 			v, n := protowire.ConsumeVarint(b)
 			if n < 0 {
-				t.Fatalf("bad varint")
+				return fmt.Errorf("bad varint: %w", protowire.ParseError(n))
 			}
-			fn(num, typ, nil, v)
+			if err := fn(num, nil, v); err != nil {
+				return err
+			}
 			b = b[n:]
 		default:
-			t.Fatalf("unexpected wire type %v", typ)
+			return fmt.Errorf("unexpected wire type %v", typ)
 		}
 	}
+	return nil
 }
 
-func decodePush(t *testing.T, b []byte) []decodedStream {
+// decodePushBytes decodes a PushRequest with protowire, independently of
+// the size arithmetic of the encoder.
+func decodePushBytes(b []byte) ([]decodedStream, error) {
 	var out []decodedStream
-	fields(t, b, func(num protowire.Number, _ protowire.Type, v []byte, _ uint64) {
+	err := fields(b, func(num protowire.Number, v []byte, _ uint64) error {
 		if num != 1 {
-			t.Fatalf("PushRequest field %d", num)
+			return fmt.Errorf("PushRequest field %d", num)
 		}
 		var s decodedStream
-		fields(t, v, func(num protowire.Number, _ protowire.Type, v []byte, _ uint64) {
+		err := fields(v, func(num protowire.Number, v []byte, _ uint64) error {
 			switch num {
 			case 1:
 				s.labels = string(v)
 			case 2:
 				var e decodedEntry
-				fields(t, v, func(num protowire.Number, _ protowire.Type, v []byte, _ uint64) {
+				err := fields(v, func(num protowire.Number, v []byte, _ uint64) error {
 					switch num {
 					case 1:
-						fields(t, v, func(num protowire.Number, _ protowire.Type, _ []byte, x uint64) {
+						return fields(v, func(num protowire.Number, _ []byte, x uint64) error {
 							if num == 1 {
 								e.sec = int64(x)
 							} else {
 								e.nanos = int64(x)
 							}
+							return nil
 						})
 					case 2:
 						e.line = string(v)
 					case 3:
 						var p [2]string
-						fields(t, v, func(num protowire.Number, _ protowire.Type, v []byte, _ uint64) { p[num-1] = string(v) })
+						err := fields(v, func(num protowire.Number, v []byte, _ uint64) error {
+							if num < 1 || num > 2 {
+								return fmt.Errorf("LabelPairAdapter field %d", num)
+							}
+							p[num-1] = string(v)
+							return nil
+						})
 						e.meta = append(e.meta, p)
+						return err
+					default:
+						return fmt.Errorf("EntryAdapter field %d", num)
 					}
+					return nil
 				})
 				s.entries = append(s.entries, e)
+				return err
 			default:
-				t.Fatalf("StreamAdapter field %d", num)
+				return fmt.Errorf("StreamAdapter field %d", num)
 			}
+			return nil
 		})
 		out = append(out, s)
+		return err
 	})
+	return out, err
+}
+
+func decodePush(t *testing.T, b []byte) []decodedStream {
+	t.Helper()
+	out, err := decodePushBytes(b)
+	if err != nil {
+		t.Fatal(err)
+	}
 	return out
 }
 

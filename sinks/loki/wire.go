@@ -179,4 +179,3 @@ func appendPushJSON(dst []byte, streams []stream) []byte {
 	}
 	return append(dst, "]}"...)
 }
-
