@@ -1,0 +1,109 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/eventpipe/eventpipe/collector"
+)
+
+func init() {
+	register("collector", command{
+		summary: "run the collector: acknowledged ingest, durable log, sinks, follow stream",
+		run:     runCollector,
+	})
+}
+
+func runCollector(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("collector", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	configPath := fs.String("config", "", "collector YAML config file (default: a local dev setup under ./eventpipe-data, insecure)")
+	check := fs.Bool("check-config", false, "validate the config, print every problem, and exit")
+	logFormat := fs.String("log-format", "text", "log format: text or json")
+	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "Usage: eventpipe collector [--config FILE] [flags]")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "eventpipe collector: unexpected arguments %q\n", fs.Args())
+		return 2
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		fmt.Fprintf(stderr, "eventpipe collector: --log-level: %v\n", err)
+		return 2
+	}
+	hopts := &slog.HandlerOptions{Level: level}
+	var logger *slog.Logger
+	switch *logFormat {
+	case "text":
+		logger = slog.New(slog.NewTextHandler(stderr, hopts))
+	case "json":
+		logger = slog.New(slog.NewJSONHandler(stderr, hopts))
+	default:
+		fmt.Fprintf(stderr, "eventpipe collector: --log-format must be text or json, got %q\n", *logFormat)
+		return 2
+	}
+
+	var cfg collector.Config
+	if *configPath == "" {
+		cfg = collector.DevConfig()
+		logger.Warn("no --config: using the built-in development config (data in ./eventpipe-data, file sink ./eventpipe-data/events.jsonl, loopback listeners, INSECURE: no authentication)")
+	} else {
+		var err error
+		if cfg, err = collector.LoadConfig(*configPath); err != nil {
+			fmt.Fprintf(stderr, "eventpipe collector: %v\n", err)
+			return 2
+		}
+	}
+	if err := cfg.Validate(); err != nil {
+		fmt.Fprintf(stderr, "eventpipe collector: invalid config %s:\n", orDefault(*configPath))
+		for _, line := range strings.Split(err.Error(), "\n") {
+			fmt.Fprintf(stderr, "  %s\n", line)
+		}
+		return 2
+	}
+	if *check {
+		fmt.Fprintf(stdout, "config %s is valid\n", orDefault(*configPath))
+		return 0
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	var opts []collector.Option
+	if *configPath != "" {
+		opts = append(opts, collector.WithConfigPath(*configPath))
+	}
+	c, err := collector.New(cfg, logger, reg, opts...)
+	if err != nil {
+		logger.Error("collector failed to start", "err", err)
+		return 1
+	}
+	if err := c.Run(ctx); err != nil {
+		logger.Error("collector failed", "err", err)
+		return 1
+	}
+	return 0
+}
+
+func orDefault(path string) string {
+	if path == "" {
+		return "(built-in development config)"
+	}
+	return path
+}

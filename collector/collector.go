@@ -1,0 +1,347 @@
+package collector
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
+
+	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
+	"github.com/eventpipe/eventpipe/collector/store"
+	"github.com/eventpipe/eventpipe/sinks"
+	"github.com/eventpipe/eventpipe/sinks/file"
+	"github.com/eventpipe/eventpipe/sinks/loki"
+)
+
+// Collector composes the durable log, the sink runners, the gRPC server
+// (Ingest, Follow) and the HTTP server (metrics, health) under one
+// lifecycle: New builds everything and binds the listeners, Run serves
+// until its context ends and then shuts down in order.
+type Collector struct {
+	cfg        Config
+	configPath string
+	logger     *slog.Logger
+	reg        prometheus.Registerer
+	m          *metrics
+
+	store   *store.Store
+	runners []*sinks.Runner
+	closers []func() error
+	auth    *authenticator
+	grpc    *grpc.Server
+	grpcLis net.Listener
+	http    *http.Server
+	httpLis net.Listener
+	ready   *readiness
+}
+
+// Option changes how New builds a Collector.
+type Option func(*Collector)
+
+// WithConfigPath makes Run watch the file (and the tokens file) and apply
+// sink filter and token changes without a restart.
+func WithConfigPath(path string) Option { return func(c *Collector) { c.configPath = path } }
+
+// New validates cfg, opens the store, builds the sinks and binds the
+// listeners. logger and reg may be nil. When reg is also a
+// prometheus.Gatherer, /metrics serves it.
+func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer, opts ...Option) (_ *Collector, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("invalid collector config:\n%w", err)
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	c := &Collector{cfg: cfg, logger: logger, reg: reg}
+	for _, o := range opts {
+		o(c)
+	}
+	defer func() {
+		if err != nil {
+			c.closeAll()
+		}
+	}()
+	if c.m, err = newMetrics(reg); err != nil {
+		return nil, err
+	}
+
+	var tokens []TokenEntry
+	if cfg.Auth.TokensFile != "" {
+		if tokens, err = LoadTokens(cfg.Auth.TokensFile); err != nil {
+			return nil, err
+		}
+	}
+	c.auth = &authenticator{failures: func(r string) { c.m.authFailures.WithLabelValues(r).Inc() }}
+	c.auth.state.Store(newAuthState(cfg.Auth, tokens))
+	if cfg.Auth.Insecure {
+		logger.Warn("INSECURE MODE: auth.insecure is true; unauthenticated callers may ingest and follow every workspace. Use only for local development.")
+	}
+	if cfg.Auth.TokensFile != "" && !cfg.GRPC.TLS.Enabled() {
+		logger.Warn("bearer tokens are accepted over plaintext gRPC; set grpc.tls unless the network is trusted")
+	}
+
+	if c.store, err = store.Open(cfg.Store, logger.With("part", "store"), reg); err != nil {
+		return nil, fmt.Errorf("open store: %w", err)
+	}
+	for _, sc := range cfg.Sinks {
+		if err := c.addSink(sc); err != nil {
+			return nil, err
+		}
+	}
+	c.ready = &readiness{log: c.store, window: cfg.Readiness.LossWindow, logger: logger, since: map[string]lossMark{}}
+
+	if err := c.buildGRPC(); err != nil {
+		return nil, err
+	}
+	c.buildHTTP()
+	if c.grpcLis, err = net.Listen("tcp", cfg.GRPC.Listen); err != nil {
+		return nil, fmt.Errorf("listen grpc: %w", err)
+	}
+	if c.httpLis, err = net.Listen("tcp", cfg.HTTP.Listen); err != nil {
+		return nil, fmt.Errorf("listen http: %w", err)
+	}
+	return c, nil
+}
+
+func (c *Collector) addSink(sc SinkConfig) error {
+	slogger := c.logger.With("sink", sc.Name)
+	var p sinks.Pusher
+	var closeFn func() error
+	switch sc.Type {
+	case SinkFile:
+		s, err := file.New(*sc.File, slogger, c.reg)
+		if err != nil {
+			return fmt.Errorf("sink %q: %w", sc.Name, err)
+		}
+		p, closeFn = s, s.Close
+	case SinkLoki:
+		s, err := loki.New(*sc.Loki, slogger, c.reg)
+		if err != nil {
+			return fmt.Errorf("sink %q: %w", sc.Name, err)
+		}
+		p, closeFn = s, s.Close
+	case SinkKafka:
+		s, err := newKafka(*sc.Kafka, slogger, c.reg)
+		if err != nil {
+			return fmt.Errorf("sink %q: %w", sc.Name, err)
+		}
+		p, closeFn = s, s.Close
+	default:
+		return fmt.Errorf("sink %q: unknown type %q", sc.Name, sc.Type)
+	}
+	c.closers = append(c.closers, closeFn)
+	cur, err := c.store.Cursor(sc.Name)
+	if err != nil {
+		return fmt.Errorf("sink %q: cursor: %w", sc.Name, err)
+	}
+	r, err := sinks.NewRunner(sc.RunnerConfig(), p, c.store, cur, slogger, c.reg)
+	if err != nil {
+		return fmt.Errorf("sink %q: %w", sc.Name, err)
+	}
+	c.runners = append(c.runners, r)
+	return nil
+}
+
+func (c *Collector) buildGRPC() error {
+	cfg := c.cfg.GRPC
+	opts := []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(cfg.MaxRecvBytes),
+		grpc.MaxSendMsgSize(cfg.MaxSendBytes),
+		grpc.ChainUnaryInterceptor(c.auth.unary),
+		grpc.ChainStreamInterceptor(c.auth.stream),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+	}
+	if cfg.TLS.Enabled() {
+		cert, err := tls.LoadX509KeyPair(cfg.TLS.CertFile, cfg.TLS.KeyFile)
+		if err != nil {
+			return fmt.Errorf("grpc.tls: load key pair: %w", err)
+		}
+		tc := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+		if cfg.TLS.ClientCAFile != "" {
+			pem, err := os.ReadFile(cfg.TLS.ClientCAFile)
+			if err != nil {
+				return fmt.Errorf("grpc.tls.client_ca_file: %w", err)
+			}
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(pem) {
+				return fmt.Errorf("grpc.tls.client_ca_file: no PEM certificate in %s", cfg.TLS.ClientCAFile)
+			}
+			tc.ClientCAs = pool
+			tc.ClientAuth = tls.RequireAndVerifyClientCert
+			if c.cfg.Auth.TokensFile != "" {
+				// Token holders connect without a certificate.
+				tc.ClientAuth = tls.VerifyClientCertIfGiven
+			}
+		}
+		opts = append(opts, grpc.Creds(credentials.NewTLS(tc)))
+	}
+	c.grpc = grpc.NewServer(opts...)
+	eventpipev1.RegisterIngestServer(c.grpc, &ingestServer{
+		log: c.store, logger: c.logger.With("api", "ingest"), m: c.m, pipeline: cfg.IngestPipeline,
+	})
+	eventpipev1.RegisterFollowServer(c.grpc, &followServer{
+		log: c.store, logger: c.logger.With("api", "follow"), m: c.m,
+		chunk: c.cfg.Follow.ReadChunk, maxTail: c.cfg.Follow.MaxTail,
+	})
+	return nil
+}
+
+// GRPCAddr is the bound gRPC address (useful with port 0).
+func (c *Collector) GRPCAddr() string { return c.grpcLis.Addr().String() }
+
+// HTTPAddr is the bound HTTP address.
+func (c *Collector) HTTPAddr() string { return c.httpLis.Addr().String() }
+
+// Store is the collector's log (for tests and tools in-process).
+func (c *Collector) Store() *store.Store { return c.store }
+
+// Runners are the sink runners, in configuration order.
+func (c *Collector) Runners() []*sinks.Runner { return c.runners }
+
+func (c *Collector) closeAll() {
+	if c.grpcLis != nil {
+		c.grpcLis.Close()
+	}
+	if c.httpLis != nil {
+		c.httpLis.Close()
+	}
+	for _, f := range c.closers {
+		if err := f(); err != nil {
+			c.logger.Warn("close sink", "err", err)
+		}
+	}
+	c.closers = nil
+	if c.store != nil {
+		if err := c.store.Close(); err != nil {
+			c.logger.Warn("close store", "err", err)
+		}
+	}
+}
+
+// Run starts the store, then the sinks, then the servers, and blocks until
+// ctx ends or a part fails. Shutdown runs in the opposite order: stop
+// accepting ingest (GracefulStop, bounded by grpc.shutdown_grace, then
+// Stop), stop the HTTP server, let the sinks stop (each flushes what it
+// holds), stop the store and close it. Run may be called once.
+func (c *Collector) Run(ctx context.Context) error {
+	// c.cfg changes on reload: read what Run needs now.
+	grace, storeDir := c.cfg.GRPC.ShutdownGrace, c.cfg.Store.Dir
+	root, fail := context.WithCancelCause(ctx)
+	defer fail(nil)
+	var errMu sync.Mutex
+	var firstErr error
+	record := func(part string, err error) {
+		if err == nil || errors.Is(err, context.Canceled) {
+			return
+		}
+		errMu.Lock()
+		if firstErr == nil {
+			firstErr = fmt.Errorf("%s: %w", part, err)
+		}
+		errMu.Unlock()
+		c.logger.Error("collector part failed; shutting down", "part", part, "err", err)
+		fail(err)
+	}
+	// A part that ends before shutdown was asked for is a failure too.
+	early := func(part string, err error) {
+		if err == nil && root.Err() == nil {
+			err = errors.New("stopped unexpectedly")
+		}
+		record(part, err)
+	}
+
+	storeCtx, stopStore := context.WithCancel(context.Background())
+	defer stopStore()
+	var storeG errgroup.Group
+	storeG.Go(func() error { early("store", c.store.Run(storeCtx)); return nil })
+
+	sinkCtx, stopSinks := context.WithCancel(context.Background())
+	defer stopSinks()
+	var sinkG errgroup.Group
+	for _, r := range c.runners {
+		sinkG.Go(func() error { early("sink "+r.Name(), r.Run(sinkCtx)); return nil })
+	}
+
+	frontCtx, stopFront := context.WithCancel(context.Background())
+	defer stopFront()
+	var frontG errgroup.Group
+	frontG.Go(func() error {
+		err := c.grpc.Serve(c.grpcLis)
+		if errors.Is(err, grpc.ErrServerStopped) {
+			err = nil
+		}
+		early("grpc server", err)
+		return nil
+	})
+	frontG.Go(func() error {
+		err := c.http.Serve(c.httpLis)
+		if errors.Is(err, http.ErrServerClosed) {
+			err = nil
+		}
+		early("http server", err)
+		return nil
+	})
+	frontG.Go(func() error { c.ready.run(frontCtx); return nil })
+	if c.configPath != "" {
+		frontG.Go(func() error {
+			if err := c.watchConfig(frontCtx); err != nil {
+				// Reload is a convenience: losing it is logged, not fatal.
+				c.logger.Error("config watcher stopped; changes now need a restart", "err", err)
+			}
+			return nil
+		})
+	}
+	c.logger.Info("collector started", "grpc", c.GRPCAddr(), "http", c.HTTPAddr(), "sinks", len(c.runners), "store", storeDir)
+
+	<-root.Done()
+	c.logger.Info("collector stopping: ingress first", "grace", grace)
+	stopped := make(chan struct{})
+	go func() { c.grpc.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(grace):
+		c.logger.Warn("graceful stop timed out; closing open streams")
+		c.grpc.Stop()
+		<-stopped
+	}
+	hctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	if err := c.http.Shutdown(hctx); err != nil {
+		c.http.Close()
+	}
+	cancel()
+	stopFront()
+	frontG.Wait()
+
+	stopSinks()
+	sinkG.Wait()
+	for _, f := range c.closers {
+		if err := f(); err != nil {
+			c.logger.Warn("close sink", "err", err)
+		}
+	}
+	c.closers = nil
+
+	stopStore()
+	storeG.Wait()
+	if err := c.store.Close(); err != nil {
+		record("close store", err)
+	}
+	c.store = nil
+	c.logger.Info("collector stopped")
+	errMu.Lock()
+	defer errMu.Unlock()
+	return firstErr
+}

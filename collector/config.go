@@ -1,0 +1,360 @@
+package collector
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	yaml "go.yaml.in/yaml/v2"
+
+	"github.com/eventpipe/eventpipe/collector/store"
+	"github.com/eventpipe/eventpipe/sinks"
+	"github.com/eventpipe/eventpipe/sinks/file"
+	"github.com/eventpipe/eventpipe/sinks/kafka"
+	"github.com/eventpipe/eventpipe/sinks/loki"
+)
+
+// Config is what a user writes in the collector's YAML file.
+type Config struct {
+	GRPC      GRPCConfig      `yaml:"grpc"`
+	Auth      AuthConfig      `yaml:"auth"`
+	HTTP      HTTPConfig      `yaml:"http"`
+	Store     store.Config    `yaml:"store"`
+	Follow    FollowConfig    `yaml:"follow"`
+	Readiness ReadinessConfig `yaml:"readiness"`
+	Sinks     []SinkConfig    `yaml:"sinks"`
+}
+
+// GRPCConfig is the gRPC listener (Ingest and Follow).
+type GRPCConfig struct {
+	Listen string    `yaml:"listen"`
+	TLS    TLSConfig `yaml:"tls"`
+	// MaxRecvBytes bounds one received message (a Batch, a FollowRequest).
+	MaxRecvBytes int `yaml:"max_recv_bytes"`
+	// MaxSendBytes bounds one sent message (a FollowResponse).
+	MaxSendBytes int `yaml:"max_send_bytes"`
+	// IngestPipeline is how many batches of one Ship stream may be in
+	// flight (received, not yet acknowledged). Past it the collector stops
+	// reading the stream and gRPC flow control slows the agent.
+	IngestPipeline int `yaml:"ingest_pipeline"`
+	// ShutdownGrace bounds the graceful stop on SIGTERM; open streams are
+	// then closed.
+	ShutdownGrace time.Duration `yaml:"shutdown_grace"`
+}
+
+// TLSConfig enables TLS (cert_file + key_file) and mTLS (client_ca_file).
+type TLSConfig struct {
+	CertFile     string `yaml:"cert_file"`
+	KeyFile      string `yaml:"key_file"`
+	ClientCAFile string `yaml:"client_ca_file"`
+}
+
+// Enabled reports whether TLS is configured.
+func (t TLSConfig) Enabled() bool { return t.CertFile != "" || t.KeyFile != "" }
+
+// AuthConfig says who may call what.
+type AuthConfig struct {
+	// TokensFile holds bearer tokens (YAML list or CSV), reloaded on change.
+	TokensFile string `yaml:"tokens_file"`
+	// Identities maps client-certificate names (CN or SAN) to roles (mTLS).
+	Identities []Identity `yaml:"identities"`
+	// Insecure allows unauthenticated plaintext calls with every right.
+	// Local development only; logged loudly.
+	Insecure bool `yaml:"insecure"`
+}
+
+// HTTPConfig is the metrics / health listener.
+type HTTPConfig struct {
+	Listen string `yaml:"listen"`
+}
+
+// FollowConfig bounds the follow stream.
+type FollowConfig struct {
+	// MaxTail is the largest tail a subscriber may ask for.
+	MaxTail uint32 `yaml:"max_tail"`
+	// ReadChunk is how many log records a subscriber reads at a time.
+	ReadChunk int `yaml:"read_chunk"`
+}
+
+// ReadinessConfig shapes /readyz.
+type ReadinessConfig struct {
+	// LossWindow: /readyz fails while a consumer lost records to retention
+	// within this window.
+	LossWindow time.Duration `yaml:"loss_window"`
+}
+
+// Sink types.
+const (
+	SinkFile  = "file"
+	SinkLoki  = "loki"
+	SinkKafka = "kafka"
+)
+
+// SinkConfig is one entry of sinks: a destination and its shared-layer
+// settings. Exactly the section named by type is set.
+type SinkConfig struct {
+	Name   string             `yaml:"name"`
+	Type   string             `yaml:"type"`
+	File   *file.Config       `yaml:"file,omitempty"`
+	Loki   *loki.Config       `yaml:"loki,omitempty"`
+	Kafka  *kafka.Config      `yaml:"kafka,omitempty"`
+	Filter sinks.FilterConfig `yaml:"filter"`
+	Batch  sinks.BatchConfig  `yaml:"batch"`
+	Retry  sinks.RetryConfig  `yaml:"retry"`
+}
+
+// RunnerConfig is the entry's shared-layer configuration.
+func (s SinkConfig) RunnerConfig() sinks.RunnerConfig {
+	return sinks.RunnerConfig{Name: s.Name, Batch: s.Batch, Retry: s.Retry, Filter: s.Filter}
+}
+
+// UnmarshalYAML fills the defaults (shared layer, and the section of the
+// named type) before the user's values, so a partial entry is complete.
+func (s *SinkConfig) UnmarshalYAML(unmarshal func(any) error) error {
+	var probe map[string]any
+	if err := unmarshal(&probe); err != nil {
+		return err
+	}
+	typ, _ := probe["type"].(string)
+	d := sinks.NewDefaultRunnerConfig("")
+	type plain SinkConfig
+	p := plain{Batch: d.Batch, Retry: d.Retry}
+	switch typ {
+	case SinkFile:
+		c := file.NewDefaultConfig()
+		p.File = &c
+	case SinkLoki:
+		c := loki.NewDefaultConfig()
+		p.Loki = &c
+	case SinkKafka:
+		c := kafka.NewDefaultConfig()
+		p.Kafka = &c
+	}
+	// A section that does not belong to the type stays nil unless the user
+	// wrote it, so Validate can point at it.
+	if err := unmarshal(&p); err != nil {
+		return err
+	}
+	*s = SinkConfig(p)
+	return nil
+}
+
+// Defaults.
+const (
+	DefaultGRPCListen     = "127.0.0.1:7070"
+	DefaultHTTPListen     = "127.0.0.1:7071"
+	DefaultMaxRecvBytes   = 16 << 20
+	DefaultMaxSendBytes   = 16 << 20
+	DefaultIngestPipeline = 8
+	DefaultShutdownGrace  = 10 * time.Second
+	DefaultMaxTail        = 10_000
+	DefaultReadChunk      = 512
+	DefaultLossWindow     = 15 * time.Minute
+)
+
+// NewDefaultConfig returns the defaults: loopback listeners, no sinks, no
+// auth (Validate then demands tokens, mTLS, or insecure: true).
+func NewDefaultConfig() Config {
+	return Config{
+		GRPC: GRPCConfig{
+			Listen:         DefaultGRPCListen,
+			MaxRecvBytes:   DefaultMaxRecvBytes,
+			MaxSendBytes:   DefaultMaxSendBytes,
+			IngestPipeline: DefaultIngestPipeline,
+			ShutdownGrace:  DefaultShutdownGrace,
+		},
+		HTTP:      HTTPConfig{Listen: DefaultHTTPListen},
+		Store:     store.NewDefaultConfig(),
+		Follow:    FollowConfig{MaxTail: DefaultMaxTail, ReadChunk: DefaultReadChunk},
+		Readiness: ReadinessConfig{LossWindow: DefaultLossWindow},
+	}
+}
+
+// DevConfig is the configuration used when no --config is given: everything
+// under ./eventpipe-data, a file sink, loopback listeners, insecure dev mode.
+func DevConfig() Config {
+	c := NewDefaultConfig()
+	c.Auth.Insecure = true
+	c.Store.Dir = filepath.Join("eventpipe-data", "log")
+	fc := file.NewDefaultConfig()
+	fc.Path = filepath.Join("eventpipe-data", "events.jsonl")
+	d := sinks.NewDefaultRunnerConfig("file")
+	c.Sinks = []SinkConfig{{Name: "file", Type: SinkFile, File: &fc, Batch: d.Batch, Retry: d.Retry}}
+	return c
+}
+
+// LoadConfig reads a YAML file over the defaults. Unknown keys are errors.
+// It does not validate: call Validate.
+func LoadConfig(path string) (Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("read config: %w", err)
+	}
+	return ParseConfig(data)
+}
+
+// ParseConfig parses YAML over the defaults. Unknown keys are errors.
+func ParseConfig(data []byte) (Config, error) {
+	c := NewDefaultConfig()
+	if err := yaml.UnmarshalStrict(data, &c); err != nil {
+		return Config{}, fmt.Errorf("parse config: %w", err)
+	}
+	return c, nil
+}
+
+// Validate reports every problem, each with its YAML path.
+func (c Config) Validate() error {
+	var errs []error
+	add := func(path, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", path, fmt.Sprintf(format, args...)))
+	}
+	prefixed := func(prefix string, err error) {
+		if err == nil {
+			return
+		}
+		for _, e := range unjoin(err) {
+			errs = append(errs, fmt.Errorf("%s.%w", prefix, e))
+		}
+	}
+	checkAddr := func(path, addr string) {
+		if addr == "" {
+			add(path, "must not be empty (host:port)")
+			return
+		}
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			add(path, "%q is not host:port: %v", addr, err)
+		}
+	}
+	checkFile := func(path, name string) {
+		if name == "" {
+			return
+		}
+		if st, err := os.Stat(name); err != nil {
+			add(path, "%v", err)
+		} else if st.IsDir() {
+			add(path, "%q is a directory", name)
+		}
+	}
+
+	checkAddr("grpc.listen", c.GRPC.Listen)
+	t := c.GRPC.TLS
+	if (t.CertFile == "") != (t.KeyFile == "") {
+		add("grpc.tls", "cert_file and key_file go together")
+	}
+	if t.ClientCAFile != "" && t.CertFile == "" {
+		add("grpc.tls.client_ca_file", "needs grpc.tls.cert_file and key_file (mTLS is TLS first)")
+	}
+	checkFile("grpc.tls.cert_file", t.CertFile)
+	checkFile("grpc.tls.key_file", t.KeyFile)
+	checkFile("grpc.tls.client_ca_file", t.ClientCAFile)
+	if c.GRPC.MaxRecvBytes < 1024 || c.GRPC.MaxRecvBytes > 1<<30 {
+		add("grpc.max_recv_bytes", "must be between 1024 and %d, got %d", 1<<30, c.GRPC.MaxRecvBytes)
+	}
+	if c.GRPC.MaxSendBytes < 1024 || c.GRPC.MaxSendBytes > 1<<30 {
+		add("grpc.max_send_bytes", "must be between 1024 and %d, got %d", 1<<30, c.GRPC.MaxSendBytes)
+	}
+	if c.GRPC.IngestPipeline < 1 || c.GRPC.IngestPipeline > 1024 {
+		add("grpc.ingest_pipeline", "must be between 1 and 1024, got %d", c.GRPC.IngestPipeline)
+	}
+	if c.GRPC.ShutdownGrace <= 0 {
+		add("grpc.shutdown_grace", "must be positive, got %s", c.GRPC.ShutdownGrace)
+	}
+
+	a := c.Auth
+	if !a.Insecure && a.TokensFile == "" && t.ClientCAFile == "" {
+		add("auth", "no authentication configured: set auth.tokens_file, or grpc.tls.client_ca_file with auth.identities (mTLS), or auth.insecure: true for local development")
+	}
+	if len(a.Identities) > 0 && t.ClientCAFile == "" {
+		add("auth.identities", "need grpc.tls.client_ca_file (identities come from verified client certificates)")
+	}
+	if t.ClientCAFile != "" && len(a.Identities) == 0 {
+		add("auth.identities", "grpc.tls.client_ca_file is set but no identity maps a certificate to a role")
+	}
+	seen := map[string]bool{}
+	for i, id := range a.Identities {
+		at := fmt.Sprintf("auth.identities[%d]", i)
+		if id.Name == "" {
+			add(at+".name", "must not be empty (a certificate CN or SAN)")
+		} else if seen[id.Name] {
+			add(at+".name", "duplicate %q", id.Name)
+		}
+		seen[id.Name] = true
+		errs = append(errs, validateRole(at, id.Role, id.Workspaces)...)
+	}
+	if a.TokensFile != "" {
+		if _, err := LoadTokens(a.TokensFile); err != nil {
+			add("auth.tokens_file", "%v", err)
+		}
+	}
+
+	checkAddr("http.listen", c.HTTP.Listen)
+	if c.HTTP.Listen != "" && c.HTTP.Listen == c.GRPC.Listen && !strings.HasSuffix(c.HTTP.Listen, ":0") {
+		add("http.listen", "must differ from grpc.listen")
+	}
+	prefixed("store", c.Store.Validate())
+	if c.Follow.MaxTail < 1 || c.Follow.MaxTail > 1_000_000 {
+		add("follow.max_tail", "must be between 1 and 1000000, got %d", c.Follow.MaxTail)
+	}
+	if c.Follow.ReadChunk < 1 || c.Follow.ReadChunk > 100_000 {
+		add("follow.read_chunk", "must be between 1 and 100000, got %d", c.Follow.ReadChunk)
+	}
+	if c.Readiness.LossWindow <= 0 {
+		add("readiness.loss_window", "must be positive, got %s", c.Readiness.LossWindow)
+	}
+
+	names := map[string]bool{}
+	for i, s := range c.Sinks {
+		at := fmt.Sprintf("sinks[%d]", i)
+		if s.Name != "" && names[s.Name] {
+			add(at+".name", "duplicate sink name %q (it names the sink's cursor)", s.Name)
+		}
+		names[s.Name] = true
+		prefixed(at, s.RunnerConfig().Validate())
+		sections := map[string]bool{SinkFile: s.File != nil, SinkLoki: s.Loki != nil, SinkKafka: s.Kafka != nil}
+		switch s.Type {
+		case SinkFile, SinkLoki, SinkKafka:
+			for typ, set := range sections {
+				if set && typ != s.Type {
+					add(at+"."+typ, "set, but the sink's type is %q", s.Type)
+				}
+			}
+		case "":
+			add(at+".type", "must be one of file, loki, kafka")
+		default:
+			add(at+".type", "must be one of file, loki, kafka, got %q", s.Type)
+		}
+		switch {
+		case s.Type == SinkFile && s.File != nil:
+			prefixed(at+".file", s.File.Validate())
+		case s.Type == SinkLoki && s.Loki != nil:
+			prefixed(at+".loki", s.Loki.Validate())
+		case s.Type == SinkKafka && s.Kafka != nil:
+			prefixed(at+".kafka", s.Kafka.Validate())
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// unjoin splits an errors.Join result (and nested joins) into its parts.
+func unjoin(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		var out []error
+		for _, e := range j.Unwrap() {
+			out = append(out, unjoin(e)...)
+		}
+		return out
+	}
+	// A single error may still carry several lines.
+	if lines := strings.Split(err.Error(), "\n"); len(lines) > 1 {
+		out := make([]error, 0, len(lines))
+		for _, l := range lines {
+			out = append(out, errors.New(l))
+		}
+		return out
+	}
+	return []error{err}
+}

@@ -1,0 +1,31 @@
+// Package collector is eventpipe's collector server: it accepts batches of
+// occurrences from agents (eventpipe.v1.Ingest), stores them in the durable
+// log (collector/store), feeds every configured sink through its own cursor
+// (sinks.Runner), and serves the follow stream (eventpipe.v1.Follow).
+//
+// Contract:
+//   - Ingest: a Batch is acknowledged only after store.Append returned, i.e.
+//     after its occurrences and the (cluster, stream) resourceVersion are
+//     durable and de-duplicated by event_id. Acks are sent in the order the
+//     batches arrived. At most grpc.ingest_pipeline batches per stream are
+//     held between receive and ack; past that the collector stops reading
+//     and gRPC flow control slows the agent. A batch the store refuses is not
+//     acknowledged: the stream ends with Unavailable and the agent re-sends.
+//     A batch without a cluster ends the stream with InvalidArgument.
+//   - Follow: every message carries its cursor (the log offset). Each
+//     subscriber reads the log at its own pace (no per-subscriber queue), so
+//     a slow one is neither cut off nor skipped. Occurrences without a
+//     sandbox id never reach any subscription. Records removed by retention
+//     before a subscriber read them are reported: in the
+//     eventpipe-lost-records header when resuming, or by ending the stream
+//     with DataLoss when it happens mid-stream.
+//   - Auth: every RPC needs a bearer token (tokens file) or a verified client
+//     certificate mapped to a role, unless auth.insecure is set. Role agent
+//     may only call Ingest, role reader only Follow, and only for its
+//     workspaces. Unauthenticated calls get Unauthenticated, out-of-scope
+//     ones PermissionDenied; both are counted by reason.
+//   - Lifecycle: New validates the config, opens the store, builds the sinks
+//     and binds the listeners; Run starts store, sinks, then servers, and on
+//     shutdown stops ingress first (graceful, bounded), then the sinks, then
+//     the store.
+package collector

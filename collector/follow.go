@@ -1,0 +1,261 @@
+package collector
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strconv"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
+	"github.com/eventpipe/eventpipe/sinks"
+)
+
+// Follow metadata keys. The header is sent before the first message;
+// HeaderLostRecords says how many log records after the resume cursor were
+// removed by retention before this subscriber could read them (they may or
+// may not have matched its selector). It is "0" when nothing was lost.
+const (
+	HeaderLostRecords = "eventpipe-lost-records"
+	HeaderFirstCursor = "eventpipe-first-cursor"
+	HeaderLastCursor  = "eventpipe-last-cursor"
+)
+
+// followLog is what the follow stream needs from the durable log.
+type followLog interface {
+	Read(ctx context.Context, from uint64, max int) ([]sinks.Record, uint64, error)
+	Wait(ctx context.Context, after uint64) error
+	Bounds() (first, last uint64)
+}
+
+// followServer implements eventpipe.v1.Follow. Every subscriber reads the
+// log itself, chunk by chunk, at the pace its gRPC stream accepts: there is
+// no per-subscriber queue to overflow, so a slow subscriber is neither cut
+// off nor skipped, and it costs one chunk of memory.
+type followServer struct {
+	eventpipev1.UnimplementedFollowServer
+	log     followLog
+	logger  *slog.Logger
+	m       *metrics
+	chunk   int
+	maxTail uint32
+}
+
+// selector is a validated FollowRequest selector.
+type selector struct {
+	sandboxID, workspace, name, gatewayID string
+}
+
+func parseSelector(req *eventpipev1.FollowRequest) (selector, error) {
+	s := selector{sandboxID: req.GetSandboxId(), workspace: req.GetWorkspace(), name: req.GetSandboxName(), gatewayID: req.GetGatewayId()}
+	n := 0
+	if s.sandboxID != "" {
+		n++
+	}
+	if s.workspace != "" {
+		n++
+	}
+	if s.gatewayID != "" {
+		n++
+	}
+	switch {
+	case n != 1:
+		return s, status.Error(codes.InvalidArgument, "exactly one selector: sandbox_id; workspace (+ sandbox_name); or gateway_id")
+	case s.name != "" && s.workspace == "":
+		return s, status.Error(codes.InvalidArgument, "sandbox_name needs workspace")
+	}
+	return s, nil
+}
+
+// match reports whether o belongs to the selection and the caller may see
+// it. Unattributed occurrences (no sandbox id) never match.
+func (s selector) match(p *Principal, o *eventpipev1.Occurrence) bool {
+	sb := o.GetSandbox()
+	if sb.GetId() == "" {
+		return false
+	}
+	switch {
+	case s.sandboxID != "":
+		if sb.GetId() != s.sandboxID {
+			return false
+		}
+	case s.workspace != "":
+		if sb.GetWorkspace() != s.workspace || (s.name != "" && sb.GetName() != s.name) {
+			return false
+		}
+	case s.gatewayID != "":
+		if sb.GetGatewayId() != s.gatewayID {
+			return false
+		}
+	default:
+		return false
+	}
+	return p.mayRead(sb.GetWorkspace())
+}
+
+func (f *followServer) Follow(req *eventpipev1.FollowRequest, stream eventpipev1.Follow_FollowServer) error {
+	ctx := stream.Context()
+	sel, err := parseSelector(req)
+	if err != nil {
+		return err
+	}
+	p := principalFrom(ctx)
+	if p == nil {
+		return status.Error(codes.Unauthenticated, "no principal")
+	}
+	if sel.workspace != "" && !p.mayRead(sel.workspace) {
+		f.m.authFailures.WithLabelValues(authWorkspace).Inc()
+		return status.Errorf(codes.PermissionDenied, "%q may not follow workspace %q", p.Name, sel.workspace)
+	}
+	if req.GetTail() > f.maxTail {
+		return status.Errorf(codes.InvalidArgument, "tail %d exceeds the maximum %d (follow.max_tail)", req.GetTail(), f.maxTail)
+	}
+	f.m.subscribers.Inc()
+	defer f.m.subscribers.Dec()
+
+	first, last := f.log.Bounds()
+	var from uint64 // next offset to read
+	var replay []sinks.Record
+	var lost uint64
+	switch {
+	case req.GetAfterCursor() > 0:
+		from = req.GetAfterCursor() + 1
+		if first > 0 && from < first {
+			// Retention removed what the subscriber had not read yet: say so.
+			lost = first - from
+		}
+	case req.GetTail() > 0:
+		replay, err = f.tail(ctx, sel, p, int(req.GetTail()), first, last)
+		if err != nil {
+			return err
+		}
+		from = last + 1
+	default:
+		from = last + 1
+	}
+	if lost > 0 {
+		f.m.followLost.Add(float64(lost))
+		f.logger.Warn("follow subscriber resumed behind retention; records lost", "caller", p.Name, "after_cursor", req.GetAfterCursor(), "lost_records", lost, "first_offset", first)
+	}
+	hdr := metadata.Pairs(HeaderLostRecords, strconv.FormatUint(lost, 10),
+		HeaderFirstCursor, strconv.FormatUint(first, 10), HeaderLastCursor, strconv.FormatUint(last, 10))
+	if err := stream.SendHeader(hdr); err != nil {
+		return fmt.Errorf("send header: %w", err)
+	}
+	for _, r := range replay {
+		if err := f.send(stream, r); err != nil {
+			return err
+		}
+	}
+	if lost > 0 {
+		from = first
+	}
+	return f.stream(ctx, stream, sel, p, from, req.GetNoFollow(), last, lost)
+}
+
+func (f *followServer) send(stream grpc.ServerStreamingServer[eventpipev1.FollowResponse], r sinks.Record) error {
+	if err := stream.Send(&eventpipev1.FollowResponse{Cursor: r.Offset, Occurrence: r.Occurrence}); err != nil {
+		return err
+	}
+	f.m.followSent.Inc()
+	return nil
+}
+
+// stream sends every matching record from offset from on: up to snapshot
+// and stop when noFollow, else for ever (live, via Wait). Records removed by
+// retention while the subscriber was reading end the stream with DataLoss
+// naming the count and the cursor to resume from: never a silent gap.
+func (f *followServer) stream(ctx context.Context, stream grpc.ServerStreamingServer[eventpipev1.FollowResponse], sel selector, p *Principal, from uint64, noFollow bool, snapshot uint64, lostBefore uint64) error {
+	var sent uint64 // cursor of the last record read (matching or not)
+	if from > 0 {
+		sent = from - 1
+	}
+	if lostBefore > 0 {
+		stream.SetTrailer(metadata.Pairs(HeaderLostRecords, strconv.FormatUint(lostBefore, 10)))
+	}
+	for {
+		if noFollow && from > snapshot {
+			return nil
+		}
+		recs, skipped, err := f.log.Read(ctx, from, f.chunk)
+		if err != nil {
+			if ctx.Err() != nil {
+				return status.FromContextError(ctx.Err()).Err()
+			}
+			return status.Errorf(codes.Unavailable, "read log at %d: %v", from, err)
+		}
+		if skipped > 0 {
+			f.m.followLost.Add(float64(skipped))
+			f.logger.Warn("follow subscriber fell behind retention; records lost", "caller", p.Name, "from", from, "lost_records", skipped)
+			return status.Errorf(codes.DataLoss, "%d log records after cursor %d were removed by retention before they were read; resume with after_cursor=%d to continue (the loss is reported again in the %s header)", skipped, sent, sent, HeaderLostRecords)
+		}
+		if len(recs) == 0 {
+			if noFollow {
+				return nil
+			}
+			if err := f.log.Wait(ctx, from-1); err != nil {
+				if ctx.Err() != nil {
+					return status.FromContextError(ctx.Err()).Err()
+				}
+				return status.Errorf(codes.Unavailable, "wait for log: %v", err)
+			}
+			continue
+		}
+		for _, r := range recs {
+			if noFollow && r.Offset > snapshot {
+				return nil
+			}
+			if sel.match(p, r.Occurrence) {
+				if err := f.send(stream, r); err != nil {
+					return err
+				}
+			}
+			sent = r.Offset
+		}
+		from = recs[len(recs)-1].Offset + 1
+	}
+}
+
+// tail returns the last n matching records at or before last, in offset
+// order, scanning the log backwards one chunk at a time: memory stays at one
+// chunk plus n records, whatever the log's size.
+func (f *followServer) tail(ctx context.Context, sel selector, p *Principal, n int, first, last uint64) ([]sinks.Record, error) {
+	if last == 0 || n == 0 {
+		return nil, nil
+	}
+	if first == 0 {
+		first = 1
+	}
+	var out []sinks.Record // newest first
+	end := last
+	for len(out) < n && end >= first {
+		start := first
+		if end-first+1 > uint64(f.chunk) {
+			start = end - uint64(f.chunk) + 1
+		}
+		recs, _, err := f.log.Read(ctx, start, int(end-start+1))
+		if err != nil {
+			return nil, status.Errorf(codes.Unavailable, "read log at %d: %v", start, err)
+		}
+		for i := len(recs) - 1; i >= 0 && len(out) < n; i-- {
+			if recs[i].Offset <= end && sel.match(p, recs[i].Occurrence) {
+				out = append(out, recs[i])
+			}
+		}
+		if start == first {
+			break
+		}
+		end = start - 1
+		if err := ctx.Err(); err != nil {
+			return nil, status.FromContextError(err).Err()
+		}
+	}
+	for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 {
+		out[i], out[j] = out[j], out[i]
+	}
+	return out, nil
+}

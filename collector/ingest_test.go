@@ -1,0 +1,191 @@
+package collector
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
+)
+
+func TestIngestAcksAndDedupe(t *testing.T) {
+	dir := t.TempDir()
+	r := startCollector(t, testConfig(t, dir))
+	conn := dial(t, r.c.GRPCAddr(), agentToken)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	a, b, c := occ("uid-a/1", "sb-1", "ws1", "one", "gw"), occ("uid-b/1", "sb-1", "ws1", "one", "gw"), occ("uid-c/1", "", "", "", "")
+	acks, err := ship(t, ctx, conn,
+		batch(1, "prod", "100", a, b),
+		batch(2, "prod", "101", c),
+		// The same event_id again (a relist), plus a new one.
+		batch(3, "prod", "102", occ("uid-a/1", "sb-1", "ws1", "one", "gw"), occ("uid-d/1", "sb-2", "ws1", "two", "gw")),
+		// A bookmark: no occurrences, only a resourceVersion.
+		batch(4, "prod", "150"),
+	)
+	if err != nil {
+		t.Fatalf("ship: %v", err)
+	}
+	want := []struct {
+		seq               uint64
+		stored, dups      uint32
+		lastOffsetNonZero bool
+	}{{1, 2, 0, true}, {2, 1, 0, true}, {3, 1, 1, true}, {4, 0, 0, false}}
+	if len(acks) != len(want) {
+		t.Fatalf("got %d acks, want %d", len(acks), len(want))
+	}
+	for i, w := range want {
+		g := acks[i]
+		if g.GetSeq() != w.seq || g.GetStored() != w.stored || g.GetDuplicates() != w.dups || (g.GetLastOffset() != 0) != w.lastOffsetNonZero {
+			t.Errorf("ack %d = %v, want seq %d stored %d duplicates %d", i, g, w.seq, w.stored, w.dups)
+		}
+	}
+	if acks[2].GetLastOffset() != 4 {
+		t.Errorf("last offset after 4 stored occurrences = %d, want 4", acks[2].GetLastOffset())
+	}
+	cur, err := eventpipev1.NewIngestClient(conn).GetCursor(ctx, &eventpipev1.GetCursorRequest{Cluster: "prod", Stream: DefaultStream})
+	if err != nil || !cur.GetFound() || cur.GetResourceVersion() != "150" {
+		t.Fatalf("GetCursor = %v, %v; want 150", cur, err)
+	}
+	cur, err = eventpipev1.NewIngestClient(conn).GetCursor(ctx, &eventpipev1.GetCursorRequest{Cluster: "staging"})
+	if err != nil || cur.GetFound() {
+		t.Fatalf("GetCursor(unknown cluster) = %v, %v; want not found", cur, err)
+	}
+	if got := counterValue(t, r.reg, "eventpipe_collector_ingested_occurrences_total", nil); got != 4 {
+		t.Errorf("ingested metric = %v, want 4", got)
+	}
+	if got := counterValue(t, r.reg, "eventpipe_collector_deduplicated_occurrences_total", nil); got != 1 {
+		t.Errorf("deduplicated metric = %v, want 1", got)
+	}
+	if got := counterValue(t, r.reg, "eventpipe_collector_ack_latency_seconds", nil); got != 4 {
+		t.Errorf("ack latency observations = %v, want 4", got)
+	}
+	recs, _, err := r.c.Store().Read(ctx, 1, 100)
+	if err != nil || len(recs) != 4 {
+		t.Fatalf("log holds %d records (%v), want 4", len(recs), err)
+	}
+}
+
+func TestIngestRejectsBadBatches(t *testing.T) {
+	r := startCollector(t, testConfig(t, t.TempDir()))
+	conn := dial(t, r.c.GRPCAddr(), agentToken)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	acks, err := ship(t, ctx, conn, batch(1, "prod", "1", occ("x/1", "", "", "", "")), batch(2, "", "2", occ("y/1", "", "", "", "")))
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "cluster must not be empty") {
+		t.Fatalf("empty cluster: err = %v, want InvalidArgument about the cluster", err)
+	}
+	if len(acks) > 1 {
+		t.Fatalf("got %d acks, want at most the first batch's", len(acks))
+	}
+	_, err = ship(t, ctx, conn, batch(5, "prod", "1"), batch(5, "prod", "2"))
+	if status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("repeated seq: err = %v, want InvalidArgument", err)
+	}
+	// An occurrence without event_id is dropped and counted, the rest stored.
+	acks, err = ship(t, ctx, conn, batch(1, "prod", "3", occ("", "", "", "", ""), occ("z/1", "", "", "", "")))
+	if err != nil || len(acks) != 1 || acks[0].GetStored() != 1 {
+		t.Fatalf("ack = %v, %v; want 1 stored", acks, err)
+	}
+	if got := counterValue(t, r.reg, "eventpipe_collector_ingest_rejected_occurrences_total", map[string]string{"reason": "missing_event_id"}); got != 1 {
+		t.Errorf("rejected occurrences = %v, want 1", got)
+	}
+	if _, err := eventpipev1.NewIngestClient(conn).GetCursor(ctx, &eventpipev1.GetCursorRequest{}); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("GetCursor without cluster: %v, want InvalidArgument", err)
+	}
+}
+
+// Many batches in flight on one stream are acknowledged in seq order, each
+// after it is stored.
+func TestIngestPipelinedAcksInOrder(t *testing.T) {
+	cfg := testConfig(t, t.TempDir())
+	cfg.GRPC.IngestPipeline = 4
+	r := startCollector(t, cfg)
+	conn := dial(t, r.c.GRPCAddr(), agentToken)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var bs []*eventpipev1.Batch
+	for i := range 200 {
+		var occs []*eventpipev1.Occurrence
+		for _, id := range seqIDs("p", i*10, 10) {
+			occs = append(occs, occ(id, "sb", "ws1", "n", "gw"))
+		}
+		bs = append(bs, batch(uint64(i+1), "prod", strconv.Itoa(1000+i), occs...))
+	}
+	acks, err := ship(t, ctx, conn, bs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(acks) != 200 {
+		t.Fatalf("%d acks, want 200", len(acks))
+	}
+	var lastOffset uint64
+	for i, a := range acks {
+		if a.GetSeq() != uint64(i+1) || a.GetStored() != 10 {
+			t.Fatalf("ack %d = %v, want seq %d stored 10", i, a, i+1)
+		}
+		if a.GetLastOffset() <= lastOffset {
+			t.Fatalf("ack %d last_offset %d not after %d: batches reordered in the log", i, a.GetLastOffset(), lastOffset)
+		}
+		lastOffset = a.GetLastOffset()
+	}
+	if _, last := r.c.Store().Bounds(); last != 2000 {
+		t.Fatalf("log last offset %d, want 2000", last)
+	}
+}
+
+// GetCursor survives a restart, and a re-sent batch is recognised.
+func TestGetCursorAndDedupeAfterRestart(t *testing.T) {
+	dir := t.TempDir()
+	cfg := testConfig(t, dir)
+	r := startCollector(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := ship(t, ctx, dial(t, r.c.GRPCAddr(), agentToken), batch(1, "prod", "777", occ("r/1", "sb", "ws1", "n", "gw"), occ("r/2", "sb", "ws1", "n", "gw"))); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.stop(t); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+
+	r2 := startCollector(t, cfg)
+	conn := dial(t, r2.c.GRPCAddr(), agentToken)
+	cur, err := eventpipev1.NewIngestClient(conn).GetCursor(ctx, &eventpipev1.GetCursorRequest{Cluster: "prod"})
+	if err != nil || cur.GetResourceVersion() != "777" || !cur.GetFound() {
+		t.Fatalf("GetCursor after restart = %v, %v; want 777", cur, err)
+	}
+	acks, err := ship(t, ctx, conn, batch(1, "prod", "778", occ("r/1", "sb", "ws1", "n", "gw"), occ("r/2", "sb", "ws1", "n", "gw"), occ("r/3", "sb", "ws1", "n", "gw")))
+	if err != nil || len(acks) != 1 || acks[0].GetStored() != 1 || acks[0].GetDuplicates() != 2 {
+		t.Fatalf("re-sent batch acks = %v, %v; want 1 stored 2 duplicates", acks, err)
+	}
+}
+
+func TestIngestMessageSizeLimit(t *testing.T) {
+	cfg := testConfig(t, t.TempDir())
+	cfg.GRPC.MaxRecvBytes = 64 << 10
+	r := startCollector(t, cfg)
+	conn := dial(t, r.c.GRPCAddr(), agentToken)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	big := occ("big/1", "sb", "ws1", "n", "gw")
+	big.Message = strings.Repeat("x", 100<<10)
+	_, err := ship(t, ctx, conn, batch(1, "prod", "1", big))
+	if status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("oversized batch: %v, want ResourceExhausted", err)
+	}
+	// A batch under the limit still goes through on a new stream.
+	acks, err := ship(t, ctx, conn, batch(1, "prod", "1", occ("small/1", "sb", "ws1", "n", "gw")))
+	if err != nil || len(acks) != 1 || acks[0].GetStored() != 1 {
+		t.Fatalf("small batch: %v, %v", acks, err)
+	}
+	if _, last := r.c.Store().Bounds(); last != 1 {
+		t.Fatalf("log last offset %d, want 1 (the oversized batch must not be stored)", last)
+	}
+}

@@ -1,0 +1,94 @@
+package collector
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the collector's own series; the store and the sink runners
+// register theirs on the same registerer.
+type metrics struct {
+	ingested            prometheus.Counter
+	duplicates          prometheus.Counter
+	batches             prometheus.Counter
+	rejectedBatches     prometheus.Counter
+	rejectedOccurrences *prometheus.CounterVec
+	appendFailures      prometheus.Counter
+	ackLatency          prometheus.Histogram
+	subscribers         prometheus.Gauge
+	followSent          prometheus.Counter
+	followLost          prometheus.Counter
+	authFailures        *prometheus.CounterVec
+	reloads             *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		ingested: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "eventpipe_collector_ingested_occurrences_total",
+			Help: "Occurrences newly stored in the log and acknowledged.",
+		}),
+		duplicates: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "eventpipe_collector_deduplicated_occurrences_total",
+			Help: "Occurrences recognised as already stored (same event_id) and not stored again.",
+		}),
+		batches: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "eventpipe_collector_ingest_batches_total",
+			Help: "Batches received on Ingest.Ship streams.",
+		}),
+		rejectedBatches: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "eventpipe_collector_ingest_rejected_batches_total",
+			Help: "Batches refused as invalid (InvalidArgument).",
+		}),
+		rejectedOccurrences: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "eventpipe_collector_ingest_rejected_occurrences_total",
+			Help: "Occurrences dropped at ingest because they were unusable, by reason.",
+		}, []string{"reason"}),
+		appendFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "eventpipe_collector_ingest_append_failures_total",
+			Help: "Batches the log refused to store; they were not acknowledged.",
+		}),
+		ackLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "eventpipe_collector_ack_latency_seconds",
+			Help:    "Time from receiving a batch to sending its acknowledgement.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+		}),
+		subscribers: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "eventpipe_collector_follow_subscribers",
+			Help: "Open Follow streams.",
+		}),
+		followSent: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "eventpipe_collector_follow_sent_occurrences_total",
+			Help: "Occurrences sent on Follow streams.",
+		}),
+		followLost: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "eventpipe_collector_follow_lost_records_total",
+			Help: "Log records removed by retention before a Follow subscriber read them (reported to the subscriber).",
+		}),
+		authFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "eventpipe_collector_auth_failures_total",
+			Help: "gRPC calls refused by authentication or authorization, by reason.",
+		}, []string{"reason"}),
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "eventpipe_collector_config_reloads_total",
+			Help: "Configuration reloads, by result (applied, failed, restart_required).",
+		}, []string{"result"}),
+	}
+	for _, r := range authReasons {
+		m.authFailures.WithLabelValues(r)
+	}
+	m.rejectedOccurrences.WithLabelValues("missing_event_id")
+	for _, r := range []string{"applied", "failed", "restart_required"} {
+		m.reloads.WithLabelValues(r)
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{m.ingested, m.duplicates, m.batches, m.rejectedBatches, m.rejectedOccurrences,
+			m.appendFailures, m.ackLatency, m.subscribers, m.followSent, m.followLost, m.authFailures, m.reloads} {
+			if err := reg.Register(c); err != nil {
+				return nil, fmt.Errorf("register collector metrics: %w", err)
+			}
+		}
+	}
+	return m, nil
+}
