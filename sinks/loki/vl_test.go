@@ -1,0 +1,362 @@
+package loki
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
+	"github.com/eventpipe/eventpipe/sinks"
+	"github.com/eventpipe/eventpipe/sinks/sinktest"
+	"github.com/eventpipe/eventpipe/testenv/victorialogs"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// newVLSink is a sink pushing to a real VictoriaLogs; the extra query
+// parameter keeps the JSON line intact as _msg.
+func newVLSink(t testing.TB, vl *victorialogs.Server, mut func(*Config)) *Sink {
+	t.Helper()
+	cfg := NewDefaultConfig()
+	cfg.URL = vl.PushURL()
+	cfg.QueryParams = map[string]string{"disable_message_parsing": "1"}
+	if mut != nil {
+		mut(&cfg)
+	}
+	s, err := New(cfg, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func pushAll(t *testing.T, s *Sink, occs []*eventpipev1.Occurrence, batch int) {
+	t.Helper()
+	for i := 0; i < len(occs); i += batch {
+		end := min(i+batch, len(occs))
+		if err := s.Push(context.Background(), records(occs[i:end]...)); err != nil {
+			t.Fatalf("push [%d:%d]: %v", i, end, err)
+		}
+	}
+}
+
+// streamLabels parses VictoriaLogs' _stream ({a="x",b="y"}) with the strict
+// selector parser.
+func streamLabels(t *testing.T, row map[string]any) map[string]string {
+	t.Helper()
+	s, _ := row["_stream"].(string)
+	return parseSelector(t, strings.ReplaceAll(s, `",`, `", `))
+}
+
+// TestVictoriaLogsFindOneSandbox: occurrences pushed (protobuf+snappy and
+// JSON) are found again by querying one sandbox id, with the exact line,
+// the metadata and the bounded label set.
+func TestVictoriaLogsFindOneSandbox(t *testing.T) {
+	for _, enc := range []string{EncodingProtobuf, EncodingJSON} {
+		t.Run(enc, func(t *testing.T) {
+			vl := victorialogs.Start(t)
+			s := newVLSink(t, vl, func(c *Config) { c.Encoding = enc })
+			gen := sinktest.NewGenerator(7, "find-"+enc+"-")
+			occs := gen.Batch(400)
+			pushAll(t, s, occs, 100)
+
+			want := map[string]*eventpipev1.Occurrence{}
+			for _, o := range occs {
+				if o.GetSandbox().GetId() == sinktest.SeedSandboxID {
+					want[o.GetEventId()] = o
+				}
+			}
+			if len(want) < 10 {
+				t.Fatalf("generator gave only %d occurrences of the seed sandbox", len(want))
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			q := fmt.Sprintf(`{job="eventpipe"} sandbox_id:=%q`, sinktest.SeedSandboxID)
+			rows, err := vl.WaitFor(ctx, q, len(want))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(rows) != len(want) {
+				t.Fatalf("%d rows for the sandbox, want %d", len(rows), len(want))
+			}
+			for _, r := range rows {
+				o := want[r["event_id"].(string)]
+				if o == nil {
+					t.Fatalf("unexpected row %v", r)
+				}
+				if line := string(appendLine(nil, o, DefaultMaxMessageBytes)); r["_msg"] != line {
+					t.Fatalf("line changed on the way:\n got %v\nwant %s", r["_msg"], line)
+				}
+				if r["sandbox_name"] != o.GetSandbox().GetName() || r["reason"] != o.GetReason() ||
+					r["occurred_at"] != o.GetOccurredAt().AsTime().Format(time.RFC3339Nano) {
+					t.Fatalf("metadata of %s: %v", o.GetEventId(), r)
+				}
+				if pf := o.GetPullFailure(); pf != nil && r["pull_category"] != pf.GetCategory() {
+					t.Fatalf("pull_category %v, want %s", r["pull_category"], pf.GetCategory())
+				}
+				labels := streamLabels(t, r)
+				names := slices.Sorted(mapsKeys(labels))
+				for _, n := range names {
+					if !slices.Contains([]string{"job", "cluster", "namespace", "workspace", "type", "source"}, n) {
+						t.Fatalf("unexpected label %q in %v", n, labels)
+					}
+				}
+				if labels["workspace"] != sinktest.SeedWorkspace || labels["job"] != "eventpipe" {
+					t.Fatalf("labels %v", labels)
+				}
+			}
+		})
+	}
+}
+
+func mapsKeys(m map[string]string) func(func(string) bool) {
+	return func(yield func(string) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
+
+// TestVictoriaLogsBadInput: a 1 MiB message, invalid UTF-8 and label-like
+// text in every field are delivered, never crash, and never change the
+// label set.
+func TestVictoriaLogsBadInput(t *testing.T) {
+	vl := victorialogs.Start(t)
+	s := newVLSink(t, vl, func(c *Config) {
+		c.Labels.Fields = LabelFields // every allowed field, all hostile
+		c.Tenant = TenantConfig{}
+	})
+	occs := append(sinktest.Hostile("hostile-"), hostile(pullFailure("sb", 1, time.Now())))
+	if err := s.Push(context.Background(), records(occs...)); err != nil {
+		t.Fatalf("push: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rows, err := vl.WaitFor(ctx, `{job="eventpipe"}`, len(occs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != len(occs) {
+		t.Fatalf("%d rows, want %d", len(rows), len(occs))
+	}
+	allowed := append([]string{"job"}, LabelFields...)
+	for _, r := range rows {
+		labels := streamLabels(t, r)
+		if labels["job"] != "eventpipe" {
+			t.Fatalf("job label changed: %v", labels)
+		}
+		for n, v := range labels {
+			if !slices.Contains(allowed, n) {
+				t.Fatalf("injected label %q=%q in %v", n, v, r["_stream"])
+			}
+			if strings.ContainsAny(v, "\n\r") || len(v) > DefaultMaxValueBytes {
+				t.Fatalf("label %s=%q not sanitised", n, v)
+			}
+		}
+		var line map[string]any
+		if err := json.Unmarshal([]byte(r["_msg"].(string)), &line); err != nil {
+			t.Fatalf("line is not JSON: %v", err)
+		}
+		if r["event_id"] == "hostile-big-message" {
+			if line["message_truncated"] != true || len(line["message"].(string)) > DefaultMaxMessageBytes {
+				t.Fatalf("1 MiB message not truncated: %d bytes", len(line["message"].(string)))
+			}
+		}
+	}
+}
+
+// TestVictoriaLogsRestampAndReplay: an occurrence older than max_age gets
+// the push time and keeps its own time in the line and metadata; a replay
+// of a recent occurrence is an exact duplicate (same time, same line).
+func TestVictoriaLogsRestampAndReplay(t *testing.T) {
+	vl := victorialogs.Start(t)
+	s := newVLSink(t, vl, nil)
+	old := pullFailure("sb-old", 1, time.Now().Add(-26*time.Hour).Truncate(time.Second))
+	recent := pullFailure("sb-recent", 2, time.Now().Add(-time.Minute))
+	before := time.Now()
+	if err := s.Push(context.Background(), records(old, recent)); err != nil {
+		t.Fatal(err)
+	}
+	after := time.Now()
+	if err := s.Push(context.Background(), records(recent)); err != nil { // replay
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rows, err := vl.WaitFor(ctx, `{job="eventpipe"}`, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var recentRows []map[string]any
+	for _, r := range rows {
+		ts, err := time.Parse(time.RFC3339Nano, r["_time"].(string))
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch r["event_id"] {
+		case old.EventId:
+			if ts.Before(before) || ts.After(after) {
+				t.Fatalf("old occurrence stamped %s, want the push time in [%s, %s]", ts, before, after)
+			}
+			orig := old.OccurredAt.AsTime().Format(time.RFC3339Nano)
+			if r["occurred_at"] != orig || !strings.Contains(r["_msg"].(string), `"occurred_at":"`+orig+`"`) {
+				t.Fatalf("old occurrence lost its time: %v", r)
+			}
+		case recent.EventId:
+			if !ts.Equal(recent.OccurredAt.AsTime()) {
+				t.Fatalf("recent occurrence stamped %s, want %s", ts, recent.OccurredAt.AsTime())
+			}
+			recentRows = append(recentRows, r)
+		}
+	}
+	if len(recentRows) != 2 || recentRows[0]["_msg"] != recentRows[1]["_msg"] || recentRows[0]["_time"] != recentRows[1]["_time"] {
+		t.Fatalf("replay is not an exact duplicate: %v", recentRows)
+	}
+}
+
+// vlTarget is a sinktest.Target on a real VictoriaLogs.
+func vlTarget(t *testing.T) *sinktest.Target {
+	vl := victorialogs.Start(t)
+	return &sinktest.Target{
+		NewPusher: func() (sinks.Pusher, error) {
+			cfg := NewDefaultConfig()
+			cfg.URL = vl.PushURL()
+			cfg.QueryParams = map[string]string{"disable_message_parsing": "1"}
+			cfg.Timeout = 2 * time.Second
+			return New(cfg, nil, nil)
+		},
+		Delivered: func(ctx context.Context) ([]string, error) { return deliveredIDs(ctx, vl) },
+		Outage: func(t *testing.T) func() {
+			vl.Stop()
+			return vl.Restart
+		},
+	}
+}
+
+func deliveredIDs(ctx context.Context, vl *victorialogs.Server) ([]string, error) {
+	if !vl.Running() {
+		return nil, fmt.Errorf("victoria-logs is stopped")
+	}
+	if err := vl.Flush(ctx); err != nil {
+		return nil, err
+	}
+	rows, err := vl.Query(ctx, `{job="eventpipe"} | fields event_id`)
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]string, 0, len(rows))
+	for _, r := range rows {
+		id, _ := r["event_id"].(string)
+		ids = append(ids, id)
+	}
+	return ids, nil
+}
+
+// TestContract runs the shared sink contract against a real VictoriaLogs.
+func TestContract(t *testing.T) {
+	sinktest.RunContract(t, sinktest.Harness{Name: "loki", NewTarget: vlTarget})
+}
+
+// TestVictoriaLogsOutageDrill: steady traffic through a runner while the
+// server is stopped for a while and restarted: everything arrives.
+func TestVictoriaLogsOutageDrill(t *testing.T) {
+	vl := victorialogs.Start(t)
+	s := newVLSink(t, vl, func(c *Config) { c.Timeout = time.Second })
+	log := sinktest.NewMemLog()
+	cur, err := log.Cursor("loki")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := sinks.NewDefaultRunnerConfig("loki")
+	rc.Batch.MaxRecords = 200
+	rc.Batch.MaxWait = 50 * time.Millisecond
+	rc.Retry.Initial = 20 * time.Millisecond
+	rc.Retry.Max = 300 * time.Millisecond
+	runner, err := sinks.NewRunner(rc, s, log, cur, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	runCtx, stopRunner := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	var runErr error
+	go func() { defer wg.Done(); runErr = runner.Run(runCtx) }()
+
+	// Steady producer: 50 occurrences every 10 ms for 4 s (~20,000).
+	gen := sinktest.NewGenerator(11, "drill-")
+	var ids []string
+	produce := func(d time.Duration) {
+		end := time.Now().Add(d)
+		for time.Now().Before(end) {
+			b := gen.Batch(50)
+			if err := log.Append(ctx, b); err != nil {
+				t.Fatal(err)
+			}
+			for _, o := range b {
+				ids = append(ids, o.GetEventId())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	produce(time.Second)
+	vl.Stop()
+	stoppedAt := runner.Status().Cursor
+	produce(2 * time.Second) // outage under traffic
+	if st := runner.Status(); st.LastError == "" || st.Failed != 0 {
+		t.Fatalf("during the outage: last error %q, failed %d", st.LastError, st.Failed)
+	}
+	duringOutage := runner.Status().Cursor
+	vl.Restart()
+	produce(time.Second)
+	last := log.LastOffset()
+	for runner.Status().Cursor < last {
+		if ctx.Err() != nil {
+			t.Fatalf("cursor %d, want %d", runner.Status().Cursor, last)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	stopRunner()
+	wg.Wait()
+	if runErr != nil {
+		t.Fatal(runErr)
+	}
+	if st := runner.Status(); st.Failed != 0 || st.Lost != 0 {
+		t.Fatalf("status %+v", st)
+	}
+	// The cursor did not move past what was delivered before the outage
+	// (at most the batch in flight when the server stopped).
+	if duringOutage > stoppedAt+uint64(rc.Batch.MaxRecords) {
+		t.Fatalf("cursor moved from %d to %d while the server was down", stoppedAt, duringOutage)
+	}
+	got, err := deliveredIDs(ctx, vl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]int{}
+	for _, id := range got {
+		seen[id]++
+	}
+	var missing []string
+	for _, id := range ids {
+		if seen[id] == 0 {
+			missing = append(missing, id)
+		}
+	}
+	if len(missing) > 0 {
+		t.Fatalf("%d of %d occurrences lost, e.g. %v", len(missing), len(ids), missing[:min(5, len(missing))])
+	}
+	t.Logf("outage drill: %d occurrences, %d rows (duplicates from retried batches: %d), cursor %d -> %d during the outage",
+		len(ids), len(got), len(got)-len(seen), stoppedAt, duringOutage)
+}
