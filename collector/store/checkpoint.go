@@ -57,6 +57,14 @@ func openCheckpointer(fs wal.FS, dir string, doSync bool, logLast uint64) (*chec
 			return nil, best, fmt.Errorf("open checkpoint slot: %w", err)
 		}
 		c.files[i] = f
+		if doSync {
+			// Make what is readable durable (it may only be in the page
+			// cache after a failed fsync) before it is trusted.
+			if err := f.Sync(); err != nil {
+				c.close()
+				return nil, best, fmt.Errorf("sync checkpoint slot: %w", err)
+			}
+		}
 		cp, err := readSlot(f)
 		if err != nil {
 			continue // torn or empty slot: the other one is the answer

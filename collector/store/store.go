@@ -81,8 +81,10 @@ type idxItem struct {
 type request struct {
 	key   streamKey
 	rv    string
-	recs  [][]byte
-	ids   []string // ids reserved by this request
+	recs   [][]byte
+	recIDs []string // event_id of each record ("" when none)
+	ids    []string // ids reserved by this request
+	redup  int      // records dropped as duplicates after a repair
 	deps  []*request
 	first uint64
 	err   error
@@ -193,7 +195,7 @@ func (s *Store) openLocked() error {
 	s.ckpt, s.ckptErr = ckpt, nil
 	s.mu.Lock()
 	for id, e := range s.index {
-		if e.req != nil {
+		if _, inLog := index[id]; e.req != nil && !inLog {
 			index[id] = e
 			order = append(order, idxItem{id, e.at})
 		}
@@ -361,6 +363,7 @@ func (s *Store) append(ctx context.Context, cluster, stream, rv string, occs []*
 		rec := make([]byte, 0, envelopeSize+len(payloads[i]))
 		rec = appendEnvelope(rec, now, kindOccurrence)
 		r.recs = append(r.recs, append(rec, payloads[i]...))
+		r.recIDs = append(r.recIDs, id)
 	}
 	s.mu.Unlock()
 	if res.Duplicates > 0 {
@@ -381,6 +384,10 @@ func (s *Store) append(ctx context.Context, cluster, stream, rv string, occs []*
 		return AppendResult{}, r.err
 	}
 	res.Stored = len(r.recs)
+	if r.redup > 0 {
+		res.Duplicates += r.redup
+		s.m.deduplicated.Add(float64(r.redup))
+	}
 	if res.Stored > 0 {
 		res.LastOffset = r.first + uint64(res.Stored) - 1
 	}
@@ -431,6 +438,7 @@ func (s *Store) commitRound(q []*request) {
 			err = fmt.Errorf("%w (repair failed: %v)", err, rerr)
 		} else {
 			err = nil
+			s.dropStoredAfterRepair(q)
 		}
 	}
 	w := s.wal()
@@ -504,6 +512,29 @@ func (s *Store) commitRound(q []*request) {
 	s.mu.Unlock()
 	s.m.appended.Add(float64(stored))
 	s.updateOffsetGauges()
+}
+
+// dropStoredAfterRepair removes from q the records that the repaired log
+// already holds: a write whose fsync failed can still be in the file, intact,
+// and is then stored (the reopen fsynced it); storing it again would
+// duplicate it.
+func (s *Store) dropStoredAfterRepair(q []*request) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range q {
+		keep := 0
+		for i, id := range r.recIDs {
+			if id != "" {
+				if e, ok := s.index[id]; ok && e.req != r {
+					r.redup++
+					continue
+				}
+			}
+			r.recs[keep], r.recIDs[keep] = r.recs[i], r.recIDs[i]
+			keep++
+		}
+		r.recs, r.recIDs = r.recs[:keep], r.recIDs[:keep]
+	}
 }
 
 func (s *Store) writableLocked() error {

@@ -286,6 +286,14 @@ func (w *WAL) scanLast(s *segment) (bool, error) {
 		pos += int64(n)
 		count++
 	}
+	if pos == s.size && !w.opts.NoSync {
+		// Whatever is readable now may only sit in the page cache (a
+		// write whose fsync failed before a restart of this process):
+		// make it durable before anything builds on it.
+		if err := f.Sync(); err != nil {
+			return false, fmt.Errorf("sync last segment: %w", err)
+		}
+	}
 	if pos < s.size {
 		dropped := s.size - pos
 		w.repair = Repair{Segment: filepath.Base(s.path), Bytes: dropped,
@@ -615,7 +623,10 @@ func (w *WAL) syncActive() error {
 	now := w.opts.Now()
 	w.mu.Lock()
 	cur := w.segs[len(w.segs)-1]
-	cur.dsize, cur.dcount, cur.modTime = cur.size, cur.count, now
+	if cur.size != cur.dsize {
+		cur.modTime = now // the time of the segment's last write
+	}
+	cur.dsize, cur.dcount = cur.size, cur.count
 	w.durable = cur.first + cur.count - 1
 	w.mu.Unlock()
 	w.updateGauges()
