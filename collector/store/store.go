@@ -79,17 +79,17 @@ type idxItem struct {
 }
 
 type request struct {
-	key   streamKey
-	rv    string
+	key    streamKey
+	rv     string
 	recs   [][]byte
 	recIDs []string // event_id of each record ("" when none)
 	ids    []string // ids reserved by this request
 	redup  int      // records dropped as duplicates after a repair
-	deps  []*request
-	first uint64
-	err   error
-	wake  chan bool     // false: done; true: lead the next round
-	done  chan struct{} // closed when the request's round finished
+	deps   []*request
+	first  uint64
+	err    error
+	wake   chan bool     // false: done; true: lead the next round
+	done   chan struct{} // closed when the request's round finished
 }
 
 // AppendResult tells what one Append did.
