@@ -15,13 +15,13 @@ import (
 	"strings"
 	"sync/atomic"
 
+	yaml "go.yaml.in/yaml/v2"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
-	yaml "go.yaml.in/yaml/v2"
 
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
 )

@@ -147,7 +147,7 @@ func (c *Collector) addSink(sc SinkConfig) error {
 	if err != nil {
 		return fmt.Errorf("sink %q: cursor: %w", sc.Name, err)
 	}
-	r, err := sinks.NewRunner(sc.RunnerConfig(), p, c.store, cur, slogger, c.reg)
+	r, err := sinks.NewRunner(sc.RunnerConfig(), p, c.store, cur, c.logger, c.reg)
 	if err != nil {
 		return fmt.Errorf("sink %q: %w", sc.Name, err)
 	}
