@@ -34,8 +34,14 @@ func newSnapshot() *snapshot {
 }
 
 // The snapshot is its own read-only Lookups.
-func (s *snapshot) Pod(ns, name string) (*enrich.Pod, bool) { p, ok := s.pods[ns+"/"+name]; return p, ok }
-func (s *snapshot) PVC(ns, name string) (*enrich.PVC, bool) { p, ok := s.pvcs[ns+"/"+name]; return p, ok }
+func (s *snapshot) Pod(ns, name string) (*enrich.Pod, bool) {
+	p, ok := s.pods[ns+"/"+name]
+	return p, ok
+}
+func (s *snapshot) PVC(ns, name string) (*enrich.PVC, bool) {
+	p, ok := s.pvcs[ns+"/"+name]
+	return p, ok
+}
 func (s *snapshot) Namespace(name string) (*enrich.Namespace, bool) {
 	n, ok := s.namespaces[name]
 	return n, ok
