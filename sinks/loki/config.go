@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Config is what a user writes for one Loki sink (YAML). Batching, retry and
@@ -49,10 +50,12 @@ type Config struct {
 	AuthErrorsPermanent bool `json:"auth_errors_permanent" yaml:"auth_errors_permanent"`
 }
 
-// LabelsConfig: stream labels are few and bounded. Static labels are fixed
-// name/value pairs; Fields names occurrence fields from a fixed allow list
-// (see LabelFields). An empty field value omits the label.
+// LabelsConfig: stream labels are few and bounded. Job is the job label
+// (empty: none); Static adds fixed name/value pairs; Fields names occurrence
+// fields from a fixed allow list (see LabelFields). An empty field value
+// omits the label.
 type LabelsConfig struct {
+	Job    string            `json:"job" yaml:"job"`
 	Static map[string]string `json:"static" yaml:"static"`
 	Fields []string          `json:"fields" yaml:"fields"`
 	// MaxValueBytes caps each label value (after sanitising).
@@ -130,7 +133,7 @@ func NewDefaultConfig() Config {
 		MaxFuture:       DefaultMaxFuture,
 		MaxMessageBytes: DefaultMaxMessageBytes,
 		Labels: LabelsConfig{
-			Static:        map[string]string{"job": DefaultJob},
+			Job:           DefaultJob,
 			Fields:        []string{FieldCluster, FieldNamespace, FieldWorkspace, FieldType, FieldSource},
 			MaxValueBytes: DefaultMaxValueBytes,
 		},
@@ -179,23 +182,34 @@ func (c Config) Validate() error {
 		add("max_message_bytes", "must be between 256 and %d, got %d", 16<<20, c.MaxMessageBytes)
 	}
 
-	if len(c.Labels.Static)+len(c.Labels.Fields) == 0 {
+	nLabels := len(c.Labels.Static) + len(c.Labels.Fields)
+	seen := map[string]string{}
+	if c.Labels.Job != "" {
+		nLabels++
+		seen["job"] = "labels.job"
+		if msg := checkLabelValue(c.Labels.Job, c.Labels.MaxValueBytes); msg != "" {
+			add("labels.job", "%s", msg)
+		}
+	}
+	if nLabels == 0 {
 		add("labels", "at least one label is needed (Loki refuses a stream without labels)")
 	}
-	if len(c.Labels.Static)+len(c.Labels.Fields) > 15 {
-		add("labels", "at most 15 labels (Loki's max_label_names_per_series), got %d", len(c.Labels.Static)+len(c.Labels.Fields))
+	if nLabels > 15 {
+		add("labels", "at most 15 labels (Loki's max_label_names_per_series), got %d", nLabels)
 	}
-	seen := map[string]string{}
 	for _, k := range sortedKeys(c.Labels.Static) {
 		p := "labels.static." + k
 		if !labelNameRE.MatchString(k) || strings.HasPrefix(k, "__") {
 			add(p, "%q is not a valid label name ([a-zA-Z_][a-zA-Z0-9_]*, not starting with __)", k)
 		}
+		if prev, dup := seen[k]; dup {
+			add(p, "label %q is already set by %s", k, prev)
+		}
 		v := c.Labels.Static[k]
 		if v == "" {
 			add(p, "value must not be empty")
-		} else if sanitizeValue(v, c.Labels.MaxValueBytes) != v {
-			add(p, "value %q must be valid UTF-8 without control characters, at most labels.max_value_bytes", v)
+		} else if msg := checkLabelValue(v, c.Labels.MaxValueBytes); msg != "" {
+			add(p, "%s", msg)
 		}
 		seen[k] = p
 	}
@@ -261,4 +275,20 @@ func sortedKeys(m map[string]string) []string {
 	}
 	slices.Sort(keys)
 	return keys
+}
+
+// checkLabelValue explains why a configured label value would not survive
+// sanitising unchanged ("" when it would).
+func checkLabelValue(v string, max int) string {
+	switch {
+	case !utf8.ValidString(v):
+		return fmt.Sprintf("value %q is not valid UTF-8", v)
+	case strings.TrimSpace(v) != v:
+		return fmt.Sprintf("value %q must not start or end with spaces", v)
+	case len(v) > max:
+		return fmt.Sprintf("value %q is %d bytes, longer than labels.max_value_bytes (%d)", v, len(v), max)
+	case sanitizeValue(v, max) != v:
+		return fmt.Sprintf("value %q must not contain control characters", v)
+	}
+	return ""
 }

@@ -45,9 +45,13 @@ type labeler struct {
 
 func newLabeler(c LabelsConfig) *labeler {
 	l := &labeler{maxValue: c.MaxValueBytes}
+	if c.Job != "" {
+		l.static = append(l.static, labelPair{"job", c.Job})
+	}
 	for _, k := range sortedKeys(c.Static) {
 		l.static = append(l.static, labelPair{k, c.Static[k]})
 	}
+	slices.SortFunc(l.static, func(a, b labelPair) int { return strings.Compare(a.name, b.name) })
 	l.fields = slices.Clone(c.Fields)
 	slices.Sort(l.fields)
 	return l
