@@ -16,7 +16,12 @@ import (
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if dir := os.Getenv(crashWriterEnv); dir != "" {
+		os.Exit(crashWriter(dir))
+	}
+	goleak.VerifyTestMain(m)
+}
 
 func TestConfigValidate(t *testing.T) {
 	if err := NewDefaultConfig().Validate(); err != nil {
