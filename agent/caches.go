@@ -1,0 +1,604 @@
+package agent
+
+import (
+	"container/list"
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/eventpipe/eventpipe/enrich"
+)
+
+// caches are the metadata informers enrich reads: Pods, PVCs, Namespaces
+// and Sandbox CRs. A transform keeps only what enrich uses, handlers only
+// signal (no I/O), and deleted objects are remembered as tombstones for a
+// while so teardown events are still attributed.
+type caches struct {
+	cfg        CacheConfig
+	podNameAnn string
+	log        *slog.Logger
+	m          *metrics
+
+	factory   informers.SharedInformerFactory
+	dynamic   dynamicinformer.DynamicSharedInformerFactory
+	pods      cache.SharedIndexInformer
+	pvcs      cache.SharedIndexInformer
+	nss       cache.SharedIndexInformer
+	sandboxes cache.SharedIndexInformer // nil when no version is served
+	sandboxGV string
+
+	podTomb, pvcTomb, nsTomb, sbTomb *tombstones
+
+	// changed is signalled (non-blocking) on every cache change.
+	changed chan struct{}
+	// diagnose receives keys of pods with a container waiting on something.
+	diagnose chan string
+}
+
+const uidIndex = "uid"
+
+func newCaches(ctx context.Context, cfg Config, cs kubernetes.Interface, dyn dynamic.Interface, disc discovery.DiscoveryInterface, log *slog.Logger, m *metrics) (*caches, error) {
+	c := &caches{
+		cfg:        cfg.Cache,
+		podNameAnn: cfg.Enrich.Rules.PodNameAnnotation,
+		log:        log,
+		m:          m,
+		podTomb:    newTombstones(cfg.Cache.TombstoneTTL, cfg.Cache.TombstoneMax),
+		pvcTomb:    newTombstones(cfg.Cache.TombstoneTTL, cfg.Cache.TombstoneMax),
+		nsTomb:     newTombstones(cfg.Cache.TombstoneTTL, cfg.Cache.TombstoneMax),
+		sbTomb:     newTombstones(cfg.Cache.TombstoneTTL, cfg.Cache.TombstoneMax),
+		changed:    make(chan struct{}, 1),
+		diagnose:   make(chan string, cfg.Cache.DiagnoseQueue),
+	}
+	c.factory = informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithTransform(c.transform))
+	c.pods = c.factory.Core().V1().Pods().Informer()
+	c.pvcs = c.factory.Core().V1().PersistentVolumeClaims().Informer()
+	c.nss = c.factory.Core().V1().Namespaces().Informer()
+
+	gvr, err := discoverSandboxes(disc, cfg.Enrich.Rules.SandboxGroup, cfg.Cache.SandboxVersions)
+	if err != nil {
+		return nil, err
+	}
+	if gvr.Version != "" {
+		c.sandboxGV = gvr.GroupVersion().String()
+		c.dynamic = dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0)
+		c.sandboxes = c.dynamic.ForResource(gvr).Informer()
+		if err := c.sandboxes.SetTransform(c.transform); err != nil {
+			return nil, fmt.Errorf("sandbox informer transform: %w", err)
+		}
+		if err := c.sandboxes.AddIndexers(cache.Indexers{uidIndex: uidIndexFunc}); err != nil {
+			return nil, fmt.Errorf("sandbox uid index: %w", err)
+		}
+	} else {
+		log.Warn("no served version of the Sandbox CRD; Sandbox CR attribution is off", "group", cfg.Enrich.Rules.SandboxGroup, "versions", cfg.Cache.SandboxVersions)
+	}
+	for _, h := range []struct {
+		inf  cache.SharedIndexInformer
+		tomb *tombstones
+		pod  bool
+	}{{c.pods, c.podTomb, true}, {c.pvcs, c.pvcTomb, false}, {c.nss, c.nsTomb, false}, {c.sandboxes, c.sbTomb, false}} {
+		if h.inf == nil {
+			continue
+		}
+		if _, err := h.inf.AddEventHandler(c.handler(h.tomb, h.pod)); err != nil {
+			return nil, fmt.Errorf("add cache handler: %w", err)
+		}
+	}
+	return c, nil
+}
+
+// discoverSandboxes returns the first served version of the Sandbox CR, or
+// an empty GVR when none is served.
+func discoverSandboxes(disc discovery.DiscoveryInterface, group string, versions []string) (schema.GroupVersionResource, error) {
+	for _, v := range versions {
+		gv := schema.GroupVersion{Group: group, Version: v}
+		rl, err := disc.ServerResourcesForGroupVersion(gv.String())
+		if err != nil {
+			if isNotFound(err) {
+				continue
+			}
+			return schema.GroupVersionResource{}, fmt.Errorf("discover %s: %w", gv, err)
+		}
+		for _, r := range rl.APIResources {
+			if r.Name == "sandboxes" {
+				return gv.WithResource("sandboxes"), nil
+			}
+		}
+	}
+	return schema.GroupVersionResource{}, nil
+}
+
+// start runs the informers until ctx ends and waits for their first sync.
+func (c *caches) start(ctx context.Context) error {
+	c.factory.Start(ctx.Done())
+	if c.dynamic != nil {
+		c.dynamic.Start(ctx.Done())
+	}
+	syncCtx, cancel := context.WithTimeout(ctx, c.cfg.SyncTimeout)
+	defer cancel()
+	synced := []cache.InformerSynced{c.pods.HasSynced, c.pvcs.HasSynced, c.nss.HasSynced}
+	if c.sandboxes != nil {
+		synced = append(synced, c.sandboxes.HasSynced)
+	}
+	if !cache.WaitForCacheSync(syncCtx.Done(), synced...) {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return fmt.Errorf("caches did not sync within %s", c.cfg.SyncTimeout)
+	}
+	return nil
+}
+
+// shutdown waits for the informer goroutines (ctx given to start must be done).
+func (c *caches) shutdown() {
+	c.factory.Shutdown()
+	if c.dynamic != nil {
+		c.dynamic.Shutdown()
+	}
+}
+
+func (c *caches) updateGauges() {
+	c.m.cacheObjects.WithLabelValues("pods").Set(float64(len(c.pods.GetStore().ListKeys())))
+	c.m.cacheObjects.WithLabelValues("persistentvolumeclaims").Set(float64(len(c.pvcs.GetStore().ListKeys())))
+	c.m.cacheObjects.WithLabelValues("namespaces").Set(float64(len(c.nss.GetStore().ListKeys())))
+	if c.sandboxes != nil {
+		c.m.cacheObjects.WithLabelValues("sandboxes").Set(float64(len(c.sandboxes.GetStore().ListKeys())))
+	}
+}
+
+func (c *caches) signal() {
+	select {
+	case c.changed <- struct{}{}:
+	default:
+	}
+}
+
+// handler only records tombstones and signals; it never does I/O.
+func (c *caches) handler(tomb *tombstones, pod bool) cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			c.signal()
+			if pod {
+				c.maybeDiagnose(obj)
+			}
+		},
+		UpdateFunc: func(oldObj, newObj any) {
+			o, err1 := metaOf(oldObj)
+			n, err2 := metaOf(newObj)
+			if err1 == nil && err2 == nil && o.GetResourceVersion() == n.GetResourceVersion() {
+				return // resync or no-op
+			}
+			c.signal()
+			if pod {
+				c.maybeDiagnose(newObj)
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			mo, err := metaOf(obj)
+			if err != nil {
+				return
+			}
+			tomb.put(mo.GetNamespace()+"/"+mo.GetName(), string(mo.GetUID()), obj)
+			c.signal()
+		},
+	}
+}
+
+func (c *caches) maybeDiagnose(obj any) {
+	p, ok := obj.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	waiting := false
+	for _, st := range [][]corev1.ContainerStatus{p.Status.InitContainerStatuses, p.Status.ContainerStatuses} {
+		for i := range st {
+			if st[i].State.Waiting != nil && st[i].State.Waiting.Reason != "" {
+				waiting = true
+			}
+		}
+	}
+	if !waiting {
+		return
+	}
+	select {
+	case c.diagnose <- p.Namespace + "/" + p.Name:
+	default:
+		c.m.diagnoseDropped.Inc()
+	}
+}
+
+func metaOf(obj any) (metav1.Object, error) {
+	switch o := obj.(type) {
+	case metav1.Object:
+		return o, nil
+	}
+	return nil, fmt.Errorf("object %T has no metadata", obj)
+}
+
+func uidIndexFunc(obj any) ([]string, error) {
+	mo, err := metaOf(obj)
+	if err != nil {
+		return nil, nil
+	}
+	return []string{string(mo.GetUID())}, nil
+}
+
+// transform strips an object to what enrich reads before it is cached.
+func (c *caches) transform(obj any) (any, error) {
+	switch o := obj.(type) {
+	case *corev1.Pod:
+		out := &corev1.Pod{ObjectMeta: c.stripMeta(&o.ObjectMeta)}
+		out.Spec.NodeName = o.Spec.NodeName
+		out.Spec.Containers = stripContainers(o.Spec.Containers)
+		out.Spec.InitContainers = stripContainers(o.Spec.InitContainers)
+		out.Status.Phase = o.Status.Phase
+		out.Status.ContainerStatuses = stripStatuses(o.Status.ContainerStatuses)
+		out.Status.InitContainerStatuses = stripStatuses(o.Status.InitContainerStatuses)
+		return out, nil
+	case *corev1.PersistentVolumeClaim:
+		return &corev1.PersistentVolumeClaim{ObjectMeta: c.stripMeta(&o.ObjectMeta)}, nil
+	case *corev1.Namespace:
+		return &corev1.Namespace{ObjectMeta: c.stripMeta(&o.ObjectMeta)}, nil
+	case *unstructured.Unstructured:
+		return c.stripSandbox(o), nil
+	}
+	return obj, nil
+}
+
+func (c *caches) keep(m map[string]string) map[string]string {
+	var out map[string]string
+	for k, v := range m {
+		for _, p := range c.cfg.KeepPrefixes {
+			if strings.HasPrefix(k, p) {
+				if out == nil {
+					out = make(map[string]string, 4)
+				}
+				out[k] = v
+				break
+			}
+		}
+	}
+	return out
+}
+
+func (c *caches) stripMeta(m *metav1.ObjectMeta) metav1.ObjectMeta {
+	out := metav1.ObjectMeta{
+		Name: m.Name, Namespace: m.Namespace, UID: m.UID, ResourceVersion: m.ResourceVersion,
+		Labels: c.keep(m.Labels), Annotations: c.keep(m.Annotations),
+	}
+	if len(m.OwnerReferences) > 0 {
+		out.OwnerReferences = make([]metav1.OwnerReference, len(m.OwnerReferences))
+		for i, r := range m.OwnerReferences {
+			out.OwnerReferences[i] = metav1.OwnerReference{APIVersion: r.APIVersion, Kind: r.Kind, Name: r.Name, UID: r.UID, Controller: r.Controller}
+		}
+	}
+	return out
+}
+
+func stripContainers(cs []corev1.Container) []corev1.Container {
+	if len(cs) == 0 {
+		return nil
+	}
+	out := make([]corev1.Container, len(cs))
+	for i := range cs {
+		out[i] = corev1.Container{Name: cs[i].Name, Image: cs[i].Image}
+	}
+	return out
+}
+
+func stripStatuses(ss []corev1.ContainerStatus) []corev1.ContainerStatus {
+	if len(ss) == 0 {
+		return nil
+	}
+	out := make([]corev1.ContainerStatus, len(ss))
+	for i := range ss {
+		s := &ss[i]
+		o := corev1.ContainerStatus{Name: s.Name, RestartCount: s.RestartCount}
+		if w := s.State.Waiting; w != nil {
+			o.State.Waiting = &corev1.ContainerStateWaiting{Reason: w.Reason, Message: w.Message}
+		}
+		if t := s.State.Terminated; t != nil {
+			o.State.Terminated = &corev1.ContainerStateTerminated{Reason: t.Reason}
+		}
+		if t := s.LastTerminationState.Terminated; t != nil {
+			o.LastTerminationState.Terminated = &corev1.ContainerStateTerminated{Reason: t.Reason}
+		}
+		out[i] = o
+	}
+	return out
+}
+
+// stripSandbox keeps metadata (filtered) and status.conditions of a CR.
+func (c *caches) stripSandbox(u *unstructured.Unstructured) *unstructured.Unstructured {
+	meta := map[string]any{
+		"name": u.GetName(), "namespace": u.GetNamespace(), "uid": string(u.GetUID()),
+		"resourceVersion": u.GetResourceVersion(),
+	}
+	out := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": u.GetAPIVersion(), "kind": u.GetKind(), "metadata": meta,
+	}}
+	if l := c.keep(u.GetLabels()); l != nil {
+		out.SetLabels(l)
+	}
+	if a := c.keep(u.GetAnnotations()); a != nil {
+		out.SetAnnotations(a)
+	}
+	if refs := u.GetOwnerReferences(); len(refs) > 0 {
+		out.SetOwnerReferences(refs)
+	}
+	if conds, ok, _ := unstructured.NestedSlice(u.Object, "status", "conditions"); ok {
+		kept := make([]any, 0, len(conds))
+		for _, ci := range conds {
+			cm, ok := ci.(map[string]any)
+			if !ok {
+				continue
+			}
+			k := map[string]any{}
+			for _, f := range []string{"type", "status", "reason", "message"} {
+				if s, ok := cm[f].(string); ok {
+					k[f] = s
+				}
+			}
+			kept = append(kept, k)
+		}
+		out.Object["status"] = map[string]any{"conditions": kept}
+	}
+	return out
+}
+
+// ---- enrich lookups over the caches (indexer first, then tombstones) ----
+
+func (c *caches) lookups() enrich.Lookups {
+	l := enrich.Lookups{Pods: podLookup{c}, PVCs: pvcLookup{c}, Namespaces: nsLookup{c}}
+	if c.sandboxes != nil {
+		l.Sandboxes = sandboxLookup{c}
+	}
+	return l
+}
+
+func (c *caches) get(inf cache.SharedIndexInformer, tomb *tombstones, key string) (any, time.Time, bool) {
+	if obj, ok, err := inf.GetStore().GetByKey(key); err == nil && ok {
+		return obj, time.Time{}, true
+	}
+	return tomb.get(key)
+}
+
+func nsKey(ns, name string) string {
+	if ns == "" {
+		return name
+	}
+	return ns + "/" + name
+}
+
+type podLookup struct{ c *caches }
+
+func (l podLookup) Pod(ns, name string) (*enrich.Pod, bool) {
+	obj, deleted, ok := l.c.get(l.c.pods, l.c.podTomb, nsKey(ns, name))
+	p, isPod := obj.(*corev1.Pod)
+	if !ok || !isPod {
+		return nil, false
+	}
+	return toEnrichPod(p, deleted), true
+}
+
+type pvcLookup struct{ c *caches }
+
+func (l pvcLookup) PVC(ns, name string) (*enrich.PVC, bool) {
+	obj, deleted, ok := l.c.get(l.c.pvcs, l.c.pvcTomb, nsKey(ns, name))
+	p, isPVC := obj.(*corev1.PersistentVolumeClaim)
+	if !ok || !isPVC {
+		return nil, false
+	}
+	return &enrich.PVC{Meta: toEnrichMeta(&p.ObjectMeta, deleted)}, true
+}
+
+type nsLookup struct{ c *caches }
+
+func (l nsLookup) Namespace(name string) (*enrich.Namespace, bool) {
+	obj, deleted, ok := l.c.get(l.c.nss, l.c.nsTomb, name)
+	n, isNS := obj.(*corev1.Namespace)
+	if !ok || !isNS {
+		return nil, false
+	}
+	return &enrich.Namespace{Meta: toEnrichMeta(&n.ObjectMeta, deleted)}, true
+}
+
+type sandboxLookup struct{ c *caches }
+
+func (l sandboxLookup) Sandbox(ns, name string) (*enrich.Sandbox, bool) {
+	obj, deleted, ok := l.c.get(l.c.sandboxes, l.c.sbTomb, nsKey(ns, name))
+	u, isU := obj.(*unstructured.Unstructured)
+	if !ok || !isU {
+		return nil, false
+	}
+	return l.c.toEnrichSandbox(u, deleted), true
+}
+
+func (l sandboxLookup) SandboxByUID(uid string) (*enrich.Sandbox, bool) {
+	if objs, err := l.c.sandboxes.GetIndexer().ByIndex(uidIndex, uid); err == nil && len(objs) > 0 {
+		if u, ok := objs[0].(*unstructured.Unstructured); ok {
+			return l.c.toEnrichSandbox(u, time.Time{}), true
+		}
+	}
+	obj, deleted, ok := l.c.sbTomb.getByUID(uid)
+	u, isU := obj.(*unstructured.Unstructured)
+	if !ok || !isU {
+		return nil, false
+	}
+	return l.c.toEnrichSandbox(u, deleted), true
+}
+
+func toEnrichMeta(m *metav1.ObjectMeta, deleted time.Time) enrich.Meta {
+	out := enrich.Meta{
+		Namespace: m.Namespace, Name: m.Name, UID: string(m.UID), ResourceVersion: m.ResourceVersion,
+		Labels: m.Labels, Annotations: m.Annotations, DeletedAt: deleted,
+	}
+	for _, r := range m.OwnerReferences {
+		out.Owners = append(out.Owners, enrich.Owner{APIVersion: r.APIVersion, Kind: r.Kind, Name: r.Name, UID: string(r.UID), Controller: r.Controller != nil && *r.Controller})
+	}
+	return out
+}
+
+func toEnrichPod(p *corev1.Pod, deleted time.Time) *enrich.Pod {
+	out := &enrich.Pod{Meta: toEnrichMeta(&p.ObjectMeta, deleted), NodeName: p.Spec.NodeName, Phase: string(p.Status.Phase)}
+	add := func(specs []corev1.Container, statuses []corev1.ContainerStatus, init bool) {
+		for _, s := range specs {
+			c := enrich.Container{Name: s.Name, Image: s.Image, Init: init}
+			for i := range statuses {
+				st := &statuses[i]
+				if st.Name != s.Name {
+					continue
+				}
+				c.RestartCount = st.RestartCount
+				if w := st.State.Waiting; w != nil {
+					c.WaitingReason, c.WaitingMessage = w.Reason, w.Message
+				}
+				if t := st.State.Terminated; t != nil {
+					c.TerminatedReason = t.Reason
+				} else if t := st.LastTerminationState.Terminated; t != nil {
+					c.TerminatedReason = t.Reason
+				}
+			}
+			out.Containers = append(out.Containers, c)
+		}
+	}
+	add(p.Spec.InitContainers, p.Status.InitContainerStatuses, true)
+	add(p.Spec.Containers, p.Status.ContainerStatuses, false)
+	return out
+}
+
+func (c *caches) toEnrichSandbox(u *unstructured.Unstructured, deleted time.Time) *enrich.Sandbox {
+	m := enrich.Meta{
+		Namespace: u.GetNamespace(), Name: u.GetName(), UID: string(u.GetUID()), ResourceVersion: u.GetResourceVersion(),
+		Labels: u.GetLabels(), Annotations: u.GetAnnotations(), DeletedAt: deleted,
+	}
+	for _, r := range u.GetOwnerReferences() {
+		m.Owners = append(m.Owners, enrich.Owner{APIVersion: r.APIVersion, Kind: r.Kind, Name: r.Name, UID: string(r.UID), Controller: r.Controller != nil && *r.Controller})
+	}
+	s := &enrich.Sandbox{Meta: m, APIVersion: u.GetAPIVersion(), PodName: u.GetName()}
+	if v := m.Annotations[c.podNameAnn]; v != "" {
+		s.PodName = v
+	}
+	if conds, ok, _ := unstructured.NestedSlice(u.Object, "status", "conditions"); ok {
+		for _, ci := range conds {
+			if cm, ok := ci.(map[string]any); ok {
+				str := func(k string) string { v, _ := cm[k].(string); return v }
+				s.Conditions = append(s.Conditions, enrich.Condition{Type: str("type"), Status: str("status"), Reason: str("reason"), Message: str("message")})
+			}
+		}
+	}
+	return s
+}
+
+// ---- tombstones ----
+
+// tombstones remember deleted objects for ttl, at most max of them (the
+// oldest is forgotten first). Safe for concurrent use.
+type tombstones struct {
+	ttl time.Duration
+	max int
+	now func() time.Time
+
+	mu    sync.Mutex
+	order *list.List // of *tombstone, oldest first
+	byKey map[string]*list.Element
+	byUID map[string]*list.Element
+}
+
+type tombstone struct {
+	key, uid  string
+	obj       any
+	deletedAt time.Time
+}
+
+func newTombstones(ttl time.Duration, max int) *tombstones {
+	return &tombstones{ttl: ttl, max: max, now: time.Now, order: list.New(), byKey: map[string]*list.Element{}, byUID: map[string]*list.Element{}}
+}
+
+func (t *tombstones) put(key, uid string, obj any) {
+	if t.max <= 0 || t.ttl <= 0 {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if e, ok := t.byKey[key]; ok {
+		t.remove(e)
+	}
+	e := t.order.PushBack(&tombstone{key: key, uid: uid, obj: obj, deletedAt: t.now()})
+	t.byKey[key] = e
+	if uid != "" {
+		t.byUID[uid] = e
+	}
+	for t.order.Len() > t.max {
+		t.remove(t.order.Front())
+	}
+	t.expire()
+}
+
+func (t *tombstones) remove(e *list.Element) {
+	ts := e.Value.(*tombstone)
+	t.order.Remove(e)
+	if t.byKey[ts.key] == e {
+		delete(t.byKey, ts.key)
+	}
+	if t.byUID[ts.uid] == e {
+		delete(t.byUID, ts.uid)
+	}
+}
+
+func (t *tombstones) expire() {
+	cut := t.now().Add(-t.ttl)
+	for e := t.order.Front(); e != nil && !e.Value.(*tombstone).deletedAt.After(cut); e = t.order.Front() {
+		t.remove(e)
+	}
+}
+
+func (t *tombstones) get(key string) (any, time.Time, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.expire()
+	if e, ok := t.byKey[key]; ok {
+		ts := e.Value.(*tombstone)
+		return ts.obj, ts.deletedAt, true
+	}
+	return nil, time.Time{}, false
+}
+
+func (t *tombstones) getByUID(uid string) (any, time.Time, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.expire()
+	if e, ok := t.byUID[uid]; ok {
+		ts := e.Value.(*tombstone)
+		return ts.obj, ts.deletedAt, true
+	}
+	return nil, time.Time{}, false
+}
+
+func (t *tombstones) len() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.order.Len()
+}
+
+func isNotFound(err error) bool {
+	return apierrors.IsNotFound(err)
+}

@@ -1,0 +1,335 @@
+package agent
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/eventpipe/eventpipe/enrich"
+)
+
+// Config is what an operator writes (YAML) to run the agent. Values that come
+// from code (logger, registerer, Kubernetes client config) are passed to New.
+type Config struct {
+	// Cluster is stamped on every occurrence and names the collector cursor.
+	Cluster        string               `yaml:"cluster"`
+	Collector      CollectorConfig      `yaml:"collector"`
+	Watch          WatchConfig          `yaml:"watch"`
+	Hold           HoldConfig           `yaml:"hold"`
+	Cache          CacheConfig          `yaml:"cache"`
+	Ship           ShipConfig           `yaml:"ship"`
+	LeaderElection LeaderElectionConfig `yaml:"leaderElection"`
+	HTTP           HTTPConfig           `yaml:"http"`
+	// Enrich tunes attribution; its cluster is taken from Cluster above.
+	Enrich enrich.Config `yaml:"enrich"`
+}
+
+// CollectorConfig says where and how to reach the collector's Ingest service.
+type CollectorConfig struct {
+	// Address is host:port.
+	Address string `yaml:"address"`
+	// Stream names the cursor at the collector (one per watch).
+	Stream string `yaml:"stream"`
+	// Insecure uses plaintext gRPC (tests, a sidecar on loopback). Otherwise
+	// TLS is used, verified against CAFile (system roots when empty).
+	Insecure   bool   `yaml:"insecure"`
+	CAFile     string `yaml:"caFile"`
+	ServerName string `yaml:"serverName"`
+	// CertFile/KeyFile: a client certificate for mTLS.
+	CertFile string `yaml:"certFile"`
+	KeyFile  string `yaml:"keyFile"`
+	// TokenFile holds a bearer token, re-read on every connection (so a
+	// rotated projected token is picked up).
+	TokenFile string `yaml:"tokenFile"`
+	// DialTimeout bounds GetCursor and each connection attempt.
+	DialTimeout time.Duration `yaml:"dialTimeout"`
+}
+
+// WatchConfig tunes the Event watch.
+type WatchConfig struct {
+	// QueueCapacity bounds the Events read from the API server but not yet
+	// processed. When full, the watch reader blocks.
+	QueueCapacity int `yaml:"queueCapacity"`
+	// WatchList lists through a watch with sendInitialEvents (one request,
+	// served from the watch cache, streamed). When the server refuses it the
+	// agent falls back to a paginated LIST.
+	WatchList bool `yaml:"watchList"`
+	// ListPageSize is the LIST page size of the fallback.
+	ListPageSize int64 `yaml:"listPageSize"`
+	// FingerprintCapacity bounds the LRU that tells a MODIFIED that changes
+	// count/series/message from a heartbeat or a no-op update.
+	FingerprintCapacity int `yaml:"fingerprintCapacity"`
+	// StaleAfter: /readyz fails when the watch delivered nothing (not even a
+	// bookmark) for this long.
+	StaleAfter time.Duration `yaml:"staleAfter"`
+	// MinWatchTimeout: each watch asks the server to end it after a random
+	// time in [MinWatchTimeout, 2*MinWatchTimeout), as client-go's reflector
+	// does, so load spreads over API server replicas.
+	MinWatchTimeout time.Duration `yaml:"minWatchTimeout"`
+	// BackoffInitial/BackoffMax pace re-watches after errors.
+	BackoffInitial time.Duration `yaml:"backoffInitial"`
+	BackoffMax     time.Duration `yaml:"backoffMax"`
+}
+
+// HoldConfig bounds late binding: Events whose owner is not cached yet.
+type HoldConfig struct {
+	// MaxEvents held at once; beyond it an unattributable Event ships at once.
+	MaxEvents int `yaml:"maxEvents"`
+	// MaxAge: an Event still unattributable after this long ships unattributed.
+	MaxAge time.Duration `yaml:"maxAge"`
+	// RetryInterval: held Events are retried at least this often (and on
+	// every cache change).
+	RetryInterval time.Duration `yaml:"retryInterval"`
+}
+
+// CacheConfig tunes the metadata caches.
+type CacheConfig struct {
+	// KeepPrefixes: only labels and annotations with one of these prefixes
+	// are kept in the caches (everything enrich.Rules reads must match).
+	KeepPrefixes []string `yaml:"keepPrefixes"`
+	// SandboxVersions of agents.x-k8s.io tried in order (first served wins).
+	SandboxVersions []string `yaml:"sandboxVersions"`
+	// TombstoneTTL: deleted objects are remembered this long.
+	TombstoneTTL time.Duration `yaml:"tombstoneTTL"`
+	// TombstoneMax bounds remembered deleted objects per kind (oldest go first).
+	TombstoneMax int `yaml:"tombstoneMax"`
+	// SyncTimeout bounds the initial cache sync.
+	SyncTimeout time.Duration `yaml:"syncTimeout"`
+	// DiagnoseQueue bounds pods waiting for a pod-status diagnosis.
+	DiagnoseQueue int `yaml:"diagnoseQueue"`
+}
+
+// ShipConfig tunes batching and delivery to the collector.
+type ShipConfig struct {
+	// BatchSize: occurrences per batch at most.
+	BatchSize int `yaml:"batchSize"`
+	// FlushInterval: a non-empty batch is sent at the latest after this.
+	FlushInterval time.Duration `yaml:"flushInterval"`
+	// MaxInFlight batches sent but not acknowledged.
+	MaxInFlight    int           `yaml:"maxInFlight"`
+	BackoffInitial time.Duration `yaml:"backoffInitial"`
+	BackoffMax     time.Duration `yaml:"backoffMax"`
+	// AckTimeout: /readyz fails when a batch waits longer than this for its
+	// Ack.
+	AckTimeout time.Duration `yaml:"ackTimeout"`
+}
+
+// LeaderElectionConfig configures the Lease that picks the one active replica.
+type LeaderElectionConfig struct {
+	Enabled   bool   `yaml:"enabled"`
+	Namespace string `yaml:"namespace"`
+	Name      string `yaml:"name"`
+	// Identity of this replica; the hostname plus process id when empty.
+	Identity      string        `yaml:"identity"`
+	LeaseDuration time.Duration `yaml:"leaseDuration"`
+	RenewDeadline time.Duration `yaml:"renewDeadline"`
+	RetryPeriod   time.Duration `yaml:"retryPeriod"`
+}
+
+// HTTPConfig: the metrics and health endpoint.
+type HTTPConfig struct {
+	// Listen address for /metrics, /healthz, /readyz; empty disables it.
+	Listen string `yaml:"listen"`
+}
+
+// NewDefaultConfig returns a configuration that needs only Cluster and
+// Collector.Address.
+func NewDefaultConfig() Config {
+	return Config{
+		Collector: CollectorConfig{Stream: "events", DialTimeout: 10 * time.Second},
+		Watch: WatchConfig{
+			QueueCapacity:       1024,
+			WatchList:           true,
+			ListPageSize:        500,
+			FingerprintCapacity: 100000,
+			StaleAfter:          5 * time.Minute,
+			MinWatchTimeout:     5 * time.Minute,
+			BackoffInitial:      200 * time.Millisecond,
+			BackoffMax:          30 * time.Second,
+		},
+		Hold: HoldConfig{MaxEvents: 10000, MaxAge: 10 * time.Second, RetryInterval: time.Second},
+		Cache: CacheConfig{
+			KeepPrefixes:    []string{"openshell.ai/", "openshell.io/", "agents.x-k8s.io/"},
+			SandboxVersions: []string{"v1beta1", "v1alpha1"},
+			TombstoneTTL:    5 * time.Minute,
+			TombstoneMax:    10000,
+			SyncTimeout:     2 * time.Minute,
+			DiagnoseQueue:   4096,
+		},
+		Ship: ShipConfig{
+			BatchSize:      500,
+			FlushInterval:  200 * time.Millisecond,
+			MaxInFlight:    4,
+			BackoffInitial: 200 * time.Millisecond,
+			BackoffMax:     10 * time.Second,
+			AckTimeout:     2 * time.Minute,
+		},
+		LeaderElection: LeaderElectionConfig{
+			Enabled:       true,
+			Namespace:     "eventpipe",
+			Name:          "eventpipe-agent",
+			LeaseDuration: 15 * time.Second,
+			RenewDeadline: 10 * time.Second,
+			RetryPeriod:   2 * time.Second,
+		},
+		HTTP:   HTTPConfig{Listen: ":9464"},
+		Enrich: enrich.NewDefaultConfig(),
+	}
+}
+
+// LoadConfig reads a YAML file over the defaults. Unknown keys are errors.
+func LoadConfig(path string) (Config, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("read agent config: %w", err)
+	}
+	cfg, err := ParseConfig(b)
+	if err != nil {
+		return Config{}, fmt.Errorf("%s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+// ParseConfig decodes YAML over NewDefaultConfig. It does not validate.
+func ParseConfig(b []byte) (Config, error) {
+	cfg := NewDefaultConfig()
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
+		return Config{}, fmt.Errorf("parse agent config: %w", err)
+	}
+	return cfg, nil
+}
+
+// Validate reports every problem, each with its YAML path.
+func (c Config) Validate() error {
+	var errs []error
+	add := func(path, format string, a ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", path, fmt.Sprintf(format, a...)))
+	}
+	positive := func(path string, d time.Duration) {
+		if d <= 0 {
+			add(path, "must be positive, got %s", d)
+		}
+	}
+	atLeast := func(path string, v, min int) {
+		if v < min {
+			add(path, "must be at least %d, got %d", min, v)
+		}
+	}
+	if strings.TrimSpace(c.Cluster) == "" {
+		add("cluster", "must be set")
+	}
+	if c.Collector.Address == "" {
+		add("collector.address", "must be set (host:port)")
+	} else if i := strings.LastIndex(c.Collector.Address, ":"); i <= 0 && !strings.HasPrefix(c.Collector.Address, "unix:") {
+		add("collector.address", "must be host:port, got %q", c.Collector.Address)
+	}
+	if c.Collector.Stream == "" {
+		add("collector.stream", "must be set")
+	}
+	if (c.Collector.CertFile == "") != (c.Collector.KeyFile == "") {
+		add("collector.certFile", "certFile and keyFile must be set together")
+	}
+	if c.Collector.Insecure && (c.Collector.CAFile != "" || c.Collector.CertFile != "") {
+		add("collector.insecure", "cannot be combined with caFile/certFile")
+	}
+	for _, f := range []struct{ path, file string }{
+		{"collector.caFile", c.Collector.CAFile}, {"collector.certFile", c.Collector.CertFile},
+		{"collector.keyFile", c.Collector.KeyFile}, {"collector.tokenFile", c.Collector.TokenFile},
+	} {
+		if f.file != "" {
+			if _, err := os.Stat(f.file); err != nil {
+				add(f.path, "%v", err)
+			}
+		}
+	}
+	positive("collector.dialTimeout", c.Collector.DialTimeout)
+
+	atLeast("watch.queueCapacity", c.Watch.QueueCapacity, 1)
+	if c.Watch.ListPageSize < 1 {
+		add("watch.listPageSize", "must be at least 1, got %d", c.Watch.ListPageSize)
+	}
+	atLeast("watch.fingerprintCapacity", c.Watch.FingerprintCapacity, 1)
+	positive("watch.staleAfter", c.Watch.StaleAfter)
+	positive("watch.minWatchTimeout", c.Watch.MinWatchTimeout)
+	positive("watch.backoffInitial", c.Watch.BackoffInitial)
+	if c.Watch.BackoffMax < c.Watch.BackoffInitial {
+		add("watch.backoffMax", "must be at least watch.backoffInitial (%s), got %s", c.Watch.BackoffInitial, c.Watch.BackoffMax)
+	}
+
+	atLeast("hold.maxEvents", c.Hold.MaxEvents, 0)
+	if c.Hold.MaxAge < 0 {
+		add("hold.maxAge", "must not be negative, got %s", c.Hold.MaxAge)
+	}
+	positive("hold.retryInterval", c.Hold.RetryInterval)
+
+	for i, p := range c.Cache.KeepPrefixes {
+		if strings.TrimSpace(p) == "" {
+			add(fmt.Sprintf("cache.keepPrefixes[%d]", i), "must not be empty")
+		}
+	}
+	if len(c.Cache.SandboxVersions) == 0 {
+		add("cache.sandboxVersions", "must list at least one version")
+	}
+	for i, v := range c.Cache.SandboxVersions {
+		if strings.TrimSpace(v) == "" {
+			add(fmt.Sprintf("cache.sandboxVersions[%d]", i), "must not be empty")
+		}
+	}
+	if c.Cache.TombstoneTTL < 0 {
+		add("cache.tombstoneTTL", "must not be negative, got %s", c.Cache.TombstoneTTL)
+	}
+	atLeast("cache.tombstoneMax", c.Cache.TombstoneMax, 0)
+	positive("cache.syncTimeout", c.Cache.SyncTimeout)
+	atLeast("cache.diagnoseQueue", c.Cache.DiagnoseQueue, 1)
+
+	atLeast("ship.batchSize", c.Ship.BatchSize, 1)
+	positive("ship.flushInterval", c.Ship.FlushInterval)
+	atLeast("ship.maxInFlight", c.Ship.MaxInFlight, 1)
+	positive("ship.backoffInitial", c.Ship.BackoffInitial)
+	if c.Ship.BackoffMax < c.Ship.BackoffInitial {
+		add("ship.backoffMax", "must be at least ship.backoffInitial (%s), got %s", c.Ship.BackoffInitial, c.Ship.BackoffMax)
+	}
+	positive("ship.ackTimeout", c.Ship.AckTimeout)
+
+	if le := c.LeaderElection; le.Enabled {
+		if le.Namespace == "" {
+			add("leaderElection.namespace", "must be set when leader election is enabled")
+		}
+		if le.Name == "" {
+			add("leaderElection.name", "must be set when leader election is enabled")
+		}
+		positive("leaderElection.leaseDuration", le.LeaseDuration)
+		positive("leaderElection.renewDeadline", le.RenewDeadline)
+		positive("leaderElection.retryPeriod", le.RetryPeriod)
+		if le.LeaseDuration <= le.RenewDeadline {
+			add("leaderElection.leaseDuration", "must be greater than renewDeadline (%s), got %s", le.RenewDeadline, le.LeaseDuration)
+		}
+		if le.RenewDeadline <= le.RetryPeriod {
+			add("leaderElection.renewDeadline", "must be greater than retryPeriod (%s), got %s", le.RetryPeriod, le.RenewDeadline)
+		}
+	}
+
+	ec := c.Enrich
+	ec.Cluster = c.Cluster
+	if err := ec.Validate(); err != nil {
+		for _, e := range unjoin(err) {
+			errs = append(errs, fmt.Errorf("enrich.%w", e))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func unjoin(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
+}

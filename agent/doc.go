@@ -1,0 +1,41 @@
+// Package agent is eventpipe's cluster agent: the only part that talks to the
+// Kubernetes API. It watches Events cluster-wide, attributes each occurrence
+// with enrich against small informer caches (Pods, PVCs, Namespaces, Agent
+// Sandbox CRs), and ships batches to the collector's Ingest service.
+//
+// # Which Event API
+//
+// The agent watches core/v1 Events. core/v1 and events.k8s.io/v1 are two
+// views of the same objects, so one watch sees everything; core/v1 is chosen
+// because kubelet (image pulls, back-offs: the events that matter most here)
+// still writes through it, and because its shape carries every field the
+// schema needs: count, source.component/host, and also eventTime, series,
+// reportingController/Instance and action for events written through
+// events.k8s.io. Watching both would double the API load and the work.
+//
+// # Contract
+//
+//   - One cluster-wide list+watch of Events, driven by the agent itself (no
+//     SharedInformer: it would own the resourceVersion and keep every Event in
+//     memory). The initial or recovery listing is a WatchList
+//     (sendInitialEvents, served from the watch cache) with a paginated LIST as
+//     the fallback. No GET per Event, ever.
+//   - The cursor sent with a Batch is the resourceVersion up to which every
+//     Event has been put in that batch or an earlier one, so the collector's
+//     stored cursor (advanced only when it acknowledges the batch, in order)
+//     never passes an Event that was not durably stored. A held Event (owner
+//     not cached yet) holds the cursor back until it ships.
+//   - Occurrences: every ADDED, every MODIFIED that changes count, series.count
+//     or the message (a bounded LRU of fingerprints tells; an Event the LRU does
+//     not know is shipped, the collector de-duplicates by event_id), every
+//     relisted Event (same event_id as before: the collector de-duplicates).
+//   - Memory is bounded: a fixed-capacity queue between the watch reader and
+//     the processor, a bounded hold, a bounded number of batches in flight.
+//     When the collector is slow or down, the watch reader blocks and the API
+//     server keeps the data.
+//   - Only the Lease holder watches and ships (when leader election is on);
+//     losing the Lease stops both at once, and a new leader resumes from the
+//     collector's cursor.
+//
+// Agent.Run owns every goroutine it starts and returns when its context ends.
+package agent

@@ -1,0 +1,322 @@
+package agent
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
+	"github.com/eventpipe/eventpipe/enrich"
+)
+
+// processor is the single goroutine between the watch reader and the
+// shipper: it decides what is an occurrence, enriches it, holds Events whose
+// owner is not cached yet, batches, and computes the cursor each batch may
+// advance the collector to.
+type processor struct {
+	cfg     Config
+	in      <-chan item
+	caches  *caches
+	enr     *enrich.Enricher
+	shipper *shipper
+	log     *slog.Logger
+	m       *metrics
+	now     func() time.Time
+
+	seen    *fingerprints
+	cursor  cursorTracker
+	held    []*heldEvent
+	dirty   bool // caches changed since the last retry of held Events
+	lastTry time.Time
+
+	batch   []*eventpipev1.Occurrence
+	batchAt time.Time
+	sentRV  string
+}
+
+type heldEvent struct {
+	ev       *enrich.Event
+	p        *pending
+	heldAt   time.Time
+	observed time.Time
+}
+
+func newProcessor(cfg Config, in <-chan item, c *caches, enr *enrich.Enricher, sh *shipper, startRV string, log *slog.Logger, m *metrics) *processor {
+	return &processor{
+		cfg: cfg, in: in, caches: c, enr: enr, shipper: sh, log: log, m: m, now: time.Now,
+		seen:   newFingerprints(cfg.Watch.FingerprintCapacity),
+		cursor: cursorTracker{safe: startRV},
+		sentRV: startRV,
+	}
+}
+
+func (p *processor) run(ctx context.Context) error {
+	flush := time.NewTicker(p.cfg.Ship.FlushInterval)
+	defer flush.Stop()
+	retry := time.NewTicker(p.cfg.Hold.RetryInterval)
+	defer retry.Stop()
+	gauges := time.NewTicker(5 * time.Second)
+	defer gauges.Stop()
+	var changed <-chan struct{}
+	var diagnose <-chan string
+	if p.caches != nil {
+		changed, diagnose = p.caches.changed, p.caches.diagnose
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case it := <-p.in:
+			p.m.queueLength.Set(float64(len(p.in)))
+			if !p.handle(ctx, it) {
+				return nil
+			}
+		case key := <-diagnose:
+			if !p.diagnose(ctx, key) {
+				return nil
+			}
+		case <-changed:
+			p.dirty = true
+			if len(p.held) > 0 && p.now().Sub(p.lastTry) >= p.cfg.Hold.RetryInterval/4 {
+				if !p.retryHeld(ctx) {
+					return nil
+				}
+			}
+		case <-retry.C:
+			if len(p.held) > 0 {
+				if !p.retryHeld(ctx) {
+					return nil
+				}
+			}
+		case <-flush.C:
+			if len(p.batch) > 0 || p.cursor.safe != p.sentRV {
+				if !p.flush(ctx) {
+					return nil
+				}
+			}
+		case <-gauges.C:
+			if p.caches != nil {
+				p.caches.updateGauges()
+			}
+		}
+	}
+}
+
+// handle processes one watch item; false when ctx ended.
+func (p *processor) handle(ctx context.Context, it item) bool {
+	switch it.kind {
+	case itemBookmark, itemListEnd:
+		p.cursor.advance(it.rv)
+		return true
+	case itemDeleted:
+		p.seen.forget(it.ev.UID)
+		p.m.skipped.WithLabelValues("deleted").Inc()
+		p.cursor.advance(it.rv)
+		return true
+	}
+	if it.modified && !it.listed {
+		if prev, ok := p.seen.get(it.ev.UID); ok && prev == it.fp {
+			// No change of count, series or message: a no-op update or a
+			// series heartbeat, not an occurrence.
+			p.seen.put(it.ev.UID, it.fp)
+			p.m.skipped.WithLabelValues("unchanged").Inc()
+			p.cursor.advance(it.rv)
+			return true
+		}
+	}
+	p.seen.put(it.ev.UID, it.fp)
+	res := p.enr.Enrich(it.ev, it.observed)
+	if res.Missing && p.cfg.Hold.MaxAge > 0 {
+		if len(p.held) < p.cfg.Hold.MaxEvents {
+			p.held = append(p.held, &heldEvent{ev: it.ev, p: p.cursor.add(it.rv), heldAt: p.now(), observed: it.observed})
+			p.m.held.Set(float64(len(p.held)))
+			return true
+		}
+		p.m.holdOverflow.Inc()
+	}
+	p.cursor.advance(it.rv)
+	return p.add(ctx, res.Occurrence, eventpipev1.PullSourceEvent)
+}
+
+// retryHeld re-enriches held Events: attributed ones and expired ones ship.
+func (p *processor) retryHeld(ctx context.Context) bool {
+	now := p.now()
+	p.lastTry, p.dirty = now, false
+	kept := p.held[:0]
+	var ship []*eventpipev1.Occurrence
+	for _, h := range p.held {
+		res := p.enr.Enrich(h.ev, h.observed)
+		switch {
+		case !res.Missing:
+			p.m.lateBound.Inc()
+		case now.Sub(h.heldAt) >= p.cfg.Hold.MaxAge:
+			p.m.holdExpired.Inc()
+		default:
+			kept = append(kept, h)
+			continue
+		}
+		p.cursor.done(h.p)
+		ship = append(ship, res.Occurrence)
+	}
+	for i := len(kept); i < len(p.held); i++ {
+		p.held[i] = nil
+	}
+	p.held = kept
+	p.m.held.Set(float64(len(p.held)))
+	for _, o := range ship {
+		if !p.add(ctx, o, eventpipev1.PullSourceEvent) {
+			return false
+		}
+	}
+	return true
+}
+
+func (p *processor) diagnose(ctx context.Context, key string) bool {
+	obj, exists, err := p.caches.pods.GetStore().GetByKey(key)
+	if err != nil || !exists {
+		return true
+	}
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return true
+	}
+	for _, o := range p.enr.DiagnosePod(toEnrichPod(pod, time.Time{}), p.now()) {
+		if !p.add(ctx, o, eventpipev1.PullSourcePodStatus) {
+			return false
+		}
+	}
+	return true
+}
+
+// add appends one occurrence to the batch, shipping the batch when full.
+func (p *processor) add(ctx context.Context, o *eventpipev1.Occurrence, source string) bool {
+	p.m.occurrences.WithLabelValues(source).Inc()
+	if o.GetSandbox() != nil && o.GetAttribution() != eventpipev1.AttributionNone && o.GetAttribution() != "" {
+		p.m.attributed.WithLabelValues(ruleLabel(o.GetAttribution())).Inc()
+	} else {
+		p.m.unattributed.Inc()
+	}
+	if len(p.batch) == 0 {
+		p.batchAt = p.now()
+	}
+	p.batch = append(p.batch, o)
+	if len(p.batch) >= p.cfg.Ship.BatchSize {
+		return p.flush(ctx)
+	}
+	return true
+}
+
+// flush hands the batch (possibly empty: a cursor-only batch) to the
+// shipper, blocking while too many batches are in flight.
+func (p *processor) flush(ctx context.Context) bool {
+	b := &eventpipev1.Batch{
+		Cluster:         p.cfg.Cluster,
+		Stream:          p.cfg.Collector.Stream,
+		ResourceVersion: p.cursor.safe,
+		Occurrences:     p.batch,
+	}
+	created := p.batchAt
+	if len(p.batch) == 0 {
+		created = p.now()
+	}
+	p.batch = nil
+	if err := p.shipper.submit(ctx, b, created); err != nil {
+		return false
+	}
+	p.sentRV = b.ResourceVersion
+	return true
+}
+
+// ---- cursor tracking ----
+
+// pending is one watch item that has not been put in a batch yet (a held
+// Event). Items are done in watch order except held ones.
+type pending struct {
+	rv   string
+	done bool
+}
+
+// cursorTracker computes the low-water mark: the resourceVersion of the last
+// item such that it and every item before it are in a batch. rv "" (listed
+// Events) never moves the mark; the listing's end item does.
+type cursorTracker struct {
+	safe  string
+	queue []*pending
+	head  int
+}
+
+// add registers a not-yet-shipped item.
+func (c *cursorTracker) add(rv string) *pending {
+	p := &pending{rv: rv}
+	c.queue = append(c.queue, p)
+	return p
+}
+
+// advance records an item that is shipped (or is not an occurrence) at once.
+func (c *cursorTracker) advance(rv string) {
+	if c.head == len(c.queue) {
+		if rv != "" {
+			c.safe = rv
+		}
+		return
+	}
+	c.queue = append(c.queue, &pending{rv: rv, done: true})
+}
+
+// done marks a held item shipped and moves the mark past every leading done item.
+func (c *cursorTracker) done(p *pending) {
+	p.done = true
+	for c.head < len(c.queue) && c.queue[c.head].done {
+		if rv := c.queue[c.head].rv; rv != "" {
+			c.safe = rv
+		}
+		c.queue[c.head] = nil
+		c.head++
+	}
+	if c.head == len(c.queue) {
+		c.queue, c.head = c.queue[:0], 0
+	} else if c.head > 1024 && c.head > len(c.queue)/2 {
+		n := copy(c.queue, c.queue[c.head:])
+		clear(c.queue[n:])
+		c.queue, c.head = c.queue[:n], 0
+	}
+}
+
+// ---- fingerprints ----
+
+// fingerprints is a bounded two-generation map from Event UID to the
+// fingerprint of its last occurrence: when the young generation is full it
+// becomes the old one and the previous old one is dropped, so memory is
+// bounded and recently seen Events are kept.
+type fingerprints struct {
+	cap        int
+	young, old map[string]uint64
+}
+
+func newFingerprints(capacity int) *fingerprints {
+	half := max(capacity/2, 1)
+	return &fingerprints{cap: half, young: make(map[string]uint64), old: map[string]uint64{}}
+}
+
+func (f *fingerprints) get(uid string) (uint64, bool) {
+	if v, ok := f.young[uid]; ok {
+		return v, true
+	}
+	v, ok := f.old[uid]
+	return v, ok
+}
+
+func (f *fingerprints) put(uid string, fp uint64) {
+	if _, ok := f.young[uid]; !ok && len(f.young) >= f.cap {
+		f.old, f.young = f.young, make(map[string]uint64, f.cap/4)
+	}
+	f.young[uid] = fp
+	delete(f.old, uid)
+}
+
+func (f *fingerprints) forget(uid string) {
+	delete(f.young, uid)
+	delete(f.old, uid)
+}
