@@ -70,7 +70,14 @@ func openCheckpointer(fs wal.FS, dir string, doSync bool, logLast uint64) (*chec
 			continue // torn or empty slot: the other one is the answer
 		}
 		if cp.lastOffset > logLast {
-			continue // never newer than the data it describes
+			// Written in parallel with a log fsync that did not complete:
+			// never trust it, and clear it so that a later log reaching
+			// that offset with other data cannot revive it.
+			if err := c.clearSlot(f); err != nil {
+				c.close()
+				return nil, best, err
+			}
+			continue
 		}
 		if cp.seq > best.seq {
 			best = cp
@@ -193,6 +200,16 @@ func (c *checkpointer) write(cp checkpoint, now time.Time) error {
 		}
 	}
 	c.seq = cp.seq
+	return nil
+}
+
+func (c *checkpointer) clearSlot(f wal.File) error {
+	if err := f.Truncate(0); err != nil {
+		return fmt.Errorf("clear checkpoint slot: %w", err)
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("clear checkpoint slot: %w", err)
+	}
 	return nil
 }
 

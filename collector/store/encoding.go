@@ -26,6 +26,11 @@ func appendEnvelope(dst []byte, storedAt time.Time, kind byte) []byte {
 	return append(dst, h[:]...)
 }
 
+// setStoredAt overwrites the stored-at time of an encoded record.
+func setStoredAt(rec []byte, t time.Time) {
+	binary.LittleEndian.PutUint64(rec[1:9], uint64(t.UnixNano()))
+}
+
 // decodeEnvelope returns stored-at, kind and payload.
 func decodeEnvelope(b []byte) (time.Time, byte, []byte, error) {
 	if len(b) < envelopeSize {

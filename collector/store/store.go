@@ -304,21 +304,25 @@ func (s *Store) append(ctx context.Context, cluster, stream, rv string, occs []*
 	if rv != "" && (cluster == "" || stream == "") {
 		return res, fmt.Errorf("%w: cluster and stream are required with a resourceVersion", ErrInvalid)
 	}
-	payloads := make([][]byte, len(occs))
+	// Each record is encoded once, envelope first; the stored-at time is
+	// patched in when the batch is admitted (setStoredAt).
+	encoded := make([][]byte, len(occs))
 	var total int64
 	for i, o := range occs {
 		if o == nil {
 			return res, fmt.Errorf("%w: occurrence %d is nil", ErrInvalid, i)
 		}
-		b, err := proto.Marshal(o)
+		size := proto.Size(o)
+		if size > maxOccurrenceLen {
+			return res, fmt.Errorf("%w: occurrence %d (%s) is %d bytes, limit %d", ErrInvalid, i, o.GetEventId(), size, maxOccurrenceLen)
+		}
+		rec := appendEnvelope(make([]byte, 0, envelopeSize+size), time.Time{}, kindOccurrence)
+		rec, err := proto.MarshalOptions{UseCachedSize: true}.MarshalAppend(rec, o)
 		if err != nil {
 			return res, fmt.Errorf("%w: occurrence %d (%s): %v", ErrInvalid, i, o.GetEventId(), err)
 		}
-		if len(b) > maxOccurrenceLen {
-			return res, fmt.Errorf("%w: occurrence %d (%s) is %d bytes, limit %d", ErrInvalid, i, o.GetEventId(), len(b), maxOccurrenceLen)
-		}
-		payloads[i] = b
-		total += int64(len(b) + envelopeSize)
+		encoded[i] = rec
+		total += int64(len(rec))
 	}
 	weight := min(max(total, 1), s.cfg.MaxInflightBytes)
 	if err := s.sem.Acquire(ctx, weight); err != nil {
@@ -360,9 +364,8 @@ func (s *Store) append(ctx context.Context, cluster, stream, rv string, occs []*
 			s.order = append(s.order, idxItem{id, nowNs})
 			r.ids = append(r.ids, id)
 		}
-		rec := make([]byte, 0, envelopeSize+len(payloads[i]))
-		rec = appendEnvelope(rec, now, kindOccurrence)
-		r.recs = append(r.recs, append(rec, payloads[i]...))
+		setStoredAt(encoded[i], now)
+		r.recs = append(r.recs, encoded[i])
 		r.recIDs = append(r.recIDs, id)
 	}
 	s.mu.Unlock()
@@ -449,8 +452,48 @@ func (s *Store) commitRound(q []*request) {
 			batches[i] = r.recs
 		}
 		firsts, err = w.Write(batches)
-		if err == nil {
-			err = w.Sync()
+	}
+	// The cluster cursors of this round. The checkpoint is fsynced in
+	// parallel with the log: it records the log offset it describes and
+	// Open ignores (and clears) a checkpoint that is ahead of the log, so
+	// it is never trusted before the data it covers is durable.
+	var (
+		next    map[streamKey]string
+		changed bool
+		ckptCh  chan error
+	)
+	if err == nil {
+		s.mu.Lock()
+		next = make(map[streamKey]string, len(s.cursors)+1)
+		for k, v := range s.cursors {
+			next[k] = v
+		}
+		s.mu.Unlock()
+		for _, r := range q {
+			if r.rv != "" && next[r.key] != r.rv {
+				next[r.key] = r.rv
+				changed = true
+			}
+		}
+		if changed {
+			_, lastW := w.Bounds()
+			for i, r := range q {
+				if len(r.recs) > 0 {
+					lastW = firsts[i] + uint64(len(r.recs)) - 1
+				}
+			}
+			ckptCh = make(chan error, 1)
+			cp := checkpoint{lastOffset: lastW, cursors: next}
+			go func() { ckptCh <- s.ckpt.write(cp, s.now()) }()
+		}
+		err = w.Sync()
+	}
+	var ckptErr error
+	if ckptCh != nil {
+		if ckptErr = <-ckptCh; ckptErr != nil {
+			ckptErr = fmt.Errorf("%w: record cluster cursor: %v", ErrNotWritable, ckptErr)
+			s.ckptErr = ckptErr
+			s.log.Error("checkpoint write failed; refusing appends until repaired", "err", ckptErr)
 		}
 	}
 	if err != nil {
@@ -467,29 +510,6 @@ func (s *Store) commitRound(q []*request) {
 		s.mu.Unlock()
 		return
 	}
-	// The records are durable: the cursors may now follow them.
-	var ckptErr error
-	s.mu.Lock()
-	next := make(map[streamKey]string, len(s.cursors)+1)
-	for k, v := range s.cursors {
-		next[k] = v
-	}
-	s.mu.Unlock()
-	changed := false
-	for _, r := range q {
-		if r.rv != "" && next[r.key] != r.rv {
-			next[r.key] = r.rv
-			changed = true
-		}
-	}
-	if changed {
-		_, last := w.Bounds()
-		if ckptErr = s.ckpt.write(checkpoint{lastOffset: last, cursors: next}, s.now()); ckptErr != nil {
-			ckptErr = fmt.Errorf("%w: record cluster cursor: %v", ErrNotWritable, ckptErr)
-			s.ckptErr = ckptErr
-			s.log.Error("checkpoint write failed; refusing appends until repaired", "err", ckptErr)
-		}
-	}
 	stored := 0
 	s.mu.Lock()
 	for i, r := range q {
@@ -504,7 +524,7 @@ func (s *Store) commitRound(q []*request) {
 			r.err = ckptErr
 		}
 	}
-	if ckptErr == nil {
+	if ckptErr == nil && changed {
 		s.cursors = next
 	}
 	close(s.notify)

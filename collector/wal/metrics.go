@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // Metrics are the WAL's Prometheus collectors. Create them once with
@@ -56,4 +57,14 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}
 	}
 	return m, nil
+}
+
+// FsyncStats returns how many fsyncs of the active segment were observed and
+// their total duration in seconds (for benchmarks and tests).
+func (m *Metrics) FsyncStats() (count uint64, seconds float64) {
+	var d dto.Metric
+	if err := m.fsync.Write(&d); err != nil {
+		return 0, 0
+	}
+	return d.GetHistogram().GetSampleCount(), d.GetHistogram().GetSampleSum()
 }

@@ -530,8 +530,14 @@ func (w *WAL) Write(batches [][][]byte) ([]uint64, error) {
 	w.mu.RUnlock()
 	next := cur.first + cur.count
 	size := cur.size
+	var total int
+	for _, b := range batches {
+		for _, rec := range b {
+			total += frameHeaderSize + len(rec)
+		}
+	}
 	var (
-		buf    []byte
+		buf    = make([]byte, 0, min(total, int(w.opts.SegmentBytes)+frameHeaderSize))
 		index  []int64
 		count  = cur.count
 		firsts = make([]uint64, len(batches))
