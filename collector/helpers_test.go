@@ -20,6 +20,8 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
+	"github.com/eventpipe/eventpipe/sinks"
+	"github.com/eventpipe/eventpipe/sinks/file"
 )
 
 func TestMain(m *testing.M) {
@@ -262,4 +264,12 @@ func seqIDs(prefix string, from, n int) []string {
 		out[i] = fmt.Sprintf("%s-%d", prefix, from+i)
 	}
 	return out
+}
+
+func fileSink(name, path string) SinkConfig {
+	fc := file.NewDefaultConfig()
+	fc.Path = path
+	d := sinks.NewDefaultRunnerConfig(name)
+	d.Batch.MaxWait = 20 * time.Millisecond
+	return SinkConfig{Name: name, Type: SinkFile, File: &fc, Batch: d.Batch, Retry: d.Retry}
 }
