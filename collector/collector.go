@@ -23,6 +23,7 @@ import (
 	"github.com/eventpipe/eventpipe/collector/store"
 	"github.com/eventpipe/eventpipe/sinks"
 	"github.com/eventpipe/eventpipe/sinks/file"
+	"github.com/eventpipe/eventpipe/sinks/kafka"
 	"github.com/eventpipe/eventpipe/sinks/loki"
 )
 
@@ -134,7 +135,7 @@ func (c *Collector) addSink(sc SinkConfig) error {
 		}
 		p, closeFn = s, s.Close
 	case SinkKafka:
-		s, err := newKafka(*sc.Kafka, slogger, c.reg)
+		s, err := kafka.New(*sc.Kafka, slogger, c.reg)
 		if err != nil {
 			return fmt.Errorf("sink %q: %w", sc.Name, err)
 		}
