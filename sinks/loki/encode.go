@@ -157,7 +157,10 @@ func metadata(o *eventpipev1.Occurrence, occurred time.Time, dst []labelPair) []
 		if v == "" {
 			return
 		}
-		dst = append(dst, labelPair{name, truncateUTF8(strings.ToValidUTF8(v, "\uFFFD"), maxMetaBytes)})
+		if !utf8.ValidString(v) {
+			v = strings.ToValidUTF8(v, "\uFFFD")
+		}
+		dst = append(dst, labelPair{name, truncateUTF8(v, maxMetaBytes)})
 	}
 	add(MetaEventID, o.GetEventId())
 	if !occurred.IsZero() {

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -152,49 +153,8 @@ func (s *Sink) Push(ctx context.Context, batch []sinks.Record) error {
 	failed := map[int]error{}
 	bp := s.getBuf()
 	defer s.putBuf(bp)
-	arena := (*bp)[:0]
-
-	entries := make([]entry, 0, len(batch))
-	ends := make([]int, 0, len(batch))
-	var pairs []labelPair
-	for i, rec := range batch {
-		o := rec.Occurrence
-		if o == nil {
-			failed[i] = errors.New("record has no occurrence")
-			s.m.refused.WithLabelValues(reasonInvalid).Inc()
-			continue
-		}
-		tenant, err := s.tenant(o.GetSandbox().GetWorkspace())
-		if err != nil {
-			failed[i] = err
-			s.m.refused.WithLabelValues(reasonInvalid).Inc()
-			continue
-		}
-		occurred := occurredAt(o)
-		ts := occurred
-		if ts.IsZero() || now.Sub(ts) > s.cfg.MaxAge || ts.Sub(now) > s.cfg.MaxFuture {
-			ts = now
-			s.m.restamped.Inc()
-		}
-		pairs = s.labeler.labels(o, pairs)
-		arena = appendLine(arena, o, s.cfg.MaxMessageBytes)
-		ends = append(ends, len(arena))
-		entries = append(entries, entry{
-			idx:    i,
-			tenant: tenant,
-			stream: labelString(pairs),
-			labels: append([]labelPair(nil), pairs...),
-			ts:     ts,
-			meta:   metadata(o, occurred, nil),
-		})
-	}
-	*bp = arena[:0]
-	// The lines live in one buffer (which may have moved while growing).
-	start := 0
-	for i := range entries {
-		entries[i].line = arena[start:ends[i]:ends[i]]
-		start = ends[i]
-	}
+	var entries []entry
+	entries, *bp = s.build(batch, now, (*bp)[:0], failed)
 
 	// Group by tenant in order of first appearance.
 	var tenants []string
@@ -219,6 +179,59 @@ func (s *Sink) Push(ctx context.Context, batch []sinks.Record) error {
 		return &sinks.PartialError{Failed: failed}
 	}
 	return nil
+}
+
+// build turns a batch into entries whose lines live in arena (returned,
+// grown). Records that cannot be sent are recorded in failed.
+func (s *Sink) build(batch []sinks.Record, now time.Time, arena []byte, failed map[int]error) ([]entry, []byte) {
+	entries := make([]entry, 0, len(batch))
+	ends := make([]int, 0, len(batch))
+	var pairs []labelPair
+	var lastStream string
+	var lastPairs []labelPair
+	for i, rec := range batch {
+		o := rec.Occurrence
+		if o == nil {
+			failed[i] = errors.New("record has no occurrence")
+			s.m.refused.WithLabelValues(reasonInvalid).Inc()
+			continue
+		}
+		tenant, err := s.tenant(o.GetSandbox().GetWorkspace())
+		if err != nil {
+			failed[i] = err
+			s.m.refused.WithLabelValues(reasonInvalid).Inc()
+			continue
+		}
+		occurred := occurredAt(o)
+		ts := occurred
+		if ts.IsZero() || now.Sub(ts) > s.cfg.MaxAge || ts.Sub(now) > s.cfg.MaxFuture {
+			ts = now
+			s.m.restamped.Inc()
+		}
+		pairs = s.labeler.labels(o, pairs)
+		// Consecutive records mostly share a stream: reuse its string.
+		if !slices.Equal(pairs, lastPairs) {
+			lastPairs = append([]labelPair(nil), pairs...)
+			lastStream = labelString(pairs)
+		}
+		arena = appendLine(arena, o, s.cfg.MaxMessageBytes)
+		ends = append(ends, len(arena))
+		entries = append(entries, entry{
+			idx:    i,
+			tenant: tenant,
+			stream: lastStream,
+			labels: lastPairs,
+			ts:     ts,
+			meta:   metadata(o, occurred, make([]labelPair, 0, 8)),
+		})
+	}
+	// The lines live in one buffer (which may have moved while growing).
+	start := 0
+	for i := range entries {
+		entries[i].line = arena[start:ends[i]:ends[i]]
+		start = ends[i]
+	}
+	return entries, arena[:0]
 }
 
 // tenant returns the X-Scope-OrgID for a workspace ("" = no header).
@@ -301,23 +314,10 @@ func (s *Sink) putBuf(b *[]byte) {
 
 // send makes one request of entries for tenant and classifies the answer.
 func (s *Sink) send(ctx context.Context, tenant string, entries []*entry) error {
-	streams := groupStreams(entries)
-	rawp := s.getBuf()
+	rawp, zp := s.getBuf(), s.getBuf()
 	defer s.putBuf(rawp)
-	var body []byte
-	contentType := "application/x-protobuf"
-	if s.cfg.Encoding == EncodingJSON {
-		body = appendPushJSON((*rawp)[:0], streams)
-		*rawp = body[:0]
-		contentType = "application/json"
-	} else {
-		raw := appendPushProto((*rawp)[:0], streams)
-		*rawp = raw[:0]
-		zp := s.getBuf()
-		defer s.putBuf(zp)
-		body = snappy.Encode((*zp)[:cap(*zp)], raw)
-		*zp = body[:0]
-	}
+	defer s.putBuf(zp)
+	body, contentType := s.encode(entries, rawp, zp)
 
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url, bytes.NewReader(body))
 	if err != nil {
@@ -376,6 +376,21 @@ func (s *Sink) send(ctx context.Context, tenant string, entries []*entry) error 
 		// Other 4xx (405, 415, ...): the request can never succeed as sent.
 		return sinks.Permanent(fmt.Errorf("loki push: HTTP %d: %s", code, text))
 	}
+}
+
+// encode builds the request body of entries in the pooled buffers raw and z.
+func (s *Sink) encode(entries []*entry, raw, z *[]byte) (body []byte, contentType string) {
+	streams := groupStreams(entries)
+	if s.cfg.Encoding == EncodingJSON {
+		body = appendPushJSON((*raw)[:0], streams)
+		*raw = body[:0]
+		return body, "application/json"
+	}
+	pb := appendPushProto((*raw)[:0], streams)
+	*raw = pb[:0]
+	body = snappy.Encode((*z)[:cap(*z)], pb)
+	*z = body[:0]
+	return body, "application/x-protobuf"
 }
 
 func (s *Sink) authorize(req *http.Request) error {
