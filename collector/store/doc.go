@@ -5,16 +5,18 @@
 //
 // Contract:
 //   - Append returns only after the new occurrences AND the cluster cursor
-//     are durable (one group commit: the log's fsync, then the checkpoint
-//     file's fsync, before any caller of the group is answered). A returned
+//     are durable (one group commit: the log's fsync and the checkpoint
+//     slot's fsync, both finished before any caller of the group is
+//     answered). A returned
 //     error means nothing of the batch may be assumed stored; retrying the
 //     same batch is safe (duplicates are recognised by event_id).
 //   - An occurrence whose event_id was stored within DedupeWindow is not
 //     stored again, across restarts too (the index is rebuilt from the log on
 //     Open).
-//   - The cluster cursor is never ahead of the data: it is written after the
-//     log's fsync, so after a crash it is at worst behind (the agent replays,
-//     dedupe absorbs the replay).
+//   - The cluster cursor is never ahead of the data: a checkpoint records the
+//     log offset it covers and Open ignores one that is ahead of the log, so
+//     after a crash it is at worst behind (the agent replays, dedupe absorbs
+//     the replay).
 //   - Offsets seen by consumers are dense (1, 2, 3, ...) and name occurrences
 //     only; checkpoints live in their own file (see FORMAT.md).
 //   - Read and Wait implement sinks.Source; Cursor returns a sinks.Cursor
@@ -25,5 +27,15 @@
 //     and logged.
 //   - After a failed write or fsync, Append fails with an error wrapping
 //     ErrNotWritable (retryable) until the store repairs itself by reopening
-//     the log (attempted on the next Append and by Run).
+//     the log (attempted on the next Append and by Run). The reopen fsyncs
+//     whatever the failed write left readable before it counts as stored.
+//     Known limit (the "fsyncgate" problem): on Linux a failed fsync may mark
+//     dirty pages clean, so data readable after it may not be on disk; only a
+//     restart of the machine would show that. PostgreSQL answers this by
+//     crashing; we refuse, repair and re-verify instead.
+//   - Errors wrapping ErrInvalid are about the batch itself (not retryable);
+//     ErrClosed after Close.
+//
+// Checkpoints live in two alternating slot files beside the log rather than
+// in the log, so consumer offsets stay dense; FORMAT.md gives the layout.
 package store

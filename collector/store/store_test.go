@@ -513,3 +513,42 @@ func TestRunAppliesRetentionAndStops(t *testing.T) {
 		t.Fatalf("Run returned %v", err)
 	}
 }
+
+func TestCheckpointAheadOfLogIsIgnoredAndCleared(t *testing.T) {
+	dir := t.TempDir()
+	cfg := testConfig(dir)
+	ctx := context.Background()
+	s := mustOpen(t, cfg, options{})
+	if _, err := s.Append(ctx, "a", "events", "10", occs(0, 5)); err != nil {
+		t.Fatal(err)
+	}
+	s.Close() // checkpoint seq 1 is in slot 1
+	// A crash after the checkpoint's fsync but before the log's: a newer
+	// checkpoint describes offset 6, which the log does not hold.
+	ahead := checkpoint{seq: 99, lastOffset: 6, cursors: map[streamKey]string{{"a", "events"}: "20"}}
+	if err := os.WriteFile(slotPath(dir, 0), encodeCheckpoint(ahead, time.Now()), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	fs := &faultFS{}
+	s = mustOpen(t, cfg, options{fs: fs})
+	if rv, _ := s.ClusterCursor("a", "events"); rv != "10" {
+		t.Fatalf("cursor = %q, want 10: a checkpoint ahead of the log was trusted", rv)
+	}
+	if st, err := os.Stat(slotPath(dir, 0)); err != nil || st.Size() != 0 {
+		t.Fatalf("the checkpoint ahead of the log was not cleared: %v", err)
+	}
+	// The log now reaches offset 6 with other data while no checkpoint
+	// gets written: the stale one must not come back.
+	fs.set(func(f *faultFS) { f.match, f.failWrite = "checkpoint.", true })
+	if _, err := s.Append(ctx, "b", "events", "1", occs(5, 1)); !errors.Is(err, ErrNotWritable) {
+		t.Fatalf("append with a failing checkpoint = %v", err)
+	}
+	s.Close()
+	s = mustOpen(t, cfg, options{})
+	if _, last := s.Bounds(); last != 6 {
+		t.Fatalf("last = %d", last)
+	}
+	if rv, _ := s.ClusterCursor("a", "events"); rv != "10" {
+		t.Fatalf("cursor a = %q after reopen, want 10: a cleared checkpoint came back", rv)
+	}
+}
