@@ -126,6 +126,22 @@ var rules = []rule{
 	}},
 }
 
+// markerBit tags pullMarkers in the matcher; rule i has bit 1<<i.
+const markerBit = 1 << 31
+
+var pullMatcher = func() *matcher {
+	var frags []fragment
+	for _, f := range pullMarkers {
+		frags = append(frags, fragment{f, markerBit})
+	}
+	for i, r := range rules {
+		for _, f := range r.fragments {
+			frags = append(frags, fragment{f, 1 << uint(i)})
+		}
+	}
+	return newMatcher(frags)
+}()
+
 // ClassifyPull classifies one (reason, message) pair from an Event or a
 // container waiting state; ok=false when it is not an image-pull failure.
 // category is one of the Category* constants; image is the reference the
@@ -138,23 +154,20 @@ func ClassifyPull(reason, message string) (category, image, detail string, ok bo
 	if successReasons[reason] {
 		return "", "", "", false
 	}
-	lower := strings.ToLower(message)
-	if !pullReasons[reason] && !containsAny(lower, pullMarkers) {
-		return "", "", "", false
-	}
 	image = imageFromMessage(message)
-	// The image reference itself must not classify ("…/notfound:429").
-	scan := lower
+	short := ""
 	if image != "" {
-		li := strings.ToLower(image)
-		scan = strings.ReplaceAll(scan, li, "<image>")
-		if short := shortImage(li); short != li {
-			scan = strings.ReplaceAll(scan, short, "<image>")
+		if s := shortImage(image); s != image {
+			short = s
 		}
 	}
+	bits := pullMatcher.scan(message, image, short)
+	if !pullReasons[reason] && bits&markerBit == 0 {
+		return "", "", "", false
+	}
 	category = eventpipev1.CategoryUnknown
-	for _, r := range rules {
-		if containsAny(scan, r.fragments) {
+	for i, r := range rules {
+		if bits&(1<<uint(i)) != 0 {
 			category = r.category
 			break
 		}
@@ -182,6 +195,8 @@ func shortImage(img string) string {
 	img = strings.TrimPrefix(img, "docker.io/")
 	return strings.TrimPrefix(img, "library/")
 }
+
+// containsAny is the slow reference the matcher is tested against.
 
 // pullDetail extracts the most specific part of a pull-failure message: after
 // the last `": ` (the runtime wraps each cause in "<what> \"ref\": ") and the

@@ -10,10 +10,11 @@ type maps struct {
 	pvcs       map[string]*PVC
 	namespaces map[string]*Namespace
 	sandboxes  map[string]*Sandbox
+	byUID      map[string]*Sandbox
 }
 
 func newMaps() *maps {
-	return &maps{pods: map[string]*Pod{}, pvcs: map[string]*PVC{}, namespaces: map[string]*Namespace{}, sandboxes: map[string]*Sandbox{}}
+	return &maps{pods: map[string]*Pod{}, pvcs: map[string]*PVC{}, namespaces: map[string]*Namespace{}, sandboxes: map[string]*Sandbox{}, byUID: map[string]*Sandbox{}}
 }
 
 func (m *maps) Pod(ns, name string) (*Pod, bool) { p, ok := m.pods[ns+"/"+name]; return p, ok }
@@ -27,19 +28,20 @@ func (m *maps) Sandbox(ns, name string) (*Sandbox, bool) {
 	return s, ok
 }
 func (m *maps) SandboxByUID(uid string) (*Sandbox, bool) {
-	for _, s := range m.sandboxes {
-		if s.UID == uid {
-			return s, true
-		}
-	}
-	return nil, false
+	s, ok := m.byUID[uid]
+	return s, ok
 }
 func (m *maps) lookups() Lookups { return Lookups{Pods: m, PVCs: m, Namespaces: m, Sandboxes: m} }
 
-func (m *maps) addPod(p *Pod)         { m.pods[p.Namespace+"/"+p.Name] = p }
-func (m *maps) addPVC(p *PVC)         { m.pvcs[p.Namespace+"/"+p.Name] = p }
-func (m *maps) addNS(n *Namespace)    { m.namespaces[n.Name] = n }
-func (m *maps) addSandbox(s *Sandbox) { m.sandboxes[s.Namespace+"/"+s.Name] = s }
+func (m *maps) addPod(p *Pod)      { m.pods[p.Namespace+"/"+p.Name] = p }
+func (m *maps) addPVC(p *PVC)      { m.pvcs[p.Namespace+"/"+p.Name] = p }
+func (m *maps) addNS(n *Namespace) { m.namespaces[n.Name] = n }
+func (m *maps) addSandbox(s *Sandbox) {
+	m.sandboxes[s.Namespace+"/"+s.Name] = s
+	if s.UID != "" {
+		m.byUID[s.UID] = s
+	}
+}
 
 // Object shapes from the image-pull seed (OpenShell 0.1.6, managed mode,
 // Helm-default gateway id "openshell").

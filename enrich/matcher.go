@@ -1,0 +1,111 @@
+package enrich
+
+// matcher finds, in one pass over a message, which of many fixed lower-case
+// fragments occur in it (Aho-Corasick over an ASCII-folded byte stream).
+// Each fragment carries a bit; a scan returns the union of the bits of the
+// fragments found. Built once at init; read-only afterwards, so safe for
+// concurrent use.
+type matcher struct {
+	class  [256]uint8 // byte -> alphabet class (0 = byte in no fragment)
+	nclass int
+	next   []uint16 // state*nclass + class -> state
+	out    []uint32 // state -> bits of fragments ending here (with suffixes)
+}
+
+type fragment struct {
+	text string
+	bit  uint32
+}
+
+func lowerASCII(c byte) byte {
+	if c >= 'A' && c <= 'Z' {
+		return c + 'a' - 'A'
+	}
+	return c
+}
+
+func newMatcher(frags []fragment) *matcher {
+	m := &matcher{}
+	for _, f := range frags {
+		for i := 0; i < len(f.text); i++ {
+			c := lowerASCII(f.text[i])
+			if m.class[c] == 0 {
+				m.nclass++
+				m.class[c] = uint8(m.nclass)
+			}
+		}
+	}
+	m.nclass++ // class 0 included
+	// Trie.
+	type node struct {
+		child map[uint8]int
+		out   uint32
+	}
+	nodes := []node{{child: map[uint8]int{}}}
+	for _, f := range frags {
+		s := 0
+		for i := 0; i < len(f.text); i++ {
+			c := m.class[lowerASCII(f.text[i])]
+			nx, ok := nodes[s].child[c]
+			if !ok {
+				nodes = append(nodes, node{child: map[uint8]int{}})
+				nx = len(nodes) - 1
+				nodes[s].child[c] = nx
+			}
+			s = nx
+		}
+		nodes[s].out |= f.bit
+	}
+	// Failure links, breadth first, folded into a dense transition table.
+	n := len(nodes)
+	m.next = make([]uint16, n*m.nclass)
+	m.out = make([]uint32, n)
+	fail := make([]int, n)
+	queue := []int{}
+	for c := 0; c < m.nclass; c++ {
+		if nx, ok := nodes[0].child[uint8(c)]; ok {
+			m.next[c] = uint16(nx)
+			queue = append(queue, nx)
+		}
+	}
+	m.out[0] = nodes[0].out
+	for len(queue) > 0 {
+		s := queue[0]
+		queue = queue[1:]
+		m.out[s] = nodes[s].out | m.out[fail[s]]
+		for c := 0; c < m.nclass; c++ {
+			if nx, ok := nodes[s].child[uint8(c)]; ok {
+				fail[nx] = int(m.next[fail[s]*m.nclass+c])
+				m.next[s*m.nclass+c] = uint16(nx)
+				queue = append(queue, nx)
+			} else {
+				m.next[s*m.nclass+c] = m.next[fail[s]*m.nclass+c]
+			}
+		}
+	}
+	return m
+}
+
+// scan returns the union of the bits of fragments found in s, ignoring
+// every occurrence of skip (the image reference, which must not classify)
+// and of skipShort (the same reference without docker.io/library/).
+func (m *matcher) scan(s, skip, skipShort string) uint32 {
+	var bits uint32
+	state := 0
+	nc := m.nclass
+	for i := 0; i < len(s); i++ {
+		if skip != "" && s[i] == skip[0] && len(s)-i >= len(skip) && s[i:i+len(skip)] == skip {
+			i += len(skip) - 1
+			state = 0
+			continue
+		}
+		if skipShort != "" && s[i] == skipShort[0] && len(s)-i >= len(skipShort) && s[i:i+len(skipShort)] == skipShort {
+			i += len(skipShort) - 1
+			state = 0
+			continue
+		}
+		state = int(m.next[state*nc+int(m.class[lowerASCII(s[i])])])
+		bits |= m.out[state]
+	}
+	return bits
+}
