@@ -17,6 +17,9 @@ type Config struct {
 	// DedupeWindow: an event_id stored within this window is not stored
 	// again (at least the Kubernetes event TTL, 1h).
 	DedupeWindow time.Duration `json:"dedupe_window" yaml:"dedupe_window"`
+	// DedupeMaxEntries bounds the dedupe index (about 80 bytes per entry);
+	// past it the oldest ids are evicted early, counted and logged.
+	DedupeMaxEntries int `json:"dedupe_max_entries" yaml:"dedupe_max_entries"`
 	// Fsync: false skips fsync (tests and benchmarks only: acknowledged data
 	// can then be lost on power failure).
 	Fsync bool `json:"fsync" yaml:"fsync"`
@@ -37,6 +40,7 @@ const (
 	DefaultMaxBytes         int64 = 10 << 30
 	DefaultMaxAge                 = 168 * time.Hour
 	DefaultDedupeWindow           = time.Hour
+	DefaultDedupeMaxEntries       = 4_000_000
 	DefaultMaxInflightBytes int64 = 64 << 20
 	minSegmentBytes         int64 = 4 << 10
 )
@@ -48,6 +52,7 @@ func NewDefaultConfig() Config {
 		SegmentBytes:     DefaultSegmentBytes,
 		Retention:        RetentionConfig{MaxBytes: DefaultMaxBytes, MaxAge: DefaultMaxAge},
 		DedupeWindow:     DefaultDedupeWindow,
+		DedupeMaxEntries: DefaultDedupeMaxEntries,
 		Fsync:            true,
 		MaxInflightBytes: DefaultMaxInflightBytes,
 	}
@@ -76,6 +81,9 @@ func (c Config) Validate() error {
 	}
 	if c.Retention.MaxAge > 0 && c.DedupeWindow > c.Retention.MaxAge {
 		errs = append(errs, fmt.Errorf("dedupe_window: %s must not exceed retention.max_age (%s): the index is rebuilt from the log", c.DedupeWindow, c.Retention.MaxAge))
+	}
+	if c.DedupeMaxEntries <= 0 {
+		errs = append(errs, fmt.Errorf("dedupe_max_entries: %d must be positive", c.DedupeMaxEntries))
 	}
 	if c.MaxInflightBytes <= 0 {
 		errs = append(errs, fmt.Errorf("max_inflight_bytes: %d must be positive", c.MaxInflightBytes))

@@ -7,14 +7,15 @@ import (
 )
 
 type metrics struct {
-	appended     prometheus.Counter
-	deduplicated prometheus.Counter
-	retention    prometheus.Counter
-	consumerLost *prometheus.CounterVec
-	firstOffset  prometheus.Gauge
-	lastOffset   prometheus.Gauge
-	inflight     prometheus.Gauge
-	appendErrors prometheus.Counter
+	appended      prometheus.Counter
+	deduplicated  prometheus.Counter
+	retention     prometheus.Counter
+	consumerLost  *prometheus.CounterVec
+	firstOffset   prometheus.Gauge
+	lastOffset    prometheus.Gauge
+	inflight      prometheus.Gauge
+	appendErrors  prometheus.Counter
+	dedupeEvicted prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -47,6 +48,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "eventpipe_collector_log_inflight_bytes",
 			Help: "Bytes of batches accepted and waiting for their group commit (bounded by max_inflight_bytes).",
 		}),
+		dedupeEvicted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "eventpipe_collector_log_dedupe_evicted_total",
+			Help: "Event ids dropped from the full dedupe index before their window ended (dedupe_max_entries).",
+		}),
 		appendErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "eventpipe_collector_log_append_failures_total",
 			Help: "Append calls that failed (nothing acknowledged).",
@@ -56,7 +61,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return m, nil
 	}
 	for _, c := range []prometheus.Collector{m.appended, m.deduplicated, m.retention, m.consumerLost,
-		m.firstOffset, m.lastOffset, m.inflight, m.appendErrors} {
+		m.firstOffset, m.lastOffset, m.inflight, m.appendErrors, m.dedupeEvicted} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register store metrics: %w", err)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"log/slog"
 	"path/filepath"
 	"sync"
@@ -53,8 +54,9 @@ type Store struct {
 	ckptErr  error
 
 	mu        sync.Mutex
-	index     map[string]idxEntry
-	order     []idxItem
+	index     map[idKey]idxEntry
+	order     []idxItem // insertion order, for expiry and eviction
+	evicted   bool      // logged the first eviction
 	cursors   map[streamKey]string
 	consumers map[string]uint64 // committed offset per known consumer
 	lost      map[string]uint64
@@ -74,17 +76,28 @@ type idxEntry struct {
 }
 
 type idxItem struct {
-	id string
-	at int64
+	key idKey
+	at  int64
+}
+
+// idKey is a 128-bit hash of an event_id: a quarter of the memory of the
+// string and a collision chance (2^-128 per pair) that cannot matter. The
+// seeds are per process: the index is rebuilt from the log on every open.
+type idKey [2]uint64
+
+var idSeeds = [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()}
+
+func keyOf(id string) idKey {
+	return idKey{maphash.String(idSeeds[0], id), maphash.String(idSeeds[1], id)}
 }
 
 type request struct {
 	key    streamKey
 	rv     string
 	recs   [][]byte
-	recIDs []string // event_id of each record ("" when none)
-	ids    []string // ids reserved by this request
-	redup  int      // records dropped as duplicates after a repair
+	recIDs []idKey // key of each record's event_id (zero when none)
+	ids    []idKey // ids reserved by this request
+	redup  int     // records dropped as duplicates after a repair
 	deps   []*request
 	first  uint64
 	err    error
@@ -207,8 +220,8 @@ func (s *Store) openLocked() error {
 }
 
 // rebuildIndex reads the records stored within the dedupe window.
-func (s *Store) rebuildIndex(w *wal.WAL) (map[string]idxEntry, []idxItem, error) {
-	index := map[string]idxEntry{}
+func (s *Store) rebuildIndex(w *wal.WAL) (map[idKey]idxEntry, []idxItem, error) {
+	index := map[idKey]idxEntry{}
 	var order []idxItem
 	cutoff := s.now().Add(-s.cfg.DedupeWindow)
 	from := uint64(0)
@@ -238,8 +251,15 @@ func (s *Store) rebuildIndex(w *wal.WAL) (map[string]idxEntry, []idxItem, error)
 				continue
 			}
 			if id := eventID(payload); id != "" {
-				index[id] = idxEntry{at: at.UnixNano()}
-				order = append(order, idxItem{id, at.UnixNano()})
+				k := keyOf(id)
+				index[k] = idxEntry{at: at.UnixNano()}
+				order = append(order, idxItem{k, at.UnixNano()})
+				for len(index) > s.cfg.DedupeMaxEntries && len(order) > 0 {
+					if e, ok := index[order[0].key]; ok && e.at == order[0].at {
+						delete(index, order[0].key)
+					}
+					order = order[1:]
+				}
 			}
 		}
 		from = entries[len(entries)-1].Offset + 1
@@ -344,10 +364,11 @@ func (s *Store) append(ctx context.Context, cluster, stream, rv string, occs []*
 		return res, ErrClosed
 	}
 	s.expireLocked(cutoff)
-	seen := map[string]bool{}
+	seen := make(map[idKey]bool, len(occs))
 	for i, o := range occs {
-		id := o.GetEventId()
-		if id != "" {
+		var id idKey
+		if o.GetEventId() != "" {
+			id = keyOf(o.GetEventId())
 			if seen[id] {
 				res.Duplicates++
 				continue
@@ -360,6 +381,7 @@ func (s *Store) append(ctx context.Context, cluster, stream, rv string, occs []*
 				}
 				continue
 			}
+			s.evictLocked()
 			s.index[id] = idxEntry{at: nowNs, req: r}
 			s.order = append(s.order, idxItem{id, nowNs})
 			r.ids = append(r.ids, id)
@@ -544,7 +566,7 @@ func (s *Store) dropStoredAfterRepair(q []*request) {
 	for _, r := range q {
 		keep := 0
 		for i, id := range r.recIDs {
-			if id != "" {
+			if id != (idKey{}) {
 				if e, ok := s.index[id]; ok && e.req != r {
 					r.redup++
 					continue
@@ -585,14 +607,41 @@ func (s *Store) expireLocked(cutoff int64) {
 	i := 0
 	for ; i < len(s.order) && s.order[i].at < cutoff; i++ {
 		it := s.order[i]
-		if e, ok := s.index[it.id]; ok && e.at == it.at && e.req == nil {
-			delete(s.index, it.id)
+		if e, ok := s.index[it.key]; ok && e.at == it.at && e.req == nil {
+			delete(s.index, it.key)
 		}
 	}
 	if i > 0 {
 		s.order = s.order[i:]
 		if cap(s.order) > 1024 && len(s.order) < cap(s.order)/4 {
 			s.order = append([]idxItem(nil), s.order...)
+		}
+	}
+}
+
+// evictLocked makes room for one entry when the index is full, dropping the
+// oldest committed entries: de-duplication then covers less than the window,
+// which is counted and logged (the bound keeps memory finite).
+func (s *Store) evictLocked() {
+	if len(s.index) < s.cfg.DedupeMaxEntries {
+		return
+	}
+	n := 0
+	i := 0
+	for ; i < len(s.order) && len(s.index) >= s.cfg.DedupeMaxEntries; i++ {
+		it := s.order[i]
+		if e, ok := s.index[it.key]; ok && e.at == it.at && e.req == nil {
+			delete(s.index, it.key)
+			n++
+		}
+	}
+	s.order = s.order[i:]
+	if n > 0 {
+		s.m.dedupeEvicted.Add(float64(n))
+		if !s.evicted {
+			s.evicted = true
+			s.log.Warn("dedupe index full: evicting the oldest event ids before the window ends",
+				"dedupe_max_entries", s.cfg.DedupeMaxEntries, "dedupe_window", s.cfg.DedupeWindow)
 		}
 	}
 }

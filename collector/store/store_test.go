@@ -552,3 +552,35 @@ func TestCheckpointAheadOfLogIsIgnoredAndCleared(t *testing.T) {
 		t.Fatalf("cursor a = %q after reopen, want 10: a cleared checkpoint came back", rv)
 	}
 }
+
+func TestDedupeIndexIsBounded(t *testing.T) {
+	cfg := testConfig(t.TempDir())
+	cfg.DedupeMaxEntries = 100
+	s := mustOpen(t, cfg, options{})
+	ctx := context.Background()
+	for b := range 5 {
+		if _, err := s.Append(ctx, "c", "events", "", occs(b*50, 50)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(s.index); n > 100 {
+		t.Fatalf("index holds %d entries, bound 100", n)
+	}
+	if got := counter(t, s.m.dedupeEvicted); got != 150 {
+		t.Fatalf("dedupe_evicted_total = %v, want 150", got)
+	}
+	// The newest ids are still recognised; the evicted oldest are not.
+	res, _ := s.Append(ctx, "c", "events", "", occs(200, 50))
+	if res.Duplicates != 50 {
+		t.Fatalf("newest ids: %+v", res)
+	}
+	s.Close()
+	s = mustOpen(t, cfg, options{})
+	if n := len(s.index); n > 100 {
+		t.Fatalf("rebuilt index holds %d entries, bound 100", n)
+	}
+	res, _ = s.Append(ctx, "c", "events", "", occs(200, 50))
+	if res.Duplicates != 50 {
+		t.Fatalf("newest ids after reopen: %+v", res)
+	}
+}

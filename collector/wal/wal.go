@@ -296,8 +296,9 @@ func (w *WAL) scanLast(s *segment) (bool, error) {
 	}
 	if pos < s.size {
 		dropped := s.size - pos
-		w.repair = Repair{Segment: filepath.Base(s.path), Bytes: dropped,
-			Records: countDropped(f, pos, s.size, w.opts.MaxRecordBytes)}
+		w.repair.Segment = filepath.Base(s.path)
+		w.repair.Bytes += dropped
+		w.repair.Records += countDropped(f, pos, s.size, w.opts.MaxRecordBytes)
 		if err := f.Truncate(pos); err != nil {
 			return false, fmt.Errorf("truncate torn segment: %w", err)
 		}
