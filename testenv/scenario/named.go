@@ -329,7 +329,7 @@ func Deletion(p Params) (*Scenario, error) {
 	runSupervisorPod(b, sb)
 	runWorkload(b, sb)
 	ready(b, sb)
-	b.After(30 * time.Second).Delete(sb, TargetSandbox).Delete(sb, TargetWorkloadPod)
+	b.After(30*time.Second).Delete(sb, TargetSandbox).Delete(sb, TargetWorkloadPod)
 	if sb.HasSupervisorPod() {
 		b.Delete(sb, TargetSupervisorPod)
 	}

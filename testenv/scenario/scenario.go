@@ -212,7 +212,10 @@ func (b *Builder) SandboxCR(sb Sandbox) *Builder {
 }
 
 // WorkloadPod creates the workload pod (after the CR: it needs its UID).
-func (b *Builder) WorkloadPod(sb Sandbox) *Builder { b.add(step{kind: stepWorkloadPod, sb: sb}); return b }
+func (b *Builder) WorkloadPod(sb Sandbox) *Builder {
+	b.add(step{kind: stepWorkloadPod, sb: sb})
+	return b
+}
 
 // SupervisorPod creates the supervisor pod (newer generation).
 func (b *Builder) SupervisorPod(sb Sandbox) *Builder {
