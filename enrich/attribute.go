@@ -13,6 +13,8 @@ type compiledRules struct {
 	supervisorImage map[string]bool
 	bootstrapImage  map[string]bool
 	shared          map[string]bool
+	// Maps as slices: ranging over a map on the hot path is slow.
+	supervisorLabels, managedLabels [][2]string
 }
 
 func compileRules(r Rules) compiledRules {
@@ -23,12 +25,21 @@ func compileRules(r Rules) compiledRules {
 		}
 		return m
 	}
+	pairs := func(m map[string]string) [][2]string {
+		out := make([][2]string, 0, len(m))
+		for k, v := range m {
+			out = append(out, [2]string{k, v})
+		}
+		return out
+	}
 	return compiledRules{
-		Rules:           r,
-		workloadImage:   set(r.WorkloadImageContainers),
-		supervisorImage: set(r.SupervisorImageContainers),
-		bootstrapImage:  set(r.BootstrapImageContainers),
-		shared:          set(r.SharedNamespaces),
+		supervisorLabels: pairs(r.SupervisorLabels),
+		managedLabels:    pairs(r.ManagedNamespaceLabels),
+		Rules:            r,
+		workloadImage:    set(r.WorkloadImageContainers),
+		supervisorImage:  set(r.SupervisorImageContainers),
+		bootstrapImage:   set(r.BootstrapImageContainers),
+		shared:           set(r.SharedNamespaces),
 	}
 }
 
@@ -128,13 +139,12 @@ func (e *Enricher) attributePod(a *attribution, ns, name string) {
 	var cr *Sandbox
 	ownerMissing := false
 	if pod != nil {
-		switch {
-		case firstKey(pod.Annotations, e.rules.SandboxIDKeys) != "":
-			id, rule = firstKey(pod.Annotations, e.rules.SandboxIDKeys), eventpipev1.AttributionPodAnnotation
-		case firstKey(pod.Labels, e.rules.SandboxIDKeys) != "":
-			id, rule = firstKey(pod.Labels, e.rules.SandboxIDKeys), eventpipev1.AttributionPodLabel
-		case firstKey(pod.Labels, e.rules.BoundaryPairLabels) != "":
-			id, rule = firstKey(pod.Labels, e.rules.BoundaryPairLabels), eventpipev1.AttributionBoundaryPair
+		if id = firstKey(pod.Annotations, e.rules.SandboxIDKeys); id != "" {
+			rule = eventpipev1.AttributionPodAnnotation
+		} else if id = firstKey(pod.Labels, e.rules.SandboxIDKeys); id != "" {
+			rule = eventpipev1.AttributionPodLabel
+		} else if id = firstKey(pod.Labels, e.rules.BoundaryPairLabels); id != "" {
+			rule = eventpipev1.AttributionBoundaryPair
 		}
 	}
 	if rule == "" {
@@ -302,11 +312,11 @@ func (e *Enricher) describe(cr *Sandbox, obj *Meta, ns, id string) (*eventpipev1
 }
 
 func (e *Enricher) isManaged(ns *Namespace) bool {
-	if len(e.rules.ManagedNamespaceLabels) == 0 {
+	if len(e.rules.managedLabels) == 0 {
 		return false
 	}
-	for k, v := range e.rules.ManagedNamespaceLabels {
-		if got, ok := ns.Labels[k]; !ok || got != v {
+	for _, kv := range e.rules.managedLabels {
+		if got, ok := ns.Labels[kv[0]]; !ok || got != kv[1] {
 			return false
 		}
 	}
@@ -350,9 +360,9 @@ func (e *Enricher) ownerSandbox(ns string, owners []Owner) (cr *Sandbox, owned b
 
 // isSupervisorPod: supervisor labels, or the naming rule.
 func (e *Enricher) isSupervisorPod(name string, pod *Pod) bool {
-	if pod != nil {
-		for k, v := range e.rules.SupervisorLabels {
-			if pod.Labels[k] == v && v != "" {
+	if pod != nil && len(pod.Labels) > 0 {
+		for _, kv := range e.rules.supervisorLabels {
+			if kv[1] != "" && pod.Labels[kv[0]] == kv[1] {
 				return true
 			}
 		}

@@ -27,6 +27,21 @@ var successReasons = map[string]bool{
 	"Scheduled": true, "Killing": true, "SandboxChanged": true,
 }
 
+// candidateReasons may carry a pull failure in their message (kubelet's
+// Failed, BackOff and InspectFailed, the old FailedSync wrapper, a sandbox
+// image pull in FailedCreatePodSandBox). Other reasons are only scanned
+// when they mention Pull or Image (e.g. a driver's ImagePullFailed); the
+// rest (Unhealthy, Killing, FailedMount, ...) never are, which keeps the
+// common case cheap.
+var candidateReasons = map[string]bool{
+	"": true, "Failed": true, "BackOff": true, "InspectFailed": true, "FailedSync": true,
+	"FailedCreatePodSandBox": true, "ImageInspectError": true,
+}
+
+func candidateReason(reason string) bool {
+	return candidateReasons[reason] || strings.Contains(reason, "Pull") || strings.Contains(reason, "Image")
+}
+
 // pullMarkers in a (lower-cased) message make an event of another reason
 // (Failed, BackOff, FailedSync, FailedCreatePodSandBox, ...) a pull failure.
 var pullMarkers = []string{
@@ -151,7 +166,7 @@ func ClassifyPull(reason, message string) (category, image, detail string, ok bo
 	if len(message) > maxClassifyBytes {
 		message = message[:maxClassifyBytes]
 	}
-	if successReasons[reason] {
+	if successReasons[reason] || (!pullReasons[reason] && !candidateReason(reason)) {
 		return "", "", "", false
 	}
 	image = imageFromMessage(message)

@@ -59,39 +59,43 @@ func (e *Enricher) enrich(ev *Event, observedAt time.Time, source string, backof
 func (e *Enricher) enrichEvent(ev *Event, observedAt time.Time, source string, backoff bool) (*eventpipev1.Occurrence, bool) {
 	occurredAt := OccurrenceTime(ev, observedAt)
 	msg, truncated := truncateUTF8(ev.Message, e.cfg.MaxMessageBytes)
-	o := &eventpipev1.Occurrence{
-		SchemaVersion: eventpipev1.SchemaVersion,
-		EventId:       clean(ev.UID) + "/" + clean(ev.ResourceVersion),
-		OccurredAt:    timestamppb.New(occurredAt),
-		ObservedAt:    timestamppb.New(nonZero(observedAt, occurredAt)),
-		Cluster:       clean(e.cfg.Cluster),
-		Namespace:     clean(ev.Namespace),
-		Event: &eventpipev1.EventRef{
-			Name:            clean(ev.Name),
-			Uid:             clean(ev.UID),
-			ResourceVersion: clean(ev.ResourceVersion),
-			ApiVersion:      clean(ev.APIVersion),
-		},
-		InvolvedObject: &eventpipev1.ObjectRef{
-			Kind:       clean(ev.Involved.Kind),
-			ApiVersion: clean(ev.Involved.APIVersion),
-			Namespace:  clean(ev.Involved.Namespace),
-			Name:       clean(ev.Involved.Name),
-			Uid:        clean(ev.Involved.UID),
-			FieldPath:  clean(ev.Involved.FieldPath),
-		},
-		Type:               clean(ev.Type),
-		Reason:             clean(ev.Reason),
-		Message:            msg,
-		MessageTruncated:   truncated,
-		Count:              max(ev.Count, 1),
-		ReportingComponent: clean(ev.ReportingComponent),
-		ReportingInstance:  clean(ev.ReportingInstance),
-		Action:             clean(ev.Action),
-	}
+	// One allocation for the occurrence and its always-present parts.
+	blk := &occAlloc{}
+	o := &blk.o
+	o.SchemaVersion = eventpipev1.SchemaVersion
+	o.EventId = clean(ev.UID) + "/" + clean(ev.ResourceVersion)
+	setTime(&blk.occurred, occurredAt)
+	setTime(&blk.observed, nonZero(observedAt, occurredAt))
+	o.OccurredAt, o.ObservedAt = &blk.occurred, &blk.observed
+	o.Cluster = clean(e.cfg.Cluster)
+	o.Namespace = clean(ev.Namespace)
+	blk.ev.Name, blk.ev.Uid, blk.ev.ResourceVersion, blk.ev.ApiVersion = clean(ev.Name), clean(ev.UID), clean(ev.ResourceVersion), clean(ev.APIVersion)
+	o.Event = &blk.ev
+	r := &ev.Involved
+	blk.obj.Kind, blk.obj.ApiVersion, blk.obj.Namespace = clean(r.Kind), clean(r.APIVersion), clean(r.Namespace)
+	blk.obj.Name, blk.obj.Uid, blk.obj.FieldPath = clean(r.Name), clean(r.UID), clean(r.FieldPath)
+	o.InvolvedObject = &blk.obj
+	o.Type, o.Reason = clean(ev.Type), clean(ev.Reason)
+	o.Message, o.MessageTruncated = msg, truncated
+	o.Count = max(ev.Count, 1)
+	o.ReportingComponent, o.ReportingInstance = clean(ev.ReportingComponent), clean(ev.ReportingInstance)
+	o.Action = clean(ev.Action)
 	a := e.attribute(&ev.Involved, ev.Namespace)
 	e.fill(o, a, ev, occurredAt, source, backoff)
 	return o, a.missing
+}
+
+// occAlloc holds an occurrence and the parts every occurrence has, so they
+// cost one allocation.
+type occAlloc struct {
+	o                  eventpipev1.Occurrence
+	ev                 eventpipev1.EventRef
+	obj                eventpipev1.ObjectRef
+	occurred, observed timestamppb.Timestamp
+}
+
+func setTime(ts *timestamppb.Timestamp, t time.Time) {
+	ts.Seconds, ts.Nanos = t.Unix(), int32(t.Nanosecond())
 }
 
 // fill sets the attribution, role, container, image, pull failure and

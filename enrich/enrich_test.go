@@ -121,7 +121,7 @@ func TestAttribution(t *testing.T) {
 			want{eventpipev1.AttributionPodName, eventpipev1.RoleWorkload, seedID, "img-missing", "repro", "openshell", false}},
 		{"pod name == CR name, pod not cached yet", func() *maps {
 			m := seedWorld()
-			delete(m.pods, seedNS+"/img-missing")
+			delete(m.pods, nsName{seedNS, "img-missing"})
 			return m
 		}, ObjectRef{Kind: "Pod", Name: "img-missing"},
 			want{eventpipev1.AttributionPodName, eventpipev1.RoleWorkload, seedID, "img-missing", "repro", "openshell", true}},
@@ -151,7 +151,7 @@ func TestAttribution(t *testing.T) {
 			want{eventpipev1.AttributionPVCName, eventpipev1.RoleVolume, seedID, "img-missing", "repro", "openshell", false}},
 		{"PVC not cached, name rule", func() *maps {
 			m := seedWorld()
-			delete(m.pvcs, seedNS+"/workspace-img-missing")
+			delete(m.pvcs, nsName{seedNS, "workspace-img-missing"})
 			return m
 		}, ObjectRef{Kind: "PersistentVolumeClaim", Name: "workspace-img-missing"},
 			want{eventpipev1.AttributionPVCName, eventpipev1.RoleVolume, seedID, "img-missing", "repro", "openshell", false}},

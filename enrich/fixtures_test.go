@@ -5,26 +5,28 @@ import (
 )
 
 // maps is a test Lookups backed by maps.
+type nsName struct{ ns, name string }
+
 type maps struct {
-	pods       map[string]*Pod
-	pvcs       map[string]*PVC
+	pods       map[nsName]*Pod
+	pvcs       map[nsName]*PVC
 	namespaces map[string]*Namespace
-	sandboxes  map[string]*Sandbox
+	sandboxes  map[nsName]*Sandbox
 	byUID      map[string]*Sandbox
 }
 
 func newMaps() *maps {
-	return &maps{pods: map[string]*Pod{}, pvcs: map[string]*PVC{}, namespaces: map[string]*Namespace{}, sandboxes: map[string]*Sandbox{}, byUID: map[string]*Sandbox{}}
+	return &maps{pods: map[nsName]*Pod{}, pvcs: map[nsName]*PVC{}, namespaces: map[string]*Namespace{}, sandboxes: map[nsName]*Sandbox{}, byUID: map[string]*Sandbox{}}
 }
 
-func (m *maps) Pod(ns, name string) (*Pod, bool) { p, ok := m.pods[ns+"/"+name]; return p, ok }
-func (m *maps) PVC(ns, name string) (*PVC, bool) { p, ok := m.pvcs[ns+"/"+name]; return p, ok }
+func (m *maps) Pod(ns, name string) (*Pod, bool) { p, ok := m.pods[nsName{ns, name}]; return p, ok }
+func (m *maps) PVC(ns, name string) (*PVC, bool) { p, ok := m.pvcs[nsName{ns, name}]; return p, ok }
 func (m *maps) Namespace(name string) (*Namespace, bool) {
 	n, ok := m.namespaces[name]
 	return n, ok
 }
 func (m *maps) Sandbox(ns, name string) (*Sandbox, bool) {
-	s, ok := m.sandboxes[ns+"/"+name]
+	s, ok := m.sandboxes[nsName{ns, name}]
 	return s, ok
 }
 func (m *maps) SandboxByUID(uid string) (*Sandbox, bool) {
@@ -33,11 +35,11 @@ func (m *maps) SandboxByUID(uid string) (*Sandbox, bool) {
 }
 func (m *maps) lookups() Lookups { return Lookups{Pods: m, PVCs: m, Namespaces: m, Sandboxes: m} }
 
-func (m *maps) addPod(p *Pod)      { m.pods[p.Namespace+"/"+p.Name] = p }
-func (m *maps) addPVC(p *PVC)      { m.pvcs[p.Namespace+"/"+p.Name] = p }
+func (m *maps) addPod(p *Pod)      { m.pods[nsName{p.Namespace, p.Name}] = p }
+func (m *maps) addPVC(p *PVC)      { m.pvcs[nsName{p.Namespace, p.Name}] = p }
 func (m *maps) addNS(n *Namespace) { m.namespaces[n.Name] = n }
 func (m *maps) addSandbox(s *Sandbox) {
-	m.sandboxes[s.Namespace+"/"+s.Name] = s
+	m.sandboxes[nsName{s.Namespace, s.Name}] = s
 	if s.UID != "" {
 		m.byUID[s.UID] = s
 	}
