@@ -46,6 +46,9 @@ type Options struct {
 	// Now is the clock (default time.Now); the scenario's last step is
 	// stamped Now() at the start of Play.
 	Now func() time.Time
+	// Limiter, when set, is waited on before every Event write (create or
+	// repeat): the load generator's rate control.
+	Limiter interface{ Wait(context.Context) error }
 }
 
 // PlayedEvent is one Event object as Play left it.
@@ -90,6 +93,7 @@ func Play(ctx context.Context, c Clients, s *Scenario) (*Result, error) {
 
 type player struct {
 	c       Clients
+	limiter interface{ Wait(context.Context) error }
 	base    time.Time
 	uids    map[objKey]string
 	core    map[string]*corev1.Event
@@ -106,7 +110,7 @@ func PlayWith(ctx context.Context, c Clients, s *Scenario, o Options) (*Result, 
 	if o.Now != nil {
 		now = o.Now
 	}
-	p := &player{c: c, base: now().Add(-s.Duration()), uids: map[objKey]string{},
+	p := &player{c: c, limiter: o.Limiter, base: now().Add(-s.Duration()), uids: map[objKey]string{},
 		core: map[string]*corev1.Event{}, ev1: map[string]*eventsv1.Event{},
 		counts: map[string]int32{}, played: map[string]*PlayedEvent{}}
 	for i, st := range s.steps {
@@ -217,9 +221,15 @@ func (p *player) step(ctx context.Context, st step) error {
 			_, err = rc.UpdateStatus(ctx, cr, metav1.UpdateOptions{})
 			return err
 		})
-	case stepEvent:
-		return p.createEvent(ctx, st)
-	case stepRepeat:
+	case stepEvent, stepRepeat:
+		if p.limiter != nil {
+			if err := p.limiter.Wait(ctx); err != nil {
+				return fmt.Errorf("rate limiter: %w", err)
+			}
+		}
+		if st.kind == stepEvent {
+			return p.createEvent(ctx, st)
+		}
 		return p.repeatEvent(ctx, st)
 	case stepDelete:
 		return p.delete(ctx, st.obj, sb)

@@ -415,3 +415,33 @@ func fieldPath(container string, init bool) string {
 }
 
 func typesUID(s string) types.UID { return types.UID(s) }
+
+// EventInfo describes one Event a scenario writes, as built (before Play
+// names it). Message may contain $(UID), replaced at play time by the
+// involved object's UID.
+type EventInfo struct {
+	Key       string
+	API       API
+	Type      string
+	Reason    string
+	Message   string
+	Component string
+	Container string
+	Init      bool
+	Target    Target
+	Sandbox   Sandbox
+	Expect    Expectation
+}
+
+// Events lists the Events the scenario writes, in creation order.
+func (s *Scenario) Events() []EventInfo {
+	out := make([]EventInfo, len(s.events))
+	for i, e := range s.events {
+		out[i] = EventInfo{Key: e.key, API: e.api, Type: e.typ, Reason: e.reason, Message: e.message,
+			Component: e.component, Container: e.container, Init: e.init, Target: e.target, Sandbox: e.sb, Expect: e.expect}
+	}
+	return out
+}
+
+// FieldPath is the involvedObject.fieldPath the event carries.
+func (e EventInfo) FieldPath() string { return fieldPath(e.Container, e.Init) }
