@@ -1,0 +1,438 @@
+package agent
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/eventpipe/eventpipe/testenv/kube"
+)
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// eventpipeBinary builds ./cmd/eventpipe once per test binary.
+func eventpipeBinary(t testing.TB) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		root, err := kube.RepoRoot()
+		if err != nil {
+			buildErr = err
+			return
+		}
+		dir, err := os.MkdirTemp("", "eventpipe-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "eventpipe")
+		cmd := exec.Command("go", "build", "-o", binPath, "./cmd/eventpipe")
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build ./cmd/eventpipe: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binPath
+}
+
+// child is an `eventpipe agent` process.
+type child struct {
+	name    string
+	cmd     *exec.Cmd
+	metrics string // http address
+	log     string
+	done    chan struct{}
+}
+
+func freeAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// startChild runs `eventpipe agent` with the least-privilege kubeconfig.
+func startChild(t testing.TB, dir, name string, args ...string) *child {
+	t.Helper()
+	bin := eventpipeBinary(t)
+	addr := freeAddr(t)
+	logPath := filepath.Join(dir, name+".log")
+	lf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := append([]string{"agent", "--kubeconfig", agentKubeconfig(t, dir), "--listen", addr, "--collector-insecure", "--identity", name}, args...)
+	cmd := exec.Command(bin, all...)
+	cmd.Stdout, cmd.Stderr = lf, lf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start agent %s: %v", name, err)
+	}
+	c := &child{name: name, cmd: cmd, metrics: addr, log: logPath, done: make(chan struct{})}
+	go func() {
+		_ = cmd.Wait()
+		lf.Close()
+		close(c.done)
+	}()
+	t.Cleanup(func() {
+		c.kill()
+		if t.Failed() {
+			b, _ := os.ReadFile(logPath)
+			t.Logf("agent %s log (tail):\n%s", name, tail(string(b), 4000))
+		}
+	})
+	return c
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+func (c *child) kill() {
+	select {
+	case <-c.done:
+		return
+	default:
+	}
+	_ = c.cmd.Process.Signal(syscall.SIGKILL)
+	<-c.done
+}
+
+func (c *child) stop(t testing.TB) {
+	_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-c.done:
+	case <-time.After(20 * time.Second):
+		t.Errorf("agent %s did not stop on SIGTERM", c.name)
+		c.kill()
+	}
+}
+
+// metric reads one sample sum from the child's /metrics (text format);
+// labels is a substring filter like `method="watchlist"`.
+func (c *child) metric(name, labels string) (float64, error) {
+	resp, err := http.Get("http://" + c.metrics + "/metrics")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	var sum float64
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, name) || (len(line) > len(name) && line[len(name)] != '{' && line[len(name)] != ' ') {
+			continue
+		}
+		if labels != "" && !strings.Contains(line, labels) {
+			continue
+		}
+		f := strings.Fields(line)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err == nil {
+			sum += v
+		}
+	}
+	return sum, sc.Err()
+}
+
+func (c *child) ready() bool {
+	resp, err := http.Get("http://" + c.metrics + "/readyz")
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+// ---- load ----
+
+// loadGen writes core/v1 Events into one namespace, as kubelet would, and
+// remembers every occurrence it created (UID/resourceVersion).
+type loadGen struct {
+	cs kubernetes.Interface
+	ns string
+
+	mu  sync.Mutex
+	ids map[string]bool // event_id
+}
+
+func newLoadGen(t testing.TB, ns string) *loadGen {
+	t.Helper()
+	cs, err := kubernetes.NewForConfig(cluster.AdminConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = cs.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	return &loadGen{cs: cs, ns: ns, ids: map[string]bool{}}
+}
+
+// run creates n Events at about rate per second with workers goroutines.
+func (g *loadGen) run(ctx context.Context, n, rate, workers int) error {
+	interval := time.Duration(float64(time.Second) * float64(workers) / float64(rate))
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	next := make(chan int)
+	go func() {
+		defer close(next)
+		for i := 0; i < n; i++ {
+			select {
+			case next <- i:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t := time.NewTicker(interval)
+			defer t.Stop()
+			for i := range next {
+				if err := g.create(ctx, i); err != nil {
+					errs <- err
+					return
+				}
+				select {
+				case <-t.C:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+func (g *loadGen) create(ctx context.Context, i int) error {
+	now := metav1.Now()
+	pod := fmt.Sprintf("load-%d", i%200)
+	e := &corev1.Event{
+		ObjectMeta:     metav1.ObjectMeta{Name: fmt.Sprintf("%s.%x", pod, now.UnixNano()+int64(i)), Namespace: g.ns},
+		InvolvedObject: corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: g.ns, Name: pod, FieldPath: "spec.containers{agent}"},
+		Reason:         "Pulling", Message: fmt.Sprintf("Pulling image \"example.com/load:%d\"", i), Type: corev1.EventTypeNormal,
+		Source: corev1.EventSource{Component: "kubelet", Host: "node-1"}, FirstTimestamp: now, LastTimestamp: now, Count: 1,
+	}
+	for attempt := 0; ; attempt++ {
+		out, err := g.cs.CoreV1().Events(g.ns).Create(ctx, e, metav1.CreateOptions{})
+		if err == nil {
+			g.mu.Lock()
+			g.ids[string(out.UID)+"/"+out.ResourceVersion] = true
+			g.mu.Unlock()
+			return nil
+		}
+		if ctx.Err() != nil || attempt > 20 {
+			return fmt.Errorf("create event: %w", err)
+		}
+		time.Sleep(100 * time.Millisecond) // the apiserver may be restarting
+	}
+}
+
+func (g *loadGen) created() map[string]bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	out := make(map[string]bool, len(g.ids))
+	for k := range g.ids {
+		out[k] = true
+	}
+	return out
+}
+
+// checkDelivered waits until every created occurrence is in the collector
+// and checks that none is stored twice.
+func checkDelivered(t *testing.T, col *testCollector, g *loadGen, within time.Duration) {
+	t.Helper()
+	want := g.created()
+	var stored map[string]int
+	waitFor(t, within, "every created Event at the collector", func() (bool, string) {
+		stored = map[string]int{}
+		for _, o := range col.all(t) {
+			if o.GetNamespace() == g.ns {
+				stored[o.GetEventId()]++
+			}
+		}
+		missing := 0
+		for id := range want {
+			if stored[id] == 0 {
+				missing++
+			}
+		}
+		return missing == 0, fmt.Sprintf("%d of %d missing", missing, len(want))
+	})
+	dups := 0
+	for id, n := range stored {
+		if n > 1 {
+			dups++
+			t.Errorf("event %s stored %d times", id, n)
+		}
+		if !want[id] {
+			t.Errorf("stored occurrence %s was never created", id)
+		}
+	}
+	t.Logf("%d created, %d stored, %d stored twice", len(want), len(stored), dups)
+}
+
+// ---- tests ----
+
+// TestSIGKILLUnderLoad kills the agent process with SIGKILL while Events are
+// being written, restarts it, and checks that the collector has every Event
+// exactly once.
+func TestSIGKILLUnderLoad(t *testing.T) {
+	dir := t.TempDir()
+	col := startCollector(t, dir)
+	args := []string{"--collector", col.addr(), "--cluster", "kill", "--leader-elect=false"}
+	a := startChild(t, dir, "agent-1", args...)
+	waitFor(t, 60*time.Second, "agent ready", func() (bool, string) { return a.ready(), "" })
+
+	g := newLoadGen(t, "load-kill")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	loadDone := make(chan error, 1)
+	go func() { loadDone <- g.run(ctx, 3000, 400, 8) }()
+	time.Sleep(3 * time.Second)
+	a.kill()
+	t.Logf("agent killed with %d events created", len(g.created()))
+	time.Sleep(2 * time.Second)
+	b := startChild(t, dir, "agent-2", args...)
+	if err := <-loadDone; err != nil {
+		t.Fatal(err)
+	}
+	checkDelivered(t, col, g, 60*time.Second)
+	if n, err := b.metric("eventpipe_agent_relists_total", ""); err != nil || n != 0 {
+		t.Errorf("restarted agent relisted %v times (err %v), want 0: it must resume from the collector's cursor", n, err)
+	}
+}
+
+// TestResumeAfterCompaction stops the agent, writes Events, compacts etcd so
+// the agent's cursor is gone (410), and checks that the restarted agent
+// relists and the collector ends with every Event exactly once.
+func TestResumeAfterCompaction(t *testing.T) {
+	dir := t.TempDir()
+	col := startCollector(t, dir)
+	args := []string{"--collector", col.addr(), "--cluster", "compact", "--leader-elect=false"}
+	a := startChild(t, dir, "agent-1", args...)
+	waitFor(t, 60*time.Second, "agent ready", func() (bool, string) { return a.ready(), "" })
+	g := newLoadGen(t, "load-compact")
+	ctx := context.Background()
+	if err := g.run(ctx, 500, 500, 4); err != nil {
+		t.Fatal(err)
+	}
+	checkDelivered(t, col, g, 60*time.Second)
+	a.stop(t)
+	if err := g.run(ctx, 500, 500, 4); err != nil {
+		t.Fatal(err)
+	}
+	rev, err := cluster.Compact(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("compacted etcd at revision %d", rev)
+	b := startChild(t, dir, "agent-2", args...)
+	checkDelivered(t, col, g, 60*time.Second)
+	expired, _ := b.metric("eventpipe_agent_watch_expired_total", "")
+	relists, _ := b.metric("eventpipe_agent_relists_total", "")
+	if expired < 1 || relists < 1 {
+		t.Errorf("after compaction: watch_expired_total=%v relists_total=%v, want both >= 1", expired, relists)
+	}
+}
+
+// TestLeaderFailover runs two replicas with leader election, kills the
+// leader under load, and checks that the other takes over from the
+// collector's cursor with nothing lost or stored twice.
+func TestLeaderFailover(t *testing.T) {
+	dir := t.TempDir()
+	col := startCollector(t, dir)
+	cfgPath := filepath.Join(dir, "agent.yaml")
+	if err := os.WriteFile(cfgPath, []byte(`leaderElection:
+  enabled: true
+  namespace: eventpipe
+  name: eventpipe-agent-failover
+  leaseDuration: 4s
+  renewDeadline: 3s
+  retryPeriod: 500ms
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"--config", cfgPath, "--collector", col.addr(), "--cluster", "failover"}
+	reps := map[string]*child{
+		"replica-a": startChild(t, dir, "replica-a", args...),
+		"replica-b": startChild(t, dir, "replica-b", args...),
+	}
+	cs, err := kubernetes.NewForConfig(cluster.AdminConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder := func() string {
+		l, err := cs.CoordinationV1().Leases("eventpipe").Get(context.Background(), "eventpipe-agent-failover", metav1.GetOptions{})
+		if err != nil || l.Spec.HolderIdentity == nil {
+			return ""
+		}
+		return *l.Spec.HolderIdentity
+	}
+	var leader string
+	waitFor(t, 60*time.Second, "a leader", func() (bool, string) {
+		leader = holder()
+		c, ok := reps[leader]
+		if !ok {
+			return false, "no holder"
+		}
+		n, _ := c.metric("eventpipe_agent_leader", "")
+		return n == 1 && c.ready(), leader
+	})
+	g := newLoadGen(t, "load-failover")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	loadDone := make(chan error, 1)
+	go func() { loadDone <- g.run(ctx, 3000, 400, 8) }()
+	time.Sleep(3 * time.Second)
+	reps[leader].kill()
+	t.Logf("leader %s killed with %d events created", leader, len(g.created()))
+	var other *child
+	for n, c := range reps {
+		if n != leader {
+			other = c
+		}
+	}
+	waitFor(t, 30*time.Second, "the other replica to lead", func() (bool, string) {
+		n, _ := other.metric("eventpipe_agent_leader", "")
+		return n == 1, holder()
+	})
+	if err := <-loadDone; err != nil {
+		t.Fatal(err)
+	}
+	checkDelivered(t, col, g, 60*time.Second)
+}
