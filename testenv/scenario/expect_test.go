@@ -7,6 +7,7 @@ import (
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
 	"github.com/eventpipe/eventpipe/enrich"
 	"github.com/eventpipe/eventpipe/testenv/scenario"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // The expectations the scenarios hand to the agent's tests agree with the
@@ -98,3 +99,5 @@ func TestNamingRules(t *testing.T) {
 		t.Errorf("NewUUID() = %q, not a UUIDv4", u)
 	}
 }
+
+func typesUID(s string) types.UID { return types.UID(s) }
