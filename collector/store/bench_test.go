@@ -24,7 +24,19 @@ func BenchmarkAppend(b *testing.B) {
 	for _, batch := range []int{100, 500} {
 		for _, appenders := range []int{1, 8} {
 			b.Run(fmt.Sprintf("batch=%d/appenders=%d", batch, appenders), func(b *testing.B) {
-				benchAppend(b, batch, appenders)
+				benchAppend(b, batch, appenders, true)
+			})
+		}
+	}
+}
+
+// BenchmarkAppendNoFsync is the same load with fsync off, to show what
+// durability costs on this disk (fsync=false is not a production setting).
+func BenchmarkAppendNoFsync(b *testing.B) {
+	for _, batch := range []int{100, 500} {
+		for _, appenders := range []int{1, 8} {
+			b.Run(fmt.Sprintf("batch=%d/appenders=%d", batch, appenders), func(b *testing.B) {
+				benchAppend(b, batch, appenders, false)
 			})
 		}
 	}
@@ -38,8 +50,9 @@ func mustMarshalB(b *testing.B) []byte {
 	return out
 }
 
-func benchAppend(b *testing.B, batch, appenders int) {
+func benchAppend(b *testing.B, batch, appenders int, fsync bool) {
 	cfg := testConfig(b.TempDir())
+	cfg.Fsync = fsync
 	s := mustOpen(b, cfg, options{})
 	var next atomic.Int64
 	lats := make([][]time.Duration, appenders)

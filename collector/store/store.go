@@ -54,9 +54,10 @@ type Store struct {
 	ckptErr  error
 
 	mu        sync.Mutex
-	index     map[idKey]idxEntry
-	order     []idxItem // insertion order, for expiry and eviction
-	evicted   bool      // logged the first eviction
+	index     map[idKey]int64    // committed ids -> stored-at (no pointers: the GC skips it)
+	pending   map[idKey]*request // ids reserved by batches not committed yet
+	order     []idxItem          // insertion order, for expiry and eviction
+	evicted   bool               // logged the first eviction
 	cursors   map[streamKey]string
 	consumers map[string]uint64 // committed offset per known consumer
 	lost      map[string]uint64
@@ -69,11 +70,6 @@ type Store struct {
 }
 
 var _ sinks.Source = (*Store)(nil)
-
-type idxEntry struct {
-	at  int64    // stored-at, unix nanos
-	req *request // non-nil while the storing batch is not committed
-}
 
 type idxItem struct {
 	key idKey
@@ -99,6 +95,7 @@ type request struct {
 	ids    []idKey // ids reserved by this request
 	redup  int     // records dropped as duplicates after a repair
 	deps   []*request
+	at     int64 // stored-at of its records, unix nanos
 	first  uint64
 	err    error
 	wake   chan bool     // false: done; true: lead the next round
@@ -207,11 +204,8 @@ func (s *Store) openLocked() error {
 	}
 	s.ckpt, s.ckptErr = ckpt, nil
 	s.mu.Lock()
-	for id, e := range s.index {
-		if _, inLog := index[id]; e.req != nil && !inLog {
-			index[id] = e
-			order = append(order, idxItem{id, e.at})
-		}
+	if s.pending == nil {
+		s.pending = map[idKey]*request{}
 	}
 	s.index, s.order, s.cursors = index, order, cp.cursors
 	s.mu.Unlock()
@@ -220,8 +214,8 @@ func (s *Store) openLocked() error {
 }
 
 // rebuildIndex reads the records stored within the dedupe window.
-func (s *Store) rebuildIndex(w *wal.WAL) (map[idKey]idxEntry, []idxItem, error) {
-	index := map[idKey]idxEntry{}
+func (s *Store) rebuildIndex(w *wal.WAL) (map[idKey]int64, []idxItem, error) {
+	index := map[idKey]int64{}
 	var order []idxItem
 	cutoff := s.now().Add(-s.cfg.DedupeWindow)
 	from := uint64(0)
@@ -252,10 +246,10 @@ func (s *Store) rebuildIndex(w *wal.WAL) (map[idKey]idxEntry, []idxItem, error) 
 			}
 			if id := eventID(payload); id != "" {
 				k := keyOf(id)
-				index[k] = idxEntry{at: at.UnixNano()}
+				index[k] = at.UnixNano()
 				order = append(order, idxItem{k, at.UnixNano()})
 				for len(index) > s.cfg.DedupeMaxEntries && len(order) > 0 {
-					if e, ok := index[order[0].key]; ok && e.at == order[0].at {
+					if at, ok := index[order[0].key]; ok && at == order[0].at {
 						delete(index, order[0].key)
 					}
 					order = order[1:]
@@ -364,6 +358,7 @@ func (s *Store) append(ctx context.Context, cluster, stream, rv string, occs []*
 		return res, ErrClosed
 	}
 	s.expireLocked(cutoff)
+	r.at = nowNs
 	seen := make(map[idKey]bool, len(occs))
 	for i, o := range occs {
 		var id idKey
@@ -374,15 +369,17 @@ func (s *Store) append(ctx context.Context, cluster, stream, rv string, occs []*
 				continue
 			}
 			seen[id] = true
-			if e, ok := s.index[id]; ok && e.at >= cutoff {
+			if p, ok := s.pending[id]; ok {
 				res.Duplicates++
-				if e.req != nil {
-					r.deps = append(r.deps, e.req)
-				}
+				r.deps = append(r.deps, p)
+				continue
+			}
+			if at, ok := s.index[id]; ok && at >= cutoff {
+				res.Duplicates++
 				continue
 			}
 			s.evictLocked()
-			s.index[id] = idxEntry{at: nowNs, req: r}
+			s.pending[id] = r
 			s.order = append(s.order, idxItem{id, nowNs})
 			r.ids = append(r.ids, id)
 		}
@@ -524,8 +521,8 @@ func (s *Store) commitRound(q []*request) {
 		for _, r := range q {
 			r.err = err
 			for _, id := range r.ids {
-				if e, ok := s.index[id]; ok && e.req == r {
-					delete(s.index, id)
+				if s.pending[id] == r {
+					delete(s.pending, id)
 				}
 			}
 		}
@@ -538,8 +535,9 @@ func (s *Store) commitRound(q []*request) {
 		r.first = firsts[i]
 		stored += len(r.recs)
 		for _, id := range r.ids {
-			if e, ok := s.index[id]; ok && e.req == r {
-				s.index[id] = idxEntry{at: e.at}
+			if s.pending[id] == r {
+				delete(s.pending, id)
+				s.index[id] = r.at
 			}
 		}
 		if ckptErr != nil && r.rv != "" {
@@ -567,7 +565,7 @@ func (s *Store) dropStoredAfterRepair(q []*request) {
 		keep := 0
 		for i, id := range r.recIDs {
 			if id != (idKey{}) {
-				if e, ok := s.index[id]; ok && e.req != r {
+				if _, ok := s.index[id]; ok {
 					r.redup++
 					continue
 				}
@@ -607,7 +605,7 @@ func (s *Store) expireLocked(cutoff int64) {
 	i := 0
 	for ; i < len(s.order) && s.order[i].at < cutoff; i++ {
 		it := s.order[i]
-		if e, ok := s.index[it.key]; ok && e.at == it.at && e.req == nil {
+		if at, ok := s.index[it.key]; ok && at == it.at {
 			delete(s.index, it.key)
 		}
 	}
@@ -623,14 +621,14 @@ func (s *Store) expireLocked(cutoff int64) {
 // oldest committed entries: de-duplication then covers less than the window,
 // which is counted and logged (the bound keeps memory finite).
 func (s *Store) evictLocked() {
-	if len(s.index) < s.cfg.DedupeMaxEntries {
+	if len(s.index)+len(s.pending) < s.cfg.DedupeMaxEntries {
 		return
 	}
 	n := 0
 	i := 0
-	for ; i < len(s.order) && len(s.index) >= s.cfg.DedupeMaxEntries; i++ {
+	for ; i < len(s.order) && len(s.index)+len(s.pending) >= s.cfg.DedupeMaxEntries; i++ {
 		it := s.order[i]
-		if e, ok := s.index[it.key]; ok && e.at == it.at && e.req == nil {
+		if at, ok := s.index[it.key]; ok && at == it.at {
 			delete(s.index, it.key)
 			n++
 		}
