@@ -91,13 +91,14 @@ func BenchmarkPushVictoriaLogs(b *testing.B) {
 			s := newVLSink(b, vl, nil)
 			batch := benchRecords(n)
 			b.ResetTimer()
-			cpu0 := cpuTime()
+			cpu0, srv0 := cpuTime(), vl.CPUTime()
 			for i := 0; i < b.N; i++ {
 				if err := s.Push(context.Background(), batch); err != nil {
 					b.Fatal(err)
 				}
 			}
 			reportRates(b, n, cpu0)
+			b.ReportMetric(float64((vl.CPUTime()-srv0).Nanoseconds())/float64(b.N*n), "server-cpu-ns/occ")
 		})
 	}
 }
@@ -111,7 +112,7 @@ func BenchmarkRunnerVictoriaLogs(b *testing.B) {
 	for _, n := range benchBatches {
 		b.Run(fmt.Sprintf("batch=%d", n), func(b *testing.B) {
 			recs := benchRecords(total)
-			var cpuAll time.Duration
+			var cpuAll, srvAll time.Duration
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				b.StopTimer()
@@ -137,12 +138,13 @@ func BenchmarkRunnerVictoriaLogs(b *testing.B) {
 				ctx, cancel := context.WithCancel(context.Background())
 				done := make(chan error, 1)
 				b.StartTimer()
-				cpu0 := cpuTime()
+				cpu0, srv0 := cpuTime(), vl.CPUTime()
 				go func() { done <- r.Run(ctx) }()
 				for r.Status().Cursor < total {
 					time.Sleep(time.Millisecond)
 				}
 				cpuAll += cpuTime() - cpu0
+				srvAll += vl.CPUTime() - srv0
 				b.StopTimer()
 				cancel()
 				if err := <-done; err != nil {
@@ -155,6 +157,7 @@ func BenchmarkRunnerVictoriaLogs(b *testing.B) {
 			}
 			b.ReportMetric(float64(b.N*total)/b.Elapsed().Seconds(), "occ/s")
 			b.ReportMetric(float64(cpuAll.Nanoseconds())/float64(b.N*total), "client-cpu-ns/occ")
+			b.ReportMetric(float64(srvAll.Nanoseconds())/float64(b.N*total), "server-cpu-ns/occ")
 		})
 	}
 }

@@ -172,10 +172,17 @@ func (s *Sink) Push(ctx context.Context, batch []sinks.Record) error {
 		}
 	}
 	if len(failed) > 0 {
-		for i, err := range failed {
-			s.log.Warn("loki refused an occurrence for good; counted and dropped",
-				"offset", batch[i].Offset, "event_id", batch[i].Occurrence.GetEventId(), "err", err)
+		// One log line per batch, naming the first refused record.
+		first := -1
+		for i := range failed {
+			if first < 0 || i < first {
+				first = i
+			}
 		}
+		s.log.Warn("loki refused occurrences for good; counted and dropped",
+			"refused", len(failed), "batch", len(batch), "first_offset", batch[first].Offset,
+			"first_event_id", truncateUTF8(strings.ToValidUTF8(batch[first].Occurrence.GetEventId(), "?"), 128),
+			"first_err", failed[first])
 		return &sinks.PartialError{Failed: failed}
 	}
 	return nil

@@ -136,6 +136,37 @@ func (s *Server) Running() bool {
 	}
 }
 
+// CPUTime is the CPU time (user+system) the running process used so far,
+// read from /proc; zero when it is not running. Benchmarks use it to tell
+// the server's share of the work from the client's.
+func (s *Server) CPUTime() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return 0
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", s.cmd.Process.Pid))
+	if err != nil {
+		return 0
+	}
+	// Fields after the ")" that closes the command name: state is field 3,
+	// utime and stime are fields 14 and 15, in clock ticks (100 Hz on Linux).
+	rest := string(b)
+	if i := strings.LastIndexByte(rest, ')'); i >= 0 {
+		rest = rest[i+1:]
+	}
+	f := strings.Fields(rest)
+	if len(f) < 13 {
+		return 0
+	}
+	ut, err1 := strconv.ParseInt(f[11], 10, 64)
+	st, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0
+	}
+	return time.Duration(ut+st) * 10 * time.Millisecond
+}
+
 func (s *Server) start() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -157,7 +188,8 @@ func (s *Server) start() error {
 	)
 	cmd.Stdout = lf
 	cmd.Stderr = lf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Pdeathsig: a test binary killed by a timeout takes the server with it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		lf.Close()
 		return fmt.Errorf("exec %s: %w", s.bin, err)
@@ -342,6 +374,20 @@ func Binary() (string, error) {
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", fmt.Errorf("bin dir: %w", err)
+	}
+	// Test binaries of several packages run in parallel: one builds, the
+	// others wait for it.
+	lock, err := os.OpenFile(filepath.Join(dir, ".victoria-logs.lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return "", fmt.Errorf("build lock: %w", err)
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return "", fmt.Errorf("build lock: %w", err)
+	}
+	defer func() { _ = syscall.Flock(int(lock.Fd()), syscall.LOCK_UN) }()
+	if fi, err := os.Stat(bin); err == nil && fi.Mode().IsRegular() {
+		return bin, nil // built by another process meanwhile
 	}
 	var errs []error
 	for _, v := range []string{Version, FallbackVersion} {
