@@ -13,6 +13,7 @@ import (
 
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
 	"github.com/eventpipe/eventpipe/collector/store"
+	"github.com/eventpipe/eventpipe/sinks"
 )
 
 // DefaultStream is the stream name used when a batch or GetCursor names none.
@@ -22,6 +23,7 @@ const DefaultStream = "events"
 type ingestLog interface {
 	Append(ctx context.Context, cluster, stream, resourceVersion string, occs []*eventpipev1.Occurrence) (store.AppendResult, error)
 	ClusterCursor(cluster, stream string) (string, bool)
+	Read(ctx context.Context, from uint64, max int) ([]sinks.Record, uint64, error)
 }
 
 // ingestServer implements eventpipe.v1.Ingest. A Batch is acknowledged only
@@ -47,38 +49,47 @@ func (s *ingestServer) GetCursor(ctx context.Context, req *eventpipev1.GetCursor
 }
 
 // pending is one received batch on its way to the log. done is closed when
-// Append returned; ack or err is then set.
+// its append is over; ack or err is then set.
 type pending struct {
 	batch    *eventpipev1.Batch
+	occs     []*eventpipev1.Occurrence // sanitized
 	received time.Time
 	done     chan struct{}
 	ack      *eventpipev1.Ack
 	err      error
 }
 
-// Ship receives batches and appends up to s.pipeline of them concurrently
-// (so their fsyncs group), and sends acks strictly in the order the batches
-// arrived. Backpressure: when s.pipeline batches are in flight the receive
-// loop stops calling Recv, so gRPC flow control slows the agent; nothing is
-// buffered beyond that bound.
+// Ship receives batches, appends them in arrival order and sends their acks
+// in that order, each only after its batch is durable.
 //
-// Batches of one Ship stream enter the log in arrival order: each append
-// waits until the previous batch of the stream was appended (see
-// appendStarted), so the cluster cursor only moves forward.
+// Pipelining: up to s.pipeline batches of a stream are in flight. While one
+// append (one group commit of the log) runs, the receiver keeps reading;
+// the batches that arrived meanwhile go to the log together in the next
+// Append call, in order, so they share one fsync and the log keeps the
+// stream's order (and the cluster cursor never moves backwards).
+// Backpressure: with s.pipeline batches in flight the receiver stops
+// calling Recv, so gRPC flow control slows the agent; nothing is buffered
+// beyond that bound.
 func (s *ingestServer) Ship(stream eventpipev1.Ingest_ShipServer) error {
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
-	p := principalFrom(ctx)
 	who := "unknown"
-	if p != nil {
+	if p := principalFrom(ctx); p != nil {
 		who = p.Name
 	}
 
-	inflight := make(chan *pending, s.pipeline)
+	inflight := make(chan *pending, s.pipeline) // ack order
+	toAppend := make(chan *pending, s.pipeline)
 	recvErr := make(chan error, 1)
 	go func() {
 		defer close(inflight)
-		recvErr <- s.receive(ctx, stream, inflight)
+		defer close(toAppend)
+		recvErr <- s.receive(ctx, stream, inflight, toAppend)
+	}()
+	appenderDone := make(chan struct{})
+	go func() {
+		defer close(appenderDone)
+		s.appender(ctx, toAppend)
 	}()
 
 	var sendErr error
@@ -86,11 +97,7 @@ func (s *ingestServer) Ship(stream eventpipev1.Ingest_ShipServer) error {
 		if sendErr != nil {
 			continue // drain: the receiver stops when ctx is cancelled
 		}
-		select {
-		case <-pd.done:
-		case <-ctx.Done():
-			<-pd.done
-		}
+		<-pd.done
 		if pd.err != nil {
 			sendErr = pd.err
 			cancel()
@@ -103,6 +110,7 @@ func (s *ingestServer) Ship(stream eventpipev1.Ingest_ShipServer) error {
 		}
 		s.m.ackLatency.Observe(time.Since(pd.received).Seconds())
 	}
+	<-appenderDone
 	rerr := <-recvErr
 	if sendErr != nil {
 		if _, ok := status.FromError(sendErr); !ok || status.Code(sendErr) == codes.Unknown {
@@ -116,15 +124,11 @@ func (s *ingestServer) Ship(stream eventpipev1.Ingest_ShipServer) error {
 	return nil
 }
 
-// receive reads batches until EOF or an error, validates them and starts
-// their appends. The appends of one stream are chained: each waits for the
-// previous one to be handed to the log before calling Append, and all run
-// while receive goes on reading, so up to s.pipeline batches share fsyncs.
-func (s *ingestServer) receive(ctx context.Context, stream eventpipev1.Ingest_ShipServer, inflight chan<- *pending) error {
+// receive reads batches until EOF or an error, validates them and queues
+// them for the appender and, in the same order, for the ack sender.
+func (s *ingestServer) receive(ctx context.Context, stream eventpipev1.Ingest_ShipServer, inflight, toAppend chan<- *pending) error {
 	var lastSeq uint64
-	var first = true
-	// prevStarted is closed once the previous batch's append is over.
-	prevStarted := closedChan()
+	first := true
 	for {
 		b, err := stream.Recv()
 		if err != nil {
@@ -141,70 +145,194 @@ func (s *ingestServer) receive(ctx context.Context, stream eventpipev1.Ingest_Sh
 		}
 		first = false
 		lastSeq = b.GetSeq()
-		pd := &pending{batch: b, received: now, done: make(chan struct{})}
-		started := make(chan struct{})
+		pd := &pending{batch: b, occs: s.sanitize(b), received: now, done: make(chan struct{})}
+		// inflight has the same capacity as toAppend and is drained by the
+		// sender only after appends finish, so it is the bound.
 		select {
 		case inflight <- pd:
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-		go s.appendOrdered(ctx, pd, prevStarted, started)
-		prevStarted = started
+		select {
+		case toAppend <- pd:
+		case <-ctx.Done():
+			pd.err = status.FromContextError(ctx.Err()).Err()
+			close(pd.done)
+			return ctx.Err()
+		}
 	}
 }
 
-func closedChan() chan struct{} {
-	c := make(chan struct{})
-	close(c)
-	return c
+// appender appends queued batches in order: whatever has queued up while
+// the previous append ran goes to the log in one Append call.
+func (s *ingestServer) appender(ctx context.Context, toAppend <-chan *pending) {
+	var failed error
+	for pd := range toAppend {
+		group := []*pending{pd}
+	drain:
+		for len(group) < s.pipeline {
+			select {
+			case more, ok := <-toAppend:
+				if !ok {
+					break drain
+				}
+				group = append(group, more)
+			default:
+				break drain
+			}
+		}
+		if failed == nil && ctx.Err() != nil {
+			failed = status.FromContextError(ctx.Err()).Err()
+		}
+		if failed != nil {
+			// After a failure nothing later in the stream may be stored
+			// ahead of the failed batch: the agent re-sends from there.
+			for _, g := range group {
+				g.err = failed
+				close(g.done)
+			}
+			continue
+		}
+		if err := s.appendGroup(ctx, group); err != nil {
+			failed = err
+		}
+	}
 }
 
-// appendOrdered waits until the previous batch of the stream has been handed
-// to the log, then appends this one. The store takes batches in the order
-// Append is entered, so "entered after the previous one entered" keeps the
-// stream's order; the small delay between entering and writing is bounded
-// by the handoff, not by the fsync.
-func (s *ingestServer) appendOrdered(ctx context.Context, pd *pending, prev <-chan struct{}, started chan<- struct{}) {
-	defer close(pd.done)
-	select {
-	case <-prev:
-	case <-ctx.Done():
-		close(started)
-		pd.err = status.FromContextError(ctx.Err()).Err()
-		return
+// appendGroup stores the group's batches, one Append (one group commit)
+// per run of batches naming the same (cluster, stream), and fills each
+// batch's ack. After a failure the later batches fail too: nothing may be
+// stored ahead of a batch the agent will re-send.
+func (s *ingestServer) appendGroup(ctx context.Context, group []*pending) error {
+	defer func() {
+		for _, g := range group {
+			close(g.done)
+		}
+	}()
+	for i := 0; i < len(group); {
+		cluster, stream := group[i].batch.GetCluster(), orDefault(group[i].batch.GetStream())
+		j := i + 1
+		for j < len(group) && group[j].batch.GetCluster() == cluster && orDefault(group[j].batch.GetStream()) == stream {
+			j++
+		}
+		if err := s.appendRun(ctx, group[i:j], cluster, stream); err != nil {
+			for _, g := range group[j:] {
+				g.err = err
+			}
+			return err
+		}
+		i = j
 	}
-	b := pd.batch
-	stream := b.GetStream()
+	return nil
+}
+
+func orDefault(stream string) string {
 	if stream == "" {
-		stream = DefaultStream
+		return DefaultStream
 	}
-	occs := s.sanitize(b)
-	res, err := s.appendStarted(ctx, b.GetCluster(), stream, b.GetResourceVersion(), occs, started)
+	return stream
+}
+
+// appendRun appends batches of one (cluster, stream) in one call and sets
+// their acks or errors. The cursor becomes the last non-empty
+// resourceVersion of the run, as if the batches were appended one by one.
+func (s *ingestServer) appendRun(ctx context.Context, group []*pending, cluster, stream string) error {
+	var occs []*eventpipev1.Occurrence
+	rv := ""
+	for _, g := range group {
+		occs = append(occs, g.occs...)
+		if r := g.batch.GetResourceVersion(); r != "" {
+			rv = r
+		}
+	}
+	if len(group) == 1 {
+		occs = group[0].occs
+	}
+	s.m.groupBatches.Observe(float64(len(group)))
+	res, err := s.log.Append(ctx, cluster, stream, rv, occs)
+	if err != nil && len(group) > 1 && errors.Is(err, store.ErrInvalid) {
+		// Find the batch at fault: append one by one, in order.
+		for i := range group {
+			if err := s.appendRun(ctx, group[i:i+1], cluster, stream); err != nil {
+				for _, rest := range group[i+1:] {
+					rest.err = err
+				}
+				return err
+			}
+		}
+		return nil
+	}
 	if err != nil {
-		pd.err = appendStatus(ctx, err)
-		s.m.appendFailures.Inc()
-		s.logger.Warn("append refused; batch not acknowledged", "cluster", b.GetCluster(), "seq", b.GetSeq(), "err", err)
-		return
+		st := appendStatus(ctx, err)
+		for _, g := range group {
+			g.err = st
+		}
+		s.m.appendFailures.Add(float64(len(group)))
+		s.logger.Warn("append refused; batches not acknowledged", "cluster", cluster, "first_seq", group[0].batch.GetSeq(), "batches", len(group), "err", err)
+		return st
 	}
 	s.m.ingested.Add(float64(res.Stored))
 	s.m.duplicates.Add(float64(res.Duplicates))
-	pd.ack = &eventpipev1.Ack{
-		Seq:        b.GetSeq(),
-		Stored:     uint32(res.Stored),
-		Duplicates: uint32(res.Duplicates),
-		LastOffset: res.LastOffset,
+	if len(group) == 1 {
+		group[0].ack = &eventpipev1.Ack{Seq: group[0].batch.GetSeq(), Stored: uint32(res.Stored), Duplicates: uint32(res.Duplicates), LastOffset: res.LastOffset}
+		return nil
 	}
+	if res.Duplicates == 0 {
+		// Everything stored, densely and in order: split by length.
+		off := res.LastOffset - uint64(res.Stored)
+		for _, g := range group {
+			n := uint64(len(g.occs))
+			g.ack = &eventpipev1.Ack{Seq: g.batch.GetSeq(), Stored: uint32(n)}
+			if n > 0 {
+				off += n
+				g.ack.LastOffset = off
+			}
+		}
+		return nil
+	}
+	return s.splitWithDuplicates(ctx, group, res)
 }
 
-// appendStarted calls Append and closes started when it returned. The
-// store gives no "holds its place in the log" signal before the fsync, so
-// the next batch of the same stream waits for this one: order first (the
-// cluster cursor must never move backwards), pipelining of receive, append
-// and ack send second. Batches of different streams (agents) still share
-// group commits.
-func (s *ingestServer) appendStarted(ctx context.Context, cluster, stream, rv string, occs []*eventpipev1.Occurrence, started chan<- struct{}) (store.AppendResult, error) {
-	defer close(started)
-	return s.log.Append(ctx, cluster, stream, rv, occs)
+// splitWithDuplicates attributes a merged append's outcome to its batches
+// when some occurrences were duplicates: the records just stored are read
+// back and matched by event_id (a repeat inside the group is a duplicate of
+// its first occurrence, as it would be appended one batch at a time).
+func (s *ingestServer) splitWithDuplicates(ctx context.Context, group []*pending, res store.AppendResult) error {
+	storedAt := make(map[string]uint64, res.Stored)
+	if res.Stored > 0 {
+		from := res.LastOffset - uint64(res.Stored) + 1
+		for from <= res.LastOffset {
+			recs, _, err := s.log.Read(ctx, from, int(res.LastOffset-from+1))
+			if err != nil || len(recs) == 0 {
+				st := status.Errorf(codes.Unavailable, "read back stored records: %v", err)
+				for _, g := range group {
+					g.err = st
+				}
+				return st
+			}
+			for _, r := range recs {
+				if r.Offset > res.LastOffset {
+					break
+				}
+				storedAt[r.Occurrence.GetEventId()] = r.Offset
+			}
+			from = recs[len(recs)-1].Offset + 1
+		}
+	}
+	for _, g := range group {
+		a := &eventpipev1.Ack{Seq: g.batch.GetSeq()}
+		for _, o := range g.occs {
+			if off, ok := storedAt[o.GetEventId()]; ok {
+				delete(storedAt, o.GetEventId())
+				a.Stored++
+				a.LastOffset = max(a.LastOffset, off)
+			} else {
+				a.Duplicates++
+			}
+		}
+		g.ack = a
+	}
+	return nil
 }
 
 // sanitize drops occurrences the log cannot identify (no event_id), counted
@@ -245,6 +373,9 @@ func appendStatus(ctx context.Context, err error) error {
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return status.FromContextError(err).Err()
+	}
+	if errors.Is(err, store.ErrInvalid) {
+		return status.Errorf(codes.InvalidArgument, "batch refused by the log: %v", err)
 	}
 	return status.Errorf(codes.Unavailable, "store append failed, batch not acknowledged (retry): %v", err)
 }

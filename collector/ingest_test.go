@@ -2,6 +2,7 @@ package collector
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -187,5 +188,52 @@ func TestIngestMessageSizeLimit(t *testing.T) {
 	}
 	if _, last := r.c.Store().Bounds(); last != 1 {
 		t.Fatalf("log last offset %d, want 1 (the oversized batch must not be stored)", last)
+	}
+}
+
+// Batches that arrive while an append runs are stored together; their acks
+// still say exactly what each batch stored, also when some occurrences
+// repeat ones of earlier batches in the same group.
+func TestIngestGroupedAcksWithDuplicates(t *testing.T) {
+	cfg := testConfig(t, t.TempDir())
+	cfg.GRPC.IngestPipeline = 16
+	r := startCollector(t, cfg)
+	conn := dial(t, r.c.GRPCAddr(), agentToken)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const n = 300
+	var bs []*eventpipev1.Batch
+	for i := range n {
+		var occs []*eventpipev1.Occurrence
+		for _, id := range seqIDs(fmt.Sprintf("g%d", i), 0, 5) {
+			occs = append(occs, occ(id, "sb", "ws1", "n", "gw"))
+		}
+		if i > 0 {
+			// A relist repeats the previous batch's last occurrence.
+			occs = append(occs, occ(fmt.Sprintf("g%d-4", i-1), "sb", "ws1", "n", "gw"))
+		}
+		bs = append(bs, batch(uint64(i+1), "prod", strconv.Itoa(i+1), occs...))
+	}
+	acks, err := ship(t, ctx, conn, bs...)
+	if err != nil || len(acks) != n {
+		t.Fatalf("%d acks, %v", len(acks), err)
+	}
+	for i, a := range acks {
+		wantDup := uint32(1)
+		if i == 0 {
+			wantDup = 0
+		}
+		if a.GetSeq() != uint64(i+1) || a.GetStored() != 5 || a.GetDuplicates() != wantDup || a.GetLastOffset() != uint64(5*(i+1)) {
+			t.Fatalf("ack %d = %v; want stored 5, duplicates %d, last_offset %d", i, a, wantDup, 5*(i+1))
+		}
+	}
+	calls := counterValue(t, r.reg, "eventpipe_collector_ingest_append_group_batches", nil)
+	if calls >= n {
+		t.Errorf("%v appends for %d batches: no batches were grouped", calls, n)
+	}
+	t.Logf("%d batches stored by %v appends", n, calls)
+	cur, err := eventpipev1.NewIngestClient(conn).GetCursor(ctx, &eventpipev1.GetCursorRequest{Cluster: "prod"})
+	if err != nil || cur.GetResourceVersion() != strconv.Itoa(n) {
+		t.Fatalf("cursor %v, %v; want %d", cur, err, n)
 	}
 }

@@ -16,6 +16,7 @@ type metrics struct {
 	rejectedOccurrences *prometheus.CounterVec
 	appendFailures      prometheus.Counter
 	ackLatency          prometheus.Histogram
+	groupBatches        prometheus.Histogram
 	subscribers         prometheus.Gauge
 	followSent          prometheus.Counter
 	followLost          prometheus.Counter
@@ -54,6 +55,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help:    "Time from receiving a batch to sending its acknowledgement.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
 		}),
+		groupBatches: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "eventpipe_collector_ingest_append_group_batches",
+			Help:    "Batches of one Ship stream stored by one log append (pipelined batches share a group commit).",
+			Buckets: []float64{1, 2, 4, 8, 16, 32, 64},
+		}),
 		subscribers: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "eventpipe_collector_follow_subscribers",
 			Help: "Open Follow streams.",
@@ -84,7 +90,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.ingested, m.duplicates, m.batches, m.rejectedBatches, m.rejectedOccurrences,
-			m.appendFailures, m.ackLatency, m.subscribers, m.followSent, m.followLost, m.authFailures, m.reloads} {
+			m.appendFailures, m.ackLatency, m.groupBatches, m.subscribers, m.followSent, m.followLost, m.authFailures, m.reloads} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("register collector metrics: %w", err)
 			}

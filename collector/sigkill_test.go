@@ -304,7 +304,9 @@ sinks:
 	if err := <-second.done; err != nil {
 		t.Fatalf("collector exit after SIGTERM: %v\n%s", err, second.stderrString())
 	}
-	st, err := store.Open(store.Config{Dir: filepath.Join(dir, "log"), SegmentBytes: 1 << 20, DedupeWindow: time.Hour, Fsync: true, MaxInflightBytes: 1 << 20}, nil, nil)
+	scfg := store.NewDefaultConfig()
+	scfg.Dir, scfg.SegmentBytes = filepath.Join(dir, "log"), 1<<20
+	st, err := store.Open(scfg, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
