@@ -1,0 +1,114 @@
+package enrich
+
+import (
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
+)
+
+func validCategory(c string) bool {
+	for _, k := range allCategories {
+		if c == k {
+			return true
+		}
+	}
+	return false
+}
+
+// FuzzClassifyPull: no panic; a category is always one of the 13; the
+// matcher agrees with the plain reference implementation.
+func FuzzClassifyPull(f *testing.F) {
+	for _, m := range loadJSON[pullMessage](f, "testdata/pull_messages.json") {
+		f.Add(m.Reason, m.Message)
+	}
+	f.Add("Failed", "")
+	f.Add("BackOff", `Back-off pulling image "`)
+	f.Add("ErrImagePull", "\xff\xfe")
+	f.Fuzz(func(t *testing.T, reason, message string) {
+		cat, img, detail, ok := ClassifyPull(reason, message)
+		if !ok {
+			if cat != "" || img != "" || detail != "" {
+				t.Fatalf("not a pull failure but returned %q %q %q", cat, img, detail)
+			}
+			return
+		}
+		if !validCategory(cat) {
+			t.Fatalf("category %q is not one of the 13", cat)
+		}
+		if !utf8.ValidString(detail) || len(detail) > 512 {
+			t.Fatalf("detail not bounded valid UTF-8: %q", detail)
+		}
+		if len(message) <= maxClassifyBytes {
+			scan := strings.ToLower(message)
+			if img != "" {
+				scan = strings.ReplaceAll(scan, strings.ToLower(img), "\x00")
+				if s := strings.ToLower(shortImage(img)); s != strings.ToLower(img) {
+					scan = strings.ReplaceAll(scan, s, "\x00")
+				}
+			}
+			want := eventpipev1.CategoryUnknown
+			for _, r := range rules {
+				if containsAny(scan, r.fragments) {
+					want = r.category
+					break
+				}
+			}
+			// Case-folding of the image can differ between the two (the
+			// matcher skips the exact reference only); compare when the
+			// message is ASCII lower-case, where they must agree.
+			if message == strings.ToLower(message) && want != eventpipev1.CategoryUnknown && cat != want {
+				t.Fatalf("matcher says %q, reference says %q for %q", cat, want, message)
+			}
+		}
+	})
+}
+
+// FuzzEnrich: any event, any cache content: no panic, and the occurrence
+// is a valid protobuf with bounded valid UTF-8.
+func FuzzEnrich(f *testing.F) {
+	f.Add("Pod", "img-missing", "spec.initContainers{workspace-init}", "Failed", seedFailed, int64(1793268636), int32(4))
+	f.Add("Pod", seedSupPod, "spec.containers{supervisor}", "BackOff", `Back-off pulling image "x"`, int64(0), int32(0))
+	f.Add("Sandbox", "img-missing", "", "PodCreated", "Created pod", int64(-1), int32(-5))
+	f.Add("PersistentVolumeClaim", "workspace-img-missing", "", "ProvisioningSucceeded", "ok", int64(253402300800), int32(1))
+	f.Add("Pod", "os-supervisor-\xff", "spec.containers{", "\xff", strings.Repeat("\xc3", 70), int64(1), int32(1))
+	cfg := NewDefaultConfig()
+	cfg.MaxMessageBytes = 64
+	e := mustNew(f, cfg, seedWorld().lookups())
+	f.Fuzz(func(t *testing.T, kind, name, fieldPath, reason, message string, unix int64, count int32) {
+		ev := &Event{
+			APIVersion: "v1", Namespace: seedNS, Name: name, UID: name, ResourceVersion: reason,
+			Involved: ObjectRef{Kind: kind, Namespace: seedNS, Name: name, FieldPath: fieldPath},
+			Reason:   reason, Message: message, Count: count,
+			LastTimestamp: time.Unix(unix, 0), EventTime: time.Unix(unix/2, 0),
+		}
+		o := e.Enrich(ev, time.Unix(unix, 0)).Occurrence
+		if len(o.Message) > cfg.MaxMessageBytes || !utf8.ValidString(o.Message) {
+			t.Fatalf("message not bounded: %d bytes", len(o.Message))
+		}
+		if o.OccurredAt.AsTime().Unix() <= 0 || o.OccurredAt.CheckValid() != nil {
+			t.Fatalf("bad occurred_at %v", o.OccurredAt)
+		}
+		if _, err := proto.Marshal(o); err != nil {
+			t.Fatalf("proto: %v", err)
+		}
+		if _, err := protojson.Marshal(o); err != nil {
+			t.Fatalf("protojson: %v", err)
+		}
+		if o.PullFailure != nil && !validCategory(o.PullFailure.Category) {
+			t.Fatalf("category %q", o.PullFailure.Category)
+		}
+		pod := &Pod{Meta: Meta{Namespace: seedNS, Name: name, UID: name, ResourceVersion: reason},
+			Containers: []Container{{Name: fieldPath, Image: message, Init: count%2 == 0, WaitingReason: reason, WaitingMessage: message}}}
+		for _, o := range e.DiagnosePod(pod, time.Unix(unix, 0)) {
+			if _, err := protojson.Marshal(o); err != nil {
+				t.Fatalf("DiagnosePod protojson: %v", err)
+			}
+		}
+	})
+}
