@@ -1,6 +1,7 @@
 package collector
 
 import (
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -139,5 +140,31 @@ func TestConfigParseKeepsUnsetSinkSectionNil(t *testing.T) {
 	}
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// The shipped Kubernetes config parses, and validates once its mounted
+// files exist.
+func TestDeployConfigIsValid(t *testing.T) {
+	data, err := os.ReadFile("../deploy/collector/collector.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := ParseConfig(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	ca := newCA(t, "deploy-test")
+	sc, sk := ca.issue(t, "collector", true)
+	c.GRPC.TLS.CertFile = writeFile(t, filepath.Join(dir, "tls.crt"), sc)
+	c.GRPC.TLS.KeyFile = writeFile(t, filepath.Join(dir, "tls.key"), sk)
+	c.GRPC.TLS.ClientCAFile = writeFile(t, filepath.Join(dir, "ca.crt"), ca.pem)
+	c.Auth.TokensFile = "../deploy/collector/tokens.example.yaml"
+	if err := c.Validate(); err != nil {
+		t.Fatalf("deploy/collector/collector.yaml: %v", err)
+	}
+	if !c.Store.Fsync || c.Store.DedupeWindow < time.Hour || len(c.Sinks) != 1 {
+		t.Fatalf("unexpected deploy config: %+v", c)
 	}
 }
