@@ -107,3 +107,33 @@ func benchAppend(b *testing.B, batch, appenders int, fsync bool) {
 		b.ReportMetric(sum/fsyncs*1000, "fsync-ms")
 	}
 }
+
+// BenchmarkRead measures a sink catching up: sequential Reads of 500
+// records (decode included) from a log of 20,000 occurrences.
+func BenchmarkRead(b *testing.B) {
+	cfg := testConfig(b.TempDir())
+	cfg.Fsync = false
+	s := mustOpen(b, cfg, options{})
+	ctx := context.Background()
+	for k := range 40 {
+		if _, err := s.Append(ctx, "c", "events", "", occs(k*500, 500)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ResetTimer()
+	read := 0
+	for b.Loop() {
+		for from := uint64(1); ; {
+			recs, _, err := s.Read(ctx, from, 500)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if len(recs) == 0 {
+				break
+			}
+			read += len(recs)
+			from = recs[len(recs)-1].Offset + 1
+		}
+	}
+	b.ReportMetric(float64(read)/b.Elapsed().Seconds(), "records/s")
+}
