@@ -1,0 +1,279 @@
+package agent
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+func TestConfigFiles(t *testing.T) {
+	cfg, err := LoadConfig("testdata/agent.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("testdata/agent.yaml: %v", err)
+	}
+	if cfg.Cluster != "prod-eu-1" || cfg.Ship.FlushInterval != 200*time.Millisecond || cfg.Enrich.MaxMessageBytes != 4096 {
+		t.Errorf("decoded %+v", cfg)
+	}
+	if len(cfg.Enrich.Rules.SandboxIDKeys) == 0 {
+		t.Errorf("enrich rules not kept from defaults when only some keys are set")
+	}
+
+	cases := map[string][]string{
+		"many.bad.yaml": {
+			"cluster: must be set",
+			`collector.address: must be host:port, got "no-port"`,
+			"collector.certFile: certFile and keyFile must be set together",
+			"collector.certFile: stat /nonexistent/cert.pem",
+			"watch.queueCapacity: must be at least 1, got 0",
+			"watch.backoffMax: must be at least watch.backoffInitial (2s), got 1s",
+			"hold.maxAge: must not be negative, got -1s",
+			"ship.batchSize: must be at least 1, got 0",
+			"ship.maxInFlight: must be at least 1, got 0",
+			"leaderElection.namespace: must be set when leader election is enabled",
+			"leaderElection.leaseDuration: must be greater than renewDeadline (10s), got 5s",
+			"enrich.maxMessageBytes:",
+		},
+		"unknown-key.bad.yaml": {"field adress not found"},
+		"types.bad.yaml":       {"soon"},
+	}
+	for file, wants := range cases {
+		t.Run(file, func(t *testing.T) {
+			cfg, err := LoadConfig(filepath.Join("testdata", file))
+			if err == nil {
+				err = cfg.Validate()
+			}
+			if err == nil {
+				t.Fatal("no error")
+			}
+			for _, w := range wants {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error does not mention %q:\n%v", w, err)
+				}
+			}
+		})
+	}
+	if err := NewDefaultConfig().Validate(); err == nil || !strings.Contains(err.Error(), "cluster: must be set") {
+		t.Errorf("defaults without cluster: %v", err)
+	}
+}
+
+func TestCursorTracker(t *testing.T) {
+	c := cursorTracker{safe: "10"}
+	c.advance("11")
+	if c.safe != "11" {
+		t.Fatalf("safe %q", c.safe)
+	}
+	held := c.add("12") // held: the cursor must not pass it
+	c.advance("13")
+	c.advance("") // a listed event: no cursor of its own
+	c.advance("14")
+	if c.safe != "11" {
+		t.Fatalf("cursor passed a held event: %q", c.safe)
+	}
+	held2 := c.add("15")
+	c.advance("16")
+	c.done(held)
+	if c.safe != "14" {
+		t.Fatalf("after the first held event shipped: %q, want 14", c.safe)
+	}
+	c.done(held2)
+	if c.safe != "16" || len(c.queue) != 0 {
+		t.Fatalf("after all shipped: %q (queue %d)", c.safe, len(c.queue))
+	}
+	// A held event released after a later one: order of release does not matter.
+	a, b := c.add("17"), c.add("18")
+	c.done(b)
+	if c.safe != "16" {
+		t.Fatalf("cursor passed the earlier held event: %q", c.safe)
+	}
+	c.done(a)
+	if c.safe != "18" {
+		t.Fatalf("got %q, want 18", c.safe)
+	}
+}
+
+func TestFingerprints(t *testing.T) {
+	f := newFingerprints(4) // two generations of 2
+	f.put("a", 1)
+	f.put("b", 2)
+	f.put("c", 3) // a, b move to the old generation
+	for k, v := range map[string]uint64{"a": 1, "b": 2, "c": 3} {
+		if got, ok := f.get(k); !ok || got != v {
+			t.Errorf("get(%s) = %d, %v", k, got, ok)
+		}
+	}
+	f.put("d", 4)
+	f.put("e", 5) // c, d old; a, b dropped
+	if _, ok := f.get("a"); ok {
+		t.Errorf("a kept beyond capacity")
+	}
+	if len(f.young)+len(f.old) > 4 {
+		t.Errorf("%d entries, capacity 4", len(f.young)+len(f.old))
+	}
+	f.forget("e")
+	if _, ok := f.get("e"); ok {
+		t.Errorf("forget did not forget")
+	}
+}
+
+func TestFingerprintIgnoresHeartbeat(t *testing.T) {
+	e := &corev1.Event{Message: "m", Series: &corev1.EventSeries{Count: 3, LastObservedTime: metav1.NowMicro()}}
+	a := fingerprint(toEnrichEvent(e), e)
+	e.Series.LastObservedTime = metav1.NewMicroTime(time.Now().Add(30 * time.Minute))
+	if b := fingerprint(toEnrichEvent(e), e); a != b {
+		t.Errorf("a series heartbeat changed the fingerprint")
+	}
+	e.Series.Count = 4
+	if c := fingerprint(toEnrichEvent(e), e); c == a {
+		t.Errorf("a series count bump did not change the fingerprint")
+	}
+	e2 := &corev1.Event{Message: "m", Count: 1}
+	x := fingerprint(toEnrichEvent(e2), e2)
+	e2.Message = "n"
+	if fingerprint(toEnrichEvent(e2), e2) == x {
+		t.Errorf("a message change did not change the fingerprint")
+	}
+}
+
+func TestToEnrichEvent(t *testing.T) {
+	now := time.Now().Truncate(time.Microsecond)
+	e := &corev1.Event{
+		ObjectMeta:          metav1.ObjectMeta{Namespace: "ns", Name: "x.1", UID: "u", ResourceVersion: "7"},
+		InvolvedObject:      corev1.ObjectReference{Kind: "Pod", Name: "p", FieldPath: "spec.containers{agent}"},
+		Reason:              "Started",
+		EventTime:           metav1.NewMicroTime(now),
+		Series:              &corev1.EventSeries{Count: 5, LastObservedTime: metav1.NewMicroTime(now)},
+		ReportingController: "agent-sandbox-controller",
+		ReportingInstance:   "ctrl-0",
+		Action:              "Create",
+	}
+	ev := toEnrichEvent(e)
+	if ev.Count != 5 || !ev.SeriesLastObserved.Equal(now) || ev.ReportingComponent != "agent-sandbox-controller" ||
+		ev.ReportingInstance != "ctrl-0" || ev.Involved.FieldPath != "spec.containers{agent}" || ev.Action != "Create" {
+		t.Errorf("%+v", ev)
+	}
+	e.Source = corev1.EventSource{Component: "kubelet", Host: "n1"}
+	ev = toEnrichEvent(e)
+	if ev.ReportingComponent != "kubelet" || ev.ReportingInstance != "n1" {
+		t.Errorf("source not preferred: %+v", ev)
+	}
+}
+
+func TestClassifyRequest(t *testing.T) {
+	cases := []struct{ method, url, verb, resource string }{
+		{"GET", "/api/v1/events?limit=500", "list", "events"},
+		{"GET", "/api/v1/events?watch=true&resourceVersion=5", "watch", "events"},
+		{"GET", "/api/v1/namespaces/ns/events/x", "get", "events"},
+		{"GET", "/api/v1/namespaces", "list", "namespaces"},
+		{"GET", "/api/v1/namespaces/ns", "get", "namespaces"},
+		{"GET", "/apis/agents.x-k8s.io/v1beta1/sandboxes?watch=1", "watch", "sandboxes"},
+		{"GET", "/apis/agents.x-k8s.io/v1beta1", "list", "discovery"},
+		{"PUT", "/apis/coordination.k8s.io/v1/namespaces/eventpipe/leases/eventpipe-agent", "update", "leases"},
+		{"GET", "/api/v1/secrets", "list", "other"},
+	}
+	for _, c := range cases {
+		r := httptest.NewRequest(c.method, c.url, nil)
+		v, res := classifyRequest(r)
+		if v != c.verb || res != c.resource {
+			t.Errorf("%s %s = %s %s, want %s %s", c.method, c.url, v, res, c.verb, c.resource)
+		}
+	}
+}
+
+func TestTombstones(t *testing.T) {
+	ts := newTombstones(time.Minute, 2)
+	now := time.Unix(1000, 0)
+	ts.now = func() time.Time { return now }
+	ts.put("ns/a", "ua", "A")
+	ts.put("ns/b", "ub", "B")
+	ts.put("ns/c", "uc", "C") // a evicted (max 2)
+	if _, _, ok := ts.get("ns/a"); ok {
+		t.Errorf("a kept beyond max")
+	}
+	if o, at, ok := ts.getByUID("ub"); !ok || o != "B" || !at.Equal(now) {
+		t.Errorf("getByUID(ub) = %v %v %v", o, at, ok)
+	}
+	now = now.Add(2 * time.Minute)
+	if _, _, ok := ts.get("ns/c"); ok {
+		t.Errorf("c kept beyond ttl")
+	}
+	if ts.len() != 0 {
+		t.Errorf("len %d after expiry", ts.len())
+	}
+}
+
+func TestTransformStripsPod(t *testing.T) {
+	c := &caches{cfg: NewDefaultConfig().Cache}
+	ctrl := true
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", UID: "u", ResourceVersion: "3",
+			Labels:          map[string]string{"openshell.ai/sandbox-id": "id", "app": "x"},
+			Annotations:     map[string]string{"kubectl.kubernetes.io/last-applied-configuration": strings.Repeat("x", 5000), "openshell.io/sandbox-id": "id"},
+			ManagedFields:   []metav1.ManagedFieldsEntry{{Manager: "m"}},
+			OwnerReferences: []metav1.OwnerReference{{Kind: "Sandbox", Name: "s", UID: "su", Controller: &ctrl}}},
+		Spec: corev1.PodSpec{NodeName: "n1", Containers: []corev1.Container{{Name: "agent", Image: "img:1", Env: []corev1.EnvVar{{Name: "SECRETISH", Value: "v"}}}}},
+		Status: corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{{Type: "Ready"}},
+			ContainerStatuses: []corev1.ContainerStatus{{Name: "agent", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ImagePullBackOff", Message: "Back-off"}}}}},
+	}
+	out, err := c.transform(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp := out.(*corev1.Pod)
+	if len(sp.ManagedFields) != 0 || len(sp.Status.Conditions) != 0 || sp.Spec.Containers[0].Env != nil {
+		t.Errorf("not stripped: %+v", sp)
+	}
+	if _, ok := sp.Labels["app"]; ok {
+		t.Errorf("foreign label kept")
+	}
+	if _, ok := sp.Annotations["kubectl.kubernetes.io/last-applied-configuration"]; ok {
+		t.Errorf("foreign annotation kept")
+	}
+	ep := toEnrichPod(sp, time.Time{})
+	if ep.NodeName != "n1" || ep.Phase != "Pending" || ep.Labels["openshell.ai/sandbox-id"] != "id" || ep.Annotations["openshell.io/sandbox-id"] != "id" ||
+		len(ep.Owners) != 1 || !ep.Owners[0].Controller || ep.Containers[0].WaitingReason != "ImagePullBackOff" || ep.Containers[0].Image != "img:1" {
+		t.Errorf("enrich pod %+v", ep)
+	}
+}
+
+func TestHealthEndpoints(t *testing.T) {
+	a := &Agent{cfg: NewDefaultConfig()}
+	a.cfg.LeaderElection.Enabled = false
+	h := a.Handler()
+	get := func(path string) int {
+		rr := httptest.NewRecorder()
+		h.ServeHTTP(rr, httptest.NewRequest(http.MethodGet, path, nil))
+		return rr.Code
+	}
+	if get("/healthz") != 200 {
+		t.Errorf("healthz")
+	}
+	if get("/readyz") != 503 {
+		t.Errorf("readyz before sync should fail")
+	}
+	a.synced.Store(true)
+	a.watchAlive.Store(time.Now().UnixNano())
+	if get("/readyz") != 200 {
+		t.Errorf("readyz when synced and fresh: %v", a.Ready())
+	}
+	a.watchAlive.Store(time.Now().Add(-time.Hour).UnixNano())
+	if get("/readyz") != 503 {
+		t.Errorf("readyz with a stale watch should fail")
+	}
+	a.watchAlive.Store(time.Now().UnixNano())
+	sh := &shipper{}
+	sh.inflight = []*flight{{created: time.Now().Add(-time.Hour)}}
+	a.cur.Store(sh)
+	if get("/readyz") != 503 {
+		t.Errorf("readyz with a batch unacknowledged for an hour should fail")
+	}
+}
