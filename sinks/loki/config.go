@@ -191,8 +191,8 @@ func (c Config) Validate() error {
 			add("labels.job", "%s", msg)
 		}
 	}
-	if nLabels == 0 {
-		add("labels", "at least one label is needed (Loki refuses a stream without labels)")
+	if c.Labels.Job == "" && len(c.Labels.Static) == 0 {
+		add("labels", "set labels.job or a labels.static pair: field labels can all be empty for an occurrence, and Loki refuses a stream without labels")
 	}
 	if nLabels > 15 {
 		add("labels", "at most 15 labels (Loki's max_label_names_per_series), got %d", nLabels)

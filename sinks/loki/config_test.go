@@ -70,6 +70,9 @@ func TestConfigBad(t *testing.T) {
 			`max_message_bytes: must be between 256 and 16777216, got 10`,
 		},
 		"unknown-key.bad.yaml": {`field batch_size not found`},
+		"no-fixed-label.bad.yaml": {
+			`labels: set labels.job or a labels.static pair`,
+		},
 	}
 	files, _ := filepath.Glob("testdata/*.bad.yaml")
 	if len(files) != len(want) {
