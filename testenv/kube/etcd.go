@@ -65,8 +65,10 @@ func (c *Cluster) EtcdRevision(ctx context.Context) (int64, error) {
 // done) and returns that revision. Afterwards every resourceVersion below it
 // is gone: a watch of Events (which kube-apiserver does not watch-cache)
 // from an older resourceVersion answers 410 Gone, as does a list with
-// resourceVersionMatch=Exact. Resources served from the watch cache (pods,
-// namespaces, ...) keep answering from the cache until it rolls over.
+// resourceVersionMatch=Exact. Resources served from kube-apiserver's watch
+// cache (pods, namespaces, sandboxes, ...) do not: measured on v1.37.2, a
+// pod watch from a compacted (or even "1") resourceVersion is answered from
+// the cache with ADDED events, not 410.
 func (c *Cluster) Compact(ctx context.Context) (int64, error) {
 	rev, err := c.EtcdRevision(ctx)
 	if err != nil {

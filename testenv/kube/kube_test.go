@@ -105,8 +105,14 @@ func TestAgentRBAC(t *testing.T) {
 				ObjectMeta: metav1.ObjectMeta{Name: "eventpipe-agent"}}, metav1.CreateOptions{})
 			return err
 		},
-		"get lease in eventpipe": func() error {
-			_, err := agent.CoordinationV1().Leases(kube.AgentNamespace).Get(ctx, "eventpipe-agent", metav1.GetOptions{})
+		"get and update lease in eventpipe": func() error {
+			l, err := agent.CoordinationV1().Leases(kube.AgentNamespace).Get(ctx, "eventpipe-agent", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			holder := "agent-0"
+			l.Spec.HolderIdentity = &holder
+			_, err = agent.CoordinationV1().Leases(kube.AgentNamespace).Update(ctx, l, metav1.UpdateOptions{})
 			return err
 		},
 	}
