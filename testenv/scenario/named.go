@@ -92,7 +92,9 @@ func Build(name string, p Params) (*Scenario, error) {
 // and pods.
 func createObjects(b *Builder, sb Sandbox) {
 	b.Namespace(sb).SandboxCR(sb)
-	b.After(150 * time.Millisecond).PVC(sb).WorkloadPod(sb)
+	b.After(150 * time.Millisecond).PVC(sb)
+	b.PVController(sb, corev1.EventTypeNormal, "WaitForFirstConsumer", "waiting for first consumer to be created before binding")
+	b.WorkloadPod(sb)
 	b.Controller(sb, TargetSandbox, corev1.EventTypeNormal, "PodCreated", "Create", "Created Pod "+sb.PodName())
 	if sb.HasSupervisorPod() {
 		b.SupervisorPod(sb)

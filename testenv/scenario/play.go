@@ -311,13 +311,13 @@ func (p *player) createEvent(ctx context.Context, st step) error {
 			InvolvedObject:      ref,
 			Reason:              e.reason,
 			Message:             msg,
-			Source:              corev1.EventSource{Component: e.component, Host: e.sb.Node},
+			Source:              corev1.EventSource{Component: e.component, Host: sourceHost(e)},
 			FirstTimestamp:      metav1.NewTime(ts),
 			LastTimestamp:       metav1.NewTime(ts),
 			Count:               1,
 			Type:                e.typ,
 			ReportingController: e.component,
-			ReportingInstance:   e.sb.Node,
+			ReportingInstance:   sourceHost(e),
 		}
 		out, err := p.c.Kube.CoreV1().Events(ns).Create(ctx, ev, metav1.CreateOptions{})
 		if err != nil {
@@ -349,6 +349,15 @@ func (p *player) createEvent(ctx context.Context, st step) error {
 	p.played[e.key] = pe
 	p.order = append(p.order, e.key)
 	return nil
+}
+
+// sourceHost is source.host: the node for the kubelet, empty for the
+// controller-manager's controllers.
+func sourceHost(e *eventSpec) string {
+	if e.component == KubeletComponent {
+		return e.sb.Node
+	}
+	return ""
 }
 
 func reportingInstance(e *eventSpec) string {

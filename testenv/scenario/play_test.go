@@ -105,8 +105,12 @@ func checkReadBack(ctx context.Context, t *testing.T, pe scenario.PlayedEvent, i
 	}
 	switch pe.API {
 	case scenario.CoreV1:
-		if core.Source.Component != "kubelet" || core.Source.Host != info.Sandbox.Node || core.Source.Host == "" {
-			t.Errorf("%s: source %+v", where, core.Source)
+		wantHost := ""
+		if info.Component == scenario.KubeletComponent {
+			wantHost = info.Sandbox.Node
+		}
+		if core.Source.Component != info.Component || core.Source.Host != wantHost || core.ReportingInstance != wantHost {
+			t.Errorf("%s: source %+v reportingInstance %q, want %s/%s", where, core.Source, core.ReportingInstance, info.Component, wantHost)
 		}
 		if core.Count != pe.Count || ev1.DeprecatedCount != pe.Count {
 			t.Errorf("%s: count core %d events.deprecatedCount %d, played %d", where, core.Count, ev1.DeprecatedCount, pe.Count)
@@ -118,7 +122,7 @@ func checkReadBack(ctx context.Context, t *testing.T, pe scenario.PlayedEvent, i
 		if !core.EventTime.IsZero() {
 			t.Errorf("%s: kubelet core/v1 event has eventTime %v", where, core.EventTime)
 		}
-		if ev1.DeprecatedSource.Component != "kubelet" {
+		if ev1.DeprecatedSource.Component != info.Component {
 			t.Errorf("%s: events.k8s.io deprecatedSource %+v", where, ev1.DeprecatedSource)
 		}
 	case scenario.EventsV1:

@@ -24,6 +24,7 @@ const (
 	KubeletComponent     = "kubelet"
 	SchedulerComponent   = "default-scheduler"
 	SandboxControllerCmp = "agent-sandbox-controller"
+	PVControllerCmp      = "persistentvolume-controller"
 )
 
 // Expectation is what a correct consumer should conclude about one Event,
@@ -293,6 +294,12 @@ func NamesImage(image string) EventOpt { return func(e *eventSpec) { e.expect.Im
 // key for Repeat.
 func (b *Builder) Kubelet(sb Sandbox, target Target, container, typ, reason, message string, opts ...EventOpt) string {
 	return b.event(CoreV1, KubeletComponent, "", sb, target, container, typ, reason, message, opts)
+}
+
+// PVController writes a core/v1 Event about the sandbox's PVC as
+// kube-controller-manager's persistentvolume-controller does.
+func (b *Builder) PVController(sb Sandbox, typ, reason, message string, opts ...EventOpt) string {
+	return b.event(CoreV1, PVControllerCmp, "", sb, TargetPVC, "", typ, reason, message, opts)
 }
 
 // Scheduler writes an events.k8s.io/v1 Event as default-scheduler does.
