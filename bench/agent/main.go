@@ -1,0 +1,677 @@
+// Command agent is the agent's end-to-end benchmark harness: a real
+// kube-apiserver + etcd (testenv/kube), a real collector (in process), and
+// `eventpipe agent` as a child process with the least-privilege token, so
+// its CPU time and memory are its own. See bench/agent.md.
+//
+//	go run ./bench/agent [-backlog 50000] [-sandboxes 10000] [-rate-for 20s]
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/eventpipe/eventpipe/collector"
+	"github.com/eventpipe/eventpipe/testenv/kube"
+	"github.com/eventpipe/eventpipe/testenv/scenario"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "bench/agent:", err)
+		os.Exit(1)
+	}
+}
+
+var (
+	backlog    = flag.Int("backlog", 50000, "Events already in the apiserver when the agent starts")
+	smallFirst = flag.Int("backlog-small", 10000, "a first, smaller backlog run to show memory is flat in the backlog size (0: skip)")
+	sandboxes  = flag.Int("sandboxes", 10000, "sandboxes (CR + workload pod + supervisor pod + PVC) cached for the memory run (0: skip)")
+	rateFor    = flag.Duration("rate-for", 20*time.Second, "how long the sustained-rate run writes Events (0: skip)")
+	workers    = flag.Int("workers", 16, "client goroutines writing Events")
+	keep       = flag.Bool("keep", false, "keep the work directory")
+)
+
+type env struct {
+	dir     string
+	cluster *kube.Cluster
+	cs      kubernetes.Interface
+	dyn     dynamic.Interface
+	bin     string
+	kcfg    string
+}
+
+func run() error {
+	flag.Parse()
+	dir, err := os.MkdirTemp("", "bench-agent-")
+	if err != nil {
+		return err
+	}
+	if !*keep {
+		defer os.RemoveAll(dir)
+	}
+	ctx := context.Background()
+	c, err := kube.StartProcess(ctx, kube.Options{Dir: filepath.Join(dir, "kube"),
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	if err != nil {
+		return fmt.Errorf("start control plane: %w", err)
+	}
+	defer c.Stop()
+	admin := c.AdminConfig()
+	admin.QPS, admin.Burst = 5000, 5000
+	e := &env{dir: dir, cluster: c}
+	if e.cs, err = kubernetes.NewForConfig(admin); err != nil {
+		return err
+	}
+	if e.dyn, err = dynamic.NewForConfig(admin); err != nil {
+		return err
+	}
+	if e.bin, err = buildEventpipe(dir); err != nil {
+		return err
+	}
+	if e.kcfg, err = agentKubeconfig(c, dir); err != nil {
+		return err
+	}
+	fmt.Printf("machine: %d CPUs, %s\n\n", numCPU(), goVersion())
+
+	if *smallFirst > 0 {
+		if err := e.createEvents(ctx, "backlog", *smallFirst); err != nil {
+			return err
+		}
+		if err := e.backlogRun(ctx, *smallFirst); err != nil {
+			return err
+		}
+	}
+	if *backlog > 0 {
+		if err := e.createEvents(ctx, "backlog", *backlog-max(*smallFirst, 0)); err != nil {
+			return err
+		}
+		if err := e.backlogRun(ctx, *backlog); err != nil {
+			return err
+		}
+	}
+	if *rateFor > 0 {
+		if err := e.rateRun(ctx); err != nil {
+			return err
+		}
+	}
+	if err := e.recurrenceRun(ctx); err != nil {
+		return err
+	}
+	if *sandboxes > 0 {
+		if err := e.cacheRun(ctx, *sandboxes); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ---- runs ----
+
+// backlogRun starts an agent (fresh collector, no cursor) with total Events
+// in the apiserver and measures until all are acknowledged.
+func (e *env) backlogRun(ctx context.Context, total int) error {
+	col, err := startCollector(e.dir, fmt.Sprintf("col-backlog-%d", total))
+	if err != nil {
+		return err
+	}
+	defer col.stop()
+	before, err := e.cluster.APIRequestCount(ctx, kube.RequestFilter{Resource: "events"})
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	a, err := e.startAgent(fmt.Sprintf("backlog-%d", total), col.c.GRPCAddr(), "bench-backlog")
+	if err != nil {
+		return err
+	}
+	defer a.stop()
+	if err := waitStored(col, total, 10*time.Minute); err != nil {
+		return err
+	}
+	elapsed := time.Since(start)
+	cpu, hwm, rss := a.usage()
+	agentReqs, _ := a.metric("eventpipe_agent_api_requests_total", `resource="events"`)
+	after, _ := e.cluster.APIRequestCount(ctx, kube.RequestFilter{Resource: "events"})
+	fmt.Printf("backlog %d Events: all acknowledged in %s; agent CPU %.2f s, peak RSS %.1f MiB (now %.1f MiB); requests on events: %v (agent) / %v (apiserver, all clients)\n",
+		total, elapsed.Round(time.Millisecond), cpu, hwm, rss, agentReqs, after-before)
+	return nil
+}
+
+// rateRun writes Events as fast as `workers` clients can for rateFor while an
+// agent runs, and measures occurrences/s and create→stored latency.
+func (e *env) rateRun(ctx context.Context) error {
+	col, err := startCollector(e.dir, "col-rate")
+	if err != nil {
+		return err
+	}
+	defer col.stop()
+	a, err := e.startAgent("rate", col.c.GRPCAddr(), "bench-rate")
+	if err != nil {
+		return err
+	}
+	defer a.stop()
+	// Let the agent catch up with whatever the apiserver holds already.
+	if err := waitReady(a, time.Minute); err != nil {
+		return err
+	}
+	pre := time.Now().Add(2 * time.Minute)
+	for time.Now().Before(pre) {
+		n, _ := a.metric("eventpipe_agent_cursor_age_seconds", "")
+		q, _ := a.metric("eventpipe_agent_queue_length", "")
+		if n == 0 && q == 0 {
+			break
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	_, startOffset := col.c.Store().Bounds()
+	ns := "bench-rate"
+	if err := ensureNS(ctx, e.cs, ns); err != nil {
+		return err
+	}
+	var mu sync.Mutex
+	created := map[string]time.Time{}
+	stored := map[string]time.Time{}
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	watchDone := make(chan struct{})
+	go func() {
+		defer close(watchDone)
+		from := startOffset + 1
+		for watchCtx.Err() == nil {
+			recs, _, err := col.c.Store().Read(watchCtx, from, 4096)
+			if err != nil {
+				return
+			}
+			now := time.Now()
+			mu.Lock()
+			for _, r := range recs {
+				if r.Occurrence.GetNamespace() == ns {
+					stored[r.Occurrence.GetEventId()] = now
+				}
+				from = r.Offset + 1
+			}
+			mu.Unlock()
+			if len(recs) == 0 {
+				_ = col.c.Store().Wait(watchCtx, from-1)
+			}
+		}
+	}()
+	var n atomic.Int64
+	end := time.Now().Add(*rateFor)
+	var wg sync.WaitGroup
+	for w := 0; w < *workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; time.Now().Before(end); i++ {
+				t0 := time.Now()
+				id, err := createEvent(ctx, e.cs, ns, int(n.Add(1)))
+				if err != nil {
+					continue
+				}
+				mu.Lock()
+				created[id] = t0
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	writeEnd := time.Now()
+	deadline := time.Now().Add(2 * time.Minute)
+	for time.Now().Before(deadline) {
+		mu.Lock()
+		done := len(stored) >= len(created)
+		mu.Unlock()
+		if done {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	stopWatch()
+	<-watchDone
+	var lat []time.Duration
+	var first, last time.Time
+	for id, t0 := range created {
+		if first.IsZero() || t0.Before(first) {
+			first = t0
+		}
+		if t1, ok := stored[id]; ok {
+			lat = append(lat, t1.Sub(t0))
+			if t1.After(last) {
+				last = t1
+			}
+		}
+	}
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	if len(lat) == 0 {
+		return errors.New("rate run: nothing stored")
+	}
+	pct := func(p float64) time.Duration { return lat[min(len(lat)-1, int(p*float64(len(lat))))] }
+	cpu, hwm, _ := a.usage()
+	fmt.Printf("sustained: %d Events created in %s (%.0f creates/s from %d clients); %d stored; %.0f occurrences/s end to end; create→stored p50 %s p99 %s max %s; agent CPU %.2f s total, peak RSS %.1f MiB\n",
+		len(created), writeEnd.Sub(first).Round(time.Millisecond), float64(len(created))/writeEnd.Sub(first).Seconds(), *workers,
+		len(lat), float64(len(lat))/last.Sub(first).Seconds(), pct(0.5).Round(time.Millisecond), pct(0.99).Round(time.Millisecond),
+		lat[len(lat)-1].Round(time.Millisecond), cpu, hwm)
+	return nil
+}
+
+// recurrenceRun: 200 Events each bumped 5 times.
+func (e *env) recurrenceRun(ctx context.Context) error {
+	col, err := startCollector(e.dir, "col-recur")
+	if err != nil {
+		return err
+	}
+	defer col.stop()
+	a, err := e.startAgent("recur", col.c.GRPCAddr(), "bench-recur")
+	if err != nil {
+		return err
+	}
+	defer a.stop()
+	if err := waitReady(a, time.Minute); err != nil {
+		return err
+	}
+	ns := "bench-recur"
+	if err := ensureNS(ctx, e.cs, ns); err != nil {
+		return err
+	}
+	start := time.Now()
+	evs := e.cs.CoreV1().Events(ns)
+	for i := 0; i < 200; i++ {
+		if _, err := createEvent(ctx, e.cs, ns, i); err != nil {
+			return err
+		}
+	}
+	list, err := evs.List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	for _, ev := range list.Items {
+		cur := ev
+		for b := 0; b < 5; b++ {
+			cur.Count++
+			cur.LastTimestamp = metav1.Now()
+			out, err := evs.Update(ctx, &cur, metav1.UpdateOptions{})
+			if err != nil {
+				return err
+			}
+			cur = *out
+		}
+	}
+	count := func() int {
+		n := 0
+		from := uint64(1)
+		for {
+			recs, _, err := col.c.Store().Read(ctx, from, 4096)
+			if err != nil || len(recs) == 0 {
+				return n
+			}
+			for _, r := range recs {
+				if r.Occurrence.GetNamespace() == ns {
+					n++
+				}
+				from = r.Offset + 1
+			}
+		}
+	}
+	deadline := time.Now().Add(time.Minute)
+	n := 0
+	for time.Now().Before(deadline) {
+		if n = count(); n >= 1200 {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	time.Sleep(time.Second) // anything extra would show up now
+	n = count()
+	fmt.Printf("recurrences: 200 Events x (1 + 5 bumps): %d occurrences stored (want 1200) in %s\n", n, time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// cacheRun creates n sandboxes (shared mode: CR, workload pod, supervisor
+// pod, PVC each) and measures the agent's memory once its caches synced.
+func (e *env) cacheRun(ctx context.Context, n int) error {
+	if err := ensureNS(ctx, e.cs, scenario.SharedNamespace); err != nil {
+		return err
+	}
+	start := time.Now()
+	jobs := make(chan int)
+	var wg sync.WaitGroup
+	var firstErr atomic.Pointer[error]
+	for w := 0; w < *workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range jobs {
+				if err := e.createSandbox(ctx, i); err != nil {
+					firstErr.CompareAndSwap(nil, &err)
+				}
+			}
+		}()
+	}
+	for i := 0; i < n; i++ {
+		jobs <- i
+	}
+	close(jobs)
+	wg.Wait()
+	if p := firstErr.Load(); p != nil {
+		return *p
+	}
+	fmt.Printf("cache: created %d sandboxes (%d objects) in %s\n", n, 4*n, time.Since(start).Round(time.Millisecond))
+	col, err := startCollector(e.dir, "col-cache")
+	if err != nil {
+		return err
+	}
+	defer col.stop()
+	a, err := e.startAgent("cache", col.c.GRPCAddr(), "bench-cache")
+	if err != nil {
+		return err
+	}
+	defer a.stop()
+	if err := waitReady(a, 5*time.Minute); err != nil {
+		return err
+	}
+	time.Sleep(6 * time.Second) // cache gauges update every 5 s
+	var objs float64
+	for _, k := range []string{"pods", "persistentvolumeclaims", "namespaces", "sandboxes"} {
+		v, _ := a.metric("eventpipe_agent_cache_objects", `kind="`+k+`"`)
+		objs += v
+	}
+	_, hwm, rss := a.usage()
+	heap, _ := a.metric("go_memstats_heap_inuse_bytes", "")
+	budget := 64 + objs/1024
+	fmt.Printf("cache: %d sandboxes, %.0f cached objects: agent RSS %.1f MiB (peak %.1f MiB, Go heap in use %.1f MiB); budget 64 MiB + 1 KiB/object = %.1f MiB\n",
+		n, objs, rss, hwm, heap/(1<<20), budget)
+	return nil
+}
+
+func (e *env) createSandbox(ctx context.Context, i int) error {
+	sb := scenario.NewSandbox(fmt.Sprintf("sb-%05d", i), fmt.Sprintf("ws%d", i%50), scenario.ModeShared)
+	cr := sb.CR()
+	gvr := cr.GroupVersionKind().GroupVersion().WithResource("sandboxes")
+	out, err := e.dyn.Resource(gvr).Namespace(sb.Namespace()).Create(ctx, cr, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("create sandbox CR: %w", err)
+	}
+	uid := string(out.GetUID())
+	if _, err := e.cs.CoreV1().Pods(sb.Namespace()).Create(ctx, sb.WorkloadPod(uid), metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("create workload pod: %w", err)
+	}
+	if _, err := e.cs.CoreV1().Pods(sb.Namespace()).Create(ctx, sb.SupervisorPod(uid), metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("create supervisor pod: %w", err)
+	}
+	if _, err := e.cs.CoreV1().PersistentVolumeClaims(sb.Namespace()).Create(ctx, sb.PVC(uid), metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("create pvc: %w", err)
+	}
+	return nil
+}
+
+// ---- helpers ----
+
+func (e *env) createEvents(ctx context.Context, ns string, n int) error {
+	if n <= 0 {
+		return nil
+	}
+	if err := ensureNS(ctx, e.cs, ns); err != nil {
+		return err
+	}
+	start := time.Now()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	var firstErr atomic.Pointer[error]
+	base := int(time.Now().UnixNano() % 1e9)
+	for w := 0; w < *workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1))
+				if i > n {
+					return
+				}
+				if _, err := createEvent(ctx, e.cs, ns, base+i); err != nil {
+					firstErr.CompareAndSwap(nil, &err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if p := firstErr.Load(); p != nil {
+		return *p
+	}
+	fmt.Printf("created %d Events in %s (%.0f/s)\n", n, time.Since(start).Round(time.Millisecond), float64(n)/time.Since(start).Seconds())
+	return nil
+}
+
+// createEvent writes one kubelet-shaped core/v1 Event and returns its event_id.
+func createEvent(ctx context.Context, cs kubernetes.Interface, ns string, i int) (string, error) {
+	now := metav1.Now()
+	pod := fmt.Sprintf("pod-%d", i%500)
+	img := fmt.Sprintf("registry.example.com/team/agent:%d", i%97)
+	ev := &corev1.Event{
+		ObjectMeta:     metav1.ObjectMeta{Name: fmt.Sprintf("%s.%x", pod, now.UnixNano()+int64(i)), Namespace: ns},
+		InvolvedObject: corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: ns, Name: pod, UID: "00000000-0000-4000-8000-000000000000", FieldPath: "spec.containers{agent}"},
+		Reason:         "Failed", Type: corev1.EventTypeWarning,
+		Message: fmt.Sprintf("Failed to pull image %q: rpc error: code = NotFound desc = failed to pull and unpack image %q: failed to resolve reference %q: %s: not found", img, img, img, img),
+		Source:  corev1.EventSource{Component: "kubelet", Host: "node-1"}, FirstTimestamp: now, LastTimestamp: now, Count: 1,
+	}
+	out, err := cs.CoreV1().Events(ns).Create(ctx, ev, metav1.CreateOptions{})
+	if err != nil {
+		return "", err
+	}
+	return string(out.UID) + "/" + out.ResourceVersion, nil
+}
+
+func ensureNS(ctx context.Context, cs kubernetes.Interface, ns string) error {
+	_, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	return nil
+}
+
+type col struct {
+	c      *collector.Collector
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func startCollector(dir, name string) (*col, error) {
+	cfg := collector.NewDefaultConfig()
+	cfg.GRPC.Listen = "127.0.0.1:0"
+	cfg.HTTP.Listen = "127.0.0.1:0"
+	cfg.Auth.Insecure = true
+	cfg.Store.Dir = filepath.Join(dir, name)
+	c, err := collector.New(cfg, nil, prometheus.NewRegistry())
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &col{c: c, cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- c.Run(ctx) }()
+	return r, nil
+}
+
+func (c *col) stop() { c.cancel(); <-c.done }
+
+func waitStored(c *col, n int, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		if _, last := c.c.Store().Bounds(); last >= uint64(n) {
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	_, last := c.c.Store().Bounds()
+	return fmt.Errorf("only %d of %d stored after %s", last, n, within)
+}
+
+type agentProc struct {
+	cmd  *exec.Cmd
+	addr string
+	done chan struct{}
+}
+
+func (e *env) startAgent(name, collectorAddr, cluster string) (*agentProc, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	addr := l.Addr().String()
+	l.Close()
+	lf, err := os.Create(filepath.Join(e.dir, "agent-"+name+".log"))
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(e.bin, "agent", "--kubeconfig", e.kcfg, "--collector", collectorAddr, "--collector-insecure",
+		"--cluster", cluster, "--leader-elect=false", "--listen", addr, "--log-level", "warn")
+	cmd.Stdout, cmd.Stderr = lf, lf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	a := &agentProc{cmd: cmd, addr: addr, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); lf.Close(); close(a.done) }()
+	return a, nil
+}
+
+func (a *agentProc) stop() {
+	_ = a.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-a.done:
+	case <-time.After(20 * time.Second):
+		_ = a.cmd.Process.Kill()
+		<-a.done
+	}
+}
+
+// usage: CPU seconds (user+system), peak and current RSS in MiB, from /proc.
+func (a *agentProc) usage() (cpu, hwmMiB, rssMiB float64) {
+	pid := a.cmd.Process.Pid
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
+		s := string(b)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+		ut, _ := strconv.ParseFloat(f[11], 64)
+		st, _ := strconv.ParseFloat(f[12], 64)
+		cpu = (ut + st) / 100 // USER_HZ
+	}
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid)); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			f := strings.Fields(line)
+			if len(f) < 2 {
+				continue
+			}
+			kb, _ := strconv.ParseFloat(f[1], 64)
+			switch f[0] {
+			case "VmHWM:":
+				hwmMiB = kb / 1024
+			case "VmRSS:":
+				rssMiB = kb / 1024
+			}
+		}
+	}
+	return cpu, hwmMiB, rssMiB
+}
+
+func (a *agentProc) metric(name, labels string) (float64, error) {
+	resp, err := http.Get("http://" + a.addr + "/metrics")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	var sum float64
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, name) || len(line) <= len(name) || (line[len(name)] != '{' && line[len(name)] != ' ') {
+			continue
+		}
+		if labels != "" && !strings.Contains(line, labels) {
+			continue
+		}
+		f := strings.Fields(line)
+		if v, err := strconv.ParseFloat(f[len(f)-1], 64); err == nil {
+			sum += v
+		}
+	}
+	return sum, sc.Err()
+}
+
+func waitReady(a *agentProc, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		if resp, err := http.Get("http://" + a.addr + "/readyz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				if v, _ := a.metric("eventpipe_agent_leader", ""); v == 1 {
+					return nil
+				}
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("agent not ready within %s", within)
+}
+
+func buildEventpipe(dir string) (string, error) {
+	root, err := kube.RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "eventpipe")
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/eventpipe")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build ./cmd/eventpipe: %v\n%s", err, out)
+	}
+	return bin, nil
+}
+
+func agentKubeconfig(c *kube.Cluster, dir string) (string, error) {
+	rc := c.AgentConfig()
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["bench"] = &clientcmdapi.Cluster{Server: rc.Host, CertificateAuthorityData: rc.CAData, CertificateAuthority: rc.CAFile}
+	kc.AuthInfos["agent"] = &clientcmdapi.AuthInfo{Token: rc.BearerToken}
+	kc.Contexts["agent"] = &clientcmdapi.Context{Cluster: "bench", AuthInfo: "agent"}
+	kc.CurrentContext = "agent"
+	path := filepath.Join(dir, "agent.kubeconfig")
+	return path, clientcmd.WriteToFile(*kc, path)
+}
+
+func numCPU() int {
+	b, _ := os.ReadFile("/proc/cpuinfo")
+	return strings.Count(string(b), "processor\t:")
+}
+
+func goVersion() string {
+	out, err := exec.Command("go", "version").Output()
+	if err != nil {
+		return "go ?"
+	}
+	return strings.TrimSpace(string(out))
+}
