@@ -63,6 +63,7 @@ type Store struct {
 	lost      map[string]uint64
 	notify    chan struct{}
 	closed    bool
+	repairs   uint64 // generation: incremented by every repair
 
 	gmu      sync.Mutex
 	queue    []*request
@@ -95,7 +96,8 @@ type request struct {
 	ids    []idKey // ids reserved by this request
 	redup  int     // records dropped as duplicates after a repair
 	deps   []*request
-	at     int64 // stored-at of its records, unix nanos
+	at     int64  // stored-at of its records, unix nanos
+	gen    uint64 // repair generation when it was admitted
 	first  uint64
 	err    error
 	wake   chan bool     // false: done; true: lead the next round
@@ -208,6 +210,7 @@ func (s *Store) openLocked() error {
 		s.pending = map[idKey]*request{}
 	}
 	s.index, s.order, s.cursors = index, order, cp.cursors
+	s.repairs++
 	s.mu.Unlock()
 	s.updateOffsetGauges()
 	return nil
@@ -358,7 +361,7 @@ func (s *Store) append(ctx context.Context, cluster, stream, rv string, occs []*
 		return res, ErrClosed
 	}
 	s.expireLocked(cutoff)
-	r.at = nowNs
+	r.at, r.gen = nowNs, s.repairs
 	seen := make(map[idKey]bool, len(occs))
 	for i, o := range occs {
 		var id idKey
@@ -460,8 +463,10 @@ func (s *Store) commitRound(q []*request) {
 			err = fmt.Errorf("%w (repair failed: %v)", err, rerr)
 		} else {
 			err = nil
-			s.dropStoredAfterRepair(q)
 		}
+	}
+	if err == nil {
+		s.dropStoredAfterRepair(q)
 	}
 	w := s.wal()
 	var firsts []uint64
@@ -554,14 +559,17 @@ func (s *Store) commitRound(q []*request) {
 	s.updateOffsetGauges()
 }
 
-// dropStoredAfterRepair removes from q the records that the repaired log
-// already holds: a write whose fsync failed can still be in the file, intact,
-// and is then stored (the reopen fsynced it); storing it again would
-// duplicate it.
+// dropStoredAfterRepair removes, from the requests admitted before the last
+// repair, the records that the repaired log already holds: a write whose
+// fsync failed can still be in the file, intact, and is then stored (the
+// reopen fsynced it); storing it again would duplicate it.
 func (s *Store) dropStoredAfterRepair(q []*request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, r := range q {
+		if r.gen == s.repairs {
+			continue
+		}
 		keep := 0
 		for i, id := range r.recIDs {
 			if id != (idKey{}) {

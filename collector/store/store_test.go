@@ -584,3 +584,41 @@ func TestDedupeIndexIsBounded(t *testing.T) {
 		t.Fatalf("newest ids after reopen: %+v", res)
 	}
 }
+
+// A batch admitted before a repair that Run performed (not its own round)
+// must not store again what the repaired log already holds.
+func TestRepairByRunDoesNotDuplicateQueuedBatch(t *testing.T) {
+	fs := &faultFS{}
+	s := mustOpen(t, testConfig(t.TempDir()), options{fs: fs})
+	ctx := context.Background()
+	fs.set(func(f *faultFS) { f.match, f.failSync = ".seg", true })
+	if _, err := s.Append(ctx, "c", "events", "1", occs(0, 10)); !errors.Is(err, ErrNotWritable) {
+		t.Fatalf("append under a failing fsync = %v", err)
+	}
+	fs.set(func(f *faultFS) { f.failSync = false })
+
+	s.commitMu.Lock() // hold rounds back while the retry is admitted
+	done := make(chan error, 1)
+	go func() { _, err := s.Append(ctx, "c", "events", "1", occs(0, 10)); done <- err }()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		s.mu.Lock()
+		n := len(s.pending)
+		s.mu.Unlock()
+		if n == 10 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if err := s.repairLocked(); err != nil { // what Run's maintain does
+		t.Fatal(err)
+	}
+	s.commitMu.Unlock()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	recs, _, _ := s.Read(ctx, 1, 100)
+	if len(recs) != 10 {
+		t.Fatalf("log holds %d records, want the 10 occurrences once", len(recs))
+	}
+}
