@@ -276,6 +276,10 @@ func (s *Sink) write(ctx context.Context, msgs []kafka.Message, idx []int, faile
 func (s *Sink) isolate(ctx context.Context, msgs []kafka.Message, idx []int, failed map[int]error) error {
 	for j := range msgs {
 		err := s.w.WriteMessages(ctx, msgs[j])
+		var werrs kafka.WriteErrors
+		if errors.As(err, &werrs) && len(werrs) == 1 && werrs[0] != nil {
+			err = werrs[0] // kafka.WriteErrors does not unwrap
+		}
 		if err == nil {
 			s.countBytes(msgs[j : j+1])
 			continue

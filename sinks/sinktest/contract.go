@@ -452,13 +452,23 @@ type flaky struct {
 	next sinks.Pusher
 	mu   sync.Mutex
 	rng  *rand.Rand
+	n    int // pushes
 	// counts of injected failures
 	before, throttled, after int
 }
 
 func (p *flaky) Push(ctx context.Context, batch []sinks.Record) error {
 	p.mu.Lock()
+	p.n++
 	x := p.rng.Float64()
+	switch p.n { // every kind at least once, then at random
+	case 1:
+		x = 0
+	case 2:
+		x = 0.25
+	case 3:
+		x = 0.4
+	}
 	p.mu.Unlock()
 	switch {
 	case x < 0.2:

@@ -1,0 +1,154 @@
+package kafka
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kfake"
+)
+
+// broker is a real Kafka-protocol broker (kfake) on a fixed loopback port,
+// persisting to a directory so it can be stopped and started again with
+// its data, like a real broker restart.
+type broker struct {
+	t    testing.TB
+	port int
+	dir  string
+	opts []kfake.Opt
+	mu   sync.Mutex
+	c    *kfake.Cluster
+}
+
+func freePort(t testing.TB) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func startBroker(t testing.TB, opts ...kfake.Opt) *broker {
+	b := &broker{t: t, port: freePort(t), dir: t.TempDir(), opts: opts}
+	b.start()
+	t.Cleanup(b.stop)
+	return b
+}
+
+func (b *broker) start() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.c != nil {
+		return
+	}
+	opts := append([]kfake.Opt{
+		kfake.Ports(b.port),
+		kfake.DataDir(b.dir),
+		kfake.SyncWrites(),
+		kfake.AllowAutoTopicCreation(),
+		kfake.DefaultNumPartitions(3),
+	}, b.opts...)
+	var err error
+	for i := 0; i < 50; i++ { // the port may linger briefly after a stop
+		if b.c, err = kfake.NewCluster(opts...); err == nil {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	b.t.Fatalf("start kfake on port %d: %v", b.port, err)
+}
+
+func (b *broker) stop() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.c != nil {
+		b.c.Close()
+		b.c = nil
+	}
+}
+
+func (b *broker) addr() string { return fmt.Sprintf("127.0.0.1:%d", b.port) }
+
+// readTopic returns every record of topic, partition by partition in
+// offset order.
+func readTopic(ctx context.Context, d *kafka.Dialer, addr, topic string) ([]kafka.Message, error) {
+	if d == nil {
+		d = &kafka.Dialer{Timeout: 5 * time.Second}
+	}
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	parts, err := conn.ReadPartitions(topic)
+	conn.Close()
+	if err != nil {
+		return nil, err
+	}
+	sort.Slice(parts, func(i, j int) bool { return parts[i].ID < parts[j].ID })
+	var out []kafka.Message
+	for _, p := range parts {
+		lc, err := d.DialLeader(ctx, "tcp", addr, topic, p.ID)
+		if err != nil {
+			return nil, err
+		}
+		msgs, err := readPartition(lc)
+		lc.Close()
+		if err != nil {
+			return nil, fmt.Errorf("partition %d: %w", p.ID, err)
+		}
+		out = append(out, msgs...)
+	}
+	return out, nil
+}
+
+func readPartition(lc *kafka.Conn) ([]kafka.Message, error) {
+	first, last, err := lc.ReadOffsets()
+	if err != nil {
+		return nil, err
+	}
+	var out []kafka.Message
+	off := first
+	for off < last {
+		if _, err := lc.Seek(off, kafka.SeekAbsolute); err != nil {
+			return nil, err
+		}
+		_ = lc.SetReadDeadline(time.Now().Add(5 * time.Second))
+		batch := lc.ReadBatch(1, 16<<20)
+		n := 0
+		for {
+			m, err := batch.ReadMessage()
+			if err != nil {
+				break
+			}
+			out = append(out, m)
+			off = m.Offset + 1
+			n++
+		}
+		if err := batch.Close(); err != nil && !errors.Is(err, context.DeadlineExceeded) && n == 0 {
+			return nil, err
+		}
+		if n == 0 {
+			return nil, fmt.Errorf("no progress reading at offset %d of %d", off, last)
+		}
+	}
+	return out, nil
+}
+
+func header(m kafka.Message, k string) string {
+	for _, h := range m.Headers {
+		if h.Key == k {
+			return string(h.Value)
+		}
+	}
+	return ""
+}
+
+var _ = tls.VersionTLS12
