@@ -154,7 +154,7 @@ func verifyCrash(t *testing.T, dir string, acked map[string]int) {
 	t.Helper()
 	s := mustOpen(t, testConfig(dir), options{})
 	defer s.Close()
-	if r := s.wal().Repaired(); r.Bytes > 0 {
+	if r := s.Repaired(); r.Bytes > 0 {
 		t.Logf("repaired torn tail: %+v", r)
 	}
 	count := map[string]int{}

@@ -747,6 +747,11 @@ func (s *Store) Lost() map[string]uint64 {
 	return out
 }
 
+// Repaired reports what the last open or repair of the log dropped from a
+// torn or corrupt tail (also logged and counted in
+// eventpipe_collector_log_repaired_records_total).
+func (s *Store) Repaired() wal.Repair { return s.wal().Repaired() }
+
 // Writable returns nil when the log accepts appends.
 func (s *Store) Writable() error {
 	s.commitMu.Lock()
