@@ -383,7 +383,6 @@ func (s *Store) append(ctx context.Context, cluster, stream, rv string, occs []*
 			}
 			s.evictLocked()
 			s.pending[id] = r
-			s.order = append(s.order, idxItem{id, nowNs})
 			r.ids = append(r.ids, id)
 		}
 		setStoredAt(encoded[i], now)
@@ -543,6 +542,9 @@ func (s *Store) commitRound(q []*request) {
 			if s.pending[id] == r {
 				delete(s.pending, id)
 				s.index[id] = r.at
+				// Ordered by commit, which is close to admission order;
+				// a rebuild by a repair never loses a pending id's item.
+				s.order = append(s.order, idxItem{id, r.at})
 			}
 		}
 		if ckptErr != nil && r.rv != "" {
