@@ -1,6 +1,7 @@
 // Package scenario plays OpenShell's Kubernetes objects and the Events the
 // kubelet, the scheduler and the Agent Sandbox controller write about them
-// into a real kube-apiserver, as they appear on a real cluster, so the agent
+// (and the persistentvolume-controller's about the workspace PVC) into a real
+// kube-apiserver, as they appear on a real cluster, so the agent
 // can be tested end to end without a kubelet, a runtime or a registry.
 //
 // A Scenario is an ordered list of steps (create a namespace, a Sandbox CR,
