@@ -53,7 +53,7 @@ proto-tools:
 
 ## dev-cluster: start etcd + kube-apiserver on loopback and print a kubeconfig.
 dev-cluster: kube-tools
-	$(GO) run ./testenv/cmd/dev-cluster
+	$(GO) run ./testenv/cmd/dev-cluster $(ARGS)
 
 ## bench: run the Go benchmarks (see bench/README.md for the harnesses).
 bench: tools
