@@ -124,6 +124,7 @@ func (r *Runner) Name() string { return r.cfg.Name }
 
 // Status returns a snapshot.
 func (r *Runner) Status() Status {
+	r.observeHead(0) // a runner stuck retrying still reports the log's growth
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	st := r.st
@@ -303,6 +304,7 @@ func (r *Runner) deliver(ctx context.Context, batch []Record) error {
 			wait = r.jitter(backoff)
 		}
 		r.setError(err)
+		r.observeHead(0)
 		r.log.Warn("sink push failed; retrying", "class", class, "attempt", attempt, "records", len(batch),
 			"first_offset", batch[0].Offset, "retry_in", wait, "err", err)
 		if err := r.sleep(ctx, wait); err != nil {
