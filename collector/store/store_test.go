@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -620,5 +621,108 @@ func TestRepairByRunDoesNotDuplicateQueuedBatch(t *testing.T) {
 	recs, _, _ := s.Read(ctx, 1, 100)
 	if len(recs) != 10 {
 		t.Fatalf("log holds %d records, want the 10 occurrences once", len(recs))
+	}
+}
+
+// A sink-like reader following the log while appends and retention run:
+// it sees offsets in order without gaps, except gaps reported as skipped.
+func TestFollowWhileAppendingAndRetaining(t *testing.T) {
+	cfg := testConfig(t.TempDir())
+	cfg.SegmentBytes = 16 << 10
+	cfg.Retention.MaxBytes = 64 << 10
+	s := mustOpen(t, cfg, options{tick: time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	runDone := make(chan error, 1)
+	go func() { runDone <- s.Run(ctx) }()
+
+	const batches, per = 60, 20
+	readerDone := make(chan error, 1)
+	var seen, skipped uint64
+	go func() {
+		next := uint64(1)
+		for next <= batches*per {
+			recs, sk, err := s.Read(ctx, next, 37)
+			if err != nil {
+				readerDone <- err
+				return
+			}
+			skipped += sk
+			next += sk
+			for _, r := range recs {
+				if r.Offset != next {
+					readerDone <- fmt.Errorf("got offset %d, want %d", r.Offset, next)
+					return
+				}
+				next++
+				seen++
+			}
+			if len(recs) == 0 && sk == 0 {
+				if err := s.Wait(ctx, next-1); err != nil {
+					readerDone <- err
+					return
+				}
+			}
+		}
+		readerDone <- nil
+	}()
+	for b := range batches {
+		if _, err := s.Append(ctx, "c", "events", "", occs(b*per, per)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case err := <-readerDone:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("reader did not reach the end")
+	}
+	if seen+skipped != batches*per {
+		t.Fatalf("seen %d + skipped %d != %d", seen, skipped, batches*per)
+	}
+	cancel()
+	if err := <-runDone; err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("follower read %d, skipped %d (retention)", seen, skipped)
+
+	// A late reader from offset 1 is told exactly what retention removed.
+	if _, err := s.ApplyRetention(); err != nil {
+		t.Fatal(err)
+	}
+	first, last := s.Bounds()
+	if first == 1 {
+		t.Fatal("retention removed nothing; the test needs it to")
+	}
+	recs, sk, err := s.Read(context.Background(), 1, batches*per)
+	if err != nil || sk != first-1 || uint64(len(recs)) != last-first+1 || recs[0].Offset != first {
+		t.Fatalf("late read: %d records, skipped %d, first %d: %v", len(recs), sk, first, err)
+	}
+}
+
+func TestCursorIgnoresTempLeftByACrash(t *testing.T) {
+	dir := t.TempDir()
+	s := mustOpen(t, testConfig(dir), options{})
+	c, _ := s.Cursor("file")
+	if err := c.Commit(42); err != nil {
+		t.Fatal(err)
+	}
+	// A crash between writing the temp file and the rename.
+	if err := os.WriteFile(filepath.Join(dir, "cursors", "file.tmp"), []byte("9"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s = mustOpen(t, testConfig(dir), options{})
+	c, _ = s.Cursor("file")
+	if got, err := c.Load(); err != nil || got != 42 {
+		t.Fatalf("load = %d %v, want the committed 42", got, err)
+	}
+	if err := c.Commit(43); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := c.Load(); got != 43 {
+		t.Fatalf("load = %d", got)
 	}
 }
