@@ -323,13 +323,26 @@ func (s *Sink) putBuf(b *[]byte) {
 func (s *Sink) send(ctx context.Context, tenant string, entries []*entry) error {
 	rawp, zp := s.getBuf(), s.getBuf()
 	defer s.putBuf(rawp)
-	defer s.putBuf(zp)
 	body, contentType := s.encode(entries, rawp, zp)
+	// net/http may still be writing the body after Do returns (a server
+	// that answers before reading it all): the pooled buffer goes back only
+	// once the transport has closed the body.
+	rb := &requestBody{Reader: bytes.NewReader(body), closed: make(chan struct{})}
+	defer func() {
+		select {
+		case <-rb.closed:
+			s.putBuf(zp)
+		case <-time.After(time.Second):
+			// Not closed yet: leave the buffer to the garbage collector.
+		}
+	}()
 
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url, rb)
 	if err != nil {
+		rb.Close()
 		return fmt.Errorf("loki push: %w", err)
 	}
+	req.ContentLength = int64(len(body))
 	req.Header.Set("Content-Type", contentType)
 	req.Header.Set("User-Agent", "eventpipe-loki-sink")
 	if tenant != "" {
@@ -385,19 +398,32 @@ func (s *Sink) send(ctx context.Context, tenant string, entries []*entry) error 
 	}
 }
 
-// encode builds the request body of entries in the pooled buffers raw and z.
+// encode builds the request body of entries in the pooled buffers raw and
+// z (JSON uses raw only).
 func (s *Sink) encode(entries []*entry, raw, z *[]byte) (body []byte, contentType string) {
 	streams := groupStreams(entries)
 	if s.cfg.Encoding == EncodingJSON {
-		body = appendPushJSON((*raw)[:0], streams)
-		*raw = body[:0]
-		return body, "application/json"
+		// JSON is sent from z so that raw can go back to the pool at once.
+		*z = appendPushJSON((*z)[:0], streams)
+		return *z, "application/json"
 	}
 	pb := appendPushProto((*raw)[:0], streams)
 	*raw = pb[:0]
 	body = snappy.Encode((*z)[:cap(*z)], pb)
 	*z = body[:0]
 	return body, "application/x-protobuf"
+}
+
+// requestBody tells when the transport is done with the request body.
+type requestBody struct {
+	*bytes.Reader
+	once   sync.Once
+	closed chan struct{}
+}
+
+func (b *requestBody) Close() error {
+	b.once.Do(func() { close(b.closed) })
+	return nil
 }
 
 func (s *Sink) authorize(req *http.Request) error {

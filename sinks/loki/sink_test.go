@@ -494,3 +494,30 @@ func TestPushRefusesNilOccurrenceOnly(t *testing.T) {
 		t.Fatalf("err = %v stored %d", err, len(f.stored))
 	}
 }
+
+// TestPushEarlyAnswer: a server that answers before reading a large body
+// gets a retryable error, and Push does not stall waiting for the transport
+// to release the (pooled) body buffer.
+func TestPushEarlyAnswer(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable) // body left unread
+	}))
+	defer srv.Close()
+	s := newTestSink(t, srv.URL, nil)
+	var occs []*eventpipev1.Occurrence
+	for i := 0; i < 20; i++ {
+		o := scheduled(i, time.Now())
+		o.Message = strings.Repeat(fmt.Sprintf("%x", i*7919), 20_000) // poorly compressible enough
+		occs = append(occs, o)
+	}
+	start := time.Now()
+	for i := 0; i < 5; i++ {
+		err := s.Push(context.Background(), records(occs...))
+		if err == nil || sinks.IsPermanent(err) {
+			t.Fatalf("push %d: err = %v, want retryable", i, err)
+		}
+	}
+	if d := time.Since(start); d > 4*time.Second {
+		t.Fatalf("5 pushes took %s: the body buffer wait stalled", d)
+	}
+}
