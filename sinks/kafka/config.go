@@ -27,7 +27,8 @@ type Config struct {
 	// (message_truncated).
 	MaxMessageBytes int `yaml:"max_message_bytes" json:"max_message_bytes"`
 	// Source is the CloudEvents ce_source prefix; the header is
-	// "<source>/<cluster>/<reporting component>".
+	// "<source><cluster>/<reporting component>" (default
+	// "eventpipe://kind-prod/kubelet").
 	Source string `yaml:"source" json:"source"`
 	// WriteTimeout bounds one produce request (the runner's push_timeout
 	// bounds the whole push).
@@ -91,7 +92,7 @@ const (
 	DefaultCompression     = CompressionSnappy
 	DefaultValueFormat     = FormatJSON
 	DefaultMaxMessageBytes = 1_000_000 // Kafka's default max.message.bytes is 1048588
-	DefaultSource          = "eventpipe:/"
+	DefaultSource          = "eventpipe://"
 	DefaultWriteTimeout    = 10 * time.Second
 	DefaultPartitions      = 6
 	DefaultReplication     = 3
