@@ -45,6 +45,7 @@ type Store struct {
 	now  func() time.Time
 	tick time.Duration
 	sem  *semaphore.Weighted
+	lock *dirLock
 
 	walMu sync.RWMutex // guards w (swapped by repair)
 	w     *wal.WAL
@@ -162,7 +163,15 @@ func openWith(cfg Config, logger *slog.Logger, reg prometheus.Registerer, o opti
 			return nil, fmt.Errorf("create %s: %w", d, err)
 		}
 	}
+	if s.lock, err = lockDir(cfg.Dir); err != nil {
+		return nil, err
+	}
+	if err := o.fs.SyncDir(cfg.Dir); err != nil {
+		s.lock.release()
+		return nil, fmt.Errorf("sync data dir: %w", err)
+	}
 	if err := s.openLocked(); err != nil {
+		s.lock.release()
 		return nil, err
 	}
 	first, last := s.w.Bounds()
@@ -850,6 +859,9 @@ func (s *Store) Close() error {
 	s.walMu.Unlock()
 	if err := s.ckpt.close(); err != nil {
 		errs = append(errs, fmt.Errorf("close checkpoint: %w", err))
+	}
+	if err := s.lock.release(); err != nil {
+		errs = append(errs, fmt.Errorf("release data dir lock: %w", err))
 	}
 	return errors.Join(errs...)
 }

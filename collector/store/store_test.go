@@ -726,3 +726,17 @@ func TestCursorIgnoresTempLeftByACrash(t *testing.T) {
 		t.Fatalf("load = %d", got)
 	}
 }
+
+func TestDataDirIsLocked(t *testing.T) {
+	cfg := testConfig(t.TempDir())
+	s := mustOpen(t, cfg, options{})
+	if _, err := Open(cfg, nil, nil); err == nil || !strings.Contains(err.Error(), "in use by another store") {
+		t.Fatalf("second open of a data dir in use = %v", err)
+	}
+	s.Close()
+	s2, err := Open(cfg, nil, nil)
+	if err != nil {
+		t.Fatalf("open after close: %v", err)
+	}
+	s2.Close()
+}
