@@ -15,6 +15,10 @@
 //     an error wrapping ErrNotWritable (retryable) until it is closed and
 //     opened again, which repairs whatever the failure left behind. It never
 //     acknowledges data that is not durable.
+//   - Write and Sync split Append for a caller that runs its own group
+//     commit and adds a durable step of its own (collector/store writes its
+//     checkpoint in the same round). Records become visible to Read only
+//     when a Sync covering them returned nil.
 //   - Read returns records by offset and may run concurrently with Append.
 //   - Retention removes whole segments (never the active one), oldest first.
 //   - Every file access goes through FS so tests can inject short writes,
