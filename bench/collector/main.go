@@ -19,8 +19,10 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"google.golang.org/grpc"
@@ -107,15 +109,19 @@ func run() error {
 		}
 	}()
 
-	fmt.Printf("machine: %d CPUs (GOMAXPROCS %d), %s; fsync=%v file_sink=%v\n", runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(), o.fsync, o.fileSink)
+	fmt.Printf("machine: %d CPUs (GOMAXPROCS %d), %s; fsync=%v file_sink=%v; load average %s\n", runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(), o.fsync, o.fileSink, loadAvg())
 
+	cpu0 := cpuTime()
 	res, err := ingest(ctx, c.GRPCAddr(), o, o.occurrences, "tp")
 	if err != nil {
 		return fmt.Errorf("ingest phase: %w", err)
 	}
+	cpu := cpuTime() - cpu0
 	fmt.Printf("ingest: %d occurrences in %d batches of %d over %d stream(s), window %d: %.2fs, %.0f occurrences/s; ack latency p50 %s p99 %s max %s\n",
 		res.occurrences, res.batches, o.batch, o.agents, o.window, res.elapsed.Seconds(), float64(res.occurrences)/res.elapsed.Seconds(),
 		res.p(0.50), res.p(0.99), res.p(1))
+	fmt.Printf("ingest CPU (collector + bench clients, this process): %.2fs = %.1fµs per occurrence; load average before/after: %s\n",
+		cpu.Seconds(), float64(cpu.Microseconds())/float64(res.occurrences), loadAvg())
 
 	if o.subscribers > 0 {
 		if err := fanout(ctx, c.GRPCAddr(), o); err != nil {
@@ -127,8 +133,11 @@ func run() error {
 
 type ingestResult struct {
 	occurrences, batches int
-	elapsed              time.Duration
-	lat                  []time.Duration
+	// matching: occurrences of the generator's gateway (what a gateway
+	// subscriber receives).
+	matching int
+	elapsed  time.Duration
+	lat      []time.Duration
 }
 
 func (r ingestResult) p(q float64) time.Duration {
@@ -166,13 +175,14 @@ func ingest(ctx context.Context, addr string, o options, total int, prefix strin
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			lat, err := agent(ctx, addr, o, a, perAgent, prefix)
+			lat, matching, err := agent(ctx, addr, o, a, perAgent, prefix)
 			if err != nil {
 				errs <- err
 				return
 			}
 			mu.Lock()
 			res.lat = append(res.lat, lat...)
+			res.matching += matching
 			mu.Unlock()
 		}()
 	}
@@ -188,23 +198,30 @@ func ingest(ctx context.Context, addr string, o options, total int, prefix strin
 	return res, nil
 }
 
-func agent(ctx context.Context, addr string, o options, id, batches int, prefix string) ([]time.Duration, error) {
+func agent(ctx context.Context, addr string, o options, id, batches int, prefix string) ([]time.Duration, int, error) {
 	conn, err := dial(addr, agentToken)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	defer conn.Close()
 	st, err := eventpipev1.NewIngestClient(conn).Ship(ctx)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	// A pool of realistic batches, re-sent with fresh event_ids (the proto
 	// is serialised by Send, so mutating it afterwards is safe).
 	gen := sinktest.NewGenerator(uint64(id+1), "")
 	pool := make([][]*eventpipev1.Occurrence, 16)
+	match := make([]int, len(pool))
 	for i := range pool {
 		pool[i] = gen.Batch(o.batch)
+		for _, oc := range pool[i] {
+			if oc.GetSandbox().GetGatewayId() == sinktest.SeedGatewayID && oc.GetSandbox().GetId() != "" {
+				match[i]++
+			}
+		}
 	}
+	matching := 0
 	sent := make([]time.Time, batches+1)
 	window := make(chan struct{}, o.window)
 	lat := make([]time.Duration, 0, batches)
@@ -229,20 +246,21 @@ func agent(ctx context.Context, addr string, o options, id, batches int, prefix 
 		select {
 		case window <- struct{}{}:
 		case err := <-recvDone:
-			return nil, err
+			return nil, 0, err
 		}
 		occs := pool[n%len(pool)]
+		matching += match[n%len(pool)]
 		for i, oc := range occs {
 			oc.EventId = fmt.Sprintf("%s-%d-%d-%d", prefix, id, n, i)
 		}
 		sent[n] = time.Now()
 		if err := st.Send(&eventpipev1.Batch{Seq: uint64(n), Cluster: "bench", Stream: "events", ResourceVersion: fmt.Sprint(n), Occurrences: occs}); err != nil {
-			return nil, fmt.Errorf("send: %w", err)
+			return nil, 0, fmt.Errorf("send: %w", err)
 		}
 	}
 	err = <-recvDone
 	st.CloseSend()
-	return lat, err
+	return lat, matching, err
 }
 
 // fanout starts o.subscribers live Follow streams on the generator's
@@ -306,29 +324,21 @@ func fanout(ctx context.Context, addr string, o options) error {
 		return err
 	}
 	ingestDone := time.Since(start)
-	// The generator attributes about 9 in 10 occurrences to a sandbox of the
-	// seed gateway; wait until the count stops moving and all agree.
-	var perSub int
+	perSub := res.matching
 	deadline := time.Now().Add(5 * time.Minute)
-	for {
-		prev := received.Load()
-		time.Sleep(500 * time.Millisecond)
-		if received.Load() == prev {
-			break
-		}
+	for received.Load() < int64(perSub*o.subscribers) {
 		if time.Now().After(deadline) {
-			return fmt.Errorf("fan-out still moving after 5 minutes")
+			return fmt.Errorf("after 5 minutes subscribers received %d of %d", received.Load(), perSub*o.subscribers)
 		}
+		time.Sleep(10 * time.Millisecond)
 	}
+	time.Sleep(200 * time.Millisecond) // anything beyond would be a bug
 	stop()
 	wg.Wait()
 	var lastAt time.Time
 	for i, s := range subs {
-		if i == 0 {
-			perSub = s.n
-		}
 		if s.n != perSub {
-			return fmt.Errorf("subscriber %d received %d, subscriber 0 %d: a subscriber missed occurrences", i, s.n, perSub)
+			return fmt.Errorf("subscriber %d received %d, want %d", i, s.n, perSub)
 		}
 		if s.err != nil {
 			return fmt.Errorf("subscriber %d: %w", i, s.err)
@@ -342,4 +352,27 @@ func fanout(ctx context.Context, addr string, o options) error {
 		o.subscribers, perSub, res.occurrences, ingestDone.Seconds(), float64(res.occurrences)/ingestDone.Seconds(), res.p(0.99),
 		all.Seconds(), float64(perSub*o.subscribers)/all.Seconds(), float64(perSub)/all.Seconds())
 	return nil
+}
+
+// cpuTime is this process's user+system CPU time.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// loadAvg is the 1-minute load average: the machine is shared, so the
+// figures say how busy it was.
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return "?"
+	}
+	return f[0]
 }
