@@ -692,9 +692,9 @@ func (w *WAL) Read(from uint64, max int) ([]Entry, error) {
 	return out, nil
 }
 
-// readSegment reads up to max durable records of s starting at from.
+// readSegment reads up to limit durable records of s starting at from.
 // Callers hold w.mu shared.
-func (w *WAL) readSegment(s *segment, from uint64, max int) ([]Entry, error) {
+func (w *WAL) readSegment(s *segment, from uint64, limit int) ([]Entry, error) {
 	s.mu.Lock()
 	if s.rf == nil {
 		f, err := w.fs.OpenFile(s.path, os.O_RDONLY, 0)
@@ -716,7 +716,9 @@ func (w *WAL) readSegment(s *segment, from uint64, max int) ([]Entry, error) {
 	rf := s.rf
 	s.mu.Unlock()
 
-	r := bufio.NewReaderSize(io.NewSectionReader(rf, pos, s.dsize-pos), 256<<10)
+	// A follower at the tail reads a few bytes; a catching-up reader gets
+	// large reads. Size the buffer to what can be read at most.
+	r := bufio.NewReaderSize(io.NewSectionReader(rf, pos, s.dsize-pos), int(min(256<<10, max(s.dsize-pos, 4096))))
 	var buf []byte
 	for ; skip > 0; skip-- {
 		if _, err := readFrame(r, &buf, w.opts.MaxRecordBytes); err != nil {
@@ -724,8 +726,8 @@ func (w *WAL) readSegment(s *segment, from uint64, max int) ([]Entry, error) {
 		}
 	}
 	n := s.first + s.dcount - from
-	if uint64(max) < n {
-		n = uint64(max)
+	if uint64(limit) < n {
+		n = uint64(limit)
 	}
 	out := make([]Entry, 0, n)
 	for k := uint64(0); k < n; k++ {
