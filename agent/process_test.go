@@ -317,6 +317,13 @@ func TestSIGKILLUnderLoad(t *testing.T) {
 	args := []string{"--collector", col.addr(), "--cluster", "kill", "--leader-elect=false"}
 	a := startChild(t, dir, "agent-1", args...)
 	waitFor(t, 60*time.Second, "agent ready", func() (bool, string) { return a.ready(), "" })
+	// The initial listing (everything earlier tests left in the cluster) is
+	// over once the collector holds a cursor; only then does a restart
+	// resume instead of listing again.
+	waitFor(t, 120*time.Second, "a cursor at the collector", func() (bool, string) {
+		_, ok := col.c.Store().ClusterCursor("kill", "events")
+		return ok, ""
+	})
 
 	g := newLoadGen(t, "load-kill")
 	ctx, cancel := context.WithCancel(context.Background())
