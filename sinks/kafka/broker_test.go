@@ -43,19 +43,26 @@ func startBroker(t testing.TB, opts ...kfake.Opt) *broker {
 	return b
 }
 
+// startMemBroker is a broker without persistence (for benchmarks: no fsync
+// per produce); it cannot be restarted with its data.
+func startMemBroker(t testing.TB, opts ...kfake.Opt) *broker {
+	b := &broker{t: t, port: freePort(t), opts: opts}
+	b.start()
+	t.Cleanup(b.stop)
+	return b
+}
+
 func (b *broker) start() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.c != nil {
 		return
 	}
-	opts := append([]kfake.Opt{
-		kfake.Ports(b.port),
-		kfake.DataDir(b.dir),
-		kfake.SyncWrites(),
-		kfake.AllowAutoTopicCreation(),
-		kfake.DefaultNumPartitions(3),
-	}, b.opts...)
+	opts := []kfake.Opt{kfake.Ports(b.port), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(3)}
+	if b.dir != "" {
+		opts = append(opts, kfake.DataDir(b.dir), kfake.SyncWrites())
+	}
+	opts = append(opts, b.opts...)
 	var err error
 	for i := 0; i < 50; i++ { // the port may linger briefly after a stop
 		if b.c, err = kfake.NewCluster(opts...); err == nil {

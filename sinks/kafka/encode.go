@@ -112,7 +112,7 @@ func (e *encoder) build(o *eventpipev1.Occurrence) (kafka.Message, error) {
 		}
 		value, ct = b, ContentProtobuf
 	default:
-		value, ct = AppendJSON(make([]byte, 0, 1024), o), ContentJSON
+		value, ct = AppendJSON(make([]byte, 0, 2048+len(o.GetMessage())), o), ContentJSON
 	}
 	h := make([]kafka.Header, 0, 7)
 	h = append(h,

@@ -22,6 +22,9 @@ import (
 	"github.com/eventpipe/eventpipe/sinks/internal/promreg"
 )
 
+// writerBatchSize is the kafka-go Writer's per-partition batch size.
+const writerBatchSize = 1000
+
 // Sink produces batches to one topic. It implements sinks.Pusher; pushes
 // are serialised.
 type Sink struct {
@@ -105,8 +108,10 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Sink, err
 		WriteBackoffMin: 10 * time.Millisecond,
 		WriteBackoffMax: 200 * time.Millisecond,
 		// Push hands the writer a whole batch and waits: never hold a
-		// partial batch back for long, never split by count.
-		BatchSize:    sinks.MaxBatchRecords,
+		// partial batch back for long. kafka-go allocates BatchSize slots
+		// per partition batch up front, so keep it moderate: a larger push
+		// becomes several produce batches.
+		BatchSize:    writerBatchSize,
 		BatchBytes:   int64(cfg.MaxMessageBytes),
 		BatchTimeout: 2 * time.Millisecond,
 		ReadTimeout:  cfg.WriteTimeout,
