@@ -196,9 +196,14 @@ func (c *Collector) buildGRPC() error {
 	eventpipev1.RegisterFollowServer(c.grpc, &followServer{
 		log: c.store, logger: c.logger.With("api", "follow"), m: c.m,
 		chunk: c.cfg.Follow.ReadChunk, maxTail: c.cfg.Follow.MaxTail,
+		cache: newChunkCache(c.store, c.cfg.Follow.ReadChunk, followCacheChunks),
 	})
 	return nil
 }
+
+// followCacheChunks bounds the chunks of decoded records shared by follow
+// subscribers (with the default chunk of 512: at most 8192 records).
+const followCacheChunks = 16
 
 // GRPCAddr is the bound gRPC address (useful with port 0).
 func (c *Collector) GRPCAddr() string { return c.grpcLis.Addr().String() }

@@ -43,6 +43,7 @@ type followServer struct {
 	m       *metrics
 	chunk   int
 	maxTail uint32
+	cache   *chunkCache
 }
 
 // selector is a validated FollowRequest selector.
@@ -181,7 +182,7 @@ func (f *followServer) stream(ctx context.Context, stream grpc.ServerStreamingSe
 		if noFollow && from > snapshot {
 			return nil
 		}
-		recs, skipped, err := f.log.Read(ctx, from, f.chunk)
+		recs, skipped, err := f.cache.Read(ctx, from)
 		if err != nil {
 			if ctx.Err() != nil {
 				return status.FromContextError(ctx.Err()).Err()

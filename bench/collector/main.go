@@ -18,6 +18,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -65,7 +66,19 @@ func run() error {
 	flag.BoolVar(&o.fsync, "fsync", true, "fsync the log (durability on)")
 	flag.BoolVar(&o.fileSink, "file-sink", false, "also run the file sink (JSON lines, fsync) during ingest")
 	flag.StringVar(&o.dir, "dir", "", "data directory (default: a new temp dir, removed after)")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.Parse()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 
 	dir := o.dir
 	if dir == "" {
