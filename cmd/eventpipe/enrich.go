@@ -290,3 +290,8 @@ func oneLine(s string) string {
 		return r
 	}, s)
 }
+
+// newDemoEnricher is an Enricher with default config over a snapshot.
+func newDemoEnricher(s *snapshot) (*enrich.Enricher, error) {
+	return enrich.New(enrich.NewDefaultConfig(), s.lookups())
+}
