@@ -3,7 +3,6 @@ package file
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -13,11 +12,10 @@ import (
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/eventpipe/eventpipe/sinks"
+	"github.com/eventpipe/eventpipe/sinks/internal/jsonenc"
 	"github.com/eventpipe/eventpipe/sinks/internal/promreg"
-	"github.com/eventpipe/eventpipe/sinks/internal/sanitize"
 )
 
 // Config is the file sink's YAML section.
@@ -121,7 +119,6 @@ type Sink struct {
 	size   int64 // bytes in f known to be synced
 	closed bool
 	buf    bytes.Buffer
-	line   bytes.Buffer
 }
 
 type metrics struct {
@@ -233,8 +230,6 @@ func lastNewline(f File, size int64) (int64, error) {
 	return 0, nil
 }
 
-var marshal = protojson.MarshalOptions{UseProtoNames: true}
-
 // Push implements sinks.Pusher.
 func (s *Sink) Push(ctx context.Context, batch []sinks.Record) error {
 	s.mu.Lock()
@@ -275,17 +270,11 @@ func (s *Sink) encode(r sinks.Record) error {
 	if r.Occurrence == nil {
 		return fmt.Errorf("offset %d: no occurrence", r.Offset)
 	}
-	o := sanitize.ValidUTF8(r.Occurrence)
-	b, err := marshal.Marshal(o)
+	b, err := jsonenc.AppendProtoJSON(s.buf.AvailableBuffer(), r.Occurrence)
 	if err != nil {
-		return fmt.Errorf("encode event %q: %w", o.GetEventId(), err)
+		return fmt.Errorf("encode event %q: %w", r.Occurrence.GetEventId(), err)
 	}
-	s.line.Reset()
-	if err := json.Compact(&s.line, b); err != nil {
-		return fmt.Errorf("compact event %q: %w", o.GetEventId(), err)
-	}
-	s.line.WriteByte('\n')
-	s.buf.Write(s.line.Bytes())
+	s.buf.Write(append(b, '\n'))
 	return nil
 }
 

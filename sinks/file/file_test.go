@@ -269,7 +269,7 @@ func TestLineFormatAndHostileInput(t *testing.T) {
 	if err := protojson.Unmarshal([]byte(lines[3]), &big); err != nil || len(big.GetMessage()) != 1<<20 {
 		t.Errorf("1 MiB message: %v, %d bytes", err, len(big.GetMessage()))
 	}
-	if err := protojson.Unmarshal([]byte(lines[4]), &bad); err != nil || bad.GetMessage() != "bad\uFFFD(utf8" {
+	if err := protojson.Unmarshal([]byte(lines[4]), &bad); err != nil || bad.GetMessage() != "bad\uFFFD\uFFFD\uFFFD(utf8" {
 		t.Errorf("invalid UTF-8 line: %v, message %q", err, bad.GetMessage())
 	}
 }

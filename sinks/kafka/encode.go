@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
+	"github.com/eventpipe/eventpipe/sinks/internal/jsonenc"
 	"github.com/eventpipe/eventpipe/sinks/internal/sanitize"
 )
 
@@ -257,54 +258,5 @@ func ts(b []byte, name string, t *timestamppb.Timestamp) []byte {
 	return append(b, '"')
 }
 
-const hex = "0123456789abcdef"
-
-// appendString appends s as a JSON string, as encoding/json does (with
-// U+2028/U+2029 escaped and invalid UTF-8 replaced by U+FFFD).
-func appendString(b []byte, s string) []byte {
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' {
-				i++
-				continue
-			}
-			b = append(b, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				b = append(b, '\\', c)
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			b = append(b, s[start:i]...)
-			b = append(b, `\ufffd`...)
-			i += size
-			start = i
-			continue
-		}
-		if r == '\u2028' || r == '\u2029' {
-			b = append(b, s[start:i]...)
-			b = append(b, '\\', 'u', '2', '0', '2', hex[r&0xf])
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
-}
+// appendString is encoding/json's string escaping.
+func appendString(b []byte, s string) []byte { return jsonenc.AppendString(b, s) }
