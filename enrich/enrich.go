@@ -23,7 +23,13 @@ type Result struct {
 	Occurrence *eventpipev1.Occurrence
 	// Missing: the involved object or the owner needed to attribute it is
 	// not in the caches (yet). The agent holds such events briefly and calls
-	// Enrich again; Occurrence is still complete (unattributed).
+	// Enrich again; Occurrence is still complete (unattributed, or
+	// attributed by a rule that needs no cache, e.g. the supervisor name).
+	// Precisely: the involved Pod or Sandbox is not cached (a pod's spec is
+	// needed for images), an unattributed PVC is not cached, a cached object
+	// names a Sandbox owner that is not cached, or the workspace depends on
+	// a Namespace that is not cached. Kinds enrich does not track are never
+	// Missing.
 	Missing bool
 }
 
@@ -127,10 +133,7 @@ func (e *Enricher) fill(o *eventpipev1.Occurrence, a attribution, ev *Event, at 
 		if img == "" {
 			img = image
 		}
-		key := trackerKey{namespace: ev.Involved.Namespace, pod: ev.Involved.Name, container: container}
-		if ev.Involved.UID != "" {
-			key.pod = ev.Involved.UID
-		}
+		key := podKey(ev, a.pod, container)
 		st := e.tracker.record(key, failure{
 			category: cat,
 			image:    img,
@@ -161,13 +164,26 @@ func (e *Enricher) fill(o *eventpipev1.Occurrence, a attribution, ev *Event, at 
 		}
 	} else if ev.Involved.Kind == "Pod" && container != "" && (ev.Reason == "Pulled" || ev.Reason == "Started") {
 		// The container got its image: its failure history is over.
-		key := trackerKey{namespace: ev.Involved.Namespace, pod: ev.Involved.Name, container: container}
-		if ev.Involved.UID != "" {
-			key.pod = ev.Involved.UID
-		}
-		e.tracker.forget(key)
+		e.tracker.forget(podKey(ev, a.pod, container))
 	}
 	o.Progress = e.progress(ev, a, container, o.Image)
+}
+
+// podKey names a container's pull state: by pod UID (the cached pod's, else
+// the event's), so events and pod statuses meet, and a re-created pod of the
+// same name starts afresh; by name when no UID is known.
+func podKey(ev *Event, pod *Pod, container string) trackerKey {
+	k := trackerKey{namespace: ev.Involved.Namespace, pod: ev.Involved.Name, container: container}
+	if k.namespace == "" {
+		k.namespace = ev.Namespace
+	}
+	switch {
+	case pod != nil && pod.UID != "":
+		k.pod = "uid:" + pod.UID
+	case ev.Involved.UID != "":
+		k.pod = "uid:" + ev.Involved.UID
+	}
+	return k
 }
 
 // progress computes the gateway's progress keys, correctly: only events
