@@ -166,10 +166,14 @@ func ClassifyPull(reason, message string) (category, image, detail string, ok bo
 	if len(message) > maxClassifyBytes {
 		message = message[:maxClassifyBytes]
 	}
+	return classifyPull(reason, message, imageFromMessage(message))
+}
+
+// classifyPull is ClassifyPull with the message's image already extracted.
+func classifyPull(reason, message, image string) (category, img, detail string, ok bool) {
 	if successReasons[reason] || (!pullReasons[reason] && !candidateReason(reason)) {
 		return "", "", "", false
 	}
-	image = imageFromMessage(message)
 	short := ""
 	if image != "" {
 		if s := shortImage(image); s != image {
@@ -180,6 +184,7 @@ func ClassifyPull(reason, message string) (category, image, detail string, ok bo
 	if !pullReasons[reason] && bits&markerBit == 0 {
 		return "", "", "", false
 	}
+	img = image
 	category = eventpipev1.CategoryUnknown
 	for i, r := range rules {
 		if bits&(1<<uint(i)) != 0 {
@@ -202,7 +207,7 @@ func ClassifyPull(reason, message string) (category, image, detail string, ok bo
 	if category != eventpipev1.CategoryUnknown {
 		detail = pullDetail(message)
 	}
-	return category, image, detail, true
+	return category, img, detail, true
 }
 
 // shortImage strips docker.io/ and library/ as Docker's messages do.

@@ -114,7 +114,8 @@ func (e *Enricher) fill(o *eventpipev1.Occurrence, a attribution, ev *Event, at 
 	}
 	container, _ := containerFromFieldPath(ev.Involved.FieldPath)
 	// A pull message names the image; fall back to the pod spec.
-	image := imageFromMessage(ev.Message)
+	msgImage := imageFromMessage(ev.Message)
+	image := msgImage
 	if container == "" && image != "" && a.pod != nil {
 		container = containerForImage(a.pod, image)
 	}
@@ -129,7 +130,12 @@ func (e *Enricher) fill(o *eventpipev1.Occurrence, a attribution, ev *Event, at 
 		o.ImageRole = e.rules.imageRole(container, a.pod)
 	}
 
-	if cat, img, detail, ok := ClassifyPull(ev.Reason, ev.Message); ok {
+	classifyMsg, classifyImage := ev.Message, msgImage
+	if len(classifyMsg) > maxClassifyBytes {
+		classifyMsg = classifyMsg[:maxClassifyBytes]
+		classifyImage = imageFromMessage(classifyMsg)
+	}
+	if cat, img, detail, ok := classifyPull(ev.Reason, classifyMsg, classifyImage); ok {
 		if img == "" {
 			img = image
 		}

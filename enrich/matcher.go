@@ -8,8 +8,10 @@ package enrich
 type matcher struct {
 	class  [256]uint8 // byte -> alphabet class (0 = byte in no fragment)
 	nclass int
-	next   []uint16 // state*nclass + class -> state
-	out    []uint32 // state -> bits of fragments ending here (with suffixes)
+	// state*nclass + class -> next state<<1 | 1 if that state has output:
+	// most steps then touch only this table.
+	next []uint32
+	out  []uint32 // state -> bits of fragments ending here (with suffixes)
 }
 
 type fragment struct {
@@ -58,13 +60,13 @@ func newMatcher(frags []fragment) *matcher {
 	}
 	// Failure links, breadth first, folded into a dense transition table.
 	n := len(nodes)
-	m.next = make([]uint16, n*m.nclass)
+	m.next = make([]uint32, n*m.nclass)
 	m.out = make([]uint32, n)
 	fail := make([]int, n)
 	queue := []int{}
 	for c := 0; c < m.nclass; c++ {
 		if nx, ok := nodes[0].child[uint8(c)]; ok {
-			m.next[c] = uint16(nx)
+			m.next[c] = uint32(nx)
 			queue = append(queue, nx)
 		}
 	}
@@ -76,11 +78,19 @@ func newMatcher(frags []fragment) *matcher {
 		for c := 0; c < m.nclass; c++ {
 			if nx, ok := nodes[s].child[uint8(c)]; ok {
 				fail[nx] = int(m.next[fail[s]*m.nclass+c])
-				m.next[s*m.nclass+c] = uint16(nx)
+				m.next[s*m.nclass+c] = uint32(nx)
 				queue = append(queue, nx)
 			} else {
 				m.next[s*m.nclass+c] = m.next[fail[s]*m.nclass+c]
 			}
+		}
+	}
+	// Tag transitions into states with output (outputs are final now).
+	for i, nx := range m.next {
+		if m.out[nx] != 0 {
+			m.next[i] = nx<<1 | 1
+		} else {
+			m.next[i] = nx << 1
 		}
 	}
 	return m
@@ -104,8 +114,11 @@ func (m *matcher) scan(s, skip, skipShort string) uint32 {
 			state = 0
 			continue
 		}
-		state = int(m.next[state*nc+int(m.class[lowerASCII(s[i])])])
-		bits |= m.out[state]
+		nx := m.next[state*nc+int(m.class[lowerASCII(s[i])])]
+		state = int(nx >> 1)
+		if nx&1 != 0 {
+			bits |= m.out[state]
+		}
 	}
 	return bits
 }
