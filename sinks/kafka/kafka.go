@@ -113,7 +113,11 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Sink, err
 		// becomes several produce batches.
 		BatchSize:    writerBatchSize,
 		BatchBytes:   int64(cfg.MaxMessageBytes),
-		BatchTimeout: 2 * time.Millisecond,
+		// Push is serialised and hands all its records to the writer under
+		// the partition writer's lock, so a tiny timeout flushes each
+		// partition batch as soon as the call has filled it, without
+		// waiting.
+		BatchTimeout: time.Microsecond,
 		ReadTimeout:  cfg.WriteTimeout,
 		WriteTimeout: cfg.WriteTimeout,
 		RequiredAcks: kafka.RequireAll,
