@@ -14,8 +14,10 @@ import (
 )
 
 // SourceHead is optionally implemented by a Source that knows the offset of
-// its last record. A Runner uses it so that LagRecords counts records it has
-// not read yet; without it the lag only covers what the runner has seen.
+// its last record (a Source with a method Bounds() (first, last uint64), as
+// collector/store has, works too). A Runner uses it so that LagRecords
+// counts records it has not read yet; without it the lag only covers what
+// the runner has seen.
 type SourceHead interface {
 	LastOffset() uint64
 }
@@ -436,11 +438,19 @@ func (r *Runner) setOldest(rec Record) {
 	}
 }
 
+// sourceBounds is the same knowledge in the shape collector/store gives
+// it.
+type sourceBounds interface {
+	Bounds() (first, last uint64)
+}
+
 func (r *Runner) observeHead(seen uint64) {
-	if h, ok := r.src.(SourceHead); ok {
-		if last := h.LastOffset(); last > seen {
-			seen = last
-		}
+	switch h := r.src.(type) {
+	case SourceHead:
+		seen = max(seen, h.LastOffset())
+	case sourceBounds:
+		_, last := h.Bounds()
+		seen = max(seen, last)
 	}
 	r.mu.Lock()
 	if seen > r.st.LastOffset {

@@ -487,3 +487,36 @@ func TestRunnerConfigValidate(t *testing.T) {
 		t.Error("NewRunner accepted a bad config")
 	}
 }
+
+type boundsLog struct{ *fakeLog }
+
+func (b boundsLog) Bounds() (uint64, uint64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.first, b.first + uint64(len(b.recs)) - 1
+}
+
+func TestRunnerLagFromSourceBounds(t *testing.T) {
+	l := newFakeLog()
+	l.add(occs(7)...)
+	errs := make([]error, 1000)
+	for i := range errs {
+		errs[i] = errors.New("connection refused")
+	}
+	p := &scripted{errs: errs}
+	cfg := testConfig()
+	cfg.Batch.MaxRecords = 2
+	r, err := NewRunner(cfg, p, boundsLog{l}, l, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- r.Run(ctx) }()
+	eventually(t, "failed pushes", func() bool { return p.pushes() > 2 })
+	if st := r.Status(); st.LagRecords != 7 || st.LastOffset != 7 {
+		t.Errorf("lag %d last %d, want 7 and 7 (only 2 records were read)", st.LagRecords, st.LastOffset)
+	}
+	cancel()
+	<-done
+}
