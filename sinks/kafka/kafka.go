@@ -111,8 +111,8 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Sink, err
 		// partial batch back for long. kafka-go allocates BatchSize slots
 		// per partition batch up front, so keep it moderate: a larger push
 		// becomes several produce batches.
-		BatchSize:    writerBatchSize,
-		BatchBytes:   int64(cfg.MaxMessageBytes),
+		BatchSize:  writerBatchSize,
+		BatchBytes: int64(cfg.MaxMessageBytes),
 		// Push is serialised and hands all its records to the writer under
 		// the partition writer's lock, so a tiny timeout flushes each
 		// partition batch as soon as the call has filled it, without
