@@ -47,6 +47,10 @@ type Collector struct {
 	http    *http.Server
 	httpLis net.Listener
 	ready   *readiness
+	// drain is cancelled first on shutdown: streams finish what they hold
+	// and end, so GracefulStop does not wait for long-lived streams.
+	drain     context.Context
+	stopDrain context.CancelFunc
 }
 
 // Option changes how New builds a Collector.
@@ -67,6 +71,7 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer, opts ...Opt
 		logger = slog.New(slog.DiscardHandler)
 	}
 	c := &Collector{cfg: cfg, logger: logger, reg: reg}
+	c.drain, c.stopDrain = context.WithCancel(context.Background())
 	for _, o := range opts {
 		o(c)
 	}
@@ -191,12 +196,12 @@ func (c *Collector) buildGRPC() error {
 	}
 	c.grpc = grpc.NewServer(opts...)
 	eventpipev1.RegisterIngestServer(c.grpc, &ingestServer{
-		log: c.store, logger: c.logger.With("api", "ingest"), m: c.m, pipeline: cfg.IngestPipeline,
+		log: c.store, logger: c.logger.With("api", "ingest"), m: c.m, pipeline: cfg.IngestPipeline, drain: c.drain,
 	})
 	eventpipev1.RegisterFollowServer(c.grpc, &followServer{
 		log: c.store, logger: c.logger.With("api", "follow"), m: c.m,
 		chunk: c.cfg.Follow.ReadChunk, maxTail: c.cfg.Follow.MaxTail,
-		cache: newChunkCache(c.store, c.cfg.Follow.ReadChunk, followCacheChunks),
+		cache: newChunkCache(c.store, c.cfg.Follow.ReadChunk, followCacheChunks), drain: c.drain,
 	})
 	return nil
 }
@@ -218,6 +223,7 @@ func (c *Collector) Store() *store.Store { return c.store }
 func (c *Collector) Runners() []*sinks.Runner { return c.runners }
 
 func (c *Collector) closeAll() {
+	c.stopDrain()
 	if c.grpcLis != nil {
 		c.grpcLis.Close()
 	}
@@ -316,6 +322,7 @@ func (c *Collector) Run(ctx context.Context) error {
 	c.logger.Info("collector stopping: ingress first", "grace", grace)
 	stopped := make(chan struct{})
 	go func() { c.grpc.GracefulStop(); close(stopped) }()
+	c.stopDrain()
 	select {
 	case <-stopped:
 	case <-time.After(grace):

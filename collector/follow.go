@@ -44,6 +44,9 @@ type followServer struct {
 	chunk   int
 	maxTail uint32
 	cache   *chunkCache
+	// drain is cancelled when the collector starts shutting down: open
+	// streams end with Unavailable and resume elsewhere by cursor.
+	drain context.Context
 }
 
 // selector is a validated FollowRequest selector.
@@ -99,7 +102,17 @@ func (s selector) match(p *Principal, o *eventpipev1.Occurrence) bool {
 }
 
 func (f *followServer) Follow(req *eventpipev1.FollowRequest, stream eventpipev1.Follow_FollowServer) error {
-	ctx := stream.Context()
+	ctx, cancel := context.WithCancel(stream.Context())
+	defer cancel()
+	defer context.AfterFunc(f.drain, cancel)()
+	err := f.follow(ctx, req, stream)
+	if f.drain.Err() != nil && stream.Context().Err() == nil {
+		return status.Error(codes.Unavailable, "collector shutting down: resume with after_cursor set to the last cursor received")
+	}
+	return err
+}
+
+func (f *followServer) follow(ctx context.Context, req *eventpipev1.FollowRequest, stream eventpipev1.Follow_FollowServer) error {
 	sel, err := parseSelector(req)
 	if err != nil {
 		return err

@@ -34,6 +34,8 @@ type ingestServer struct {
 	logger   *slog.Logger
 	m        *metrics
 	pipeline int
+	// drain is cancelled when the collector starts shutting down.
+	drain context.Context
 }
 
 func (s *ingestServer) GetCursor(ctx context.Context, req *eventpipev1.GetCursorRequest) (*eventpipev1.GetCursorResponse, error) {
@@ -92,36 +94,62 @@ func (s *ingestServer) Ship(stream eventpipev1.Ingest_ShipServer) error {
 		s.appender(ctx, toAppend)
 	}()
 
-	var sendErr error
-	for pd := range inflight {
-		if sendErr != nil {
-			continue // drain: the receiver stops when ctx is cancelled
+	// On an error the handler returns at once: that ends the stream, which
+	// unblocks the receiver's Recv; the receiver and the appender then stop
+	// on their own (ctx is cancelled, nothing more is acknowledged).
+	for {
+		var pd *pending
+		select {
+		case p, ok := <-inflight:
+			if !ok {
+				<-appenderDone
+				if rerr := <-recvErr; rerr != nil && !errors.Is(rerr, io.EOF) {
+					return rerr
+				}
+				return nil
+			}
+			pd = p
+		case <-s.drain.Done():
+			return s.drainStream(stream, inflight, who)
 		}
 		<-pd.done
 		if pd.err != nil {
-			sendErr = pd.err
-			cancel()
-			continue
+			if c := status.Code(pd.err); c != codes.Canceled && c != codes.DeadlineExceeded {
+				s.logger.Warn("ingest stream ended", "caller", who, "seq", pd.batch.GetSeq(), "err", pd.err)
+			}
+			return pd.err
 		}
 		if err := stream.Send(pd.ack); err != nil {
-			sendErr = fmt.Errorf("send ack: %w", err)
-			cancel()
-			continue
+			return fmt.Errorf("send ack: %w", err)
 		}
 		s.m.ackLatency.Observe(time.Since(pd.received).Seconds())
 	}
-	<-appenderDone
-	rerr := <-recvErr
-	if sendErr != nil {
-		if _, ok := status.FromError(sendErr); !ok || status.Code(sendErr) == codes.Unknown {
-			s.logger.Warn("ingest stream ended", "caller", who, "err", sendErr)
+}
+
+// drainStream runs at shutdown: it acknowledges the batches already
+// received (their appends are under way) and ends the stream with
+// Unavailable, so the agent reconnects (to this collector once restarted,
+// or another) and re-sends whatever was not acknowledged.
+func (s *ingestServer) drainStream(stream eventpipev1.Ingest_ShipServer, inflight <-chan *pending, who string) error {
+	for {
+		select {
+		case pd, ok := <-inflight:
+			if !ok {
+				return status.Error(codes.Unavailable, "collector shutting down")
+			}
+			<-pd.done
+			if pd.err != nil {
+				return pd.err
+			}
+			if err := stream.Send(pd.ack); err != nil {
+				return fmt.Errorf("send ack: %w", err)
+			}
+			s.m.ackLatency.Observe(time.Since(pd.received).Seconds())
+		default:
+			s.logger.Info("ingest stream closed for shutdown", "caller", who)
+			return status.Error(codes.Unavailable, "collector shutting down: reconnect and re-send unacknowledged batches")
 		}
-		return sendErr
 	}
-	if rerr != nil && !errors.Is(rerr, io.EOF) {
-		return rerr
-	}
-	return nil
 }
 
 // receive reads batches until EOF or an error, validates them and queues

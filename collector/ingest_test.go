@@ -237,3 +237,44 @@ func TestIngestGroupedAcksWithDuplicates(t *testing.T) {
 		t.Fatalf("cursor %v, %v; want %d", cur, err, n)
 	}
 }
+
+// Shutdown stops ingress first and does not wait the whole grace for
+// long-lived streams: an open Ship stream gets its pending acks, then
+// Unavailable; an open Follow stream gets Unavailable (resume by cursor).
+func TestShutdownDrainsStreams(t *testing.T) {
+	cfg := testConfig(t, t.TempDir())
+	cfg.GRPC.ShutdownGrace = 20 * time.Second
+	r := startCollector(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := eventpipev1.NewIngestClient(dial(t, r.c.GRPCAddr(), agentToken)).Ship(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Send(batch(1, "prod", "1", occ("s/1", "sb", "ws1", "n", "gw"))); err != nil {
+		t.Fatal(err)
+	}
+	if a, err := st.Recv(); err != nil || a.GetStored() != 1 {
+		t.Fatalf("ack %v, %v", a, err)
+	}
+	fl, err := eventpipev1.NewFollowClient(dial(t, r.c.GRPCAddr(), readerAll)).Follow(ctx, &eventpipev1.FollowRequest{Workspace: "ws1", Tail: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, err := fl.Recv(); err != nil || m.GetOccurrence().GetEventId() != "s/1" {
+		t.Fatalf("follow: %v, %v", m, err)
+	}
+	start := time.Now()
+	if err := r.stop(t); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Fatalf("shutdown took %s with open streams (grace 20s): streams were not drained", took)
+	}
+	if _, err := st.Recv(); status.Code(err) != codes.Unavailable {
+		t.Fatalf("Ship after shutdown: %v, want Unavailable", err)
+	}
+	if _, err := fl.Recv(); status.Code(err) != codes.Unavailable {
+		t.Fatalf("Follow after shutdown: %v, want Unavailable", err)
+	}
+}
