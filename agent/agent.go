@@ -84,6 +84,7 @@ func New(cfg Config, restCfg *rest.Config, opts Options) (*Agent, error) {
 		counted.QPS, counted.Burst = 50, 100
 	}
 	pb := rest.CopyConfig(counted)
+	pb.DisableCompression = !cfg.Watch.Compression
 	pb.ContentType = "application/vnd.kubernetes.protobuf"
 	pb.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
 	if a.kube, err = kubernetes.NewForConfig(pb); err != nil {

@@ -128,7 +128,7 @@ func (p *processor) handle(ctx context.Context, it item) bool {
 	}
 	p.seen.put(it.ev.UID, it.fp)
 	res := p.enr.Enrich(it.ev, it.observed)
-	if res.Missing && p.cfg.Hold.MaxAge > 0 {
+	if res.Missing && p.cfg.Hold.MaxAge > 0 && p.fresh(it) {
 		if len(p.held) < p.cfg.Hold.MaxEvents {
 			p.held = append(p.held, &heldEvent{ev: it.ev, p: p.cursor.add(it.rv), heldAt: p.now(), observed: it.observed})
 			p.m.held.Set(float64(len(p.held)))
@@ -138,6 +138,15 @@ func (p *processor) handle(ctx context.Context, it item) bool {
 	}
 	p.cursor.advance(it.rv)
 	return p.add(ctx, res.Occurrence, eventpipev1.PullSourceEvent)
+}
+
+// fresh reports whether an Event occurred recently enough that its owner
+// may still be on its way into the caches (the creation race).
+func (p *processor) fresh(it item) bool {
+	if p.cfg.Hold.FreshWithin <= 0 {
+		return true
+	}
+	return it.observed.Sub(enrich.OccurrenceTime(it.ev, it.observed)) <= p.cfg.Hold.FreshWithin
 }
 
 // retryHeld re-enriches held Events: attributed ones and expired ones ship.

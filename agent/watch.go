@@ -191,6 +191,7 @@ func (w *watcher) watch(ctx context.Context, rv string) (string, error) {
 	if err != nil {
 		return rv, fmt.Errorf("watch events from %s: %w", rv, err)
 	}
+	w.alive.Store(time.Now().UnixNano())
 	return w.consume(ctx, wi, rv, false)
 }
 
@@ -211,6 +212,7 @@ func (w *watcher) consume(ctx context.Context, wi watch.Interface, rv string, li
 			if listing {
 				return "", errors.New("watch-list ended before its initial events did")
 			}
+			w.alive.Store(time.Now().UnixNano())
 			return rv, nil
 		}
 		w.alive.Store(time.Now().UnixNano())

@@ -54,6 +54,7 @@ var (
 	rateFor    = flag.Duration("rate-for", 20*time.Second, "how long the sustained-rate run writes Events (0: skip)")
 	workers    = flag.Int("workers", 16, "client goroutines writing Events")
 	keep       = flag.Bool("keep", false, "keep the work directory")
+	profileDir = flag.String("cpu-profiles", "", "write each agent's CPU profile into this directory")
 )
 
 type env struct {
@@ -154,11 +155,15 @@ func (e *env) backlogRun(ctx context.Context, total int) error {
 		return err
 	}
 	elapsed := time.Since(start)
-	cpu, hwm, rss := a.usage()
+	cpu, hwm, rss, anon, file := a.usageDetail()
+	heap, _ := a.metric("go_memstats_heap_inuse_bytes", "")
 	agentReqs, _ := a.metric("eventpipe_agent_api_requests_total", `resource="events"`)
+	lists, _ := a.metric("eventpipe_agent_api_requests_total", `resource="events",verb="list"`)
+	watches, _ := a.metric("eventpipe_agent_api_requests_total", `resource="events",verb="watch"`)
+	gets, _ := a.metric("eventpipe_agent_api_requests_total", `resource="events",verb="get"`)
 	after, _ := e.cluster.APIRequestCount(ctx, kube.RequestFilter{Resource: "events"})
-	fmt.Printf("backlog %d Events: all acknowledged in %s; agent CPU %.2f s, peak RSS %.1f MiB (now %.1f MiB); requests on events: %v (agent) / %v (apiserver, all clients)\n",
-		total, elapsed.Round(time.Millisecond), cpu, hwm, rss, agentReqs, after-before)
+	fmt.Printf("backlog %d Events: all acknowledged in %s; agent CPU %.2f s; RSS peak %.1f MiB, now %.1f MiB = %.1f MiB anonymous + %.1f MiB file-backed (binary); Go heap in use %.1f MiB; requests on events: %v (%v LIST, %v WATCH, %v GET; apiserver_request_total delta over all clients %v)\n",
+		total, elapsed.Round(time.Millisecond), cpu, hwm, rss, anon, file, heap/(1<<20), agentReqs, lists, watches, gets, after-before)
 	return nil
 }
 
@@ -191,6 +196,9 @@ func (e *env) rateRun(ctx context.Context) error {
 	_, startOffset := col.c.Store().Bounds()
 	ns := "bench-rate"
 	if err := ensureNS(ctx, e.cs, ns); err != nil {
+		return err
+	}
+	if err := ensurePods(ctx, e.cs, ns); err != nil {
 		return err
 	}
 	var mu sync.Mutex
@@ -298,6 +306,9 @@ func (e *env) recurrenceRun(ctx context.Context) error {
 	if err := ensureNS(ctx, e.cs, ns); err != nil {
 		return err
 	}
+	if err := ensurePods(ctx, e.cs, ns); err != nil {
+		return err
+	}
 	start := time.Now()
 	evs := e.cs.CoreV1().Events(ns)
 	for i := 0; i < 200; i++ {
@@ -400,11 +411,11 @@ func (e *env) cacheRun(ctx context.Context, n int) error {
 		v, _ := a.metric("eventpipe_agent_cache_objects", `kind="`+k+`"`)
 		objs += v
 	}
-	_, hwm, rss := a.usage()
+	_, hwm, rss, anon, file := a.usageDetail()
 	heap, _ := a.metric("go_memstats_heap_inuse_bytes", "")
 	budget := 64 + objs/1024
-	fmt.Printf("cache: %d sandboxes, %.0f cached objects: agent RSS %.1f MiB (peak %.1f MiB, Go heap in use %.1f MiB); budget 64 MiB + 1 KiB/object = %.1f MiB\n",
-		n, objs, rss, hwm, heap/(1<<20), budget)
+	fmt.Printf("cache: %d sandboxes, %.0f cached objects: agent RSS %.1f MiB = %.1f MiB anonymous + %.1f MiB file-backed (peak %.1f MiB); Go heap in use %.1f MiB; budget 64 MiB + 1 KiB/object = %.1f MiB\n",
+		n, objs, rss, anon, file, hwm, heap/(1<<20), budget)
 	return nil
 }
 
@@ -436,6 +447,9 @@ func (e *env) createEvents(ctx context.Context, ns string, n int) error {
 		return nil
 	}
 	if err := ensureNS(ctx, e.cs, ns); err != nil {
+		return err
+	}
+	if err := ensurePods(ctx, e.cs, ns); err != nil {
 		return err
 	}
 	start := time.Now()
@@ -474,7 +488,7 @@ func createEvent(ctx context.Context, cs kubernetes.Interface, ns string, i int)
 	img := fmt.Sprintf("registry.example.com/team/agent:%d", i%97)
 	ev := &corev1.Event{
 		ObjectMeta:     metav1.ObjectMeta{Name: fmt.Sprintf("%s.%x", pod, now.UnixNano()+int64(i)), Namespace: ns},
-		InvolvedObject: corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: ns, Name: pod, UID: "00000000-0000-4000-8000-000000000000", FieldPath: "spec.containers{agent}"},
+		InvolvedObject: corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: ns, Name: pod, FieldPath: "spec.containers{agent}"},
 		Reason:         "Failed", Type: corev1.EventTypeWarning,
 		Message: fmt.Sprintf("Failed to pull image %q: rpc error: code = NotFound desc = failed to pull and unpack image %q: failed to resolve reference %q: %s: not found", img, img, img, img),
 		Source:  corev1.EventSource{Component: "kubelet", Host: "node-1"}, FirstTimestamp: now, LastTimestamp: now, Count: 1,
@@ -484,6 +498,20 @@ func createEvent(ctx context.Context, cs kubernetes.Interface, ns string, i int)
 		return "", err
 	}
 	return string(out.UID) + "/" + out.ResourceVersion, nil
+}
+
+// ensurePods creates the pods the generated Events are about (pod-0 ..
+// pod-499), so the Events attribute against a cached object as on a real
+// cluster instead of waiting in the agent's late-binding hold.
+func ensurePods(ctx context.Context, cs kubernetes.Interface, ns string) error {
+	for i := 0; i < 500; i++ {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("pod-%d", i), Namespace: ns},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "agent", Image: "registry.example.com/team/agent:1"}}}}
+		if _, err := cs.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("create pod: %w", err)
+		}
+	}
+	return nil
 }
 
 func ensureNS(ctx context.Context, cs kubernetes.Interface, ns string) error {
@@ -547,8 +575,12 @@ func (e *env) startAgent(name, collectorAddr, cluster string) (*agentProc, error
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(e.bin, "agent", "--kubeconfig", e.kcfg, "--collector", collectorAddr, "--collector-insecure",
-		"--cluster", cluster, "--leader-elect=false", "--listen", addr, "--log-level", "warn")
+	args := []string{"agent", "--kubeconfig", e.kcfg, "--collector", collectorAddr, "--collector-insecure",
+		"--cluster", cluster, "--leader-elect=false", "--listen", addr, "--log-level", "warn"}
+	if *profileDir != "" {
+		args = append(args, "--cpu-profile", filepath.Join(*profileDir, "agent-"+name+".cpu"))
+	}
+	cmd := exec.Command(e.bin, args...)
 	cmd.Stdout, cmd.Stderr = lf, lf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -571,6 +603,14 @@ func (a *agentProc) stop() {
 
 // usage: CPU seconds (user+system), peak and current RSS in MiB, from /proc.
 func (a *agentProc) usage() (cpu, hwmMiB, rssMiB float64) {
+	cpu, hwmMiB, rssMiB, _, _ = a.usageDetail()
+	return
+}
+
+// usageDetail adds the current RSS split into anonymous memory (the heap,
+// stacks: what the agent allocates) and file-backed pages (the mapped
+// 90 MB eventpipe binary, which holds every subcommand).
+func (a *agentProc) usageDetail() (cpu, hwmMiB, rssMiB, anonMiB, fileMiB float64) {
 	pid := a.cmd.Process.Pid
 	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
 		s := string(b)
@@ -591,10 +631,14 @@ func (a *agentProc) usage() (cpu, hwmMiB, rssMiB float64) {
 				hwmMiB = kb / 1024
 			case "VmRSS:":
 				rssMiB = kb / 1024
+			case "RssAnon:":
+				anonMiB = kb / 1024
+			case "RssFile:":
+				fileMiB = kb / 1024
 			}
 		}
 	}
-	return cpu, hwmMiB, rssMiB
+	return cpu, hwmMiB, rssMiB, anonMiB, fileMiB
 }
 
 func (a *agentProc) metric(name, labels string) (float64, error) {

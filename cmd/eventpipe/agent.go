@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime/pprof"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -47,6 +48,7 @@ func runAgent(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 		listen      = fs.String("listen", "", "address for /metrics, /healthz, /readyz (http.listen; default :9464)")
 		logLevel    = fs.String("log-level", "info", "debug, info, warn or error")
 		checkOnly   = fs.Bool("check-config", false, "validate the configuration and exit")
+		cpuProfile  = fs.String("cpu-profile", "", "write a CPU profile to this file until the agent stops (benchmarks)")
 	)
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
@@ -124,6 +126,19 @@ func runAgent(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	if err != nil {
 		fmt.Fprintf(stderr, "eventpipe agent: %v\n", err)
 		return 1
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			fmt.Fprintf(stderr, "eventpipe agent: --cpu-profile: %v\n", err)
+			return 2
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintf(stderr, "eventpipe agent: --cpu-profile: %v\n", err)
+			return 2
+		}
+		defer pprof.StopCPUProfile()
 	}
 	logger.Info("agent starting", "cluster", cfg.Cluster, "collector", cfg.Collector.Address, "leaderElection", cfg.LeaderElection.Enabled)
 	if err := a.Run(ctx); err != nil {
