@@ -154,6 +154,7 @@ const (
 	DefaultMaxTail        = 10_000
 	DefaultReadChunk      = 512
 	DefaultLossWindow     = 15 * time.Minute
+	minSendBytes          = 5 << 20
 )
 
 // NewDefaultConfig returns the defaults: loopback listeners, no sinks, no
@@ -254,8 +255,10 @@ func (c Config) Validate() error {
 	if c.GRPC.MaxRecvBytes < 1024 || c.GRPC.MaxRecvBytes > 1<<30 {
 		add("grpc.max_recv_bytes", "must be between 1024 and %d, got %d", 1<<30, c.GRPC.MaxRecvBytes)
 	}
-	if c.GRPC.MaxSendBytes < 1024 || c.GRPC.MaxSendBytes > 1<<30 {
-		add("grpc.max_send_bytes", "must be between 1024 and %d, got %d", 1<<30, c.GRPC.MaxSendBytes)
+	// The log stores occurrences of up to 4 MiB; a Follow message carries
+	// one, so a smaller send limit would wedge subscribers on such a record.
+	if c.GRPC.MaxSendBytes < minSendBytes || c.GRPC.MaxSendBytes > 1<<30 {
+		add("grpc.max_send_bytes", "must be between %d (the log's largest occurrence, 4 MiB, plus framing) and %d, got %d", minSendBytes, 1<<30, c.GRPC.MaxSendBytes)
 	}
 	if c.GRPC.IngestPipeline < 1 || c.GRPC.IngestPipeline > 1024 {
 		add("grpc.ingest_pipeline", "must be between 1 and 1024, got %d", c.GRPC.IngestPipeline)

@@ -24,8 +24,16 @@
 //     may only call Ingest, role reader only Follow, and only for its
 //     workspaces. Unauthenticated calls get Unauthenticated, out-of-scope
 //     ones PermissionDenied; both are counted by reason.
+//     Subscribers at the same position share one read and decode of each
+//     log chunk (a small bounded cache), so a fan-out decodes a record once.
 //   - Lifecycle: New validates the config, opens the store, builds the sinks
 //     and binds the listeners; Run starts store, sinks, then servers, and on
-//     shutdown stops ingress first (graceful, bounded), then the sinks, then
-//     the store.
+//     shutdown stops ingress first: no new calls, open Ship streams get the
+//     acks of what they already sent and end with Unavailable, open Follow
+//     streams end with Unavailable (resume by cursor), all bounded by
+//     grpc.shutdown_grace; then the sinks stop, then the store closes.
+//   - Reload: with WithConfigPath, changes to the config file and the tokens
+//     file (watched by directory, so rename-writes and ConfigMap swaps are
+//     seen) apply sink filters and auth in place; other changes are logged
+//     as requiring a restart; an invalid file changes nothing.
 package collector
