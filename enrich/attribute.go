@@ -67,15 +67,17 @@ func (r *compiledRules) imageRole(container string, pod *Pod) string {
 type attribution struct {
 	rule    string
 	role    string
-	sandbox *eventpipev1.Sandbox
-	pod     *Pod // the involved pod, when cached
+	sandbox *eventpipev1.Sandbox // dst once filled in, else nil
+	dst     *eventpipev1.Sandbox // where describe writes (caller-owned)
+	pod     *Pod                 // the involved pod, when cached
 	missing bool
 }
 
 // attribute ties an involved object to its sandbox, applying the rules in
 // DESIGN.md order and recording the one that matched.
-func (e *Enricher) attribute(ref *ObjectRef, eventNS string) attribution {
-	a := attribution{rule: eventpipev1.AttributionNone, role: eventpipev1.RoleNone}
+// dst receives the Sandbox part (it is part of the caller's allocation).
+func (e *Enricher) attribute(ref *ObjectRef, eventNS string, dst *eventpipev1.Sandbox) attribution {
+	a := attribution{rule: eventpipev1.AttributionNone, role: eventpipev1.RoleNone, dst: dst}
 	ns := ref.Namespace
 	if ns == "" {
 		ns = eventNS
@@ -125,7 +127,7 @@ func (e *Enricher) attributeSandbox(a *attribution, ns string, ref *ObjectRef) {
 		return
 	}
 	a.role = eventpipev1.RoleSandbox
-	a.sandbox, a.missing = e.describe(cr, nil, ns, "")
+	a.sandbox, a.missing = e.describe(a.dst, cr, nil, ns, "")
 }
 
 func (e *Enricher) attributePod(a *attribution, ns, name string) {
@@ -188,7 +190,7 @@ func (e *Enricher) attributePod(a *attribution, ns, name string) {
 		meta = &pod.Meta
 	}
 	var nsMissing bool
-	a.sandbox, nsMissing = e.describe(cr, meta, ns, id)
+	a.sandbox, nsMissing = e.describe(a.dst, cr, meta, ns, id)
 	a.missing = pod == nil || ownerMissing || nsMissing
 }
 
@@ -225,15 +227,14 @@ func (e *Enricher) attributePVC(a *attribution, ns, name string) {
 	a.rule = rule
 	a.role = eventpipev1.RoleVolume
 	var nsMissing bool
-	a.sandbox, nsMissing = e.describe(cr, meta, ns, "")
+	a.sandbox, nsMissing = e.describe(a.dst, cr, meta, ns, "")
 	a.missing = nsMissing
 }
 
-// describe builds the Sandbox part from the CR (may be nil), the involved
+// describe fills s, the Sandbox part, from the CR (may be nil), the involved
 // object's metadata (may be nil) and an id found by a pod rule. missing is
 // true when the workspace depends on a namespace that is not cached.
-func (e *Enricher) describe(cr *Sandbox, obj *Meta, ns, id string) (*eventpipev1.Sandbox, bool) {
-	s := &eventpipev1.Sandbox{}
+func (e *Enricher) describe(s *eventpipev1.Sandbox, cr *Sandbox, obj *Meta, ns, id string) (*eventpipev1.Sandbox, bool) {
 	pick := func(keys []string) string {
 		if cr != nil {
 			if v := firstKey(cr.Annotations, keys); v != "" {

@@ -86,7 +86,7 @@ func (e *Enricher) enrichEvent(ev *Event, observedAt time.Time, source string, b
 	o.Count = max(ev.Count, 1)
 	o.ReportingComponent, o.ReportingInstance = clean(ev.ReportingComponent), clean(ev.ReportingInstance)
 	o.Action = clean(ev.Action)
-	a := e.attribute(&ev.Involved, ev.Namespace)
+	a := e.attribute(&ev.Involved, ev.Namespace, &blk.sb)
 	e.fill(o, a, ev, occurredAt, source, backoff)
 	return o, a.missing
 }
@@ -98,6 +98,7 @@ type occAlloc struct {
 	ev                 eventpipev1.EventRef
 	obj                eventpipev1.ObjectRef
 	occurred, observed timestamppb.Timestamp
+	sb                 eventpipev1.Sandbox // linked only when attributed
 }
 
 func setTime(ts *timestamppb.Timestamp, t time.Time) {
