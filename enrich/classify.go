@@ -171,7 +171,8 @@ func ClassifyPull(reason, message string) (category, image, detail string, ok bo
 
 // classifyPull is ClassifyPull with the message's image already extracted.
 func classifyPull(reason, message, image string) (category, img, detail string, ok bool) {
-	if successReasons[reason] || (!pullReasons[reason] && !candidateReason(reason)) {
+	isPullReason := pullReasons[reason]
+	if !isPullReason && (successReasons[reason] || !candidateReason(reason)) {
 		return "", "", "", false
 	}
 	short := ""
@@ -181,7 +182,7 @@ func classifyPull(reason, message, image string) (category, img, detail string, 
 		}
 	}
 	bits := pullMatcher.scan(message, image, short)
-	if !pullReasons[reason] && bits&markerBit == 0 {
+	if !isPullReason && bits&markerBit == 0 {
 		return "", "", "", false
 	}
 	img = image
