@@ -3,6 +3,7 @@ package kafka
 import (
 	"context"
 	"fmt"
+	"syscall"
 	"testing"
 	"time"
 
@@ -48,12 +49,12 @@ func BenchmarkKafkaSink(b *testing.B) {
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan error, 1)
 			b.ResetTimer()
-			start := time.Now()
+			start, cpu0 := time.Now(), cpuTime()
 			go func() { done <- r.Run(ctx) }()
 			for r.Status().Cursor < uint64(b.N) {
 				time.Sleep(200 * time.Microsecond)
 			}
-			el := time.Since(start)
+			el, cpu := time.Since(start), cpuTime()-cpu0
 			b.StopTimer()
 			cancel()
 			<-done
@@ -62,6 +63,7 @@ func BenchmarkKafkaSink(b *testing.B) {
 				b.Fatalf("status %+v", st)
 			}
 			b.ReportMetric(float64(b.N)/el.Seconds(), "occ/s")
+			b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/occ")
 		})
 	}
 }
@@ -76,6 +78,7 @@ func BenchmarkEncode(b *testing.B) {
 			e := encoder{format: format, source: DefaultSource, maxBytes: DefaultMaxMessageBytes}
 			var bytes int
 			b.ReportAllocs()
+			cpu0 := cpuTime()
 			for i := 0; b.Loop(); i++ {
 				m, _, _, err := e.encode(occs[i%len(occs)])
 				if err != nil {
@@ -83,16 +86,29 @@ func BenchmarkEncode(b *testing.B) {
 				}
 				bytes += len(m.Value)
 			}
+			b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/float64(b.N), "cpu-ns/op")
 			b.ReportMetric(float64(bytes)/float64(b.N), "value-bytes/op")
 		})
 	}
 	// Baseline on the same machine and load: generic protojson.
 	b.Run("protojson-baseline", func(b *testing.B) {
 		b.ReportAllocs()
+		cpu0 := cpuTime()
 		for i := 0; b.Loop(); i++ {
 			if _, err := protojson.Marshal(occs[i%len(occs)]); err != nil {
 				b.Fatal(err)
 			}
 		}
+		b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/float64(b.N), "cpu-ns/op")
 	})
+}
+
+// cpuTime is the process's user + system CPU time (all threads, GC
+// included): on a shared, loaded machine it is steadier than wall time.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
