@@ -200,7 +200,7 @@ func (c *Collector) buildGRPC() error {
 	})
 	eventpipev1.RegisterFollowServer(c.grpc, &followServer{
 		log: c.store, logger: c.logger.With("api", "follow"), m: c.m,
-		chunk: c.cfg.Follow.ReadChunk, maxTail: c.cfg.Follow.MaxTail,
+		chunk: c.cfg.Follow.ReadChunk, maxTail: c.cfg.Follow.MaxTail, maxScan: c.cfg.Follow.MaxTailScan,
 		cache: newChunkCache(c.store, c.cfg.Follow.ReadChunk, followCacheChunks), drain: c.drain,
 	})
 	return nil

@@ -78,6 +78,10 @@ type FollowConfig struct {
 	MaxTail uint32 `yaml:"max_tail"`
 	// ReadChunk is how many log records a subscriber reads at a time.
 	ReadChunk int `yaml:"read_chunk"`
+	// MaxTailScan bounds how many log records one tail replay scans
+	// backwards looking for its matches (a rare sandbox in a large log);
+	// when it stops early the subscriber is told (eventpipe-tail-scanned-from).
+	MaxTailScan uint64 `yaml:"max_tail_scan"`
 }
 
 // ReadinessConfig shapes /readyz.
@@ -153,6 +157,7 @@ const (
 	DefaultShutdownGrace  = 10 * time.Second
 	DefaultMaxTail        = 10_000
 	DefaultReadChunk      = 512
+	DefaultMaxTailScan    = 2_000_000
 	DefaultLossWindow     = 15 * time.Minute
 	minSendBytes          = 5 << 20
 )
@@ -170,7 +175,7 @@ func NewDefaultConfig() Config {
 		},
 		HTTP:      HTTPConfig{Listen: DefaultHTTPListen},
 		Store:     store.NewDefaultConfig(),
-		Follow:    FollowConfig{MaxTail: DefaultMaxTail, ReadChunk: DefaultReadChunk},
+		Follow:    FollowConfig{MaxTail: DefaultMaxTail, ReadChunk: DefaultReadChunk, MaxTailScan: DefaultMaxTailScan},
 		Readiness: ReadinessConfig{LossWindow: DefaultLossWindow},
 	}
 }
@@ -304,6 +309,9 @@ func (c Config) Validate() error {
 	}
 	if c.Follow.ReadChunk < 1 || c.Follow.ReadChunk > 100_000 {
 		add("follow.read_chunk", "must be between 1 and 100000, got %d", c.Follow.ReadChunk)
+	}
+	if c.Follow.MaxTailScan < uint64(c.Follow.ReadChunk) {
+		add("follow.max_tail_scan", "must be at least follow.read_chunk (%d), got %d", c.Follow.ReadChunk, c.Follow.MaxTailScan)
 	}
 	if c.Readiness.LossWindow <= 0 {
 		add("readiness.loss_window", "must be positive, got %s", c.Readiness.LossWindow)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 
 	"google.golang.org/grpc"
@@ -23,6 +24,10 @@ const (
 	HeaderLostRecords = "eventpipe-lost-records"
 	HeaderFirstCursor = "eventpipe-first-cursor"
 	HeaderLastCursor  = "eventpipe-last-cursor"
+	// HeaderTailScannedFrom is set when the tail replay stopped scanning
+	// backwards at follow.max_tail_scan records before finding `tail`
+	// matches: older matching records may exist before this offset.
+	HeaderTailScannedFrom = "eventpipe-tail-scanned-from"
 )
 
 // followLog is what the follow stream needs from the durable log.
@@ -43,6 +48,7 @@ type followServer struct {
 	m       *metrics
 	chunk   int
 	maxTail uint32
+	maxScan uint64
 	cache   *chunkCache
 	// drain is cancelled when the collector starts shutting down: open
 	// streams end with Unavailable and resume elsewhere by cursor.
@@ -135,6 +141,7 @@ func (f *followServer) follow(ctx context.Context, req *eventpipev1.FollowReques
 	var from uint64 // next offset to read
 	var replay []sinks.Record
 	var lost uint64
+	var tailHdr metadata.MD
 	switch {
 	case req.GetAfterCursor() > 0:
 		from = req.GetAfterCursor() + 1
@@ -143,9 +150,13 @@ func (f *followServer) follow(ctx context.Context, req *eventpipev1.FollowReques
 			lost = first - from
 		}
 	case req.GetTail() > 0:
-		replay, err = f.tail(ctx, sel, p, int(req.GetTail()), first, last)
+		var scannedFrom uint64
+		replay, scannedFrom, err = f.tail(ctx, sel, p, int(req.GetTail()), first, last)
 		if err != nil {
 			return err
+		}
+		if scannedFrom > 0 {
+			tailHdr = metadata.Pairs(HeaderTailScannedFrom, strconv.FormatUint(scannedFrom, 10))
 		}
 		from = last + 1
 	default:
@@ -155,8 +166,8 @@ func (f *followServer) follow(ctx context.Context, req *eventpipev1.FollowReques
 		f.m.followLost.Add(float64(lost))
 		f.logger.Warn("follow subscriber resumed behind retention; records lost", "caller", p.Name, "after_cursor", req.GetAfterCursor(), "lost_records", lost, "first_offset", first)
 	}
-	hdr := metadata.Pairs(HeaderLostRecords, strconv.FormatUint(lost, 10),
-		HeaderFirstCursor, strconv.FormatUint(first, 10), HeaderLastCursor, strconv.FormatUint(last, 10))
+	hdr := metadata.Join(metadata.Pairs(HeaderLostRecords, strconv.FormatUint(lost, 10),
+		HeaderFirstCursor, strconv.FormatUint(first, 10), HeaderLastCursor, strconv.FormatUint(last, 10)), tailHdr)
 	if err := stream.SendHeader(hdr); err != nil {
 		return fmt.Errorf("send header: %w", err)
 	}
@@ -236,25 +247,36 @@ func (f *followServer) stream(ctx context.Context, stream grpc.ServerStreamingSe
 
 // tail returns the last n matching records at or before last, in offset
 // order, scanning the log backwards one chunk at a time: memory stays at one
-// chunk plus n records, whatever the log's size.
-func (f *followServer) tail(ctx context.Context, sel selector, p *Principal, n int, first, last uint64) ([]sinks.Record, error) {
-	if last == 0 || n == 0 {
-		return nil, nil
+// chunk plus n records, whatever the log's size. The scan stops after
+// f.maxScan records; scannedFrom is then the oldest offset scanned (0 when
+// the scan was complete), and the caller tells the subscriber.
+func (f *followServer) tail(ctx context.Context, sel selector, p *Principal, n int, first, last uint64) (_ []sinks.Record, scannedFrom uint64, _ error) {
+	if last == 0 || n == 0 || last < first {
+		return nil, 0, nil
 	}
 	if first == 0 {
 		first = 1
 	}
 	var out []sinks.Record // newest first
+	var scanned uint64
 	end := last
 	for len(out) < n && end >= first {
+		if scanned >= f.maxScan {
+			scannedFrom = end + 1
+			break
+		}
 		start := first
 		if end-first+1 > uint64(f.chunk) {
 			start = end - uint64(f.chunk) + 1
 		}
 		recs, _, err := f.log.Read(ctx, start, int(end-start+1))
 		if err != nil {
-			return nil, status.Errorf(codes.Unavailable, "read log at %d: %v", start, err)
+			if ctx.Err() != nil {
+				return nil, 0, status.FromContextError(ctx.Err()).Err()
+			}
+			return nil, 0, status.Errorf(codes.Unavailable, "read log at %d: %v", start, err)
 		}
+		scanned += end - start + 1
 		for i := len(recs) - 1; i >= 0 && len(out) < n; i-- {
 			if recs[i].Offset <= end && sel.match(p, recs[i].Occurrence) {
 				out = append(out, recs[i])
@@ -264,12 +286,7 @@ func (f *followServer) tail(ctx context.Context, sel selector, p *Principal, n i
 			break
 		}
 		end = start - 1
-		if err := ctx.Err(); err != nil {
-			return nil, status.FromContextError(err).Err()
-		}
 	}
-	for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 {
-		out[i], out[j] = out[j], out[i]
-	}
-	return out, nil
+	slices.Reverse(out)
+	return out, scannedFrom, nil
 }

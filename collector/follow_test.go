@@ -3,6 +3,7 @@ package collector
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -291,5 +292,51 @@ func TestFollowResumeBehindRetentionIsReported(t *testing.T) {
 	var tr metadata.MD = st.Trailer()
 	if got := tr.Get(HeaderLostRecords); len(got) != 1 || got[0] != fmt.Sprint(first-2) {
 		t.Fatalf("trailer %s = %v", HeaderLostRecords, got)
+	}
+}
+
+// A tail replay scans at most follow.max_tail_scan records backwards and
+// says where it stopped, rather than pretending there is nothing older.
+func TestFollowTailScanLimitIsReported(t *testing.T) {
+	cfg := testConfig(t, t.TempDir())
+	cfg.Follow.ReadChunk = 8
+	cfg.Follow.MaxTailScan = 16
+	r := startCollector(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	occs := []*eventpipev1.Occurrence{occ("rare-1", "sb-rare", "ws1", "rare", "gw"), occ("rare-2", "sb-rare", "ws1", "rare", "gw")}
+	for i := range 38 {
+		occs = append(occs, occ(fmt.Sprintf("common-%d", i), "sb-common", "ws1", "common", "gw"))
+	}
+	if _, err := ship(t, ctx, dial(t, r.c.GRPCAddr(), agentToken), batch(1, "prod", "1", occs...)); err != nil {
+		t.Fatal(err)
+	}
+	reader := dial(t, r.c.GRPCAddr(), readerWS1)
+	run := func(sandbox string, tail uint32) ([]*eventpipev1.FollowResponse, metadata.MD) {
+		st, err := eventpipev1.NewFollowClient(reader).Follow(ctx, &eventpipev1.FollowRequest{SandboxId: sandbox, Tail: tail, NoFollow: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		hdr, err := st.Header()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []*eventpipev1.FollowResponse
+		for {
+			m, err := st.Recv()
+			if err != nil {
+				break
+			}
+			got = append(got, m)
+		}
+		return got, hdr
+	}
+	got, hdr := run("sb-rare", 5)
+	if len(got) != 0 || strings.Join(hdr.Get(HeaderTailScannedFrom), "") != "25" {
+		t.Fatalf("rare sandbox: %q, %s=%v; want nothing and scanned-from 25", ids(got), HeaderTailScannedFrom, hdr.Get(HeaderTailScannedFrom))
+	}
+	got, hdr = run("sb-common", 3)
+	if ids(got) != "common-35,common-36,common-37" || len(hdr.Get(HeaderTailScannedFrom)) != 0 {
+		t.Fatalf("common sandbox: %q, header %v", ids(got), hdr)
 	}
 }
