@@ -90,11 +90,15 @@ type scripted struct {
 	errs    []error // returned in order, then nil
 	batches [][]Record
 	block   bool
+	hangs   int // the first hangs pushes wait for their context
 }
 
 func (s *scripted) Push(ctx context.Context, b []Record) error {
 	s.mu.Lock()
-	block := s.block
+	block := s.block || s.hangs > 0
+	if s.hangs > 0 {
+		s.hangs--
+	}
 	s.mu.Unlock()
 	if block {
 		<-ctx.Done()
@@ -519,4 +523,17 @@ func TestRunnerLagFromSourceBounds(t *testing.T) {
 	}
 	cancel()
 	<-done
+}
+
+func TestRunnerPushTimeoutBoundsAHungPush(t *testing.T) {
+	l := newFakeLog()
+	l.add(occs(3)...)
+	p := &scripted{hangs: 2}
+	cfg := testConfig()
+	cfg.Retry.PushTimeout = 30 * time.Millisecond
+	h := start(t, cfg, p, l)
+	eventually(t, "delivered after two hung pushes", func() bool { return h.r.Status().Cursor == 3 })
+	if got := value(h.r.m.m.pushErrors.WithLabelValues("t", ClassRetryable)); got != 2 {
+		t.Errorf("retryable errors = %v, want the 2 timeouts", got)
+	}
 }
