@@ -202,6 +202,14 @@ func (s *Sink) open() error {
 		f.Close()
 		return fmt.Errorf("file sink: seek %s: %w", s.cfg.Path, err)
 	}
+	if size == 0 {
+		// The file may have just been created: make its directory entry
+		// durable too, or a crash could lose a file whose lines were synced.
+		if err := s.fs.SyncDir(filepath.Dir(s.cfg.Path)); err != nil {
+			f.Close()
+			return fmt.Errorf("file sink: sync directory of %s: %w", s.cfg.Path, err)
+		}
+	}
 	s.f, s.size = f, size
 	return nil
 }
