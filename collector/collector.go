@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -320,6 +321,7 @@ func (c *Collector) Run(ctx context.Context) error {
 
 	<-root.Done()
 	c.logger.Info("collector stopping: ingress first", "grace", grace)
+	deadline := time.Now().Add(grace)
 	stopped := make(chan struct{})
 	go func() { c.grpc.GracefulStop(); close(stopped) }()
 	c.stopDrain()
@@ -338,6 +340,10 @@ func (c *Collector) Run(ctx context.Context) error {
 	stopFront()
 	frontG.Wait()
 
+	// Flush: nothing new arrives now; give the sinks the rest of the grace
+	// (at least a second) to deliver what the log holds, so a restart
+	// replays less. Whatever is left stays in the log for next time.
+	c.flushSinks(time.Until(deadline))
 	stopSinks()
 	sinkG.Wait()
 	for _, f := range c.closers {
@@ -357,4 +363,32 @@ func (c *Collector) Run(ctx context.Context) error {
 	errMu.Lock()
 	defer errMu.Unlock()
 	return firstErr
+}
+
+// flushSinks waits until every running sink's cursor reaches the end of the
+// log, or until max (at least a second) has passed, and says which did not.
+func (c *Collector) flushSinks(max time.Duration) {
+	if len(c.runners) == 0 {
+		return
+	}
+	max = time.Duration(math.Max(float64(max), float64(time.Second)))
+	_, last := c.store.Bounds()
+	deadline := time.Now().Add(max)
+	for {
+		var behind []string
+		for _, r := range c.runners {
+			if st := r.Status(); st.Running && st.Cursor < last {
+				behind = append(behind, fmt.Sprintf("%s (%d records)", st.Name, last-st.Cursor))
+			}
+		}
+		if len(behind) == 0 {
+			c.logger.Info("sinks flushed", "offset", last)
+			return
+		}
+		if time.Now().After(deadline) {
+			c.logger.Warn("sinks not flushed within the shutdown grace; they resume from their cursors after restart", "behind", behind)
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }

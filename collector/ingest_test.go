@@ -3,6 +3,7 @@ package collector
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -276,5 +277,33 @@ func TestShutdownDrainsStreams(t *testing.T) {
 	}
 	if _, err := fl.Recv(); status.Code(err) != codes.Unavailable {
 		t.Fatalf("Follow after shutdown: %v, want Unavailable", err)
+	}
+}
+
+// On shutdown the sinks get the rest of the grace to deliver what the log
+// holds: a stop right after ingest leaves nothing behind in the file sink.
+func TestShutdownFlushesSinks(t *testing.T) {
+	dir := t.TempDir()
+	cfg := testConfig(t, dir)
+	cfg.GRPC.ShutdownGrace = 10 * time.Second
+	jsonl := filepath.Join(dir, "events.jsonl")
+	fs := fileSink("archive", jsonl)
+	fs.Batch.MaxWait = time.Second
+	cfg.Sinks = []SinkConfig{fs}
+	r := startCollector(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var occs []*eventpipev1.Occurrence
+	for _, id := range seqIDs("flush", 0, 100) {
+		occs = append(occs, occ(id, "sb", "ws1", "n", "gw"))
+	}
+	if _, err := ship(t, ctx, dial(t, r.c.GRPCAddr(), agentToken), batch(1, "prod", "1", occs...)); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	if got := readJSONL(t, jsonl); len(got) != 100 {
+		t.Fatalf("file sink has %d occurrences after shutdown, want 100", len(got))
 	}
 }

@@ -132,7 +132,7 @@ func (c *Collector) reload() {
 	c.logger.Info("config reloaded", "applied", applied)
 	if len(restart) > 0 {
 		c.m.reloads.WithLabelValues("restart_required").Inc()
-		c.logger.Warn("config changes that require a restart were NOT applied", "keys", restart)
+		c.logger.Warn("config change requires restart; not applied until then", "keys", restart)
 	}
 }
 
