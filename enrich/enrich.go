@@ -101,6 +101,12 @@ type occAlloc struct {
 	sb                 eventpipev1.Sandbox // linked only when attributed
 }
 
+// pullAlloc is a PullFailure and its timestamps in one allocation.
+type pullAlloc struct {
+	pf          eventpipev1.PullFailure
+	first, last timestamppb.Timestamp
+}
+
 func setTime(ts *timestamppb.Timestamp, t time.Time) {
 	ts.Seconds, ts.Nanos = t.Unix(), int32(t.Nanosecond())
 }
@@ -159,16 +165,14 @@ func (e *Enricher) fill(o *eventpipev1.Occurrence, a attribution, ev *Event, at 
 			o.Image = cleanImage(st.image)
 			o.ImageRole = e.rules.imageRole(container, a.pod)
 		}
-		o.PullFailure = &eventpipev1.PullFailure{
-			Category:    st.category,
-			Image:       cleanImage(st.image),
-			Disposition: disp,
-			Attempts:    st.attempts,
-			FirstSeen:   timestamppb.New(st.firstSeen),
-			LastSeen:    timestamppb.New(st.lastSeen),
-			Detail:      clean(st.detail),
-			Source:      source,
-		}
+		pa := &pullAlloc{}
+		pf := &pa.pf
+		pf.Category, pf.Image, pf.Disposition, pf.Attempts = st.category, cleanImage(st.image), disp, st.attempts
+		setTime(&pa.first, st.firstSeen)
+		setTime(&pa.last, st.lastSeen)
+		pf.FirstSeen, pf.LastSeen = &pa.first, &pa.last
+		pf.Detail, pf.Source = clean(st.detail), source
+		o.PullFailure = pf
 	} else if ev.Involved.Kind == "Pod" && container != "" && (ev.Reason == "Pulled" || ev.Reason == "Started") {
 		// The container got its image: its failure history is over.
 		e.tracker.forget(podKey(ev, a.pod, container))
@@ -186,9 +190,9 @@ func podKey(ev *Event, pod *Pod, container string) trackerKey {
 	}
 	switch {
 	case pod != nil && pod.UID != "":
-		k.pod = "uid:" + pod.UID
+		k.pod, k.byUID = pod.UID, true
 	case ev.Involved.UID != "":
-		k.pod = "uid:" + ev.Involved.UID
+		k.pod, k.byUID = ev.Involved.UID, true
 	}
 	return k
 }

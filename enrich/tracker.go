@@ -8,10 +8,11 @@ import (
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
 )
 
-// trackerKey names one container of one pod (pod is its UID when known,
+// trackerKey names one container of one pod (pod is its UID when byUID,
 // else its name).
 type trackerKey struct {
 	namespace, pod, container string
+	byUID                     bool
 }
 
 // failure is one pull-failure signal fed to the tracker.
