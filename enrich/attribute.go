@@ -9,10 +9,8 @@ import (
 // compiledRules is Rules prepared for lookups on the hot path.
 type compiledRules struct {
 	Rules
-	workloadImage   map[string]bool
-	supervisorImage map[string]bool
-	bootstrapImage  map[string]bool
-	shared          map[string]bool
+	imageRoles map[string]string // container name -> image role
+	shared     map[string]bool
 	// Maps as slices: ranging over a map on the hot path is slow.
 	supervisorLabels, managedLabels [][2]string
 }
@@ -36,24 +34,39 @@ func compileRules(r Rules) compiledRules {
 		supervisorLabels: pairs(r.SupervisorLabels),
 		managedLabels:    pairs(r.ManagedNamespaceLabels),
 		Rules:            r,
-		workloadImage:    set(r.WorkloadImageContainers),
-		supervisorImage:  set(r.SupervisorImageContainers),
-		bootstrapImage:   set(r.BootstrapImageContainers),
+		imageRoles:       imageRoles(r),
 		shared:           set(r.SharedNamespaces),
 	}
 }
 
+// imageRoles maps container names to image roles; a name listed twice
+// keeps its first role in the order workload, supervisor, bootstrap.
+func imageRoles(r Rules) map[string]string {
+	m := map[string]string{}
+	for _, l := range []struct {
+		names []string
+		role  string
+	}{
+		{r.WorkloadImageContainers, eventpipev1.ImageRoleWorkload},
+		{r.SupervisorImageContainers, eventpipev1.ImageRoleSupervisor},
+		{r.BootstrapImageContainers, eventpipev1.ImageRoleBootstrap},
+	} {
+		for _, n := range l.names {
+			if _, ok := m[n]; !ok {
+				m[n] = l.role
+			}
+		}
+	}
+	return m
+}
+
 // imageRole says which image a container runs. pod may be nil.
 func (r *compiledRules) imageRole(container string, pod *Pod) string {
-	switch {
-	case container == "":
+	if container == "" {
 		return eventpipev1.ImageRoleUnknown
-	case r.workloadImage[container]:
-		return eventpipev1.ImageRoleWorkload
-	case r.supervisorImage[container]:
-		return eventpipev1.ImageRoleSupervisor
-	case r.bootstrapImage[container]:
-		return eventpipev1.ImageRoleBootstrap
+	}
+	if role, ok := r.imageRoles[container]; ok {
+		return role
 	}
 	if pod != nil {
 		if c := findContainer(pod, container); c != nil && c.Init {

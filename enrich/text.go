@@ -65,22 +65,33 @@ func containerFromFieldPath(fp string) (name string, init bool) {
 }
 
 // imageFromMessage returns the image a kubelet message quotes: `image "X"`,
-// `image tag "X"` (InvalidImageName), `Container image "X"`.
+// `image tag "X"` (InvalidImageName), `Container image "X"`, and the escaped
+// `image \"X\"` of the old FailedSync wrapper. One pass over the message.
 func imageFromMessage(msg string) string {
-	for _, marker := range [...]string{`image "`, `image tag "`, `image \"`} {
-		i := strings.Index(msg, marker)
+	for off := 0; off < len(msg); {
+		i := strings.Index(msg[off:], "image ")
 		if i < 0 {
-			continue
+			return ""
 		}
-		rest := msg[i+len(marker):]
-		end := strings.IndexByte(rest, '"')
-		if marker == `image \"` {
+		rest := msg[off+i+len("image "):]
+		off += i + len("image ")
+		if strings.HasPrefix(rest, "tag ") {
+			rest = rest[len("tag "):]
+		}
+		var end int
+		switch {
+		case strings.HasPrefix(rest, `"`):
+			rest = rest[1:]
+			end = strings.IndexByte(rest, '"')
+		case strings.HasPrefix(rest, `\"`):
+			rest = rest[2:]
 			end = strings.Index(rest, `\"`)
-		}
-		if end <= 0 || end > 512 {
+		default:
 			continue
 		}
-		return rest[:end]
+		if end > 0 && end <= 512 {
+			return rest[:end]
+		}
 	}
 	return ""
 }
