@@ -203,23 +203,12 @@ func (c *caches) handler(tomb *tombstones, pod bool) cache.ResourceEventHandler 
 }
 
 func (c *caches) maybeDiagnose(obj any) {
-	p, ok := obj.(*corev1.Pod)
-	if !ok {
-		return
-	}
-	waiting := false
-	for _, st := range [][]corev1.ContainerStatus{p.Status.InitContainerStatuses, p.Status.ContainerStatuses} {
-		for i := range st {
-			if st[i].State.Waiting != nil && st[i].State.Waiting.Reason != "" {
-				waiting = true
-			}
-		}
-	}
-	if !waiting {
+	co, ok := obj.(*cached)
+	if !ok || co.pod == nil || !co.waiting {
 		return
 	}
 	select {
-	case c.diagnose <- p.Namespace + "/" + p.Name:
+	case c.diagnose <- co.Namespace + "/" + co.Name:
 	default:
 		c.m.diagnoseDropped.Inc()
 	}
@@ -241,26 +230,65 @@ func uidIndexFunc(obj any) ([]string, error) {
 	return []string{string(mo.GetUID())}, nil
 }
 
+// cached is what the informer stores keep instead of the API object: the
+// identity the store and handlers need (in ObjectMeta: name, namespace, uid,
+// resourceVersion only) and the enrich view, built once by the transform
+// and handed to enrich as is (read-only). A full corev1.Pod costs about 5 KB
+// even when emptied (its structs are large); this costs a few hundred bytes.
+type cached struct {
+	metav1.ObjectMeta
+	pod     *enrich.Pod
+	pvc     *enrich.PVC
+	ns      *enrich.Namespace
+	sb      *enrich.Sandbox
+	waiting bool // a pod container is waiting (pod-status diagnosis)
+}
+
 // transform strips an object to what enrich reads before it is cached.
 func (c *caches) transform(obj any) (any, error) {
 	switch o := obj.(type) {
 	case *corev1.Pod:
-		out := &corev1.Pod{ObjectMeta: c.stripMeta(&o.ObjectMeta)}
-		out.Spec.NodeName = o.Spec.NodeName
-		out.Spec.Containers = stripContainers(o.Spec.Containers)
-		out.Spec.InitContainers = stripContainers(o.Spec.InitContainers)
-		out.Status.Phase = o.Status.Phase
-		out.Status.ContainerStatuses = stripStatuses(o.Status.ContainerStatuses)
-		out.Status.InitContainerStatuses = stripStatuses(o.Status.InitContainerStatuses)
-		return out, nil
+		m := c.enrichMeta(&o.ObjectMeta)
+		p := &enrich.Pod{Meta: m, NodeName: o.Spec.NodeName, Phase: string(o.Status.Phase)}
+		p.Containers = make([]enrich.Container, 0, len(o.Spec.InitContainers)+len(o.Spec.Containers))
+		waiting := false
+		add := func(specs []corev1.Container, statuses []corev1.ContainerStatus, init bool) {
+			for i := range specs {
+				ct := enrich.Container{Name: specs[i].Name, Image: specs[i].Image, Init: init}
+				for j := range statuses {
+					st := &statuses[j]
+					if st.Name != ct.Name {
+						continue
+					}
+					ct.RestartCount = st.RestartCount
+					if w := st.State.Waiting; w != nil {
+						ct.WaitingReason, ct.WaitingMessage = w.Reason, w.Message
+						waiting = waiting || w.Reason != ""
+					}
+					if t := st.State.Terminated; t != nil {
+						ct.TerminatedReason = t.Reason
+					} else if t := st.LastTerminationState.Terminated; t != nil {
+						ct.TerminatedReason = t.Reason
+					}
+				}
+				p.Containers = append(p.Containers, ct)
+			}
+		}
+		add(o.Spec.InitContainers, o.Status.InitContainerStatuses, true)
+		add(o.Spec.Containers, o.Status.ContainerStatuses, false)
+		return &cached{ObjectMeta: identity(&o.ObjectMeta), pod: p, waiting: waiting}, nil
 	case *corev1.PersistentVolumeClaim:
-		return &corev1.PersistentVolumeClaim{ObjectMeta: c.stripMeta(&o.ObjectMeta)}, nil
+		return &cached{ObjectMeta: identity(&o.ObjectMeta), pvc: &enrich.PVC{Meta: c.enrichMeta(&o.ObjectMeta)}}, nil
 	case *corev1.Namespace:
-		return &corev1.Namespace{ObjectMeta: c.stripMeta(&o.ObjectMeta)}, nil
+		return &cached{ObjectMeta: identity(&o.ObjectMeta), ns: &enrich.Namespace{Meta: c.enrichMeta(&o.ObjectMeta)}}, nil
 	case *unstructured.Unstructured:
 		return c.stripSandbox(o), nil
 	}
 	return obj, nil
+}
+
+func identity(m *metav1.ObjectMeta) metav1.ObjectMeta {
+	return metav1.ObjectMeta{Name: m.Name, Namespace: m.Namespace, UID: m.UID, ResourceVersion: m.ResourceVersion}
 }
 
 func (c *caches) keep(m map[string]string) map[string]string {
@@ -279,89 +307,43 @@ func (c *caches) keep(m map[string]string) map[string]string {
 	return out
 }
 
-func (c *caches) stripMeta(m *metav1.ObjectMeta) metav1.ObjectMeta {
-	out := metav1.ObjectMeta{
-		Name: m.Name, Namespace: m.Namespace, UID: m.UID, ResourceVersion: m.ResourceVersion,
+func (c *caches) enrichMeta(m *metav1.ObjectMeta) enrich.Meta {
+	out := enrich.Meta{
+		Namespace: m.Namespace, Name: m.Name, UID: string(m.UID), ResourceVersion: m.ResourceVersion,
 		Labels: c.keep(m.Labels), Annotations: c.keep(m.Annotations),
 	}
 	if len(m.OwnerReferences) > 0 {
-		out.OwnerReferences = make([]metav1.OwnerReference, len(m.OwnerReferences))
+		out.Owners = make([]enrich.Owner, len(m.OwnerReferences))
 		for i, r := range m.OwnerReferences {
-			out.OwnerReferences[i] = metav1.OwnerReference{APIVersion: r.APIVersion, Kind: r.Kind, Name: r.Name, UID: r.UID, Controller: r.Controller}
+			out.Owners[i] = enrich.Owner{APIVersion: r.APIVersion, Kind: r.Kind, Name: r.Name, UID: string(r.UID), Controller: r.Controller != nil && *r.Controller}
 		}
 	}
 	return out
 }
 
-func stripContainers(cs []corev1.Container) []corev1.Container {
-	if len(cs) == 0 {
-		return nil
+// stripSandbox keeps metadata (filtered), the pod-name annotation and
+// status.conditions of a Sandbox CR.
+func (c *caches) stripSandbox(u *unstructured.Unstructured) *cached {
+	m := enrich.Meta{
+		Namespace: u.GetNamespace(), Name: u.GetName(), UID: string(u.GetUID()), ResourceVersion: u.GetResourceVersion(),
+		Labels: c.keep(u.GetLabels()), Annotations: c.keep(u.GetAnnotations()),
 	}
-	out := make([]corev1.Container, len(cs))
-	for i := range cs {
-		out[i] = corev1.Container{Name: cs[i].Name, Image: cs[i].Image}
+	for _, r := range u.GetOwnerReferences() {
+		m.Owners = append(m.Owners, enrich.Owner{APIVersion: r.APIVersion, Kind: r.Kind, Name: r.Name, UID: string(r.UID), Controller: r.Controller != nil && *r.Controller})
 	}
-	return out
-}
-
-func stripStatuses(ss []corev1.ContainerStatus) []corev1.ContainerStatus {
-	if len(ss) == 0 {
-		return nil
-	}
-	out := make([]corev1.ContainerStatus, len(ss))
-	for i := range ss {
-		s := &ss[i]
-		o := corev1.ContainerStatus{Name: s.Name, RestartCount: s.RestartCount}
-		if w := s.State.Waiting; w != nil {
-			o.State.Waiting = &corev1.ContainerStateWaiting{Reason: w.Reason, Message: w.Message}
-		}
-		if t := s.State.Terminated; t != nil {
-			o.State.Terminated = &corev1.ContainerStateTerminated{Reason: t.Reason}
-		}
-		if t := s.LastTerminationState.Terminated; t != nil {
-			o.LastTerminationState.Terminated = &corev1.ContainerStateTerminated{Reason: t.Reason}
-		}
-		out[i] = o
-	}
-	return out
-}
-
-// stripSandbox keeps metadata (filtered) and status.conditions of a CR.
-func (c *caches) stripSandbox(u *unstructured.Unstructured) *unstructured.Unstructured {
-	meta := map[string]any{
-		"name": u.GetName(), "namespace": u.GetNamespace(), "uid": string(u.GetUID()),
-		"resourceVersion": u.GetResourceVersion(),
-	}
-	out := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": u.GetAPIVersion(), "kind": u.GetKind(), "metadata": meta,
-	}}
-	if l := c.keep(u.GetLabels()); l != nil {
-		out.SetLabels(l)
-	}
-	if a := c.keep(u.GetAnnotations()); a != nil {
-		out.SetAnnotations(a)
-	}
-	if refs := u.GetOwnerReferences(); len(refs) > 0 {
-		out.SetOwnerReferences(refs)
+	s := &enrich.Sandbox{Meta: m, APIVersion: u.GetAPIVersion(), PodName: u.GetName()}
+	if v := u.GetAnnotations()[c.podNameAnn]; v != "" {
+		s.PodName = v
 	}
 	if conds, ok, _ := unstructured.NestedSlice(u.Object, "status", "conditions"); ok {
-		kept := make([]any, 0, len(conds))
 		for _, ci := range conds {
-			cm, ok := ci.(map[string]any)
-			if !ok {
-				continue
+			if cm, ok := ci.(map[string]any); ok {
+				str := func(k string) string { v, _ := cm[k].(string); return v }
+				s.Conditions = append(s.Conditions, enrich.Condition{Type: str("type"), Status: str("status"), Reason: str("reason"), Message: str("message")})
 			}
-			k := map[string]any{}
-			for _, f := range []string{"type", "status", "reason", "message"} {
-				if s, ok := cm[f].(string); ok {
-					k[f] = s
-				}
-			}
-			kept = append(kept, k)
 		}
-		out.Object["status"] = map[string]any{"conditions": kept}
 	}
-	return out
+	return &cached{ObjectMeta: metav1.ObjectMeta{Name: m.Name, Namespace: m.Namespace, UID: u.GetUID(), ResourceVersion: m.ResourceVersion}, sb: s}
 }
 
 // ---- enrich lookups over the caches (indexer first, then tombstones) ----
@@ -374,11 +356,15 @@ func (c *caches) lookups() enrich.Lookups {
 	return l
 }
 
-func (c *caches) get(inf cache.SharedIndexInformer, tomb *tombstones, key string) (any, time.Time, bool) {
+// get returns the cached object and, for a tombstone, when it was deleted.
+func (c *caches) get(inf cache.SharedIndexInformer, tomb *tombstones, key string) (*cached, time.Time, bool) {
 	if obj, ok, err := inf.GetStore().GetByKey(key); err == nil && ok {
-		return obj, time.Time{}, true
+		co, isCached := obj.(*cached)
+		return co, time.Time{}, isCached
 	}
-	return tomb.get(key)
+	obj, at, ok := tomb.get(key)
+	co, isCached := obj.(*cached)
+	return co, at, ok && isCached
 }
 
 func nsKey(ns, name string) string {
@@ -388,124 +374,82 @@ func nsKey(ns, name string) string {
 	return ns + "/" + name
 }
 
+// The lookups return the cached enrich values themselves (read-only); a
+// tombstone's value is copied to carry DeletedAt.
+
 type podLookup struct{ c *caches }
 
 func (l podLookup) Pod(ns, name string) (*enrich.Pod, bool) {
-	obj, deleted, ok := l.c.get(l.c.pods, l.c.podTomb, nsKey(ns, name))
-	p, isPod := obj.(*corev1.Pod)
-	if !ok || !isPod {
+	co, deleted, ok := l.c.get(l.c.pods, l.c.podTomb, nsKey(ns, name))
+	if !ok || co.pod == nil {
 		return nil, false
 	}
-	return toEnrichPod(p, deleted), true
+	if deleted.IsZero() {
+		return co.pod, true
+	}
+	cp := *co.pod
+	cp.DeletedAt = deleted
+	return &cp, true
 }
 
 type pvcLookup struct{ c *caches }
 
 func (l pvcLookup) PVC(ns, name string) (*enrich.PVC, bool) {
-	obj, deleted, ok := l.c.get(l.c.pvcs, l.c.pvcTomb, nsKey(ns, name))
-	p, isPVC := obj.(*corev1.PersistentVolumeClaim)
-	if !ok || !isPVC {
+	co, deleted, ok := l.c.get(l.c.pvcs, l.c.pvcTomb, nsKey(ns, name))
+	if !ok || co.pvc == nil {
 		return nil, false
 	}
-	return &enrich.PVC{Meta: toEnrichMeta(&p.ObjectMeta, deleted)}, true
+	if deleted.IsZero() {
+		return co.pvc, true
+	}
+	cp := *co.pvc
+	cp.DeletedAt = deleted
+	return &cp, true
 }
 
 type nsLookup struct{ c *caches }
 
 func (l nsLookup) Namespace(name string) (*enrich.Namespace, bool) {
-	obj, deleted, ok := l.c.get(l.c.nss, l.c.nsTomb, name)
-	n, isNS := obj.(*corev1.Namespace)
-	if !ok || !isNS {
+	co, deleted, ok := l.c.get(l.c.nss, l.c.nsTomb, name)
+	if !ok || co.ns == nil {
 		return nil, false
 	}
-	return &enrich.Namespace{Meta: toEnrichMeta(&n.ObjectMeta, deleted)}, true
+	if deleted.IsZero() {
+		return co.ns, true
+	}
+	cp := *co.ns
+	cp.DeletedAt = deleted
+	return &cp, true
 }
 
 type sandboxLookup struct{ c *caches }
 
 func (l sandboxLookup) Sandbox(ns, name string) (*enrich.Sandbox, bool) {
-	obj, deleted, ok := l.c.get(l.c.sandboxes, l.c.sbTomb, nsKey(ns, name))
-	u, isU := obj.(*unstructured.Unstructured)
-	if !ok || !isU {
-		return nil, false
-	}
-	return l.c.toEnrichSandbox(u, deleted), true
+	co, deleted, ok := l.c.get(l.c.sandboxes, l.c.sbTomb, nsKey(ns, name))
+	return sandboxOf(co, deleted, ok)
 }
 
 func (l sandboxLookup) SandboxByUID(uid string) (*enrich.Sandbox, bool) {
 	if objs, err := l.c.sandboxes.GetIndexer().ByIndex(uidIndex, uid); err == nil && len(objs) > 0 {
-		if u, ok := objs[0].(*unstructured.Unstructured); ok {
-			return l.c.toEnrichSandbox(u, time.Time{}), true
+		if co, ok := objs[0].(*cached); ok {
+			return sandboxOf(co, time.Time{}, true)
 		}
 	}
 	obj, deleted, ok := l.c.sbTomb.getByUID(uid)
-	u, isU := obj.(*unstructured.Unstructured)
-	if !ok || !isU {
+	co, isCached := obj.(*cached)
+	return sandboxOf(co, deleted, ok && isCached)
+}
+
+func sandboxOf(co *cached, deleted time.Time, ok bool) (*enrich.Sandbox, bool) {
+	if !ok || co == nil || co.sb == nil {
 		return nil, false
 	}
-	return l.c.toEnrichSandbox(u, deleted), true
-}
-
-func toEnrichMeta(m *metav1.ObjectMeta, deleted time.Time) enrich.Meta {
-	out := enrich.Meta{
-		Namespace: m.Namespace, Name: m.Name, UID: string(m.UID), ResourceVersion: m.ResourceVersion,
-		Labels: m.Labels, Annotations: m.Annotations, DeletedAt: deleted,
+	if deleted.IsZero() {
+		return co.sb, true
 	}
-	for _, r := range m.OwnerReferences {
-		out.Owners = append(out.Owners, enrich.Owner{APIVersion: r.APIVersion, Kind: r.Kind, Name: r.Name, UID: string(r.UID), Controller: r.Controller != nil && *r.Controller})
-	}
-	return out
-}
-
-func toEnrichPod(p *corev1.Pod, deleted time.Time) *enrich.Pod {
-	out := &enrich.Pod{Meta: toEnrichMeta(&p.ObjectMeta, deleted), NodeName: p.Spec.NodeName, Phase: string(p.Status.Phase)}
-	add := func(specs []corev1.Container, statuses []corev1.ContainerStatus, init bool) {
-		for _, s := range specs {
-			c := enrich.Container{Name: s.Name, Image: s.Image, Init: init}
-			for i := range statuses {
-				st := &statuses[i]
-				if st.Name != s.Name {
-					continue
-				}
-				c.RestartCount = st.RestartCount
-				if w := st.State.Waiting; w != nil {
-					c.WaitingReason, c.WaitingMessage = w.Reason, w.Message
-				}
-				if t := st.State.Terminated; t != nil {
-					c.TerminatedReason = t.Reason
-				} else if t := st.LastTerminationState.Terminated; t != nil {
-					c.TerminatedReason = t.Reason
-				}
-			}
-			out.Containers = append(out.Containers, c)
-		}
-	}
-	add(p.Spec.InitContainers, p.Status.InitContainerStatuses, true)
-	add(p.Spec.Containers, p.Status.ContainerStatuses, false)
-	return out
-}
-
-func (c *caches) toEnrichSandbox(u *unstructured.Unstructured, deleted time.Time) *enrich.Sandbox {
-	m := enrich.Meta{
-		Namespace: u.GetNamespace(), Name: u.GetName(), UID: string(u.GetUID()), ResourceVersion: u.GetResourceVersion(),
-		Labels: u.GetLabels(), Annotations: u.GetAnnotations(), DeletedAt: deleted,
-	}
-	for _, r := range u.GetOwnerReferences() {
-		m.Owners = append(m.Owners, enrich.Owner{APIVersion: r.APIVersion, Kind: r.Kind, Name: r.Name, UID: string(r.UID), Controller: r.Controller != nil && *r.Controller})
-	}
-	s := &enrich.Sandbox{Meta: m, APIVersion: u.GetAPIVersion(), PodName: u.GetName()}
-	if v := m.Annotations[c.podNameAnn]; v != "" {
-		s.PodName = v
-	}
-	if conds, ok, _ := unstructured.NestedSlice(u.Object, "status", "conditions"); ok {
-		for _, ci := range conds {
-			if cm, ok := ci.(map[string]any); ok {
-				str := func(k string) string { v, _ := cm[k].(string); return v }
-				s.Conditions = append(s.Conditions, enrich.Condition{Type: str("type"), Status: str("status"), Reason: str("reason"), Message: str("message")})
-			}
-		}
-	}
-	return s
+	cp := *co.sb
+	cp.DeletedAt = deleted
+	return &cp, true
 }
 
 // ---- tombstones ----

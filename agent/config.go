@@ -120,6 +120,9 @@ type CacheConfig struct {
 type ShipConfig struct {
 	// BatchSize: occurrences per batch at most.
 	BatchSize int `yaml:"batchSize"`
+	// MaxBatchBytes: a batch is sent once its encoded occurrences reach this
+	// size (keep it well under the collector's grpc.max_recv_bytes).
+	MaxBatchBytes int `yaml:"maxBatchBytes"`
 	// FlushInterval: a non-empty batch is sent at the latest after this.
 	FlushInterval time.Duration `yaml:"flushInterval"`
 	// MaxInFlight batches sent but not acknowledged.
@@ -175,6 +178,7 @@ func NewDefaultConfig() Config {
 		},
 		Ship: ShipConfig{
 			BatchSize:      500,
+			MaxBatchBytes:  4 << 20,
 			FlushInterval:  200 * time.Millisecond,
 			MaxInFlight:    4,
 			BackoffInitial: 200 * time.Millisecond,
@@ -308,6 +312,7 @@ func (c Config) Validate() error {
 	atLeast("cache.diagnoseQueue", c.Cache.DiagnoseQueue, 1)
 
 	atLeast("ship.batchSize", c.Ship.BatchSize, 1)
+	atLeast("ship.maxBatchBytes", c.Ship.MaxBatchBytes, 64<<10)
 	positive("ship.flushInterval", c.Ship.FlushInterval)
 	atLeast("ship.maxInFlight", c.Ship.MaxInFlight, 1)
 	positive("ship.backoffInitial", c.Ship.BackoffInitial)

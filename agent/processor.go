@@ -5,7 +5,7 @@ import (
 	"log/slog"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
+	"google.golang.org/protobuf/proto"
 
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
 	"github.com/eventpipe/eventpipe/enrich"
@@ -31,9 +31,10 @@ type processor struct {
 	dirty   bool // caches changed since the last retry of held Events
 	lastTry time.Time
 
-	batch   []*eventpipev1.Occurrence
-	batchAt time.Time
-	sentRV  string
+	batch      []*eventpipev1.Occurrence
+	batchBytes int
+	batchAt    time.Time
+	sentRV     string
 }
 
 type heldEvent struct {
@@ -187,11 +188,11 @@ func (p *processor) diagnose(ctx context.Context, key string) bool {
 	if err != nil || !exists {
 		return true
 	}
-	pod, ok := obj.(*corev1.Pod)
-	if !ok {
+	co, ok := obj.(*cached)
+	if !ok || co.pod == nil {
 		return true
 	}
-	for _, o := range p.enr.DiagnosePod(toEnrichPod(pod, time.Time{}), p.now()) {
+	for _, o := range p.enr.DiagnosePod(co.pod, p.now()) {
 		if !p.add(ctx, o, eventpipev1.PullSourcePodStatus) {
 			return false
 		}
@@ -211,7 +212,8 @@ func (p *processor) add(ctx context.Context, o *eventpipev1.Occurrence, source s
 		p.batchAt = p.now()
 	}
 	p.batch = append(p.batch, o)
-	if len(p.batch) >= p.cfg.Ship.BatchSize {
+	p.batchBytes += proto.Size(o)
+	if len(p.batch) >= p.cfg.Ship.BatchSize || p.batchBytes >= p.cfg.Ship.MaxBatchBytes {
 		return p.flush(ctx)
 	}
 	return true
@@ -230,7 +232,7 @@ func (p *processor) flush(ctx context.Context) bool {
 	if len(p.batch) == 0 {
 		created = p.now()
 	}
-	p.batch = nil
+	p.batch, p.batchBytes = nil, 0
 	if err := p.shipper.submit(ctx, b, created); err != nil {
 		return false
 	}

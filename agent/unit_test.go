@@ -228,20 +228,27 @@ func TestTransformStripsPod(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sp := out.(*corev1.Pod)
-	if len(sp.ManagedFields) != 0 || len(sp.Status.Conditions) != 0 || sp.Spec.Containers[0].Env != nil {
-		t.Errorf("not stripped: %+v", sp)
+	co := out.(*cached)
+	if co.Name != "p" || co.Namespace != "ns" || co.ResourceVersion != "3" || len(co.ManagedFields) != 0 || co.Labels != nil {
+		t.Errorf("identity not minimal: %+v", co.ObjectMeta)
 	}
-	if _, ok := sp.Labels["app"]; ok {
+	ep := co.pod
+	if _, ok := ep.Labels["app"]; ok {
 		t.Errorf("foreign label kept")
 	}
-	if _, ok := sp.Annotations["kubectl.kubernetes.io/last-applied-configuration"]; ok {
+	if _, ok := ep.Annotations["kubectl.kubernetes.io/last-applied-configuration"]; ok {
 		t.Errorf("foreign annotation kept")
 	}
-	ep := toEnrichPod(sp, time.Time{})
 	if ep.NodeName != "n1" || ep.Phase != "Pending" || ep.Labels["openshell.ai/sandbox-id"] != "id" || ep.Annotations["openshell.io/sandbox-id"] != "id" ||
-		len(ep.Owners) != 1 || !ep.Owners[0].Controller || ep.Containers[0].WaitingReason != "ImagePullBackOff" || ep.Containers[0].Image != "img:1" {
+		len(ep.Owners) != 1 || !ep.Owners[0].Controller || ep.Containers[0].WaitingReason != "ImagePullBackOff" || ep.Containers[0].Image != "img:1" || !co.waiting {
 		t.Errorf("enrich pod %+v", ep)
+	}
+	// A tombstone lookup carries DeletedAt without touching the cached value.
+	cs := &caches{podTomb: newTombstones(time.Minute, 10), pods: nil}
+	cs.podTomb.put("ns/p", "u", co)
+	obj, at, ok := cs.podTomb.get("ns/p")
+	if !ok || at.IsZero() || obj.(*cached).pod.DeletedAt != (time.Time{}) {
+		t.Errorf("tombstone %v %v %v", obj, at, ok)
 	}
 }
 

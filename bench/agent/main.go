@@ -54,7 +54,7 @@ var (
 	rateFor    = flag.Duration("rate-for", 20*time.Second, "how long the sustained-rate run writes Events (0: skip)")
 	workers    = flag.Int("workers", 16, "client goroutines writing Events")
 	keep       = flag.Bool("keep", false, "keep the work directory")
-	profileDir = flag.String("cpu-profiles", "", "write each agent's CPU profile into this directory")
+	profileDir = flag.String("profiles", "", "write each agent's CPU and heap profiles into this directory")
 )
 
 type env struct {
@@ -578,7 +578,8 @@ func (e *env) startAgent(name, collectorAddr, cluster string) (*agentProc, error
 	args := []string{"agent", "--kubeconfig", e.kcfg, "--collector", collectorAddr, "--collector-insecure",
 		"--cluster", cluster, "--leader-elect=false", "--listen", addr, "--log-level", "warn"}
 	if *profileDir != "" {
-		args = append(args, "--cpu-profile", filepath.Join(*profileDir, "agent-"+name+".cpu"))
+		args = append(args, "--cpu-profile", filepath.Join(*profileDir, "agent-"+name+".cpu"),
+			"--mem-profile", filepath.Join(*profileDir, "agent-"+name+".heap"))
 	}
 	cmd := exec.Command(e.bin, args...)
 	cmd.Stdout, cmd.Stderr = lf, lf

@@ -49,6 +49,7 @@ func runAgent(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 		logLevel    = fs.String("log-level", "info", "debug, info, warn or error")
 		checkOnly   = fs.Bool("check-config", false, "validate the configuration and exit")
 		cpuProfile  = fs.String("cpu-profile", "", "write a CPU profile to this file until the agent stops (benchmarks)")
+		memProfile  = fs.String("mem-profile", "", "write a heap profile to this file when the agent stops (benchmarks)")
 	)
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
@@ -139,6 +140,19 @@ func runAgent(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 			return 2
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if *memProfile != "" {
+		defer func() {
+			f, err := os.Create(*memProfile)
+			if err != nil {
+				logger.Error("write heap profile", "err", err)
+				return
+			}
+			defer f.Close()
+			if err := pprof.WriteHeapProfile(f); err != nil {
+				logger.Error("write heap profile", "err", err)
+			}
+		}()
 	}
 	logger.Info("agent starting", "cluster", cfg.Cluster, "collector", cfg.Collector.Address, "leaderElection", cfg.LeaderElection.Enabled)
 	if err := a.Run(ctx); err != nil {
