@@ -24,6 +24,8 @@
 //     may only call Ingest, role reader only Follow, and only for its
 //     workspaces. Unauthenticated calls get Unauthenticated, out-of-scope
 //     ones PermissionDenied; both are counted by reason.
+//     A tail replay scans backwards at most follow.max_tail_scan records and
+//     says where it stopped (eventpipe-tail-scanned-from header).
 //     Subscribers at the same position share one read and decode of each
 //     log chunk (a small bounded cache), so a fan-out decodes a record once.
 //   - Lifecycle: New validates the config, opens the store, builds the sinks
