@@ -85,10 +85,12 @@ func NewDefaultConfig() Config {
 		PersistentWindow: 10 * time.Minute,
 		TrackerCapacity:  50000,
 		Rules: Rules{
-			SandboxIDKeys:       []string{"openshell.ai/sandbox-id", "openshell.io/sandbox-id"},
-			SandboxNameKeys:     []string{"openshell.ai/sandbox-name", "openshell.io/sandbox-name"},
-			WorkspaceKeys:       []string{"openshell.ai/sandbox-workspace", "openshell.io/sandbox-workspace"},
-			GatewayIDKeys:       []string{"openshell.ai/gateway-id", "openshell.io/gateway-id"},
+			SandboxIDKeys: []string{"openshell.ai/sandbox-id", "openshell.io/sandbox-id"},
+			// Only the sandbox id has an older openshell.io/ form
+			// (openshell-facts.md); add others here if a release needs them.
+			SandboxNameKeys:     []string{"openshell.ai/sandbox-name"},
+			WorkspaceKeys:       []string{"openshell.ai/sandbox-workspace"},
+			GatewayIDKeys:       []string{"openshell.ai/gateway-id"},
 			BoundaryPairLabels:  []string{"openshell.ai/boundary-pair"},
 			SupervisorLabels:    map[string]string{"openshell.ai/component": "supervisor", "openshell.ai/boundary-role": "supervisor"},
 			SupervisorPodPrefix: "os-supervisor-",
