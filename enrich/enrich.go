@@ -147,12 +147,17 @@ func (e *Enricher) fill(o *eventpipev1.Occurrence, a attribution, ev *Event, at 
 			img = image
 		}
 		key := podKey(ev, a.pod, container)
+		signal := ev.UID
+		if source == eventpipev1.PullSourcePodStatus {
+			// One signal per pod version and container.
+			signal = o.EventId
+		}
 		st := e.tracker.record(key, failure{
 			category: cat,
 			image:    img,
 			detail:   detail,
 			at:       at,
-			eventUID: ev.UID,
+			eventUID: signal,
 			count:    max(ev.Count, 1),
 			source:   source,
 			backoff:  backoff,

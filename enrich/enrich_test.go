@@ -1,6 +1,7 @@
 package enrich
 
 import (
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -382,6 +383,18 @@ func TestSeedImageMissing(t *testing.T) {
 	again := e.DiagnosePod(seedPod(), t0.Add(time.Second))
 	if again[0].EventId != o.EventId || again[0].PullFailure.Attempts != pf.Attempts {
 		t.Fatalf("re-seen pod: %s attempts %d", again[0].EventId, again[0].PullFailure.Attempts)
+	}
+	// New pod versions: each ErrImagePull is an attempt, a back-off between
+	// attempts is not.
+	p := seedPod()
+	wantAttempts := []uint32{2, 2, 3, 3}
+	for i, reason := range []string{"ErrImagePull", "ImagePullBackOff", "ErrImagePull", "ImagePullBackOff"} {
+		p.ResourceVersion = fmt.Sprint(6000 + i)
+		p.Containers[3].WaitingReason = reason
+		got := e.DiagnosePod(p, t0.Add(time.Duration(i+2)*time.Minute))[0].PullFailure
+		if got.Attempts != wantAttempts[i] || got.Category != eventpipev1.CategoryNotFound {
+			t.Fatalf("pod version %s (%s): attempts %d category %s, want %d", p.ResourceVersion, reason, got.Attempts, got.Category, wantAttempts[i])
+		}
 	}
 	if got := e.DiagnosePod(seedSupervisorPod(), t0); got != nil {
 		t.Fatalf("running supervisor pod diagnosed: %v", got)

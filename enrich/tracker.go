@@ -2,6 +2,7 @@ package enrich
 
 import (
 	"container/list"
+	"strings"
 	"sync"
 	"time"
 
@@ -79,6 +80,9 @@ func (t *pullTracker) record(k trackerKey, f failure, window time.Duration) pull
 		}
 	}
 	if en == nil {
+		// The tracker outlives events: own copies, so a kept substring
+		// never pins a large message or a stale cached object.
+		k = trackerKey{namespace: strings.Clone(k.namespace), pod: strings.Clone(k.pod), container: strings.Clone(k.container), byUID: k.byUID}
 		en = &trackerEntry{key: k, counts: make(map[string]int32, 2)}
 		en.state.firstSeen, en.state.lastSeen = f.at, f.at
 		en.elem = t.lru.PushFront(en)
@@ -96,28 +100,35 @@ func (t *pullTracker) record(k trackerKey, f failure, window time.Duration) pull
 	if f.at.After(s.lastSeen) {
 		s.lastSeen = f.at
 	}
-	if f.image != "" {
-		s.image = f.image
+	if f.image != "" && f.image != s.image {
+		s.image = strings.Clone(f.image)
 	}
 	if f.category != eventpipev1.CategoryUnknown {
-		s.category, s.detail = f.category, f.detail
+		s.category = f.category
+		if f.detail != s.detail {
+			s.detail = strings.Clone(f.detail)
+		}
 		switch {
 		case f.source == eventpipev1.PullSourcePodStatus:
 			if f.eventUID != en.lastStatusID && (!f.backoff || en.statusSignals == 0) {
 				en.statusSignals++
 			}
-			en.lastStatusID = f.eventUID
+			if en.lastStatusID != f.eventUID {
+				en.lastStatusID = strings.Clone(f.eventUID)
+			}
 		case f.eventUID == "":
 			en.counts[""] += f.count
 		default:
-			if old, ok := en.counts[f.eventUID]; ok || len(en.counts) < maxCountedEvents {
+			if old, ok := en.counts[f.eventUID]; ok {
 				en.counts[f.eventUID] = max(old, f.count)
+			} else if len(en.counts) < maxCountedEvents {
+				en.counts[strings.Clone(f.eventUID)] = f.count
 			} else {
 				en.counts[""] += f.count
 			}
 		}
 	} else if s.category == "" {
-		s.category, s.detail = f.category, f.detail
+		s.category = f.category
 	}
 	var sum uint32
 	for _, c := range en.counts {
