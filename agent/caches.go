@@ -11,9 +11,11 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
@@ -208,18 +210,14 @@ func (c *caches) maybeDiagnose(obj any) {
 		return
 	}
 	select {
-	case c.diagnose <- co.Namespace + "/" + co.Name:
+	case c.diagnose <- co.pod.Namespace + "/" + co.pod.Name:
 	default:
 		c.m.diagnoseDropped.Inc()
 	}
 }
 
 func metaOf(obj any) (metav1.Object, error) {
-	switch o := obj.(type) {
-	case metav1.Object:
-		return o, nil
-	}
-	return nil, fmt.Errorf("object %T has no metadata", obj)
+	return meta.Accessor(obj)
 }
 
 func uidIndexFunc(obj any) ([]string, error) {
@@ -231,17 +229,37 @@ func uidIndexFunc(obj any) ([]string, error) {
 }
 
 // cached is what the informer stores keep instead of the API object: the
-// identity the store and handlers need (in ObjectMeta: name, namespace, uid,
-// resourceVersion only) and the enrich view, built once by the transform
-// and handed to enrich as is (read-only). A full corev1.Pod costs about 5 KB
-// even when emptied (its structs are large); this costs a few hundred bytes.
+// enrich view, built once by the transform and handed to enrich as is
+// (read-only). A full corev1.Pod costs about 5 KB even when emptied (its
+// structs are large); this costs a few hundred bytes. The store and the
+// handlers reach its identity through GetObjectMeta (meta.Accessor).
 type cached struct {
-	metav1.ObjectMeta
 	pod     *enrich.Pod
 	pvc     *enrich.PVC
 	ns      *enrich.Namespace
 	sb      *enrich.Sandbox
 	waiting bool // a pod container is waiting (pod-status diagnosis)
+}
+
+func (c *cached) meta() *enrich.Meta {
+	switch {
+	case c.pod != nil:
+		return &c.pod.Meta
+	case c.pvc != nil:
+		return &c.pvc.Meta
+	case c.ns != nil:
+		return &c.ns.Meta
+	case c.sb != nil:
+		return &c.sb.Meta
+	}
+	return &enrich.Meta{}
+}
+
+// GetObjectMeta makes cached a metav1.ObjectMetaAccessor for the informer's
+// key and index functions.
+func (c *cached) GetObjectMeta() metav1.Object {
+	m := c.meta()
+	return &metav1.ObjectMeta{Name: m.Name, Namespace: m.Namespace, UID: types.UID(m.UID), ResourceVersion: m.ResourceVersion}
 }
 
 // transform strips an object to what enrich reads before it is cached.
@@ -276,19 +294,15 @@ func (c *caches) transform(obj any) (any, error) {
 		}
 		add(o.Spec.InitContainers, o.Status.InitContainerStatuses, true)
 		add(o.Spec.Containers, o.Status.ContainerStatuses, false)
-		return &cached{ObjectMeta: identity(&o.ObjectMeta), pod: p, waiting: waiting}, nil
+		return &cached{pod: p, waiting: waiting}, nil
 	case *corev1.PersistentVolumeClaim:
-		return &cached{ObjectMeta: identity(&o.ObjectMeta), pvc: &enrich.PVC{Meta: c.enrichMeta(&o.ObjectMeta)}}, nil
+		return &cached{pvc: &enrich.PVC{Meta: c.enrichMeta(&o.ObjectMeta)}}, nil
 	case *corev1.Namespace:
-		return &cached{ObjectMeta: identity(&o.ObjectMeta), ns: &enrich.Namespace{Meta: c.enrichMeta(&o.ObjectMeta)}}, nil
+		return &cached{ns: &enrich.Namespace{Meta: c.enrichMeta(&o.ObjectMeta)}}, nil
 	case *unstructured.Unstructured:
 		return c.stripSandbox(o), nil
 	}
 	return obj, nil
-}
-
-func identity(m *metav1.ObjectMeta) metav1.ObjectMeta {
-	return metav1.ObjectMeta{Name: m.Name, Namespace: m.Namespace, UID: m.UID, ResourceVersion: m.ResourceVersion}
 }
 
 func (c *caches) keep(m map[string]string) map[string]string {
@@ -343,7 +357,7 @@ func (c *caches) stripSandbox(u *unstructured.Unstructured) *cached {
 			}
 		}
 	}
-	return &cached{ObjectMeta: metav1.ObjectMeta{Name: m.Name, Namespace: m.Namespace, UID: u.GetUID(), ResourceVersion: m.ResourceVersion}, sb: s}
+	return &cached{sb: s}
 }
 
 // ---- enrich lookups over the caches (indexer first, then tombstones) ----
