@@ -143,6 +143,11 @@ func (f *followServer) follow(ctx context.Context, req *eventpipev1.FollowReques
 	var lost uint64
 	var tailHdr metadata.MD
 	switch {
+	case req.GetAfterCursor() > last:
+		// Cursors come from this log, so one beyond its end means the log
+		// was replaced (data directory lost or another collector): waiting
+		// for the log to catch up would silently skip what comes before.
+		return status.Errorf(codes.OutOfRange, "after_cursor %d is beyond the end of the log (%d): the log was reset or belongs to another collector; resubscribe with tail or after_cursor <= %d", req.GetAfterCursor(), last, last)
 	case req.GetAfterCursor() > 0:
 		from = req.GetAfterCursor() + 1
 		if first > 0 && from < first {

@@ -134,6 +134,11 @@ func TestFollowSelectorValidation(t *testing.T) {
 			t.Errorf("%v: err %v, want InvalidArgument", req, err)
 		}
 	}
+	// A cursor beyond the end of the log (the log was reset) is refused, not
+	// waited for.
+	if _, err := follow(t, ctx, reader, &eventpipev1.FollowRequest{SandboxId: "a", AfterCursor: 5000}, 0); status.Code(err) != codes.OutOfRange {
+		t.Errorf("cursor beyond the log: %v, want OutOfRange", err)
+	}
 }
 
 // A subscriber that stops reading while 100k records arrive is neither cut
