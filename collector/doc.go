@@ -18,7 +18,8 @@
 //     sandbox id never reach any subscription. Records removed by retention
 //     before a subscriber read them are reported: in the
 //     eventpipe-lost-records header when resuming, or by ending the stream
-//     with DataLoss when it happens mid-stream.
+//     with DataLoss when it happens mid-stream. A resume cursor beyond the
+//     end of the log (the log was reset) is refused with OutOfRange.
 //   - Auth: every RPC needs a bearer token (tokens file) or a verified client
 //     certificate mapped to a role, unless auth.insecure is set. Role agent
 //     may only call Ingest, role reader only Follow, and only for its
