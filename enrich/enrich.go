@@ -157,6 +157,7 @@ func (e *Enricher) fill(o *eventpipev1.Occurrence, a attribution, ev *Event, at 
 			image:    img,
 			detail:   detail,
 			at:       at,
+			first:    firstFailure(ev, at),
 			eventUID: signal,
 			count:    max(ev.Count, 1),
 			source:   source,
@@ -183,6 +184,17 @@ func (e *Enricher) fill(o *eventpipev1.Occurrence, a attribution, ev *Event, at 
 		e.tracker.forget(podKey(ev, a.pod, container))
 	}
 	o.Progress = e.progress(ev, a, container, o.Image)
+}
+
+// firstFailure is when an aggregated Event (count > 1) first saw the
+// failure: firstTimestamp, else eventTime (events.k8s.io series), else at.
+func firstFailure(ev *Event, at time.Time) time.Time {
+	for _, t := range []time.Time{ev.FirstTimestamp, ev.EventTime} {
+		if validTime(t) && !t.After(at) {
+			return t.UTC()
+		}
+	}
+	return at
 }
 
 // podKey names a container's pull state: by pod UID (the cached pod's, else

@@ -298,7 +298,7 @@ func TestDispositionAndInheritance(t *testing.T) {
 	failed.Involved.UID = seedPodUID
 	step := func(ev *Event, count int32, at time.Time) *eventpipev1.PullFailure {
 		c := *ev
-		c.Count, c.LastTimestamp, c.ResourceVersion = count, at, at.Format(time.RFC3339Nano)
+		c.Count, c.FirstTimestamp, c.LastTimestamp, c.ResourceVersion = count, at, at, at.Format(time.RFC3339Nano)
 		return e.Enrich(&c, at).Occurrence.PullFailure
 	}
 	// The same Event counting up: attempts follow the count.
@@ -340,6 +340,18 @@ func TestDispositionAndInheritance(t *testing.T) {
 	late := t0.Add(3*time.Minute + cfg.PersistentWindow + time.Second)
 	if pf := step(&other, 2, late); pf.Attempts != 2 || !pf.FirstSeen.AsTime().Equal(late) || pf.Disposition != eventpipev1.DispositionRetrying {
 		t.Fatalf("after a gap longer than the window: %+v", pf)
+	}
+}
+
+// An aggregated Event (count 7 since firstTimestamp) dates the failure from
+// its firstTimestamp.
+func TestFirstSeenFromAggregatedEvent(t *testing.T) {
+	e := mustNew(t, NewDefaultConfig(), seedWorld().lookups())
+	ev := podEvent("img-missing", "spec.initContainers{workspace-init}", "Failed", seedFailed)
+	ev.Count, ev.FirstTimestamp, ev.LastTimestamp = 7, t0, t0.Add(15*time.Minute)
+	pf := e.Enrich(ev, t0.Add(16*time.Minute)).Occurrence.PullFailure
+	if !pf.FirstSeen.AsTime().Equal(t0) || !pf.LastSeen.AsTime().Equal(t0.Add(15*time.Minute)) || pf.Attempts != 7 || pf.Disposition != eventpipev1.DispositionPersistent {
+		t.Fatalf("aggregated event: %v", pf)
 	}
 }
 

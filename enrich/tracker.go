@@ -20,6 +20,7 @@ type trackerKey struct {
 type failure struct {
 	category, image, detail string
 	at                      time.Time
+	first                   time.Time // when the Event first saw it (<= at)
 	eventUID                string
 	count                   int32
 	source                  string
@@ -79,12 +80,15 @@ func (t *pullTracker) record(k trackerKey, f failure, window time.Duration) pull
 			en = nil
 		}
 	}
+	if f.first.IsZero() || f.first.After(f.at) {
+		f.first = f.at
+	}
 	if en == nil {
 		// The tracker outlives events: own copies, so a kept substring
 		// never pins a large message or a stale cached object.
 		k = trackerKey{namespace: strings.Clone(k.namespace), pod: strings.Clone(k.pod), container: strings.Clone(k.container), byUID: k.byUID}
 		en = &trackerEntry{key: k, counts: make(map[string]int32, 2)}
-		en.state.firstSeen, en.state.lastSeen = f.at, f.at
+		en.state.firstSeen, en.state.lastSeen = f.first, f.at
 		en.elem = t.lru.PushFront(en)
 		t.entries[k] = en
 		for len(t.entries) > t.capacity {
@@ -94,8 +98,8 @@ func (t *pullTracker) record(k trackerKey, f failure, window time.Duration) pull
 		t.lru.MoveToFront(en.elem)
 	}
 	s := &en.state
-	if f.at.Before(s.firstSeen) {
-		s.firstSeen = f.at
+	if f.first.Before(s.firstSeen) {
+		s.firstSeen = f.first
 	}
 	if f.at.After(s.lastSeen) {
 		s.lastSeen = f.at
