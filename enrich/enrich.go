@@ -12,6 +12,7 @@ import (
 // Enricher turns Events into Occurrences. It is safe for concurrent use.
 type Enricher struct {
 	cfg     Config
+	cluster string // cfg.Cluster, cleaned once
 	lk      Lookups
 	rules   compiledRules
 	tracker *pullTracker
@@ -41,6 +42,7 @@ func New(cfg Config, lk Lookups) (*Enricher, error) {
 	}
 	return &Enricher{
 		cfg:     cfg,
+		cluster: clean(cfg.Cluster),
 		lk:      lk,
 		rules:   compileRules(cfg.Rules),
 		tracker: newPullTracker(cfg.TrackerCapacity),
@@ -69,16 +71,20 @@ func (e *Enricher) enrichEvent(ev *Event, observedAt time.Time, source string, b
 	blk := &occAlloc{}
 	o := &blk.o
 	o.SchemaVersion = eventpipev1.SchemaVersion
-	o.EventId = clean(ev.UID) + "/" + clean(ev.ResourceVersion)
+	uid, rv, ns := clean(ev.UID), clean(ev.ResourceVersion), clean(ev.Namespace)
+	o.EventId = uid + "/" + rv
 	setTime(&blk.occurred, occurredAt)
 	setTime(&blk.observed, nonZero(observedAt, occurredAt))
 	o.OccurredAt, o.ObservedAt = &blk.occurred, &blk.observed
-	o.Cluster = clean(e.cfg.Cluster)
-	o.Namespace = clean(ev.Namespace)
-	blk.ev.Name, blk.ev.Uid, blk.ev.ResourceVersion, blk.ev.ApiVersion = clean(ev.Name), clean(ev.UID), clean(ev.ResourceVersion), clean(ev.APIVersion)
+	o.Cluster = e.cluster
+	o.Namespace = ns
+	blk.ev.Name, blk.ev.Uid, blk.ev.ResourceVersion, blk.ev.ApiVersion = clean(ev.Name), uid, rv, clean(ev.APIVersion)
 	o.Event = &blk.ev
 	r := &ev.Involved
-	blk.obj.Kind, blk.obj.ApiVersion, blk.obj.Namespace = clean(r.Kind), clean(r.APIVersion), clean(r.Namespace)
+	blk.obj.Kind, blk.obj.ApiVersion, blk.obj.Namespace = clean(r.Kind), clean(r.APIVersion), ns
+	if r.Namespace != ev.Namespace {
+		blk.obj.Namespace = clean(r.Namespace)
+	}
 	blk.obj.Name, blk.obj.Uid, blk.obj.FieldPath = clean(r.Name), clean(r.UID), clean(r.FieldPath)
 	o.InvolvedObject = &blk.obj
 	o.Type, o.Reason = clean(ev.Type), clean(ev.Reason)
