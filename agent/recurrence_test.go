@@ -102,3 +102,40 @@ func TestRecurrences(t *testing.T) {
 		}
 	}
 }
+
+// TestListFallback: with watch-list off the agent lists Events page by page
+// (the fallback for API servers that refuse sendInitialEvents), then watches
+// from the listing's resourceVersion.
+func TestListFallback(t *testing.T) {
+	dir := t.TempDir()
+	col := startCollector(t, dir)
+	g := newLoadGen(t, "load-listfallback")
+	ctx := context.Background()
+	for i := 0; i < 300; i++ {
+		if err := g.create(ctx, i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := testConfig("listfallback", col.addr())
+	cfg.Watch.WatchList = false
+	cfg.Watch.ListPageSize = 100
+	cfg.Hold.MaxEvents = 0 // the load's pods do not exist; ship at once
+	ra := startAgent(t, cfg)
+	checkDelivered(t, col, g, 60*time.Second)
+	// And the watch that follows the listing delivers new Events.
+	for i := 300; i < 350; i++ {
+		if err := g.create(ctx, i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	checkDelivered(t, col, g, 60*time.Second)
+	if n := counter(t, ra.reg, "eventpipe_agent_relists_total", map[string]string{"method": "list"}); n != 1 {
+		t.Errorf("relists{method=list} = %v, want 1", n)
+	}
+	if n := counter(t, ra.reg, "eventpipe_agent_relists_total", map[string]string{"method": "watchlist"}); n != 0 {
+		t.Errorf("relists{method=watchlist} = %v, want 0", n)
+	}
+	if n := counter(t, ra.reg, "eventpipe_agent_api_requests_total", map[string]string{"verb": "list", "resource": "events"}); n < 3 {
+		t.Errorf("LIST events requests = %v, want >= 3 pages of 100", n)
+	}
+}
