@@ -33,6 +33,17 @@
 //     the processor, a bounded hold, a bounded number of batches in flight.
 //     When the collector is slow or down, the watch reader blocks and the API
 //     server keeps the data.
+//   - Late binding: an Event whose involved object (or its owner) is not
+//     cached is held (hold.maxEvents, hold.maxAge) and re-enriched on every
+//     cache change; when the hold is full or the time is up it ships
+//     unattributed, never dropped. Only fresh Events are held
+//     (hold.freshWithin): an old one's owner is gone, not late.
+//   - Caches keep compact enrich values built by the informer transform
+//     (owner references, the OpenShell labels/annotations, container names,
+//     images, waiting/terminated states, phase, node), never the API objects.
+//     Deleted objects are remembered (cache.tombstoneTTL/tombstoneMax).
+//     Handlers only signal; pods with a waiting container are queued for a
+//     pod-status diagnosis (enrich.DiagnosePod), shipped like Events.
 //   - Only the Lease holder watches and ships (when leader election is on);
 //     losing the Lease stops both at once, and a new leader resumes from the
 //     collector's cursor.

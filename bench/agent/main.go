@@ -76,25 +76,12 @@ func run() error {
 		defer os.RemoveAll(dir)
 	}
 	ctx := context.Background()
-	c, err := kube.StartProcess(ctx, kube.Options{Dir: filepath.Join(dir, "kube"),
-		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	e, err := newEnv(ctx, filepath.Join(dir, "events"))
 	if err != nil {
-		return fmt.Errorf("start control plane: %w", err)
-	}
-	defer c.Stop()
-	admin := c.AdminConfig()
-	admin.QPS, admin.Burst = 5000, 5000
-	e := &env{dir: dir, cluster: c}
-	if e.cs, err = kubernetes.NewForConfig(admin); err != nil {
 		return err
 	}
-	if e.dyn, err = dynamic.NewForConfig(admin); err != nil {
-		return err
-	}
+	defer e.cluster.Stop()
 	if e.bin, err = buildEventpipe(dir); err != nil {
-		return err
-	}
-	if e.kcfg, err = agentKubeconfig(c, dir); err != nil {
 		return err
 	}
 	fmt.Printf("machine: %d CPUs, %s\n\n", numCPU(), goVersion())
@@ -124,11 +111,50 @@ func run() error {
 		return err
 	}
 	if *sandboxes > 0 {
-		if err := e.cacheRun(ctx, *sandboxes); err != nil {
+		// A cluster of its own, so the agent's memory is its caches' and not
+		// the Event backlog the runs above left behind.
+		if err := e.cluster.Stop(); err != nil {
+			return err
+		}
+		ce, err := newEnv(ctx, filepath.Join(dir, "cache"))
+		if err != nil {
+			return err
+		}
+		defer ce.cluster.Stop()
+		ce.bin = e.bin
+		if err := ce.cacheRun(ctx, *sandboxes); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// newEnv starts a control plane in dir and the clients around it.
+func newEnv(ctx context.Context, dir string) (*env, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	c, err := kube.StartProcess(ctx, kube.Options{Dir: filepath.Join(dir, "kube"),
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	if err != nil {
+		return nil, fmt.Errorf("start control plane: %w", err)
+	}
+	admin := c.AdminConfig()
+	admin.QPS, admin.Burst = 5000, 5000
+	e := &env{dir: dir, cluster: c}
+	if e.cs, err = kubernetes.NewForConfig(admin); err != nil {
+		c.Stop()
+		return nil, err
+	}
+	if e.dyn, err = dynamic.NewForConfig(admin); err != nil {
+		c.Stop()
+		return nil, err
+	}
+	if e.kcfg, err = agentKubeconfig(c, dir); err != nil {
+		c.Stop()
+		return nil, err
+	}
+	return e, nil
 }
 
 // ---- runs ----
