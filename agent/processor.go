@@ -28,7 +28,6 @@ type processor struct {
 	seen    *fingerprints
 	cursor  cursorTracker
 	held    []*heldEvent
-	dirty   bool // caches changed since the last retry of held Events
 	lastTry time.Time
 
 	batch      []*eventpipev1.Occurrence
@@ -79,7 +78,6 @@ func (p *processor) run(ctx context.Context) error {
 				return nil
 			}
 		case <-changed:
-			p.dirty = true
 			if len(p.held) > 0 && p.now().Sub(p.lastTry) >= p.cfg.Hold.RetryInterval/4 {
 				if !p.retryHeld(ctx) {
 					return nil
@@ -153,7 +151,7 @@ func (p *processor) fresh(it item) bool {
 // retryHeld re-enriches held Events: attributed ones and expired ones ship.
 func (p *processor) retryHeld(ctx context.Context) bool {
 	now := p.now()
-	p.lastTry, p.dirty = now, false
+	p.lastTry = now
 	kept := p.held[:0]
 	var ship []*eventpipev1.Occurrence
 	for _, h := range p.held {
