@@ -272,14 +272,14 @@ func (e *Enricher) describe(s *eventpipev1.Sandbox, cr *Sandbox, obj *Meta, ns, 
 			id = v
 		}
 	}
-	s.Id = clean(id)
+	s.Id = id
 	s.Workspace = pick(e.rules.WorkspaceKeys)
 	s.GatewayId = pick(e.rules.GatewayIDKeys)
 	name := pick(e.rules.SandboxNameKeys)
 	missing := false
 	shared := e.rules.shared[ns]
 	if cr != nil {
-		s.CrNamespace, s.CrName = clean(cr.Namespace), clean(cr.Name)
+		s.CrNamespace, s.CrName = cr.Namespace, cr.Name
 		if shared {
 			if ws, n, ok := strings.Cut(cr.Name, e.rules.SharedSeparator); ok {
 				if s.Workspace == "" {
@@ -319,9 +319,9 @@ func (e *Enricher) describe(s *eventpipev1.Sandbox, cr *Sandbox, obj *Meta, ns, 
 			missing = s.Workspace == ""
 		}
 	}
-	s.Name = clean(name)
-	s.Workspace = clean(s.Workspace)
-	s.GatewayId = clean(s.GatewayId)
+	f := [...]string{s.Id, s.CrNamespace, s.CrName, name, s.Workspace, s.GatewayId}
+	cleanFields(f[:])
+	s.Id, s.CrNamespace, s.CrName, s.Name, s.Workspace, s.GatewayId = f[0], f[1], f[2], f[3], f[4], f[5]
 	return s, missing
 }
 

@@ -9,37 +9,40 @@ import (
 // maxClassifyBytes bounds the work ClassifyPull does on a hostile message.
 const maxClassifyBytes = 16 << 10
 
-// pullReasons are kubelet reasons (Event reasons and container waiting
-// reasons) that are image-pull failures by themselves.
-var pullReasons = map[string]bool{
-	"ErrImagePull":              true,
-	"ImagePullBackOff":          true,
-	"InvalidImageName":          true,
-	"ErrImageNeverPull":         true,
-	"RegistryUnavailable":       true,
-	"SignatureValidationFailed": true,
+// pullReason: kubelet reasons (Event reasons and container waiting reasons)
+// that are image-pull failures by themselves. Switches, not maps: every
+// event asks, and a switch on a few strings costs a length compare.
+func pullReason(reason string) bool {
+	switch reason {
+	case "ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull",
+		"RegistryUnavailable", "SignatureValidationFailed":
+		return true
+	}
+	return false
 }
 
-// successReasons never carry a pull failure even when the message mentions
-// pulling.
-var successReasons = map[string]bool{
-	"Pulling": true, "Pulled": true, "Created": true, "Started": true,
-	"Scheduled": true, "Killing": true, "SandboxChanged": true,
+// successReason: reasons that never carry a pull failure even when the
+// message mentions pulling.
+func successReason(reason string) bool {
+	switch reason {
+	case "Pulling", "Pulled", "Created", "Started", "Scheduled", "Killing", "SandboxChanged":
+		return true
+	}
+	return false
 }
 
-// candidateReasons may carry a pull failure in their message (kubelet's
-// Failed, BackOff and InspectFailed, the old FailedSync wrapper, a sandbox
-// image pull in FailedCreatePodSandBox). Other reasons are only scanned
-// when they mention Pull or Image (e.g. a driver's ImagePullFailed); the
-// rest (Unhealthy, Killing, FailedMount, ...) never are, which keeps the
-// common case cheap.
-var candidateReasons = map[string]bool{
-	"": true, "Failed": true, "BackOff": true, "InspectFailed": true, "FailedSync": true,
-	"FailedCreatePodSandBox": true, "ImageInspectError": true,
-}
-
+// candidateReason: reasons that may carry a pull failure in their message
+// (kubelet's Failed, BackOff and InspectFailed, the old FailedSync wrapper,
+// a sandbox image pull in FailedCreatePodSandBox). Other reasons are only
+// scanned when they mention Pull or Image (e.g. a driver's
+// ImagePullFailed); the rest (Unhealthy, Killing, FailedMount, ...) never
+// are, which keeps the common case cheap.
 func candidateReason(reason string) bool {
-	return candidateReasons[reason] || strings.Contains(reason, "Pull") || strings.Contains(reason, "Image")
+	switch reason {
+	case "", "Failed", "BackOff", "InspectFailed", "FailedSync", "FailedCreatePodSandBox", "ImageInspectError":
+		return true
+	}
+	return strings.Contains(reason, "Pull") || strings.Contains(reason, "Image")
 }
 
 // pullMarkers in a (lower-cased) message make an event of another reason
@@ -171,8 +174,8 @@ func ClassifyPull(reason, message string) (category, image, detail string, ok bo
 
 // classifyPull is ClassifyPull with the message's image already extracted.
 func classifyPull(reason, message, image string) (category, img, detail string, ok bool) {
-	isPullReason := pullReasons[reason]
-	if !isPullReason && (successReasons[reason] || !candidateReason(reason)) {
+	isPullReason := pullReason(reason)
+	if !isPullReason && (successReason(reason) || !candidateReason(reason)) {
 		return "", "", "", false
 	}
 	short := ""
@@ -224,10 +227,10 @@ func shortImage(img string) string {
 // gRPC `desc = `, without the daemon's prefix.
 func pullDetail(msg string) string {
 	s := msg
-	if i := strings.LastIndex(s, `desc = `); i >= 0 {
+	if i := lastIndex(s, `desc = `); i >= 0 {
 		s = s[i+len(`desc = `):]
 	}
-	if i := strings.LastIndex(s, `": `); i >= 0 && i+3 < len(s) {
+	if i := lastIndex(s, `": `); i >= 0 && i+3 < len(s) {
 		s = s[i+3:]
 	}
 	for _, p := range []string{"Error response from daemon: ", "ErrImagePull: ", "Error: "} {
@@ -236,6 +239,21 @@ func pullDetail(msg string) string {
 	s = strings.TrimSpace(s)
 	out, _ := truncateUTF8(s, 512)
 	return out
+}
+
+// lastIndex is strings.LastIndex by repeated forward strings.Index, which
+// is vectorised: the separators occur a few times in a message, and the
+// backward Rabin-Karp scan of strings.LastIndex was most of pullDetail.
+func lastIndex(s, sep string) int {
+	last := -1
+	for off := 0; ; {
+		i := strings.Index(s[off:], sep)
+		if i < 0 {
+			return last
+		}
+		last = off + i
+		off = last + 1
+	}
 }
 
 func containsAny(s string, frags []string) bool {

@@ -3,6 +3,7 @@ package enrich
 import (
 	"fmt"
 	"time"
+	"unsafe"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -67,34 +68,92 @@ func (e *Enricher) enrich(ev *Event, observedAt time.Time, source string, backof
 func (e *Enricher) enrichEvent(ev *Event, observedAt time.Time, source string, backoff bool) (*eventpipev1.Occurrence, bool) {
 	occurredAt := OccurrenceTime(ev, observedAt)
 	msg, truncated := truncateUTF8(ev.Message, e.cfg.MaxMessageBytes)
-	// One allocation for the occurrence and its always-present parts.
-	blk := &occAlloc{}
+	// Classify first (it reads only the event) so that the occurrence, its
+	// always-present parts and the pull failure or progress part it will
+	// have cost one allocation.
+	var c classified
+	c.msgImage = imageFromMessage(ev.Message)
+	classifyMsg, classifyImage := ev.Message, c.msgImage
+	if len(classifyMsg) > maxClassifyBytes {
+		classifyMsg = classifyMsg[:maxClassifyBytes]
+		classifyImage = imageFromMessage(classifyMsg)
+	}
+	c.category, c.image, c.detail, c.pull = classifyPull(ev.Reason, classifyMsg, classifyImage)
+	c.container, _ = containerFromFieldPath(ev.Involved.FieldPath)
+	var blk *occAlloc
+	switch {
+	case c.pull:
+		b := &occPullAlloc{}
+		blk, c.pa = &b.occAlloc, &b.pull
+	case e.mayProgress(ev, c.container):
+		b := &occProgressAlloc{}
+		blk, c.progress = &b.occAlloc, &b.progress
+	default:
+		blk = &occAlloc{}
+	}
 	o := &blk.o
 	o.SchemaVersion = eventpipev1.SchemaVersion
-	uid, rv, ns := clean(ev.UID), clean(ev.ResourceVersion), clean(ev.Namespace)
-	o.EventId = uid + "/" + rv
+	r := &ev.Involved
+	f := [nEventFields]string{
+		fUID: ev.UID, fRV: ev.ResourceVersion, fNS: ev.Namespace, fName: ev.Name, fAPI: ev.APIVersion,
+		fKind: r.Kind, fRefAPI: r.APIVersion, fRefNS: r.Namespace, fRefName: r.Name, fRefUID: r.UID, fFieldPath: r.FieldPath,
+		fType: ev.Type, fReason: ev.Reason, fComponent: ev.ReportingComponent, fInstance: ev.ReportingInstance, fAction: ev.Action,
+	}
+	cleanFields(f[:])
+	o.EventId = blk.eventID(f[fUID], f[fRV])
 	setTime(&blk.occurred, occurredAt)
 	setTime(&blk.observed, nonZero(observedAt, occurredAt))
 	o.OccurredAt, o.ObservedAt = &blk.occurred, &blk.observed
 	o.Cluster = e.cluster
-	o.Namespace = ns
-	blk.ev.Name, blk.ev.Uid, blk.ev.ResourceVersion, blk.ev.ApiVersion = clean(ev.Name), uid, rv, clean(ev.APIVersion)
+	o.Namespace = f[fNS]
+	blk.ev.Name, blk.ev.Uid, blk.ev.ResourceVersion, blk.ev.ApiVersion = f[fName], f[fUID], f[fRV], f[fAPI]
 	o.Event = &blk.ev
-	r := &ev.Involved
-	blk.obj.Kind, blk.obj.ApiVersion, blk.obj.Namespace = clean(r.Kind), clean(r.APIVersion), ns
+	blk.obj.Kind, blk.obj.ApiVersion, blk.obj.Namespace = f[fKind], f[fRefAPI], f[fNS]
 	if r.Namespace != ev.Namespace {
-		blk.obj.Namespace = clean(r.Namespace)
+		blk.obj.Namespace = f[fRefNS]
 	}
-	blk.obj.Name, blk.obj.Uid, blk.obj.FieldPath = clean(r.Name), clean(r.UID), clean(r.FieldPath)
+	blk.obj.Name, blk.obj.Uid, blk.obj.FieldPath = f[fRefName], f[fRefUID], f[fFieldPath]
 	o.InvolvedObject = &blk.obj
-	o.Type, o.Reason = clean(ev.Type), clean(ev.Reason)
+	o.Type, o.Reason = f[fType], f[fReason]
 	o.Message, o.MessageTruncated = msg, truncated
 	o.Count = max(ev.Count, 1)
-	o.ReportingComponent, o.ReportingInstance = clean(ev.ReportingComponent), clean(ev.ReportingInstance)
-	o.Action = clean(ev.Action)
+	o.ReportingComponent, o.ReportingInstance = f[fComponent], f[fInstance]
+	o.Action = f[fAction]
 	a := e.attribute(&ev.Involved, ev.Namespace, &blk.sb)
-	e.fill(o, a, ev, occurredAt, source, backoff)
+	e.fill(o, a, ev, &c, occurredAt, source, backoff)
 	return o, a.missing
+}
+
+// The event's string fields, cleaned together (cleanFields).
+const (
+	fUID = iota
+	fRV
+	fNS
+	fName
+	fAPI
+	fKind
+	fRefAPI
+	fRefNS
+	fRefName
+	fRefUID
+	fFieldPath
+	fType
+	fReason
+	fComponent
+	fInstance
+	fAction
+	nEventFields
+)
+
+// classified is what enrichEvent learns from the event alone, before it
+// allocates: the pull classification, the container and where the pull
+// failure or progress part goes (nil: allocate one if needed).
+type classified struct {
+	msgImage, container     string
+	category, image, detail string
+	pull                    bool
+	pa                      *pullAlloc
+	progress                *eventpipev1.Progress
 }
 
 // occAlloc holds an occurrence and the parts every occurrence has, so they
@@ -105,6 +164,39 @@ type occAlloc struct {
 	obj                eventpipev1.ObjectRef
 	occurred, observed timestamppb.Timestamp
 	sb                 eventpipev1.Sandbox // linked only when attributed
+	// id holds event_id's bytes when they fit: 824 bytes of parts leave
+	// room in the 896-byte size class, and the id then costs no allocation
+	// of its own.
+	id [eventIDBytes]byte
+}
+
+const eventIDBytes = 64
+
+// occPullAlloc is an occurrence with a pull failure (1,144 bytes, the
+// 1,152-byte size class).
+type occPullAlloc struct {
+	occAlloc
+	pull pullAlloc
+}
+
+// occProgressAlloc is an occurrence that may move the gateway's progress.
+type occProgressAlloc struct {
+	occAlloc
+	progress eventpipev1.Progress
+}
+
+// eventID returns uid + "/" + rv, in b.id when it fits. The bytes are
+// written once, here, and never again, so the string is immutable like any
+// other; it keeps the block alive, as the occurrence's other parts do.
+func (b *occAlloc) eventID(uid, rv string) string {
+	n := len(uid) + 1 + len(rv)
+	if n > len(b.id) {
+		return uid + "/" + rv
+	}
+	copy(b.id[:], uid)
+	b.id[len(uid)] = '/'
+	copy(b.id[len(uid)+1:], rv)
+	return unsafe.String(&b.id[0], n)
 }
 
 // pullAlloc is a PullFailure and its timestamps in one allocation.
@@ -118,17 +210,16 @@ func setTime(ts *timestamppb.Timestamp, t time.Time) {
 }
 
 // fill sets the attribution, role, container, image, pull failure and
-// progress parts of o from a and the event's reason and message.
-func (e *Enricher) fill(o *eventpipev1.Occurrence, a attribution, ev *Event, at time.Time, source string, backoff bool) {
+// progress parts of o from a, c and the event.
+func (e *Enricher) fill(o *eventpipev1.Occurrence, a attribution, ev *Event, c *classified, at time.Time, source string, backoff bool) {
 	o.Attribution = a.rule
 	o.Role = a.role
 	if a.sandbox != nil {
 		o.Sandbox = a.sandbox
 	}
-	container, _ := containerFromFieldPath(ev.Involved.FieldPath)
+	container := c.container
 	// A pull message names the image; fall back to the pod spec.
-	msgImage := imageFromMessage(ev.Message)
-	image := msgImage
+	image := c.msgImage
 	if container == "" && image != "" && a.pod != nil {
 		container = containerForImage(a.pod, image)
 	}
@@ -143,12 +234,8 @@ func (e *Enricher) fill(o *eventpipev1.Occurrence, a attribution, ev *Event, at 
 		o.ImageRole = e.rules.imageRole(container, a.pod)
 	}
 
-	classifyMsg, classifyImage := ev.Message, msgImage
-	if len(classifyMsg) > maxClassifyBytes {
-		classifyMsg = classifyMsg[:maxClassifyBytes]
-		classifyImage = imageFromMessage(classifyMsg)
-	}
-	if cat, img, detail, ok := classifyPull(ev.Reason, classifyMsg, classifyImage); ok {
+	if c.pull {
+		img := c.image
 		if img == "" {
 			img = image
 		}
@@ -159,9 +246,9 @@ func (e *Enricher) fill(o *eventpipev1.Occurrence, a attribution, ev *Event, at 
 			signal = o.EventId
 		}
 		st := e.tracker.record(key, failure{
-			category: cat,
+			category: c.category,
 			image:    img,
-			detail:   detail,
+			detail:   c.detail,
 			at:       at,
 			first:    firstFailure(ev, at),
 			eventUID: signal,
@@ -177,7 +264,10 @@ func (e *Enricher) fill(o *eventpipev1.Occurrence, a attribution, ev *Event, at 
 			o.Image = cleanImage(st.image)
 			o.ImageRole = e.rules.imageRole(container, a.pod)
 		}
-		pa := &pullAlloc{}
+		pa := c.pa
+		if pa == nil {
+			pa = &pullAlloc{}
+		}
 		pf := &pa.pf
 		pf.Category, pf.Image, pf.Disposition, pf.Attempts = st.category, cleanImage(st.image), disp, st.attempts
 		setTime(&pa.first, st.firstSeen)
@@ -189,7 +279,7 @@ func (e *Enricher) fill(o *eventpipev1.Occurrence, a attribution, ev *Event, at 
 		// The container got its image: its failure history is over.
 		e.tracker.forget(podKey(ev, a.pod, container))
 	}
-	o.Progress = e.progress(ev, a, container, o.Image)
+	o.Progress = e.progress(ev, a, container, o.Image, c.progress)
 }
 
 // firstFailure is when an aggregated Event (count > 1) first saw the
@@ -223,38 +313,51 @@ func podKey(ev *Event, pod *Pod, container string) trackerKey {
 // progress computes the gateway's progress keys, correctly: only events
 // about the workload pod move them, and only the workload container's
 // Pulled/Started complete the pull and start steps.
-func (e *Enricher) progress(ev *Event, a attribution, container, image string) *eventpipev1.Progress {
+// p, when not nil, is where to write it (part of the occurrence's
+// allocation).
+func (e *Enricher) progress(ev *Event, a attribution, container, image string, p *eventpipev1.Progress) *eventpipev1.Progress {
 	if a.role != eventpipev1.RoleWorkload || ev.Involved.Kind != "Pod" {
 		return nil
 	}
 	switch ev.Reason {
-	case "Scheduled":
-		return &eventpipev1.Progress{
-			CompleteStep:  eventpipev1.StepRequestingSandbox,
-			CompleteLabel: "Sandbox allocated",
-			ActiveStep:    eventpipev1.StepPullingImage,
-		}
-	case "Pulling":
-		return &eventpipev1.Progress{ActiveStep: eventpipev1.StepPullingImage, ActiveDetail: image}
-	case "Pulled":
+	case "Scheduled", "Pulling":
+	case "Pulled", "Started":
 		if container != e.cfg.Rules.ProgressContainer {
 			return nil
 		}
-		return &eventpipev1.Progress{
-			CompleteStep:  eventpipev1.StepPullingImage,
-			CompleteLabel: "Image pulled",
-			ActiveStep:    eventpipev1.StepStartingSandbox,
-		}
-	case "Started":
-		if container != e.cfg.Rules.ProgressContainer {
-			return nil
-		}
-		return &eventpipev1.Progress{
-			CompleteStep:  eventpipev1.StepStartingSandbox,
-			CompleteLabel: "Sandbox started",
-		}
+	default:
+		return nil
 	}
-	return nil
+	if p == nil {
+		p = &eventpipev1.Progress{}
+	}
+	switch ev.Reason {
+	case "Scheduled":
+		p.CompleteStep, p.CompleteLabel, p.ActiveStep = eventpipev1.StepRequestingSandbox, "Sandbox allocated", eventpipev1.StepPullingImage
+	case "Pulling":
+		p.ActiveStep, p.ActiveDetail = eventpipev1.StepPullingImage, image
+	case "Pulled":
+		p.CompleteStep, p.CompleteLabel, p.ActiveStep = eventpipev1.StepPullingImage, "Image pulled", eventpipev1.StepStartingSandbox
+	case "Started":
+		p.CompleteStep, p.CompleteLabel = eventpipev1.StepStartingSandbox, "Sandbox started"
+	}
+	return p
+}
+
+// mayProgress: whether progress can return a value for ev, judged before
+// attribution (so an event about another pod may reserve the part and not
+// use it).
+func (e *Enricher) mayProgress(ev *Event, container string) bool {
+	if ev.Involved.Kind != "Pod" {
+		return false
+	}
+	switch ev.Reason {
+	case "Scheduled", "Pulling":
+		return true
+	case "Pulled", "Started":
+		return container == e.cfg.Rules.ProgressContainer
+	}
+	return false
 }
 
 // OccurrenceTime is series.lastObservedTime, else lastTimestamp, else

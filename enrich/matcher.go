@@ -1,5 +1,7 @@
 package enrich
 
+import "strings"
+
 // matcher finds, in one pass over a message, which of many fixed lower-case
 // fragments occur in it (Aho-Corasick over an ASCII-folded byte stream).
 // Each fragment carries a bit; a scan returns the union of the bits of the
@@ -8,8 +10,11 @@ package enrich
 type matcher struct {
 	class  [256]uint8 // byte -> alphabet class (0 = byte in no fragment)
 	nclass int
-	// state*nclass + class -> next state<<1 | 1 if that state has output:
-	// most steps then touch only this table.
+	// fold is class with ASCII upper case mapped like lower case, so a scan
+	// needs no per-byte case conversion.
+	fold [256]uint32
+	// state*nclass + class -> (next state*nclass)<<1 | 1 if that state has
+	// output: most steps then touch only this table, with no multiply.
 	next []uint32
 	out  []uint32 // state -> bits of fragments ending here (with suffixes)
 }
@@ -88,10 +93,13 @@ func newMatcher(frags []fragment) *matcher {
 	// Tag transitions into states with output (outputs are final now).
 	for i, nx := range m.next {
 		if m.out[nx] != 0 {
-			m.next[i] = nx<<1 | 1
+			m.next[i] = nx*uint32(m.nclass)<<1 | 1
 		} else {
-			m.next[i] = nx << 1
+			m.next[i] = nx * uint32(m.nclass) << 1
 		}
+	}
+	for c := range m.fold {
+		m.fold[c] = uint32(m.class[lowerASCII(byte(c))])
 	}
 	return m
 }
@@ -101,23 +109,35 @@ func newMatcher(frags []fragment) *matcher {
 // and of skipShort (the same reference without docker.io/library/).
 func (m *matcher) scan(s, skip, skipShort string) uint32 {
 	var bits uint32
-	state := 0
-	nc := m.nclass
+	st := uint32(0) // state*nclass
+	nc := uint32(m.nclass)
+	next, fold := m.next, &m.fold
+	// 0 never starts an image reference; a NUL in s is checked in full.
+	var f1, f2 byte
+	if skip != "" {
+		f1 = skip[0]
+	}
+	if skipShort != "" {
+		f2 = skipShort[0]
+	}
 	for i := 0; i < len(s); i++ {
-		if skip != "" && s[i] == skip[0] && len(s)-i >= len(skip) && s[i:i+len(skip)] == skip {
-			i += len(skip) - 1
-			state = 0
-			continue
+		c := s[i]
+		if c == f1 || c == f2 {
+			if skip != "" && strings.HasPrefix(s[i:], skip) {
+				i += len(skip) - 1
+				st = 0
+				continue
+			}
+			if skipShort != "" && strings.HasPrefix(s[i:], skipShort) {
+				i += len(skipShort) - 1
+				st = 0
+				continue
+			}
 		}
-		if skipShort != "" && s[i] == skipShort[0] && len(s)-i >= len(skipShort) && s[i:i+len(skipShort)] == skipShort {
-			i += len(skipShort) - 1
-			state = 0
-			continue
-		}
-		nx := m.next[state*nc+int(m.class[lowerASCII(s[i])])]
-		state = int(nx >> 1)
+		nx := next[st+fold[c]]
+		st = nx >> 1
 		if nx&1 != 0 {
-			bits |= m.out[state]
+			bits |= m.out[st/nc]
 		}
 	}
 	return bits

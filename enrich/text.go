@@ -18,6 +18,38 @@ func clean(s string) string {
 	return out
 }
 
+// cleanFields cleans every string of f in place. Nearly always they are all
+// short ASCII, which one pass over all of them proves for much less than a
+// call to clean per string costs.
+func cleanFields(f []string) {
+	if fieldsASCII(f) {
+		return
+	}
+	for i := range f {
+		f[i] = clean(f[i])
+	}
+}
+
+// fieldsASCII reports whether every string of f is ASCII (so valid UTF-8)
+// and at most maxFieldBytes long: then clean returns each unchanged.
+func fieldsASCII(f []string) bool {
+	var acc uint64
+	for _, s := range f {
+		if len(s) > maxFieldBytes {
+			return false
+		}
+		for len(s) >= 8 {
+			acc |= uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
+				uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
+			s = s[8:]
+		}
+		for i := 0; i < len(s); i++ {
+			acc |= uint64(s[i])
+		}
+	}
+	return acc&0x8080808080808080 == 0
+}
+
 // cleanImage is clean for image references (at most 512 bytes).
 func cleanImage(s string) string {
 	if len(s) <= 512 && utf8.ValidString(s) {

@@ -44,13 +44,39 @@ type trackerEntry struct {
 	key   trackerKey
 	state pullState
 	// Per cause-bearing Event UID, the highest count seen: a count bump of
-	// the same Event is not a new failure on top of the old count.
-	counts map[string]int32
+	// the same Event is not a new failure on top of the old count. A few
+	// entries (at most maxCountedEvents, plus "" for the overflow): a
+	// slice scans faster than a map hashes.
+	counts []uidCount
 	// pod_status attempts counted separately (they see the same failures
 	// as events); lastStatusID de-duplicates re-seen pod versions.
 	statusSignals uint32
 	lastStatusID  string
 	elem          *list.Element
+}
+
+type uidCount struct {
+	uid string
+	n   int32
+}
+
+// count returns the count kept for uid, or nil.
+func (en *trackerEntry) count(uid string) *int32 {
+	for i := range en.counts {
+		if en.counts[i].uid == uid {
+			return &en.counts[i].n
+		}
+	}
+	return nil
+}
+
+// addOverflow adds n to the count of the "" entry.
+func (en *trackerEntry) addOverflow(n int32) {
+	if p := en.count(""); p != nil {
+		*p += n
+		return
+	}
+	en.counts = append(en.counts, uidCount{n: n})
 }
 
 // pullTracker is a bounded LRU of pull state per (pod, container).
@@ -87,7 +113,7 @@ func (t *pullTracker) record(k trackerKey, f failure, window time.Duration) pull
 		// The tracker outlives events: own copies, so a kept substring
 		// never pins a large message or a stale cached object.
 		k = trackerKey{namespace: strings.Clone(k.namespace), pod: strings.Clone(k.pod), container: strings.Clone(k.container), byUID: k.byUID}
-		en = &trackerEntry{key: k, counts: make(map[string]int32, 2)}
+		en = &trackerEntry{key: k, counts: make([]uidCount, 0, 2)}
 		en.state.firstSeen, en.state.lastSeen = f.first, f.at
 		en.elem = t.lru.PushFront(en)
 		t.entries[k] = en
@@ -121,14 +147,14 @@ func (t *pullTracker) record(k trackerKey, f failure, window time.Duration) pull
 				en.lastStatusID = strings.Clone(f.eventUID)
 			}
 		case f.eventUID == "":
-			en.counts[""] += f.count
+			en.addOverflow(f.count)
 		default:
-			if old, ok := en.counts[f.eventUID]; ok {
-				en.counts[f.eventUID] = max(old, f.count)
+			if p := en.count(f.eventUID); p != nil {
+				*p = max(*p, f.count)
 			} else if len(en.counts) < maxCountedEvents {
-				en.counts[strings.Clone(f.eventUID)] = f.count
+				en.counts = append(en.counts, uidCount{strings.Clone(f.eventUID), f.count})
 			} else {
-				en.counts[""] += f.count
+				en.addOverflow(f.count)
 			}
 		}
 	} else if s.category == "" {
@@ -136,8 +162,8 @@ func (t *pullTracker) record(k trackerKey, f failure, window time.Duration) pull
 	}
 	var sum uint32
 	for _, c := range en.counts {
-		if c > 0 {
-			sum += uint32(c)
+		if c.n > 0 {
+			sum += uint32(c.n)
 		}
 	}
 	s.attempts = max(sum, en.statusSignals, 1)
