@@ -374,6 +374,10 @@ func (e *Enricher) ownerSandbox(ns string, owners []Owner) (cr *Sandbox, owned b
 
 // isSupervisorPod: supervisor labels, or the naming rule.
 func (e *Enricher) isSupervisorPod(name string, pod *Pod) bool {
+	// The name first: a prefix test is cheaper than the label lookups.
+	if _, ok := e.supervisorUUID(name); ok {
+		return true
+	}
 	if pod != nil && len(pod.Labels) > 0 {
 		for _, kv := range e.rules.supervisorLabels {
 			if kv[1] != "" && pod.Labels[kv[0]] == kv[1] {
@@ -381,8 +385,7 @@ func (e *Enricher) isSupervisorPod(name string, pod *Pod) bool {
 			}
 		}
 	}
-	_, ok := e.supervisorUUID(name)
-	return ok
+	return false
 }
 
 // supervisorUUID applies the os-supervisor-<uuid> rule to a Pod name.
