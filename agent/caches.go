@@ -33,6 +33,7 @@ import (
 type caches struct {
 	cfg        CacheConfig
 	podNameAnn string
+	in         interner
 	log        *slog.Logger
 	m          *metrics
 
@@ -267,12 +268,12 @@ func (c *caches) transform(obj any) (any, error) {
 	switch o := obj.(type) {
 	case *corev1.Pod:
 		m := c.enrichMeta(&o.ObjectMeta)
-		p := &enrich.Pod{Meta: m, NodeName: o.Spec.NodeName, Phase: string(o.Status.Phase)}
+		p := &enrich.Pod{Meta: m, NodeName: c.in.intern(o.Spec.NodeName), Phase: c.in.intern(string(o.Status.Phase))}
 		p.Containers = make([]enrich.Container, 0, len(o.Spec.InitContainers)+len(o.Spec.Containers))
 		waiting := false
 		add := func(specs []corev1.Container, statuses []corev1.ContainerStatus, init bool) {
 			for i := range specs {
-				ct := enrich.Container{Name: specs[i].Name, Image: specs[i].Image, Init: init}
+				ct := enrich.Container{Name: c.in.intern(specs[i].Name), Image: c.in.intern(specs[i].Image), Init: init}
 				for j := range statuses {
 					st := &statuses[j]
 					if st.Name != ct.Name {
@@ -280,7 +281,7 @@ func (c *caches) transform(obj any) (any, error) {
 					}
 					ct.RestartCount = st.RestartCount
 					if w := st.State.Waiting; w != nil {
-						ct.WaitingReason, ct.WaitingMessage = w.Reason, w.Message
+						ct.WaitingReason, ct.WaitingMessage = c.in.intern(w.Reason), w.Message
 						waiting = waiting || w.Reason != ""
 					}
 					if t := st.State.Terminated; t != nil {
@@ -313,7 +314,7 @@ func (c *caches) keep(m map[string]string) map[string]string {
 				if out == nil {
 					out = make(map[string]string, 4)
 				}
-				out[k] = v
+				out[c.in.intern(k)] = c.in.internSmall(v)
 				break
 			}
 		}
@@ -321,15 +322,55 @@ func (c *caches) keep(m map[string]string) map[string]string {
 	return out
 }
 
+// interner hands out one shared copy of strings that repeat across cached
+// objects (label keys, namespaces, container names, images, owner kinds,
+// workspace names), so 40,000 objects share one copy instead of holding
+// 40,000. It is bounded: past maxInterned distinct strings, strings are
+// kept as they are.
+type interner struct {
+	mu sync.Mutex
+	m  map[string]string
+}
+
+const maxInterned = 65536
+
+func (in *interner) intern(s string) string {
+	if s == "" {
+		return s
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if v, ok := in.m[s]; ok {
+		return v
+	}
+	if in.m == nil {
+		in.m = make(map[string]string)
+	}
+	if len(in.m) < maxInterned {
+		in.m[s] = s
+	}
+	return s
+}
+
+// internSmall interns values likely to be shared (workspace, role,
+// managed-by, gateway id); ids (36 characters) are kept as they are, since
+// an interned unique value costs more than it saves.
+func (in *interner) internSmall(s string) string {
+	if len(s) >= 32 {
+		return s
+	}
+	return in.intern(s)
+}
+
 func (c *caches) enrichMeta(m *metav1.ObjectMeta) enrich.Meta {
 	out := enrich.Meta{
-		Namespace: m.Namespace, Name: m.Name, UID: string(m.UID), ResourceVersion: m.ResourceVersion,
+		Namespace: c.in.intern(m.Namespace), Name: m.Name, UID: string(m.UID), ResourceVersion: m.ResourceVersion,
 		Labels: c.keep(m.Labels), Annotations: c.keep(m.Annotations),
 	}
 	if len(m.OwnerReferences) > 0 {
 		out.Owners = make([]enrich.Owner, len(m.OwnerReferences))
 		for i, r := range m.OwnerReferences {
-			out.Owners[i] = enrich.Owner{APIVersion: r.APIVersion, Kind: r.Kind, Name: r.Name, UID: string(r.UID), Controller: r.Controller != nil && *r.Controller}
+			out.Owners[i] = enrich.Owner{APIVersion: c.in.intern(r.APIVersion), Kind: c.in.intern(r.Kind), Name: r.Name, UID: string(r.UID), Controller: r.Controller != nil && *r.Controller}
 		}
 	}
 	return out
@@ -339,13 +380,13 @@ func (c *caches) enrichMeta(m *metav1.ObjectMeta) enrich.Meta {
 // status.conditions of a Sandbox CR.
 func (c *caches) stripSandbox(u *unstructured.Unstructured) *cached {
 	m := enrich.Meta{
-		Namespace: u.GetNamespace(), Name: u.GetName(), UID: string(u.GetUID()), ResourceVersion: u.GetResourceVersion(),
+		Namespace: c.in.intern(u.GetNamespace()), Name: u.GetName(), UID: string(u.GetUID()), ResourceVersion: u.GetResourceVersion(),
 		Labels: c.keep(u.GetLabels()), Annotations: c.keep(u.GetAnnotations()),
 	}
 	for _, r := range u.GetOwnerReferences() {
-		m.Owners = append(m.Owners, enrich.Owner{APIVersion: r.APIVersion, Kind: r.Kind, Name: r.Name, UID: string(r.UID), Controller: r.Controller != nil && *r.Controller})
+		m.Owners = append(m.Owners, enrich.Owner{APIVersion: c.in.intern(r.APIVersion), Kind: c.in.intern(r.Kind), Name: r.Name, UID: string(r.UID), Controller: r.Controller != nil && *r.Controller})
 	}
-	s := &enrich.Sandbox{Meta: m, APIVersion: u.GetAPIVersion(), PodName: u.GetName()}
+	s := &enrich.Sandbox{Meta: m, APIVersion: c.in.intern(u.GetAPIVersion()), PodName: u.GetName()}
 	if v := u.GetAnnotations()[c.podNameAnn]; v != "" {
 		s.PodName = v
 	}
