@@ -1,0 +1,634 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
+	"github.com/eventpipe/eventpipe/collector"
+)
+
+func init() {
+	register("follow", command{
+		summary: "show a sandbox's Kubernetes events from the collector (tail, then live)",
+		run:     runFollow,
+	})
+}
+
+const followUsage = `Usage:
+  eventpipe follow (--sandbox ID | --workspace WS [--name NAME] | --gateway ID) [flags]
+
+Shows what Kubernetes said about a sandbox (scheduling, image pulls, back-offs)
+without kubectl: the last --tail events from the collector, then new ones as
+they arrive, one line each in the 'openshell logs' style:
+
+  [<secs>.<ms>] [<source>] [<level>] [<role>/<container> or <kind>/<name>] <message> k=v ...
+
+An image that cannot be pulled reads, for example:
+
+  [1793268652.000] [kubelet] [WARN ] [workload/workspace-init] workload image docker.io/library/busybox:0.0.0-does-not-exist: not_found (...) reason=Failed image=... pull=not_found disposition=retrying cursor=3
+
+Examples:
+  # why is sandbox img-missing of workspace repro stuck?
+  eventpipe follow --collector collector.eventpipe:7070 --ca ca.pem --token-file reader.token \
+      --workspace repro --name img-missing
+  # the last 200 events of one sandbox, then exit
+  eventpipe follow --sandbox 2ff21e26-1a7b-49a2-a640-14ae153f93ea --tail 200 --no-follow
+  # resume where a previous run stopped (it prints the cursor on exit)
+  eventpipe follow --sandbox 2ff21e26-1a7b-49a2-a640-14ae153f93ea --after 1234
+  # machine-readable: one JSON object per line {"cursor": "...", "occurrence": {...}}
+  eventpipe follow --gateway openshell -o json --insecure
+
+A reader token sees only the workspaces it was granted: a sandbox of another
+workspace shows no events. Ctrl-C stops (exit 0) and prints the cursor to resume
+from. While following, an unreachable collector is retried with backoff.
+
+Exit status: 0 done or interrupted, 1 refused or failed, 2 bad flags.
+
+Flags:
+`
+
+// followOptions are the parsed flags of eventpipe follow.
+type followOptions struct {
+	addr                         string
+	tokenFile                    string
+	caFile, certFile, keyFile    string
+	serverName                   string
+	insecure                     bool
+	sandbox, workspace, name, gw string
+	tail                         uint
+	after                        uint64
+	noFollow                     bool
+	output                       string
+}
+
+// Reconnect backoff while following; variables so tests can shorten them.
+var (
+	followBackoffMin = 500 * time.Millisecond
+	followBackoffMax = 30 * time.Second
+)
+
+func runFollow(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) int {
+	var o followOptions
+	fs := flag.NewFlagSet("eventpipe follow", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.addr, "collector", collector.DefaultGRPCListen, "collector gRPC address host:port")
+	fs.StringVar(&o.tokenFile, "token-file", "", "file holding a bearer token with role reader (re-read on every reconnect)")
+	fs.StringVar(&o.caFile, "ca", "", "CA bundle to verify the collector's certificate (default: system roots)")
+	fs.StringVar(&o.certFile, "cert", "", "client certificate for mTLS (with --key)")
+	fs.StringVar(&o.keyFile, "key", "", "client key for mTLS (with --cert)")
+	fs.StringVar(&o.serverName, "server-name", "", "TLS server name of the collector (default: the host of --collector)")
+	fs.BoolVar(&o.insecure, "insecure", false, "plaintext gRPC, no TLS (a local or port-forwarded collector)")
+	fs.StringVar(&o.sandbox, "sandbox", "", "selector: the sandbox id (UUID)")
+	fs.StringVar(&o.workspace, "workspace", "", "selector: every sandbox of this workspace (or one, with --name)")
+	fs.StringVar(&o.name, "name", "", "with --workspace: the sandbox name")
+	fs.StringVar(&o.gw, "gateway", "", "selector: every sandbox of this gateway id")
+	fs.UintVar(&o.tail, "tail", 50, "replay the last N matching events first (ignored with --after)")
+	fs.Uint64Var(&o.after, "after", 0, "resume: every matching event after this cursor (printed when a previous run stopped)")
+	fs.BoolVar(&o.noFollow, "no-follow", false, "print the replay and exit instead of following live")
+	fs.StringVar(&o.output, "output", "text", "output format: text or json")
+	fs.StringVar(&o.output, "o", "text", "shorthand for --output")
+	fs.Usage = func() {
+		fmt.Fprint(stderr, followUsage)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "eventpipe follow: unexpected arguments %q (the selector is a flag: --sandbox ID)\n", fs.Args())
+		return 2
+	}
+	if problems := o.validate(); len(problems) > 0 {
+		for _, p := range problems {
+			fmt.Fprintf(stderr, "eventpipe follow: %s\n", p)
+		}
+		fmt.Fprintln(stderr, "run 'eventpipe follow --help' for usage")
+		return 2
+	}
+	conn, err := o.dial()
+	if err != nil {
+		fmt.Fprintf(stderr, "eventpipe follow: %v\n", err)
+		return 2
+	}
+	defer conn.Close()
+	f := &follower{opts: o, client: eventpipev1.NewFollowClient(conn), stdout: stdout, stderr: stderr}
+	return f.run(ctx)
+}
+
+// validate reports every flag problem.
+func (o *followOptions) validate() []string {
+	var p []string
+	n := 0
+	for _, s := range []string{o.sandbox, o.workspace, o.gw} {
+		if s != "" {
+			n++
+		}
+	}
+	switch {
+	case n == 0:
+		p = append(p, "no selector: pass exactly one of --sandbox ID, --workspace WS [--name NAME], --gateway ID")
+	case n > 1:
+		p = append(p, "more than one selector: pass exactly one of --sandbox ID, --workspace WS [--name NAME], --gateway ID")
+	}
+	if o.name != "" && o.workspace == "" {
+		p = append(p, "--name needs --workspace (sandbox names are unique only within a workspace)")
+	}
+	if o.output != "text" && o.output != "json" {
+		p = append(p, fmt.Sprintf("--output must be text or json, got %q", o.output))
+	}
+	if o.tail > 1<<32-1 {
+		p = append(p, fmt.Sprintf("--tail %d is too large", o.tail))
+	}
+	if o.addr == "" {
+		p = append(p, "--collector must be set (host:port)")
+	}
+	if (o.certFile == "") != (o.keyFile == "") {
+		p = append(p, "--cert and --key go together")
+	}
+	if o.insecure && (o.caFile != "" || o.certFile != "" || o.serverName != "") {
+		p = append(p, "--insecure (plaintext) cannot be combined with --ca, --cert or --server-name")
+	}
+	return p
+}
+
+// dial builds the client connection the same way the agent dials the
+// collector: TLS unless --insecure, optional mTLS, bearer token re-read from
+// its file on every call. grpc.NewClient does not connect yet.
+func (o *followOptions) dial() (*grpc.ClientConn, error) {
+	var opts []grpc.DialOption
+	if o.insecure {
+		opts = append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	} else {
+		tc := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: o.serverName}
+		if o.caFile != "" {
+			pem, err := os.ReadFile(o.caFile)
+			if err != nil {
+				return nil, fmt.Errorf("--ca: %w", err)
+			}
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(pem) {
+				return nil, fmt.Errorf("--ca %s: no PEM certificate", o.caFile)
+			}
+			tc.RootCAs = pool
+		}
+		if o.certFile != "" {
+			c, err := tls.LoadX509KeyPair(o.certFile, o.keyFile)
+			if err != nil {
+				return nil, fmt.Errorf("--cert/--key: %w", err)
+			}
+			tc.Certificates = []tls.Certificate{c}
+		}
+		opts = append(opts, grpc.WithTransportCredentials(credentials.NewTLS(tc)))
+	}
+	if o.tokenFile != "" {
+		if _, err := readToken(o.tokenFile); err != nil {
+			return nil, err
+		}
+		opts = append(opts, grpc.WithPerRPCCredentials(followToken{path: o.tokenFile, secure: !o.insecure}))
+	}
+	opts = append(opts, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(collector.DefaultMaxSendBytes)))
+	conn, err := grpc.NewClient(o.addr, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("--collector %s: %w", o.addr, err)
+	}
+	return conn, nil
+}
+
+func readToken(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("--token-file: %w", err)
+	}
+	tok := strings.TrimSpace(string(b))
+	if tok == "" {
+		return "", fmt.Errorf("--token-file %s is empty", path)
+	}
+	return tok, nil
+}
+
+// followToken sends "authorization: Bearer <token>", re-reading the file on
+// every call so a rotated token is used after a reconnect.
+type followToken struct {
+	path   string
+	secure bool
+}
+
+func (t followToken) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	tok, err := readToken(t.path)
+	if err != nil {
+		return nil, err
+	}
+	return map[string]string{"authorization": "Bearer " + tok}, nil
+}
+
+func (t followToken) RequireTransportSecurity() bool { return t.secure }
+
+// follower runs one eventpipe follow: subscribe, print, and on a broken
+// stream resume from the last cursor.
+type follower struct {
+	opts   followOptions
+	client eventpipev1.FollowClient
+	stdout io.Writer
+	stderr io.Writer
+
+	// resume is the cursor to resume after: the last message printed, or
+	// the log's end when the subscription started and nothing matched yet.
+	resume uint64
+	// lossReported is the loss a DataLoss error already reported, so the
+	// header of the resubscription does not report it twice.
+	lossReported uint64
+}
+
+func (f *follower) request() *eventpipev1.FollowRequest {
+	req := &eventpipev1.FollowRequest{
+		SandboxId: f.opts.sandbox, Workspace: f.opts.workspace, SandboxName: f.opts.name, GatewayId: f.opts.gw,
+		NoFollow: f.opts.noFollow,
+	}
+	switch {
+	case f.resume > 0:
+		req.AfterCursor = f.resume
+	case f.opts.after > 0:
+		req.AfterCursor = f.opts.after
+	default:
+		req.Tail = uint32(f.opts.tail)
+	}
+	return req
+}
+
+// run subscribes until the replay ends (--no-follow), the context ends
+// (Ctrl-C), or the collector refuses; it returns the exit status.
+func (f *follower) run(ctx context.Context) int {
+	backoff := followBackoffMin
+	for {
+		gotHeader, err := f.once(ctx)
+		if err == nil || ctx.Err() != nil {
+			f.printResume()
+			return 0
+		}
+		st := status.Convert(err)
+		switch st.Code() {
+		case codes.DataLoss:
+			// The subscriber fell behind retention mid-stream: say so and
+			// resume at once; the resubscription reads on from the oldest
+			// record still stored.
+			n, after := parseDataLoss(st.Message())
+			if after > f.resume {
+				f.resume = after
+			}
+			f.warnLost(n, f.resume)
+			f.lossReported = n
+			continue
+		case codes.Unavailable:
+			if gotHeader {
+				backoff = followBackoffMin
+			}
+			msg := fmt.Sprintf("collector at %s is not reachable: %s", f.opts.addr, st.Message())
+			if strings.Contains(st.Message(), "does not look like a TLS handshake") || strings.Contains(st.Message(), "first record does not look like") {
+				msg += " (the collector speaks plaintext: pass --insecure)"
+			}
+			if gotHeader {
+				msg = fmt.Sprintf("lost the stream from the collector at %s: %s", f.opts.addr, st.Message())
+			}
+			if f.opts.noFollow {
+				fmt.Fprintf(f.stderr, "eventpipe follow: %s\n", msg)
+				f.printResume()
+				return 1
+			}
+			wait := jitter(backoff)
+			fmt.Fprintf(f.stderr, "eventpipe follow: %s; retrying in %s\n", msg, wait.Round(time.Millisecond))
+			select {
+			case <-ctx.Done():
+				f.printResume()
+				return 0
+			case <-time.After(wait):
+			}
+			backoff = min(2*backoff, followBackoffMax)
+			continue
+		}
+		fmt.Fprintf(f.stderr, "eventpipe follow: %s\n", f.explain(st))
+		f.printResume()
+		if st.Code() == codes.InvalidArgument {
+			return 2
+		}
+		return 1
+	}
+}
+
+// explain turns a refusal into what the user should do.
+func (f *follower) explain(st *status.Status) string {
+	switch st.Code() {
+	case codes.Unauthenticated:
+		if f.opts.tokenFile == "" {
+			return fmt.Sprintf("the collector refused the credentials: pass --token-file with a reader token (or --cert/--key) (%s)", st.Message())
+		}
+		return fmt.Sprintf("the collector refused the credentials: pass --token-file with a valid reader token; the one in %s was not accepted (%s)", f.opts.tokenFile, st.Message())
+	case codes.PermissionDenied:
+		what := "this selection"
+		switch {
+		case f.opts.workspace != "":
+			what = fmt.Sprintf("workspace %q", f.opts.workspace)
+		case f.opts.sandbox != "":
+			what = fmt.Sprintf("sandbox %s", f.opts.sandbox)
+		case f.opts.gw != "":
+			what = fmt.Sprintf("gateway %q", f.opts.gw)
+		}
+		return fmt.Sprintf("the collector does not allow these credentials to follow %s: they need role reader and that workspace granted in the collector's tokens file (%s)", what, st.Message())
+	case codes.OutOfRange:
+		return fmt.Sprintf("cannot resume after cursor %d: %s; run again without --after (or with --tail)", f.request().GetAfterCursor(), st.Message())
+	case codes.InvalidArgument:
+		return fmt.Sprintf("the collector refused the request: %s", st.Message())
+	case codes.DeadlineExceeded, codes.Canceled:
+		return fmt.Sprintf("stream ended: %s", st.Message())
+	}
+	return fmt.Sprintf("follow from the collector at %s: %s: %s", f.opts.addr, st.Code(), st.Message())
+}
+
+// once runs one subscription. gotHeader reports whether the collector
+// accepted it (so a later Unavailable is a lost stream, not a refused dial).
+func (f *follower) once(ctx context.Context) (gotHeader bool, _ error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	req := f.request()
+	stream, err := f.client.Follow(ctx, req)
+	if err != nil {
+		return false, err
+	}
+	hdr, err := stream.Header()
+	if err != nil {
+		// The call failed before the header: Recv returns its status.
+		_, err = stream.Recv()
+		if err == nil {
+			err = status.Error(codes.Internal, "stream without a header")
+		}
+		return false, err
+	}
+	f.checkHeader(req, hdr)
+	for {
+		m, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			// The replay is complete: every record up to the log's end at
+			// subscription time was considered. (The trailer only repeats
+			// a loss the header already reported.)
+			f.resume = max(f.resume, mdUint(hdr, collector.HeaderLastCursor))
+			return true, nil
+		}
+		if err != nil {
+			return true, err
+		}
+		if err := f.print(m); err != nil {
+			return true, status.Errorf(codes.Canceled, "write output: %v", err)
+		}
+		f.resume = m.GetCursor()
+	}
+}
+
+func (f *follower) checkHeader(req *eventpipev1.FollowRequest, hdr metadata.MD) {
+	if lost := mdUint(hdr, collector.HeaderLostRecords); lost > 0 {
+		if f.lossReported == 0 || lost > f.lossReported {
+			f.warnLost(lost-min(lost, f.lossReported), req.GetAfterCursor())
+		}
+	}
+	f.lossReported = 0
+	if from := mdUint(hdr, collector.HeaderTailScannedFrom); from > 0 {
+		fmt.Fprintf(f.stderr, "eventpipe follow: note: the collector stopped looking for older events at cursor %d (follow.max_tail_scan); earlier events of this selection may exist\n", from)
+	}
+	// Nothing printed yet and not resuming: everything up to the log's end
+	// at subscription time has been considered, so a reconnect continues
+	// after it instead of replaying the tail again.
+	if f.resume == 0 && req.GetAfterCursor() == 0 {
+		f.resume = mdUint(hdr, collector.HeaderLastCursor)
+	}
+}
+
+func (f *follower) warnLost(n, after uint64) {
+	what := fmt.Sprintf("%d log records", n)
+	if n == 0 {
+		what = "log records"
+	}
+	fmt.Fprintf(f.stderr, "eventpipe follow: WARNING: %s after cursor %d were removed by the collector's retention before they could be read; events of this selection may be missing from the output\n", what, after)
+}
+
+func (f *follower) printResume() {
+	if f.resume > 0 {
+		fmt.Fprintf(f.stderr, "eventpipe follow: last cursor %d (resume with --after %d)\n", f.resume, f.resume)
+	}
+}
+
+func (f *follower) print(m *eventpipev1.FollowResponse) error {
+	var line []byte
+	if f.opts.output == "json" {
+		b, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(m)
+		if err != nil {
+			return err
+		}
+		line = append(b, '\n')
+	} else {
+		multi := f.opts.sandbox == "" && f.opts.name == ""
+		line = []byte(formatFollowLine(m, multi))
+	}
+	_, err := f.stdout.Write(line)
+	return err
+}
+
+// parseDataLoss reads the collector's DataLoss message: "<n> log records
+// after cursor <c> were removed by retention ...".
+func parseDataLoss(msg string) (n, after uint64) {
+	fmt.Sscanf(msg, "%d log records after cursor %d", &n, &after)
+	return n, after
+}
+
+func mdUint(md metadata.MD, key string) uint64 {
+	v := md.Get(key)
+	if len(v) == 0 {
+		return 0
+	}
+	n, _ := strconv.ParseUint(v[0], 10, 64)
+	return n
+}
+
+func jitter(d time.Duration) time.Duration {
+	return d - d/5 + time.Duration(rand.Int64N(int64(d/5)*2+1))
+}
+
+// formatFollowLine renders one occurrence in the `openshell logs` style:
+//
+//	[<secs>.<ms>] [<source, width 7>] [<level, width 5>] [<target>] <message> k=v ...
+//
+// A pull failure's message leads with what failed and why ("workload image
+// X: not_found"), followed by the runtime's own words; the raw kubelet
+// message is in -o json. withSandbox adds sandbox=<name> for selectors that
+// span several sandboxes.
+func formatFollowLine(m *eventpipev1.FollowResponse, withSandbox bool) string {
+	o := m.GetOccurrence()
+	var b strings.Builder
+	t := o.GetOccurredAt().AsTime()
+	if o.GetOccurredAt() == nil {
+		t = o.GetObservedAt().AsTime()
+	}
+	ms := t.UnixMilli()
+	fmt.Fprintf(&b, "[%d.%03d] [%-7s] [%-5s] [%s] ", ms/1000, ms%1000, followSource(o.GetReportingComponent()), followLevel(o.GetType()), followTarget(o))
+	if pf := o.GetPullFailure(); pf != nil {
+		img := pf.GetImage()
+		if img == "" {
+			img = o.GetImage()
+		}
+		role := o.GetImageRole()
+		if role == "" {
+			role = o.GetRole()
+		}
+		b.WriteString(sanitizeLine(fmt.Sprintf("%s image %s: %s", role, img, pf.GetCategory())))
+		if d := pf.GetDetail(); d != "" {
+			b.WriteString(" (")
+			b.WriteString(sanitizeLine(d))
+			b.WriteString(")")
+		}
+	} else {
+		b.WriteString(sanitizeLine(o.GetMessage()))
+	}
+	if o.GetMessageTruncated() {
+		b.WriteString(" [truncated]")
+	}
+	kv := func(k, v string) {
+		if v == "" {
+			return
+		}
+		b.WriteByte(' ')
+		b.WriteString(k)
+		b.WriteByte('=')
+		b.WriteString(kvValue(v))
+	}
+	kv("reason", o.GetReason())
+	if withSandbox {
+		name := o.GetSandbox().GetName()
+		if name == "" {
+			name = o.GetSandbox().GetId()
+		}
+		kv("sandbox", name)
+	}
+	image := o.GetImage()
+	if pf := o.GetPullFailure(); pf != nil {
+		if pf.GetImage() != "" {
+			image = pf.GetImage()
+		}
+		kv("image", image)
+		kv("pull", pf.GetCategory())
+		kv("disposition", pf.GetDisposition())
+	} else {
+		kv("image", image)
+	}
+	if o.GetCount() > 1 {
+		kv("count", strconv.Itoa(int(o.GetCount())))
+	}
+	kv("cursor", strconv.FormatUint(m.GetCursor(), 10))
+	b.WriteByte('\n')
+	return b.String()
+}
+
+// followSource is the component column: short names for the two components
+// a user meets (kubelet, scheduler), "k8s" for every other one.
+func followSource(component string) string {
+	switch {
+	case component == "default-scheduler":
+		return "sched"
+	case component != "" && len(component) <= 7 && isPlainWord(component):
+		return component
+	}
+	return "k8s"
+}
+
+func isPlainWord(s string) bool {
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+func followLevel(typ string) string {
+	if typ == "Warning" {
+		return "WARN"
+	}
+	return "INFO"
+}
+
+// followTarget is <role>/<container> when the event names a container,
+// else <kind>/<name> of the involved object (kubectl's spelling).
+func followTarget(o *eventpipev1.Occurrence) string {
+	if c := o.GetContainer(); c != "" {
+		role := o.GetRole()
+		if role == "" || role == eventpipev1.RoleNone {
+			role = strings.ToLower(o.GetInvolvedObject().GetKind())
+		}
+		return sanitizeLine(role + "/" + c)
+	}
+	obj := o.GetInvolvedObject()
+	if obj.GetName() == "" {
+		return "-"
+	}
+	return sanitizeLine(strings.ToLower(obj.GetKind()) + "/" + obj.GetName())
+}
+
+// sanitizeLine keeps one occurrence on one line and out of the terminal's
+// control: the message comes from the cluster and is untrusted.
+func sanitizeLine(s string) string {
+	clean := true
+	for _, r := range s {
+		if unicode.IsControl(r) || r == utf8.RuneError {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		switch {
+		case r == '\n':
+			b.WriteString(`\n`)
+		case r == '\t':
+			b.WriteByte(' ')
+		case unicode.IsControl(r) || r == utf8.RuneError:
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+		default:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+// kvValue quotes a value that would not read back as one token.
+func kvValue(v string) string {
+	for _, r := range v {
+		if r == ' ' || r == '"' || r == '=' || unicode.IsControl(r) || r == utf8.RuneError {
+			return strconv.Quote(v)
+		}
+	}
+	return v
+}

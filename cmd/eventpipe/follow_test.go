@@ -1,0 +1,467 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
+	"github.com/eventpipe/eventpipe/collector"
+)
+
+// Seed shapes: the image-pull issue's sandbox img-missing in managed
+// workspace repro, gateway id openshell (Helm default).
+const (
+	fSandboxID = "2ff21e26-1a7b-49a2-a640-14ae153f93ea"
+	fNamespace = "openshell-openshell-repro"
+	fImage     = "docker.io/library/busybox:0.0.0-does-not-exist"
+
+	fAgentToken  = "agent-token-0123456789"
+	fReaderRepro = "reader-repro-0123456789"
+	fReaderOther = "reader-other-0123456789"
+	fTokensYAML  = `- {token: agent-token-0123456789, name: agent-a, role: agent}
+- {token: reader-repro-0123456789, name: alice, role: reader, workspaces: [repro]}
+- {token: reader-other-0123456789, name: bob, role: reader, workspaces: [other]}
+`
+)
+
+// fixture is a real collector on 127.0.0.1:0 with its log and tokens file in
+// a temp dir, and token files for the command's --token-file.
+type fixture struct {
+	dir    string
+	addr   string
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func startFollowCollector(t *testing.T, dir, listen string) *fixture {
+	t.Helper()
+	tokens := filepath.Join(dir, "tokens.yaml")
+	if err := os.WriteFile(tokens, []byte(fTokensYAML), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for name, tok := range map[string]string{"repro.token": fReaderRepro, "other.token": fReaderOther, "agent.token": fAgentToken, "wrong.token": "not-a-known-token-0123456789"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(tok+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := collector.NewDefaultConfig()
+	cfg.GRPC.Listen = listen
+	cfg.HTTP.Listen = "127.0.0.1:0"
+	cfg.GRPC.ShutdownGrace = 2 * time.Second
+	cfg.Store.Dir = filepath.Join(dir, "log")
+	cfg.Auth.TokensFile = tokens
+	c, err := collector.New(cfg, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatalf("collector.New: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	f := &fixture{dir: dir, addr: c.GRPCAddr(), cancel: cancel, done: make(chan error, 1)}
+	go func() { f.done <- c.Run(ctx) }()
+	return f
+}
+
+// stop ends the collector and waits for it (before goleak looks).
+func (f *fixture) stop(t *testing.T) {
+	t.Helper()
+	if f.cancel == nil {
+		return
+	}
+	f.cancel()
+	f.cancel = nil
+	select {
+	case err := <-f.done:
+		if err != nil {
+			t.Errorf("collector Run: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("collector did not stop")
+	}
+}
+
+func (f *fixture) token(name string) string { return filepath.Join(f.dir, name+".token") }
+
+type bearerToken string
+
+func (b bearerToken) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + string(b)}, nil
+}
+func (bearerToken) RequireTransportSecurity() bool { return false }
+
+// ingest ships occurrences through the real Ingest service as the agent
+// does and waits for the acknowledgement.
+func (f *fixture) ingest(t *testing.T, seq uint64, rv string, occs ...*eventpipev1.Occurrence) {
+	t.Helper()
+	conn, err := grpc.NewClient(f.addr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithPerRPCCredentials(bearerToken(fAgentToken)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	st, err := eventpipev1.NewIngestClient(conn).Ship(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Send(&eventpipev1.Batch{Seq: seq, Cluster: "kind-koinon-osrepro", Stream: collector.DefaultStream, ResourceVersion: rv, Occurrences: occs}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	acks := 0
+	for {
+		_, err := st.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("ship: %v", err)
+		}
+		acks++
+	}
+	if acks != 1 {
+		t.Fatalf("got %d acks, want 1", acks)
+	}
+}
+
+var fT0 = time.Date(2026, 10, 29, 10, 10, 36, 0, time.UTC) // 1793268636
+
+// fOcc is an occurrence of sandbox img-missing as enrich emits it.
+func fOcc(n int, at time.Duration, typ, reason, component, container, msg string) *eventpipev1.Occurrence {
+	ts := timestamppb.New(fT0.Add(at))
+	o := &eventpipev1.Occurrence{
+		SchemaVersion: eventpipev1.SchemaVersion,
+		EventId:       fmt.Sprintf("0c6f5a7e-5d7b-4e0b-9d1b-2f0b7b3c9a%02d/%d", n, 4460+n),
+		OccurredAt:    ts,
+		ObservedAt:    ts,
+		Cluster:       "kind-koinon-osrepro",
+		Namespace:     fNamespace,
+		Event: &eventpipev1.EventRef{Name: fmt.Sprintf("img-missing.1873a3f1c2d4e5%02d", n),
+			Uid: fmt.Sprintf("0c6f5a7e-5d7b-4e0b-9d1b-2f0b7b3c9a%02d", n), ResourceVersion: fmt.Sprint(4460 + n), ApiVersion: "v1"},
+		InvolvedObject: &eventpipev1.ObjectRef{Kind: "Pod", ApiVersion: "v1", Namespace: fNamespace, Name: "img-missing",
+			Uid: "876414ec-8379-42b9-8deb-a047f4214891"},
+		Type:               typ,
+		Reason:             reason,
+		Message:            msg,
+		Count:              1,
+		ReportingComponent: component,
+		ReportingInstance:  "koinon-osrepro-control-plane",
+		Sandbox: &eventpipev1.Sandbox{Id: fSandboxID, Name: "img-missing", Workspace: "repro", GatewayId: "openshell",
+			CrNamespace: fNamespace, CrName: "img-missing"},
+		Attribution: eventpipev1.AttributionOwnerChain,
+		Role:        eventpipev1.RoleWorkload,
+	}
+	if container != "" {
+		o.Container = container
+		o.InvolvedObject.FieldPath = "spec.initContainers{" + container + "}"
+	}
+	return o
+}
+
+func withPull(o *eventpipev1.Occurrence, count int32, attempts uint32) *eventpipev1.Occurrence {
+	o.Count = count
+	o.Image, o.ImageRole = fImage, eventpipev1.ImageRoleWorkload
+	o.PullFailure = &eventpipev1.PullFailure{Category: eventpipev1.CategoryNotFound, Image: fImage, Disposition: eventpipev1.DispositionRetrying,
+		Attempts: attempts, FirstSeen: timestamppb.New(fT0.Add(2 * time.Second)), LastSeen: o.OccurredAt,
+		Detail: fImage + ": not found", Source: eventpipev1.PullSourceEvent}
+	return o
+}
+
+// seedOccurrences: the img-missing story (cursors 1, 2, 3, 6), an
+// unattributed kube-system event (4) and a sandbox of workspace other (5).
+func seedOccurrences() []*eventpipev1.Occurrence {
+	pullMsg := `Failed to pull image "` + fImage + `": rpc error: code = NotFound desc = failed to pull and unpack image "` + fImage + `": failed to resolve reference "` + fImage + `": ` + fImage + `: not found`
+	sched := fOcc(1, 0, "Normal", "Scheduled", "default-scheduler", "", "Successfully assigned openshell-openshell-repro/img-missing to koinon-osrepro-control-plane")
+	pulling := fOcc(2, 1120*time.Millisecond, "Normal", "Pulling", "kubelet", "workspace-init", `Pulling image "`+fImage+`"`)
+	pulling.Image, pulling.ImageRole = fImage, eventpipev1.ImageRoleWorkload
+	failed := withPull(fOcc(3, 2250*time.Millisecond, "Warning", "Failed", "kubelet", "workspace-init", pullMsg), 1, 1)
+	unattributed := &eventpipev1.Occurrence{SchemaVersion: 1, EventId: "5b1e0f6a-0000-4000-8000-000000000001/90", OccurredAt: timestamppb.New(fT0), ObservedAt: timestamppb.New(fT0),
+		Cluster: "kind-koinon-osrepro", Namespace: "kube-system", Type: "Normal", Reason: "LeaderElection", Message: "koinon-osrepro-control-plane became leader",
+		InvolvedObject: &eventpipev1.ObjectRef{Kind: "Lease", Namespace: "kube-system", Name: "kube-scheduler"}, Count: 1,
+		Attribution: eventpipev1.AttributionNone, Role: eventpipev1.RoleNone}
+	other := fOcc(5, 3*time.Second, "Normal", "Pulled", "kubelet", "agent", "Successfully pulled image \"ghcr.io/example/agent:1.2.3\" in 1.2s")
+	other.EventId = "9d9d9d9d-0000-4000-8000-000000000005/5000"
+	other.Sandbox = &eventpipev1.Sandbox{Id: "7e1d1c9a-6a43-4d8e-b7c4-3e2f2a1b0c9d", Name: "fine", Workspace: "other", GatewayId: "openshell"}
+	backoff := withPull(fOcc(6, 16*time.Second, "Normal", "BackOff", "kubelet", "workspace-init", `Back-off pulling image "`+fImage+`"`), 4, 4)
+	return []*eventpipev1.Occurrence{sched, pulling, failed, unattributed, other, backoff}
+}
+
+// The exact text lines of cursors 1, 2, 3 and 6.
+const (
+	wantLine1 = `[1793268636.000] [sched  ] [INFO ] [pod/img-missing] Successfully assigned openshell-openshell-repro/img-missing to koinon-osrepro-control-plane reason=Scheduled cursor=1`
+	wantLine2 = `[1793268637.120] [kubelet] [INFO ] [workload/workspace-init] Pulling image "docker.io/library/busybox:0.0.0-does-not-exist" reason=Pulling image=docker.io/library/busybox:0.0.0-does-not-exist cursor=2`
+	wantLine3 = `[1793268638.250] [kubelet] [WARN ] [workload/workspace-init] workload image docker.io/library/busybox:0.0.0-does-not-exist: not_found (docker.io/library/busybox:0.0.0-does-not-exist: not found) reason=Failed image=docker.io/library/busybox:0.0.0-does-not-exist pull=not_found disposition=retrying cursor=3`
+	wantLine6 = `[1793268652.000] [kubelet] [INFO ] [workload/workspace-init] workload image docker.io/library/busybox:0.0.0-does-not-exist: not_found (docker.io/library/busybox:0.0.0-does-not-exist: not found) reason=BackOff image=docker.io/library/busybox:0.0.0-does-not-exist pull=not_found disposition=retrying count=4 cursor=6`
+)
+
+func lines(ls ...string) string {
+	if len(ls) == 0 {
+		return ""
+	}
+	return strings.Join(ls, "\n") + "\n"
+}
+
+func TestFollowCommandReplay(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	f := startFollowCollector(t, t.TempDir(), "127.0.0.1:0")
+	defer f.stop(t)
+	f.ingest(t, 1, "4471", seedOccurrences()...)
+	conn := []string{"--collector", f.addr, "--insecure", "--token-file", f.token("repro")}
+
+	cases := []struct {
+		name       string
+		args       []string
+		wantOut    string
+		wantStderr string
+	}{
+		{"sandbox tail replay", []string{"--sandbox", fSandboxID, "--no-follow"},
+			lines(wantLine1, wantLine2, wantLine3, wantLine6), "last cursor 6 (resume with --after 6)"},
+		{"tail 2", []string{"--sandbox", fSandboxID, "--tail", "2", "--no-follow"},
+			lines(wantLine3, wantLine6), "--after 6"},
+		{"resume after cursor 2", []string{"--sandbox", fSandboxID, "--after", "2", "--no-follow"},
+			lines(wantLine3, wantLine6), "--after 6"},
+		{"resume at the end", []string{"--sandbox", fSandboxID, "--after", "6", "--no-follow"},
+			"", "--after 6"},
+		{"workspace and name", []string{"--workspace", "repro", "--name", "img-missing", "--tail", "1", "--no-follow"},
+			lines(wantLine6), "--after 6"},
+		{"workspace adds the sandbox name", []string{"--workspace", "repro", "--tail", "1", "--no-follow"},
+			lines(strings.Replace(wantLine6, " image=", " sandbox=img-missing image=", 1)), "--after 6"},
+		// The reader of repro never sees workspace other's sandbox (cursor 5).
+		{"gateway scoped to the reader's workspaces", []string{"--gateway", "openshell", "--tail", "10", "--no-follow", "-o", "text"},
+			lines(
+				strings.Replace(wantLine1, " cursor=", " sandbox=img-missing cursor=", 1),
+				strings.Replace(wantLine2, " image=", " sandbox=img-missing image=", 1),
+				strings.Replace(wantLine3, " image=", " sandbox=img-missing image=", 1),
+				strings.Replace(wantLine6, " image=", " sandbox=img-missing image=", 1)), "--after 6"},
+		{"unknown sandbox", []string{"--sandbox", "00000000-0000-4000-8000-000000000000", "--no-follow"},
+			"", "--after 6"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var out, errb bytes.Buffer
+			code := runFollow(context.Background(), append(append([]string{}, conn...), tc.args...), nil, &out, &errb)
+			if code != 0 {
+				t.Fatalf("exit %d, stderr:\n%s", code, errb.String())
+			}
+			if out.String() != tc.wantOut {
+				t.Errorf("stdout:\n%s\nwant:\n%s", out.String(), tc.wantOut)
+			}
+			if !strings.Contains(errb.String(), tc.wantStderr) {
+				t.Errorf("stderr lacks %q:\n%s", tc.wantStderr, errb.String())
+			}
+		})
+	}
+
+	t.Run("json", func(t *testing.T) {
+		var out, errb bytes.Buffer
+		args := append(append([]string{}, conn...), "--sandbox", fSandboxID, "--tail", "2", "--no-follow", "--output", "json")
+		if code := runFollow(context.Background(), args, nil, &out, &errb); code != 0 {
+			t.Fatalf("exit %d, stderr:\n%s", code, errb.String())
+		}
+		seed := seedOccurrences()
+		want := []*eventpipev1.FollowResponse{{Cursor: 3, Occurrence: seed[2]}, {Cursor: 6, Occurrence: seed[5]}}
+		got := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
+		if len(got) != len(want) {
+			t.Fatalf("got %d lines, want %d:\n%s", len(got), len(want), out.String())
+		}
+		for i, l := range got {
+			var raw map[string]any
+			if err := json.Unmarshal([]byte(l), &raw); err != nil {
+				t.Fatalf("line %d is not JSON: %v\n%s", i, err, l)
+			}
+			occ, _ := raw["occurrence"].(map[string]any)
+			if raw["cursor"] != fmt.Sprint(want[i].Cursor) || occ["event_id"] == nil || occ["pull_failure"] == nil {
+				t.Errorf("line %d lacks cursor/proto names: %s", i, l)
+			}
+			var m eventpipev1.FollowResponse
+			if err := protojson.Unmarshal([]byte(l), &m); err != nil {
+				t.Fatal(err)
+			}
+			if !proto.Equal(&m, want[i]) {
+				t.Errorf("line %d = %v, want %v", i, &m, want[i])
+			}
+		}
+	})
+}
+
+func TestFollowCommandFlagErrors(t *testing.T) {
+	cases := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no selector", nil, "no selector: pass exactly one of --sandbox ID, --workspace WS [--name NAME], --gateway ID"},
+		{"two selectors", []string{"--sandbox", fSandboxID, "--gateway", "openshell"}, "more than one selector"},
+		{"three selectors", []string{"--sandbox", fSandboxID, "--workspace", "repro", "--gateway", "openshell"}, "more than one selector"},
+		{"name without workspace", []string{"--sandbox", fSandboxID, "--name", "img-missing"}, "--name needs --workspace"},
+		{"bad output", []string{"--sandbox", fSandboxID, "-o", "yaml"}, `--output must be text or json, got "yaml"`},
+		{"cert without key", []string{"--sandbox", fSandboxID, "--cert", "c.pem"}, "--cert and --key go together"},
+		{"insecure with ca", []string{"--sandbox", fSandboxID, "--insecure", "--ca", "ca.pem"}, "--insecure (plaintext) cannot be combined"},
+		{"positional sandbox", []string{"img-missing"}, "unexpected arguments"},
+		{"unknown flag", []string{"--follow"}, "flag provided but not defined: -follow"},
+		{"missing token file", []string{"--sandbox", fSandboxID, "--token-file", "/nonexistent/reader.token"}, "--token-file: open /nonexistent/reader.token"},
+		{"bad tail", []string{"--sandbox", fSandboxID, "--tail", "-1"}, "invalid value"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var out, errb bytes.Buffer
+			if code := runFollow(context.Background(), tc.args, nil, &out, &errb); code != 2 {
+				t.Errorf("exit %d, want 2; stderr:\n%s", code, errb.String())
+			}
+			if !strings.Contains(errb.String(), tc.want) {
+				t.Errorf("stderr lacks %q:\n%s", tc.want, errb.String())
+			}
+			if out.Len() != 0 {
+				t.Errorf("stdout not empty: %q", out.String())
+			}
+		})
+	}
+	var out, errb bytes.Buffer
+	if code := realMain([]string{"follow", "--help"}, nil, &out, &errb); code != 0 || !strings.Contains(errb.String(), "--workspace WS [--name NAME]") {
+		t.Errorf("--help: exit %d\n%s", code, errb.String())
+	}
+}
+
+func TestFollowCommandRefusals(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	f := startFollowCollector(t, t.TempDir(), "127.0.0.1:0")
+	defer f.stop(t)
+	f.ingest(t, 1, "4471", seedOccurrences()...)
+	// A port nothing listens on: bind one and close it.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := l.Addr().String()
+	l.Close()
+
+	cases := []struct {
+		name  string
+		args  []string
+		code  int
+		wants []string
+	}{
+		{"no token", []string{"--collector", f.addr, "--insecure", "--sandbox", fSandboxID, "--no-follow"}, 1,
+			[]string{"the collector refused the credentials: pass --token-file"}},
+		{"wrong token", []string{"--collector", f.addr, "--insecure", "--token-file", f.token("wrong"), "--sandbox", fSandboxID}, 1,
+			[]string{"the collector refused the credentials: pass --token-file", f.token("wrong"), "unknown bearer token"}},
+		{"workspace not granted", []string{"--collector", f.addr, "--insecure", "--token-file", f.token("other"), "--workspace", "repro"}, 1,
+			[]string{`does not allow these credentials to follow workspace "repro"`, `"bob" may not follow workspace "repro"`}},
+		{"agent token", []string{"--collector", f.addr, "--insecure", "--token-file", f.token("agent"), "--sandbox", fSandboxID}, 1,
+			[]string{"does not allow these credentials to follow sandbox " + fSandboxID, "needs role reader"}},
+		{"tail above the maximum", []string{"--collector", f.addr, "--insecure", "--token-file", f.token("repro"), "--sandbox", fSandboxID, "--tail", "20000"}, 2,
+			[]string{"the collector refused the request: tail 20000 exceeds the maximum 10000"}},
+		{"resume beyond the log", []string{"--collector", f.addr, "--insecure", "--token-file", f.token("repro"), "--sandbox", fSandboxID, "--after", "99"}, 1,
+			[]string{"cannot resume after cursor 99", "run again without --after"}},
+		{"not reachable", []string{"--collector", dead, "--insecure", "--token-file", f.token("repro"), "--sandbox", fSandboxID, "--no-follow"}, 1,
+			[]string{"collector at " + dead + " is not reachable"}},
+		{"TLS against plaintext", []string{"--collector", f.addr, "--token-file", f.token("repro"), "--sandbox", fSandboxID, "--no-follow"}, 1,
+			[]string{"collector at " + f.addr + " is not reachable", "pass --insecure"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			var out, errb bytes.Buffer
+			if code := runFollow(ctx, tc.args, nil, &out, &errb); code != tc.code {
+				t.Errorf("exit %d, want %d; stderr:\n%s", code, tc.code, errb.String())
+			}
+			for _, w := range tc.wants {
+				if !strings.Contains(errb.String(), w) {
+					t.Errorf("stderr lacks %q:\n%s", w, errb.String())
+				}
+			}
+			if out.Len() != 0 {
+				t.Errorf("stdout not empty: %q", out.String())
+			}
+		})
+	}
+}
+
+// waitFor polls a buffer until it contains want.
+func waitFor(t *testing.T, b *syncBuffer, want string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(b.String(), want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %q in:\n%s", want, b.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Live: tail, then new events as they are ingested; the collector restarts
+// under the command, which reconnects and resumes by cursor without
+// repeating or skipping; Ctrl-C ends it with exit 0 and the resume cursor.
+func TestFollowCommandLiveReconnectInterrupt(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	oldMin := followBackoffMin
+	followBackoffMin = 50 * time.Millisecond
+	defer func() { followBackoffMin = oldMin }()
+
+	dir := t.TempDir()
+	f := startFollowCollector(t, dir, "127.0.0.1:0")
+	defer func() { f.stop(t) }()
+	f.ingest(t, 1, "4471", seedOccurrences()...)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out, errb syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- runFollow(ctx, []string{"--collector", f.addr, "--insecure", "--token-file", f.token("repro"),
+			"--sandbox", fSandboxID, "--tail", "1"}, nil, &out, &errb)
+	}()
+	waitFor(t, &out, wantLine6)
+
+	live := withPull(fOcc(7, 26*time.Second, "Normal", "BackOff", "kubelet", "workspace-init", `Back-off pulling image "`+fImage+`"`), 5, 5)
+	live.PullFailure.Disposition = eventpipev1.DispositionPersistent
+	f.ingest(t, 2, "4480", live)
+	wantLive := `[1793268662.000] [kubelet] [INFO ] [workload/workspace-init] workload image docker.io/library/busybox:0.0.0-does-not-exist: not_found (docker.io/library/busybox:0.0.0-does-not-exist: not found) reason=BackOff image=docker.io/library/busybox:0.0.0-does-not-exist pull=not_found disposition=persistent count=5 cursor=7`
+	waitFor(t, &out, wantLive)
+
+	// Restart the collector on the same address and data directory.
+	addr := f.addr
+	f.stop(t)
+	waitFor(t, &errb, "retrying in")
+	f = startFollowCollector(t, dir, addr)
+	after := fOcc(8, 40*time.Second, "Warning", "Failed", "kubelet", "workspace-init", "Error: ImagePullBackOff")
+	f.ingest(t, 3, "4490", after)
+	wantAfter := `[1793268676.000] [kubelet] [WARN ] [workload/workspace-init] Error: ImagePullBackOff reason=Failed cursor=8`
+	waitFor(t, &out, wantAfter)
+
+	cancel()
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("exit %d after Ctrl-C; stderr:\n%s", code, errb.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("follow did not stop on cancel")
+	}
+	if want := lines(wantLine6, wantLive, wantAfter); out.String() != want {
+		t.Errorf("stdout:\n%s\nwant (no repeats, no gaps):\n%s", out.String(), want)
+	}
+	if !strings.Contains(errb.String(), "last cursor 8 (resume with --after 8)") {
+		t.Errorf("stderr lacks the resume cursor:\n%s", errb.String())
+	}
+}
