@@ -299,7 +299,7 @@ func (f *follower) run(ctx context.Context) int {
 			if after > f.resume {
 				f.resume = after
 			}
-			f.warnLost(n, f.resume)
+			f.warnLost(n, f.resume, false)
 			f.lossReported = n
 			continue
 		case codes.Unavailable:
@@ -408,8 +408,10 @@ func (f *follower) once(ctx context.Context) (gotHeader bool, _ error) {
 
 func (f *follower) checkHeader(req *eventpipev1.FollowRequest, hdr metadata.MD) {
 	if lost := mdUint(hdr, collector.HeaderLostRecords); lost > 0 {
-		if f.lossReported == 0 || lost > f.lossReported {
-			f.warnLost(lost-min(lost, f.lossReported), req.GetAfterCursor())
+		// Right after a DataLoss the header counts that loss again, plus
+		// whatever retention removed meanwhile: report only the rest.
+		if lost > f.lossReported {
+			f.warnLost(lost-f.lossReported, req.GetAfterCursor(), f.lossReported > 0)
 		}
 	}
 	f.lossReported = 0
@@ -424,12 +426,18 @@ func (f *follower) checkHeader(req *eventpipev1.FollowRequest, hdr metadata.MD) 
 	}
 }
 
-func (f *follower) warnLost(n, after uint64) {
-	what := fmt.Sprintf("%d log records", n)
-	if n == 0 {
-		what = "log records"
+func (f *follower) warnLost(n, after uint64, more bool) {
+	what, verb := "log records", "were"
+	switch {
+	case n == 1:
+		what, verb = "1 log record", "was"
+	case n > 1:
+		what = fmt.Sprintf("%d log records", n)
 	}
-	fmt.Fprintf(f.stderr, "eventpipe follow: WARNING: %s after cursor %d were removed by the collector's retention before they could be read; events of this selection may be missing from the output\n", what, after)
+	if more {
+		what = "another " + what
+	}
+	fmt.Fprintf(f.stderr, "eventpipe follow: WARNING: %s after cursor %d %s removed by the collector's retention before being read; events of this selection may be missing from the output\n", what, after, verb)
 }
 
 func (f *follower) printResume() {

@@ -18,7 +18,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -46,13 +49,14 @@ const (
 // fixture is a real collector on 127.0.0.1:0 with its log and tokens file in
 // a temp dir, and token files for the command's --token-file.
 type fixture struct {
+	c      *collector.Collector
 	dir    string
 	addr   string
 	cancel context.CancelFunc
 	done   chan error
 }
 
-func startFollowCollector(t *testing.T, dir, listen string) *fixture {
+func startFollowCollector(t *testing.T, dir, listen string, mods ...func(*collector.Config)) *fixture {
 	t.Helper()
 	tokens := filepath.Join(dir, "tokens.yaml")
 	if err := os.WriteFile(tokens, []byte(fTokensYAML), 0o600); err != nil {
@@ -69,12 +73,15 @@ func startFollowCollector(t *testing.T, dir, listen string) *fixture {
 	cfg.GRPC.ShutdownGrace = 2 * time.Second
 	cfg.Store.Dir = filepath.Join(dir, "log")
 	cfg.Auth.TokensFile = tokens
+	for _, m := range mods {
+		m(&cfg)
+	}
 	c, err := collector.New(cfg, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
 	if err != nil {
 		t.Fatalf("collector.New: %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	f := &fixture{dir: dir, addr: c.GRPCAddr(), cancel: cancel, done: make(chan error, 1)}
+	f := &fixture{c: c, dir: dir, addr: c.GRPCAddr(), cancel: cancel, done: make(chan error, 1)}
 	go func() { f.done <- c.Run(ctx) }()
 	return f
 }
@@ -463,5 +470,118 @@ func TestFollowCommandLiveReconnectInterrupt(t *testing.T) {
 	}
 	if !strings.Contains(errb.String(), "last cursor 8 (resume with --after 8)") {
 		t.Errorf("stderr lacks the resume cursor:\n%s", errb.String())
+	}
+}
+
+// Resuming from a cursor that retention has removed warns how many records
+// were lost, then prints what is still stored.
+func TestFollowCommandResumeBehindRetention(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	f := startFollowCollector(t, t.TempDir(), "127.0.0.1:0", func(c *collector.Config) {
+		c.Store.SegmentBytes = 4 << 10
+		c.Store.Retention.MaxBytes = 8 << 10
+	})
+	defer f.stop(t)
+	for b := range 20 {
+		var occs []*eventpipev1.Occurrence
+		for i := range 10 {
+			o := fOcc(10*b+i, time.Duration(10*b+i)*time.Second, "Normal", "BackOff", "kubelet", "workspace-init", `Back-off pulling image "`+fImage+`"`)
+			occs = append(occs, withPull(o, int32(10*b+i+1), uint32(10*b+i+1)))
+		}
+		f.ingest(t, uint64(b+1), fmt.Sprint(5000+b), occs...)
+	}
+	if _, err := f.c.Store().ApplyRetention(); err != nil {
+		t.Fatal(err)
+	}
+	first, last := f.c.Store().Bounds()
+	if first <= 2 {
+		t.Fatalf("retention removed nothing (bounds %d..%d)", first, last)
+	}
+	var out, errb bytes.Buffer
+	code := runFollow(context.Background(), []string{"--collector", f.addr, "--insecure", "--token-file", f.token("repro"),
+		"--sandbox", fSandboxID, "--after", "1", "--no-follow"}, nil, &out, &errb)
+	if code != 0 {
+		t.Fatalf("exit %d; stderr:\n%s", code, errb.String())
+	}
+	want := fmt.Sprintf("eventpipe follow: WARNING: %d log records after cursor 1 were removed by the collector's retention before being read; events of this selection may be missing from the output\n", first-2)
+	if !strings.HasPrefix(errb.String(), want) {
+		t.Errorf("stderr:\n%s\nwant first line:\n%s", errb.String(), want)
+	}
+	got := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
+	if uint64(len(got)) != last-first+1 || !strings.HasSuffix(got[0], fmt.Sprintf(" cursor=%d", first)) {
+		t.Errorf("got %d lines starting with %q; want %d from cursor %d", len(got), got[0], last-first+1, first)
+	}
+	if !strings.Contains(errb.String(), fmt.Sprintf("resume with --after %d", last)) {
+		t.Errorf("stderr lacks the resume cursor %d:\n%s", last, errb.String())
+	}
+}
+
+// scriptedFollow is a Follow server that plays one scripted reply per call,
+// for what a real collector does only under load: DataLoss mid-stream.
+type scriptedFollow struct {
+	eventpipev1.UnimplementedFollowServer
+	reqs  chan *eventpipev1.FollowRequest
+	calls []func(eventpipev1.Follow_FollowServer) error
+}
+
+func (s *scriptedFollow) Follow(req *eventpipev1.FollowRequest, st eventpipev1.Follow_FollowServer) error {
+	n := len(s.reqs)
+	s.reqs <- req
+	if n >= len(s.calls) {
+		return status.Error(codes.Internal, "unscripted call")
+	}
+	return s.calls[n](st)
+}
+
+// A DataLoss mid-stream is reported with its count and the stream resumes
+// from the cursor the collector named; the resubscription's header counts
+// that loss again, so only the extra record is reported.
+func TestFollowCommandDataLoss(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	seed := seedOccurrences()
+	srv := &scriptedFollow{reqs: make(chan *eventpipev1.FollowRequest, 10), calls: []func(eventpipev1.Follow_FollowServer) error{
+		func(st eventpipev1.Follow_FollowServer) error {
+			st.SendHeader(metadata.Pairs(collector.HeaderLostRecords, "0", collector.HeaderLastCursor, "3"))
+			if err := st.Send(&eventpipev1.FollowResponse{Cursor: 3, Occurrence: seed[2]}); err != nil {
+				return err
+			}
+			return status.Error(codes.DataLoss, "120 log records after cursor 40 were removed by retention before they were read; resume with after_cursor=40 to continue (the loss is reported again in the eventpipe-lost-records header)")
+		},
+		func(st eventpipev1.Follow_FollowServer) error {
+			st.SendHeader(metadata.Pairs(collector.HeaderLostRecords, "121", collector.HeaderLastCursor, "170"))
+			st.SetTrailer(metadata.Pairs(collector.HeaderLostRecords, "121"))
+			return st.Send(&eventpipev1.FollowResponse{Cursor: 162, Occurrence: seed[5]})
+		},
+	}}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	eventpipev1.RegisterFollowServer(gs, srv)
+	go gs.Serve(lis)
+	defer gs.Stop()
+
+	var out, errb bytes.Buffer
+	code := runFollow(context.Background(), []string{"--collector", lis.Addr().String(), "--insecure", "--sandbox", fSandboxID, "--no-follow"}, nil, &out, &errb)
+	if code != 0 {
+		t.Fatalf("exit %d; stderr:\n%s", code, errb.String())
+	}
+	close(srv.reqs)
+	var reqs []string
+	for r := range srv.reqs {
+		reqs = append(reqs, fmt.Sprintf("tail=%d after=%d no_follow=%v", r.GetTail(), r.GetAfterCursor(), r.GetNoFollow()))
+	}
+	if got, want := strings.Join(reqs, "; "), "tail=50 after=0 no_follow=true; tail=0 after=40 no_follow=true"; got != want {
+		t.Errorf("requests: %s\nwant:      %s", got, want)
+	}
+	wantErr := "eventpipe follow: WARNING: 120 log records after cursor 40 were removed by the collector's retention before being read; events of this selection may be missing from the output\n" +
+		"eventpipe follow: WARNING: another 1 log record after cursor 40 was removed by the collector's retention before being read; events of this selection may be missing from the output\n" +
+		"eventpipe follow: last cursor 170 (resume with --after 170)\n"
+	if errb.String() != wantErr {
+		t.Errorf("stderr:\n%s\nwant:\n%s", errb.String(), wantErr)
+	}
+	if want := lines(wantLine3, strings.Replace(wantLine6, "cursor=6", "cursor=162", 1)); out.String() != want {
+		t.Errorf("stdout:\n%s\nwant:\n%s", out.String(), want)
 	}
 }
