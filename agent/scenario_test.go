@@ -47,7 +47,7 @@ func TestScenariosAllModes(t *testing.T) {
 			if name == "event-before-object" {
 				// Real time between the early events and their objects, so
 				// the agent must hold them (late binding).
-				opts.Pace = 150 * time.Millisecond
+				opts.Pace = 300 * time.Millisecond
 			}
 			res, err := scenario.PlayWith(ctx, clients, s, opts)
 			if err != nil {
