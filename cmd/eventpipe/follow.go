@@ -319,7 +319,11 @@ func (f *follower) run(ctx context.Context) int {
 				return 1
 			}
 			wait := jitter(backoff)
-			fmt.Fprintf(f.stderr, "eventpipe follow: %s; retrying in %s\n", msg, wait.Round(time.Millisecond))
+			then := "retrying"
+			if f.resume > 0 {
+				then = fmt.Sprintf("will resume after cursor %d", f.resume)
+			}
+			fmt.Fprintf(f.stderr, "eventpipe follow: %s; %s in %s\n", msg, then, wait.Round(time.Millisecond))
 			select {
 			case <-ctx.Done():
 				f.printResume()
@@ -520,11 +524,14 @@ func formatFollowLine(m *eventpipev1.FollowResponse, withSandbox bool) string {
 	if o.GetMessageTruncated() {
 		b.WriteString(" [truncated]")
 	}
+	sep := b.Len() // no double space after an empty message
 	kv := func(k, v string) {
 		if v == "" {
 			return
 		}
-		b.WriteByte(' ')
+		if b.Len() > sep || !strings.HasSuffix(b.String(), " ") {
+			b.WriteByte(' ')
+		}
 		b.WriteString(k)
 		b.WriteByte('=')
 		b.WriteString(kvValue(v))

@@ -400,6 +400,7 @@ func TestFollowCommandRefusals(t *testing.T) {
 			if out.Len() != 0 {
 				t.Errorf("stdout not empty: %q", out.String())
 			}
+			t.Logf("stderr: %s", errb.String())
 		})
 	}
 }
@@ -449,7 +450,7 @@ func TestFollowCommandLiveReconnectInterrupt(t *testing.T) {
 	// Restart the collector on the same address and data directory.
 	addr := f.addr
 	f.stop(t)
-	waitFor(t, &errb, "retrying in")
+	waitFor(t, &errb, "will resume after cursor 7 in")
 	f = startFollowCollector(t, dir, addr)
 	after := fOcc(8, 40*time.Second, "Warning", "Failed", "kubelet", "workspace-init", "Error: ImagePullBackOff")
 	f.ingest(t, 3, "4490", after)
@@ -583,5 +584,41 @@ func TestFollowCommandDataLoss(t *testing.T) {
 	}
 	if want := lines(wantLine3, strings.Replace(wantLine6, "cursor=6", "cursor=162", 1)); out.String() != want {
 		t.Errorf("stdout:\n%s\nwant:\n%s", out.String(), want)
+	}
+}
+
+// Untrusted cluster text stays on one line and out of the terminal's
+// control; unusual shapes still get a target and a source.
+func TestFormatFollowLine(t *testing.T) {
+	at := timestamppb.New(time.Date(2026, 10, 29, 10, 10, 36, 7_000_000, time.UTC))
+	cases := []struct {
+		name string
+		occ  *eventpipev1.Occurrence
+		want string
+	}{
+		{"newline and escape sequence in the message",
+			&eventpipev1.Occurrence{OccurredAt: at, Type: "Warning", Reason: "Failed", ReportingComponent: "kubelet",
+				Message: "line one\nline two \x1b[31mred\x1b[0m\ttab", InvolvedObject: &eventpipev1.ObjectRef{Kind: "Pod", Name: "p"}},
+			`[1793268636.007] [kubelet] [WARN ] [pod/p] line one\nline two \x1b[31mred\x1b[0m tab reason=Failed cursor=9` + "\n"},
+		{"long component, sandbox CR, truncated message",
+			&eventpipev1.Occurrence{OccurredAt: at, Type: "Normal", Reason: "SandboxReady", ReportingComponent: "agent-sandbox-controller",
+				Message: "Pod exists with phase: Pending", MessageTruncated: true, Role: eventpipev1.RoleSandbox,
+				InvolvedObject: &eventpipev1.ObjectRef{Kind: "Sandbox", Name: "img-missing"}},
+			`[1793268636.007] [k8s    ] [INFO ] [sandbox/img-missing] Pod exists with phase: Pending [truncated] reason=SandboxReady cursor=9` + "\n"},
+		{"supervisor image, value with a space, no object",
+			&eventpipev1.Occurrence{OccurredAt: at, Type: "Warning", Reason: "Failed", Role: eventpipev1.RoleSupervisor, Container: "supervisor",
+				ImageRole: eventpipev1.ImageRoleSupervisor, Image: "ghcr.io/nvidia/openshell/supervisor:0.0.0-does-not-exist",
+				PullFailure: &eventpipev1.PullFailure{Category: eventpipev1.CategoryNotFound, Disposition: "a b"}},
+			`[1793268636.007] [k8s    ] [WARN ] [supervisor/supervisor] supervisor image ghcr.io/nvidia/openshell/supervisor:0.0.0-does-not-exist: not_found reason=Failed image=ghcr.io/nvidia/openshell/supervisor:0.0.0-does-not-exist pull=not_found disposition="a b" cursor=9` + "\n"},
+		{"no object at all", &eventpipev1.Occurrence{OccurredAt: at, Reason: "X"},
+			`[1793268636.007] [k8s    ] [INFO ] [-] reason=X cursor=9` + "\n"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got := formatFollowLine(&eventpipev1.FollowResponse{Cursor: 9, Occurrence: tc.occ}, false)
+			if got != tc.want {
+				t.Errorf("got:\n%s\nwant:\n%s", got, tc.want)
+			}
+		})
 	}
 }
