@@ -381,16 +381,13 @@ func (f *follower) once(ctx context.Context) (gotHeader bool, _ error) {
 	if err != nil {
 		return false, err
 	}
+	// A refusal arrives without the collector's header (trailers only, or a
+	// transport error): Recv then returns its status.
 	hdr, err := stream.Header()
-	if err != nil {
-		// The call failed before the header: Recv returns its status.
-		_, err = stream.Recv()
-		if err == nil {
-			err = status.Error(codes.Internal, "stream without a header")
-		}
-		return false, err
+	if err == nil && len(hdr.Get(collector.HeaderLastCursor)) > 0 {
+		gotHeader = true
+		f.checkHeader(req, hdr)
 	}
-	f.checkHeader(req, hdr)
 	for {
 		m, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
@@ -398,13 +395,13 @@ func (f *follower) once(ctx context.Context) (gotHeader bool, _ error) {
 			// subscription time was considered. (The trailer only repeats
 			// a loss the header already reported.)
 			f.resume = max(f.resume, mdUint(hdr, collector.HeaderLastCursor))
-			return true, nil
+			return gotHeader, nil
 		}
 		if err != nil {
-			return true, err
+			return gotHeader, err
 		}
 		if err := f.print(m); err != nil {
-			return true, status.Errorf(codes.Canceled, "write output: %v", err)
+			return gotHeader, status.Errorf(codes.Canceled, "write output: %v", err)
 		}
 		f.resume = m.GetCursor()
 	}
