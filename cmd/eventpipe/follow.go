@@ -44,9 +44,14 @@ they arrive, one line each in the 'openshell logs' style:
 
   [<secs>.<ms>] [<source>] [<level>] [<role>/<container> or <kind>/<name>] <message> k=v ...
 
-An image that cannot be pulled reads, for example:
+source is kubelet, sched (the scheduler) or k8s (any other component); level
+is WARN for Warning events, else INFO. An image that cannot be pulled leads
+with which image and why (the kubelet's full message is in -o json):
 
-  [1793268652.000] [kubelet] [WARN ] [workload/workspace-init] workload image docker.io/library/busybox:0.0.0-does-not-exist: not_found (...) reason=Failed image=... pull=not_found disposition=retrying cursor=3
+  [1793268638.250] [kubelet] [WARN ] [workload/workspace-init] workload image docker.io/library/busybox:0.0.0-does-not-exist: not_found (docker.io/library/busybox:0.0.0-does-not-exist: not found) reason=Failed image=docker.io/library/busybox:0.0.0-does-not-exist pull=not_found disposition=retrying cursor=3
+
+disposition=persistent means retrying will not fix it (fix the image or the
+pull secret); eventpipe never stops or deletes a sandbox.
 
 Examples:
   # why is sandbox img-missing of workspace repro stuck?
@@ -58,6 +63,8 @@ Examples:
   eventpipe follow --sandbox 2ff21e26-1a7b-49a2-a640-14ae153f93ea --after 1234
   # machine-readable: one JSON object per line {"cursor": "...", "occurrence": {...}}
   eventpipe follow --gateway openshell -o json --insecure
+  # only new events, against a local development collector (plaintext)
+  eventpipe follow --insecure --sandbox 2ff21e26-1a7b-49a2-a640-14ae153f93ea --tail 0
 
 A reader token sees only the workspaces it was granted: a sandbox of another
 workspace shows no events. Ctrl-C stops (exit 0) and prints the cursor to resume
