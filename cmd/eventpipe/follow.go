@@ -314,9 +314,7 @@ func (f *follower) run(ctx context.Context) int {
 				backoff = followBackoffMin
 			}
 			msg := fmt.Sprintf("collector at %s is not reachable: %s", f.opts.addr, st.Message())
-			if strings.Contains(st.Message(), "does not look like a TLS handshake") || strings.Contains(st.Message(), "first record does not look like") {
-				msg += " (the collector speaks plaintext: pass --insecure)"
-			}
+			msg += tlsHint(st.Message())
 			if gotHeader {
 				msg = fmt.Sprintf("lost the stream from the collector at %s: %s", f.opts.addr, st.Message())
 			}
@@ -468,6 +466,21 @@ func (f *follower) print(m *eventpipev1.FollowResponse) error {
 	}
 	_, err := f.stdout.Write(line)
 	return err
+}
+
+// tlsHint names the flag that fixes a failed TLS handshake.
+func tlsHint(msg string) string {
+	switch {
+	case strings.Contains(msg, "first record does not look like a TLS handshake"):
+		return " (the collector speaks plaintext: pass --insecure)"
+	case strings.Contains(msg, "certificate signed by unknown authority"):
+		return " (pass --ca with the CA that signed the collector's certificate)"
+	case strings.Contains(msg, "certificate is valid for"), strings.Contains(msg, "doesn't contain any IP SANs"):
+		return " (pass --server-name with a name the certificate is valid for)"
+	case strings.Contains(msg, "certificate required") || strings.Contains(msg, "bad certificate"):
+		return " (the collector wants a client certificate: pass --cert and --key, or --token-file)"
+	}
+	return ""
 }
 
 // parseDataLoss reads the collector's DataLoss message: "<n> log records

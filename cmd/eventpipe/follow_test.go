@@ -3,11 +3,19 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"math/big"
 	"net"
 	"os"
 	"path/filepath"
@@ -19,6 +27,7 @@ import (
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -49,11 +58,13 @@ const (
 // fixture is a real collector on 127.0.0.1:0 with its log and tokens file in
 // a temp dir, and token files for the command's --token-file.
 type fixture struct {
-	c      *collector.Collector
-	dir    string
-	addr   string
-	cancel context.CancelFunc
-	done   chan error
+	c *collector.Collector
+	// ingestCreds is the agent's transport (default plaintext).
+	ingestCreds credentials.TransportCredentials
+	dir         string
+	addr        string
+	cancel      context.CancelFunc
+	done        chan error
 }
 
 func startFollowCollector(t *testing.T, dir, listen string, mods ...func(*collector.Config)) *fixture {
@@ -113,11 +124,67 @@ func (b bearerToken) GetRequestMetadata(context.Context, ...string) (map[string]
 }
 func (bearerToken) RequireTransportSecurity() bool { return false }
 
+// testPKI writes a CA, a server certificate for collector.eventpipe.svc
+// (not for 127.0.0.1, so --server-name matters) and a client certificate
+// with CN alice-cli into dir.
+func testPKI(t *testing.T, dir string) (caFile, serverCert, serverKey, clientCert, clientKey string) {
+	t.Helper()
+	newKey := func() *ecdsa.PrivateKey {
+		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}
+	write := func(name, typ string, der []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	caKey := newKey()
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "eventpipe test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := x509.ParseCertificate(caDER)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf := func(serial int64, cn string, dns []string, usage x509.ExtKeyUsage, name string) (string, string) {
+		k := newKey()
+		tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: cn}, DNSNames: dns,
+			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage}}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &k.PublicKey, caKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kb, err := x509.MarshalPKCS8PrivateKey(k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return write(name+".crt", "CERTIFICATE", der), write(name+".key", "PRIVATE KEY", kb)
+	}
+	caFile = write("ca.crt", "CERTIFICATE", caDER)
+	serverCert, serverKey = leaf(2, "collector", []string{"collector.eventpipe.svc"}, x509.ExtKeyUsageServerAuth, "server")
+	clientCert, clientKey = leaf(3, "alice-cli", nil, x509.ExtKeyUsageClientAuth, "client")
+	return caFile, serverCert, serverKey, clientCert, clientKey
+}
+
 // ingest ships occurrences through the real Ingest service as the agent
 // does and waits for the acknowledgement.
 func (f *fixture) ingest(t *testing.T, seq uint64, rv string, occs ...*eventpipev1.Occurrence) {
 	t.Helper()
-	conn, err := grpc.NewClient(f.addr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithPerRPCCredentials(bearerToken(fAgentToken)))
+	creds := f.ingestCreds
+	if creds == nil {
+		creds = insecure.NewCredentials()
+	}
+	conn, err := grpc.NewClient(f.addr, grpc.WithTransportCredentials(creds), grpc.WithPerRPCCredentials(bearerToken(fAgentToken)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -619,6 +686,57 @@ func TestFormatFollowLine(t *testing.T) {
 			if got != tc.want {
 				t.Errorf("got:\n%s\nwant:\n%s", got, tc.want)
 			}
+		})
+	}
+}
+
+// TLS flags against a collector with a CA-signed certificate and mTLS:
+// a reader token over TLS, a client certificate mapped to role reader, and
+// the hints for the two usual mistakes.
+func TestFollowCommandTLS(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	dir := t.TempDir()
+	caFile, srvCert, srvKey, cliCert, cliKey := testPKI(t, dir)
+	f := startFollowCollector(t, dir, "127.0.0.1:0", func(c *collector.Config) {
+		c.GRPC.TLS = collector.TLSConfig{CertFile: srvCert, KeyFile: srvKey, ClientCAFile: caFile}
+		c.Auth.Identities = []collector.Identity{{Name: "alice-cli", Role: "reader", Workspaces: []string{"repro"}}}
+	})
+	defer f.stop(t)
+	pool := x509.NewCertPool()
+	caPEM, err := os.ReadFile(caFile)
+	if err != nil || !pool.AppendCertsFromPEM(caPEM) {
+		t.Fatalf("CA: %v", err)
+	}
+	f.ingestCreds = credentials.NewTLS(&tls.Config{RootCAs: pool, ServerName: "collector.eventpipe.svc", MinVersion: tls.VersionTLS12})
+	f.ingest(t, 1, "4471", seedOccurrences()...)
+
+	base := []string{"--collector", f.addr, "--sandbox", fSandboxID, "--tail", "1", "--no-follow"}
+	cases := []struct {
+		name  string
+		args  []string
+		code  int
+		out   string
+		wants string
+	}{
+		{"token over TLS", []string{"--ca", caFile, "--server-name", "collector.eventpipe.svc", "--token-file", f.token("repro")}, 0, lines(wantLine6), "--after 6"},
+		{"client certificate", []string{"--ca", caFile, "--server-name", "collector.eventpipe.svc", "--cert", cliCert, "--key", cliKey}, 0, lines(wantLine6), "--after 6"},
+		{"unknown CA", []string{"--server-name", "collector.eventpipe.svc", "--token-file", f.token("repro")}, 1, "", "pass --ca with the CA"},
+		{"name mismatch", []string{"--ca", caFile, "--token-file", f.token("repro")}, 1, "", "pass --server-name"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var out, errb bytes.Buffer
+			code := runFollow(context.Background(), append(append([]string{}, base...), tc.args...), nil, &out, &errb)
+			if code != tc.code {
+				t.Errorf("exit %d, want %d; stderr:\n%s", code, tc.code, errb.String())
+			}
+			if out.String() != tc.out {
+				t.Errorf("stdout:\n%s\nwant:\n%s", out.String(), tc.out)
+			}
+			if !strings.Contains(errb.String(), tc.wants) {
+				t.Errorf("stderr lacks %q:\n%s", tc.wants, errb.String())
+			}
+			t.Logf("stderr: %s", errb.String())
 		})
 	}
 }
