@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
+	"github.com/eventpipe/eventpipe/sinks/internal/jsonenc"
 )
 
 // maxFieldBytes caps every string in the line other than the message, and
@@ -335,58 +336,12 @@ func appendLine(dst []byte, o *eventpipev1.Occurrence, maxMessage int) []byte {
 	return w.b
 }
 
-const hexDigits = "0123456789abcdef"
-
 // appendJSONString appends s as a JSON string of at most max bytes of
-// input: invalid UTF-8 becomes U+FFFD, control characters are escaped, and
-// the cut never splits a rune.
+// input: invalid UTF-8 becomes U+FFFD, control characters are escaped (the
+// escaping shared with the file and Kafka sinks), and the cut never splits a
+// rune.
 func appendJSONString(dst []byte, s string, max int) []byte {
-	s = cutUTF8(s, max)
-	dst = append(dst, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' {
-				i++
-				continue
-			}
-			dst = append(dst, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				dst = append(dst, '\\', c)
-			case '\n':
-				dst = append(dst, '\\', 'n')
-			case '\r':
-				dst = append(dst, '\\', 'r')
-			case '\t':
-				dst = append(dst, '\\', 't')
-			default:
-				dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, `\ufffd`...)
-			i++
-			start = i
-			continue
-		}
-		if r == '\u2028' || r == '\u2029' {
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, '\\', 'u', '2', '0', '2', hexDigits[r&0xf])
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	dst = append(dst, s[start:]...)
-	return append(dst, '"')
+	return jsonenc.AppendString(dst, cutUTF8(s, max))
 }
 
 // cutUTF8 cuts s to at most max bytes, backing off (at most three bytes)
