@@ -356,16 +356,17 @@ func (f *follower) explain(st *status.Status) string {
 		}
 		return fmt.Sprintf("the collector refused the credentials: pass --token-file with a valid reader token; the one in %s was not accepted (%s)", f.opts.tokenFile, st.Message())
 	case codes.PermissionDenied:
-		what := "this selection"
+		what, need := "this selection", "the sandboxes' workspaces"
 		switch {
 		case f.opts.workspace != "":
 			what = fmt.Sprintf("workspace %q", f.opts.workspace)
+			need = what
 		case f.opts.sandbox != "":
-			what = fmt.Sprintf("sandbox %s", f.opts.sandbox)
+			what, need = fmt.Sprintf("sandbox %s", f.opts.sandbox), "the sandbox's workspace"
 		case f.opts.gw != "":
 			what = fmt.Sprintf("gateway %q", f.opts.gw)
 		}
-		return fmt.Sprintf("the collector does not allow these credentials to follow %s: they need role reader and that workspace granted in the collector's tokens file (%s)", what, st.Message())
+		return fmt.Sprintf("the collector does not allow these credentials to follow %s: use a token or client certificate with role reader granted %s (%s)", what, need, st.Message())
 	case codes.OutOfRange:
 		return fmt.Sprintf("cannot resume after cursor %d: %s; run again without --after (or with --tail)", f.request().GetAfterCursor(), st.Message())
 	case codes.InvalidArgument:
