@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -217,7 +218,12 @@ func (o *followOptions) dial() (*grpc.ClientConn, error) {
 		}
 		opts = append(opts, grpc.WithPerRPCCredentials(followToken{path: o.tokenFile, secure: !o.insecure}))
 	}
-	opts = append(opts, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(collector.DefaultMaxSendBytes)))
+	// Keepalive finds a silently dead connection (a vanished node, a
+	// dropped port-forward) while following a quiet sandbox; 30s stays
+	// above the collector's ping enforcement (10s).
+	opts = append(opts,
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(collector.DefaultMaxSendBytes)),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}))
 	conn, err := grpc.NewClient(o.addr, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("--collector %s: %w", o.addr, err)
