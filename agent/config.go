@@ -24,7 +24,7 @@ type Config struct {
 	Hold           HoldConfig           `yaml:"hold"`
 	Cache          CacheConfig          `yaml:"cache"`
 	Ship           ShipConfig           `yaml:"ship"`
-	LeaderElection LeaderElectionConfig `yaml:"leaderElection"`
+	LeaderElection LeaderElectionConfig `yaml:"leader_election"`
 	HTTP           HTTPConfig           `yaml:"http"`
 	// Enrich tunes attribution; its cluster is taken from Cluster above.
 	Enrich enrich.Config `yaml:"enrich"`
@@ -39,43 +39,43 @@ type CollectorConfig struct {
 	// Insecure uses plaintext gRPC (tests, a sidecar on loopback). Otherwise
 	// TLS is used, verified against CAFile (system roots when empty).
 	Insecure   bool   `yaml:"insecure"`
-	CAFile     string `yaml:"caFile"`
-	ServerName string `yaml:"serverName"`
+	CAFile     string `yaml:"ca_file"`
+	ServerName string `yaml:"server_name"`
 	// CertFile/KeyFile: a client certificate for mTLS.
-	CertFile string `yaml:"certFile"`
-	KeyFile  string `yaml:"keyFile"`
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
 	// TokenFile holds a bearer token, re-read on every connection (so a
 	// rotated projected token is picked up).
-	TokenFile string `yaml:"tokenFile"`
+	TokenFile string `yaml:"token_file"`
 	// DialTimeout bounds GetCursor and each connection attempt.
-	DialTimeout time.Duration `yaml:"dialTimeout"`
+	DialTimeout time.Duration `yaml:"dial_timeout"`
 }
 
 // WatchConfig tunes the Event watch.
 type WatchConfig struct {
 	// QueueCapacity bounds the Events read from the API server but not yet
 	// processed. When full, the watch reader blocks.
-	QueueCapacity int `yaml:"queueCapacity"`
+	QueueCapacity int `yaml:"queue_capacity"`
 	// WatchList lists through a watch with sendInitialEvents (one request,
 	// served from the watch cache, streamed). When the server refuses it the
 	// agent falls back to a paginated LIST.
-	WatchList bool `yaml:"watchList"`
+	WatchList bool `yaml:"watch_list"`
 	// ListPageSize is the LIST page size of the fallback.
-	ListPageSize int64 `yaml:"listPageSize"`
+	ListPageSize int64 `yaml:"list_page_size"`
 	// FingerprintCapacity bounds the LRU that tells a MODIFIED that changes
 	// count/series/message from a heartbeat or a no-op update.
-	FingerprintCapacity int `yaml:"fingerprintCapacity"`
+	FingerprintCapacity int `yaml:"fingerprint_capacity"`
 	// StaleAfter: /readyz fails when the watch showed no sign of life (an
 	// event, a bookmark, a watch (re)established or ended by its timeout)
-	// for this long. Must exceed 2*minWatchTimeout.
-	StaleAfter time.Duration `yaml:"staleAfter"`
+	// for this long. Must exceed 2*min_watch_timeout.
+	StaleAfter time.Duration `yaml:"stale_after"`
 	// MinWatchTimeout: each watch asks the server to end it after a random
 	// time in [MinWatchTimeout, 2*MinWatchTimeout), as client-go's reflector
 	// does, so load spreads over API server replicas.
-	MinWatchTimeout time.Duration `yaml:"minWatchTimeout"`
+	MinWatchTimeout time.Duration `yaml:"min_watch_timeout"`
 	// BackoffInitial/BackoffMax pace re-watches after errors.
-	BackoffInitial time.Duration `yaml:"backoffInitial"`
-	BackoffMax     time.Duration `yaml:"backoffMax"`
+	BackoffInitial time.Duration `yaml:"backoff_initial"`
+	BackoffMax     time.Duration `yaml:"backoff_max"`
 	// Compression accepts gzip-compressed responses from the API server: less
 	// bandwidth, but decompressing a large listing costs the agent about 15%
 	// of its CPU. Off by default (the API server is usually in the same
@@ -86,52 +86,52 @@ type WatchConfig struct {
 // HoldConfig bounds late binding: Events whose owner is not cached yet.
 type HoldConfig struct {
 	// MaxEvents held at once; beyond it an unattributable Event ships at once.
-	MaxEvents int `yaml:"maxEvents"`
+	MaxEvents int `yaml:"max_events"`
 	// MaxAge: an Event still unattributable after this long ships unattributed.
-	MaxAge time.Duration `yaml:"maxAge"`
+	MaxAge time.Duration `yaml:"max_age"`
 	// RetryInterval: held Events are retried at least this often (and on
 	// every cache change).
-	RetryInterval time.Duration `yaml:"retryInterval"`
+	RetryInterval time.Duration `yaml:"retry_interval"`
 	// FreshWithin: only Events that occurred at most this long before the
 	// agent saw them are held. An older Event (a backlog, a relist) had its
 	// owner in the caches long ago if it ever will: a missing owner is gone,
 	// so holding would only delay it. 0 holds regardless of age.
-	FreshWithin time.Duration `yaml:"freshWithin"`
+	FreshWithin time.Duration `yaml:"fresh_within"`
 }
 
 // CacheConfig tunes the metadata caches.
 type CacheConfig struct {
 	// KeepPrefixes: only labels and annotations with one of these prefixes
 	// are kept in the caches (everything enrich.Rules reads must match).
-	KeepPrefixes []string `yaml:"keepPrefixes"`
+	KeepPrefixes []string `yaml:"keep_prefixes"`
 	// SandboxVersions of agents.x-k8s.io tried in order (first served wins).
-	SandboxVersions []string `yaml:"sandboxVersions"`
+	SandboxVersions []string `yaml:"sandbox_versions"`
 	// TombstoneTTL: deleted objects are remembered this long.
-	TombstoneTTL time.Duration `yaml:"tombstoneTTL"`
+	TombstoneTTL time.Duration `yaml:"tombstone_ttl"`
 	// TombstoneMax bounds remembered deleted objects per kind (oldest go first).
-	TombstoneMax int `yaml:"tombstoneMax"`
+	TombstoneMax int `yaml:"tombstone_max"`
 	// SyncTimeout bounds the initial cache sync.
-	SyncTimeout time.Duration `yaml:"syncTimeout"`
+	SyncTimeout time.Duration `yaml:"sync_timeout"`
 	// DiagnoseQueue bounds pods waiting for a pod-status diagnosis.
-	DiagnoseQueue int `yaml:"diagnoseQueue"`
+	DiagnoseQueue int `yaml:"diagnose_queue"`
 }
 
 // ShipConfig tunes batching and delivery to the collector.
 type ShipConfig struct {
 	// BatchSize: occurrences per batch at most.
-	BatchSize int `yaml:"batchSize"`
+	BatchSize int `yaml:"batch_size"`
 	// MaxBatchBytes: a batch is sent once its encoded occurrences reach this
 	// size (keep it well under the collector's grpc.max_recv_bytes).
-	MaxBatchBytes int `yaml:"maxBatchBytes"`
+	MaxBatchBytes int `yaml:"max_batch_bytes"`
 	// FlushInterval: a non-empty batch is sent at the latest after this.
-	FlushInterval time.Duration `yaml:"flushInterval"`
+	FlushInterval time.Duration `yaml:"flush_interval"`
 	// MaxInFlight batches sent but not acknowledged.
-	MaxInFlight    int           `yaml:"maxInFlight"`
-	BackoffInitial time.Duration `yaml:"backoffInitial"`
-	BackoffMax     time.Duration `yaml:"backoffMax"`
+	MaxInFlight    int           `yaml:"max_in_flight"`
+	BackoffInitial time.Duration `yaml:"backoff_initial"`
+	BackoffMax     time.Duration `yaml:"backoff_max"`
 	// AckTimeout: /readyz fails when a batch waits longer than this for its
 	// Ack.
-	AckTimeout time.Duration `yaml:"ackTimeout"`
+	AckTimeout time.Duration `yaml:"ack_timeout"`
 }
 
 // LeaderElectionConfig configures the Lease that picks the one active replica.
@@ -141,9 +141,9 @@ type LeaderElectionConfig struct {
 	Name      string `yaml:"name"`
 	// Identity of this replica; the hostname plus process id when empty.
 	Identity      string        `yaml:"identity"`
-	LeaseDuration time.Duration `yaml:"leaseDuration"`
-	RenewDeadline time.Duration `yaml:"renewDeadline"`
-	RetryPeriod   time.Duration `yaml:"retryPeriod"`
+	LeaseDuration time.Duration `yaml:"lease_duration"`
+	RenewDeadline time.Duration `yaml:"renew_deadline"`
+	RetryPeriod   time.Duration `yaml:"retry_period"`
 }
 
 // HTTPConfig: the metrics and health endpoint.
@@ -250,14 +250,14 @@ func (c Config) Validate() error {
 		add("collector.stream", "must be set")
 	}
 	if (c.Collector.CertFile == "") != (c.Collector.KeyFile == "") {
-		add("collector.certFile", "certFile and keyFile must be set together")
+		add("collector.cert_file", "cert_file and key_file must be set together")
 	}
 	if c.Collector.Insecure && (c.Collector.CAFile != "" || c.Collector.CertFile != "") {
-		add("collector.insecure", "cannot be combined with caFile/certFile")
+		add("collector.insecure", "cannot be combined with ca_file/cert_file")
 	}
 	for _, f := range []struct{ path, file string }{
-		{"collector.caFile", c.Collector.CAFile}, {"collector.certFile", c.Collector.CertFile},
-		{"collector.keyFile", c.Collector.KeyFile}, {"collector.tokenFile", c.Collector.TokenFile},
+		{"collector.ca_file", c.Collector.CAFile}, {"collector.cert_file", c.Collector.CertFile},
+		{"collector.key_file", c.Collector.KeyFile}, {"collector.token_file", c.Collector.TokenFile},
 	} {
 		if f.file != "" {
 			if _, err := os.Stat(f.file); err != nil {
@@ -265,77 +265,77 @@ func (c Config) Validate() error {
 			}
 		}
 	}
-	positive("collector.dialTimeout", c.Collector.DialTimeout)
+	positive("collector.dial_timeout", c.Collector.DialTimeout)
 
-	atLeast("watch.queueCapacity", c.Watch.QueueCapacity, 1)
+	atLeast("watch.queue_capacity", c.Watch.QueueCapacity, 1)
 	if c.Watch.ListPageSize < 1 {
-		add("watch.listPageSize", "must be at least 1, got %d", c.Watch.ListPageSize)
+		add("watch.list_page_size", "must be at least 1, got %d", c.Watch.ListPageSize)
 	}
-	atLeast("watch.fingerprintCapacity", c.Watch.FingerprintCapacity, 1)
-	positive("watch.staleAfter", c.Watch.StaleAfter)
-	positive("watch.minWatchTimeout", c.Watch.MinWatchTimeout)
+	atLeast("watch.fingerprint_capacity", c.Watch.FingerprintCapacity, 1)
+	positive("watch.stale_after", c.Watch.StaleAfter)
+	positive("watch.min_watch_timeout", c.Watch.MinWatchTimeout)
 	if c.Watch.StaleAfter <= 2*c.Watch.MinWatchTimeout {
-		add("watch.staleAfter", "must exceed 2*watch.minWatchTimeout (%s), got %s", 2*c.Watch.MinWatchTimeout, c.Watch.StaleAfter)
+		add("watch.stale_after", "must exceed 2*watch.min_watch_timeout (%s), got %s", 2*c.Watch.MinWatchTimeout, c.Watch.StaleAfter)
 	}
-	positive("watch.backoffInitial", c.Watch.BackoffInitial)
+	positive("watch.backoff_initial", c.Watch.BackoffInitial)
 	if c.Watch.BackoffMax < c.Watch.BackoffInitial {
-		add("watch.backoffMax", "must be at least watch.backoffInitial (%s), got %s", c.Watch.BackoffInitial, c.Watch.BackoffMax)
+		add("watch.backoff_max", "must be at least watch.backoff_initial (%s), got %s", c.Watch.BackoffInitial, c.Watch.BackoffMax)
 	}
 
-	atLeast("hold.maxEvents", c.Hold.MaxEvents, 0)
+	atLeast("hold.max_events", c.Hold.MaxEvents, 0)
 	if c.Hold.MaxAge < 0 {
-		add("hold.maxAge", "must not be negative, got %s", c.Hold.MaxAge)
+		add("hold.max_age", "must not be negative, got %s", c.Hold.MaxAge)
 	}
-	positive("hold.retryInterval", c.Hold.RetryInterval)
+	positive("hold.retry_interval", c.Hold.RetryInterval)
 	if c.Hold.FreshWithin < 0 {
-		add("hold.freshWithin", "must not be negative, got %s", c.Hold.FreshWithin)
+		add("hold.fresh_within", "must not be negative, got %s", c.Hold.FreshWithin)
 	}
 
 	for i, p := range c.Cache.KeepPrefixes {
 		if strings.TrimSpace(p) == "" {
-			add(fmt.Sprintf("cache.keepPrefixes[%d]", i), "must not be empty")
+			add(fmt.Sprintf("cache.keep_prefixes[%d]", i), "must not be empty")
 		}
 	}
 	if len(c.Cache.SandboxVersions) == 0 {
-		add("cache.sandboxVersions", "must list at least one version")
+		add("cache.sandbox_versions", "must list at least one version")
 	}
 	for i, v := range c.Cache.SandboxVersions {
 		if strings.TrimSpace(v) == "" {
-			add(fmt.Sprintf("cache.sandboxVersions[%d]", i), "must not be empty")
+			add(fmt.Sprintf("cache.sandbox_versions[%d]", i), "must not be empty")
 		}
 	}
 	if c.Cache.TombstoneTTL < 0 {
-		add("cache.tombstoneTTL", "must not be negative, got %s", c.Cache.TombstoneTTL)
+		add("cache.tombstone_ttl", "must not be negative, got %s", c.Cache.TombstoneTTL)
 	}
-	atLeast("cache.tombstoneMax", c.Cache.TombstoneMax, 0)
-	positive("cache.syncTimeout", c.Cache.SyncTimeout)
-	atLeast("cache.diagnoseQueue", c.Cache.DiagnoseQueue, 1)
+	atLeast("cache.tombstone_max", c.Cache.TombstoneMax, 0)
+	positive("cache.sync_timeout", c.Cache.SyncTimeout)
+	atLeast("cache.diagnose_queue", c.Cache.DiagnoseQueue, 1)
 
-	atLeast("ship.batchSize", c.Ship.BatchSize, 1)
-	atLeast("ship.maxBatchBytes", c.Ship.MaxBatchBytes, 64<<10)
-	positive("ship.flushInterval", c.Ship.FlushInterval)
-	atLeast("ship.maxInFlight", c.Ship.MaxInFlight, 1)
-	positive("ship.backoffInitial", c.Ship.BackoffInitial)
+	atLeast("ship.batch_size", c.Ship.BatchSize, 1)
+	atLeast("ship.max_batch_bytes", c.Ship.MaxBatchBytes, 64<<10)
+	positive("ship.flush_interval", c.Ship.FlushInterval)
+	atLeast("ship.max_in_flight", c.Ship.MaxInFlight, 1)
+	positive("ship.backoff_initial", c.Ship.BackoffInitial)
 	if c.Ship.BackoffMax < c.Ship.BackoffInitial {
-		add("ship.backoffMax", "must be at least ship.backoffInitial (%s), got %s", c.Ship.BackoffInitial, c.Ship.BackoffMax)
+		add("ship.backoff_max", "must be at least ship.backoff_initial (%s), got %s", c.Ship.BackoffInitial, c.Ship.BackoffMax)
 	}
-	positive("ship.ackTimeout", c.Ship.AckTimeout)
+	positive("ship.ack_timeout", c.Ship.AckTimeout)
 
 	if le := c.LeaderElection; le.Enabled {
 		if le.Namespace == "" {
-			add("leaderElection.namespace", "must be set when leader election is enabled")
+			add("leader_election.namespace", "must be set when leader election is enabled")
 		}
 		if le.Name == "" {
-			add("leaderElection.name", "must be set when leader election is enabled")
+			add("leader_election.name", "must be set when leader election is enabled")
 		}
-		positive("leaderElection.leaseDuration", le.LeaseDuration)
-		positive("leaderElection.renewDeadline", le.RenewDeadline)
-		positive("leaderElection.retryPeriod", le.RetryPeriod)
+		positive("leader_election.lease_duration", le.LeaseDuration)
+		positive("leader_election.renew_deadline", le.RenewDeadline)
+		positive("leader_election.retry_period", le.RetryPeriod)
 		if le.LeaseDuration <= le.RenewDeadline {
-			add("leaderElection.leaseDuration", "must be greater than renewDeadline (%s), got %s", le.RenewDeadline, le.LeaseDuration)
+			add("leader_election.lease_duration", "must be greater than renew_deadline (%s), got %s", le.RenewDeadline, le.LeaseDuration)
 		}
 		if le.RenewDeadline <= le.RetryPeriod {
-			add("leaderElection.renewDeadline", "must be greater than retryPeriod (%s), got %s", le.RetryPeriod, le.RenewDeadline)
+			add("leader_election.renew_deadline", "must be greater than retry_period (%s), got %s", le.RetryPeriod, le.RenewDeadline)
 		}
 	}
 

@@ -384,13 +384,13 @@ func TestLeaderFailover(t *testing.T) {
 	dir := t.TempDir()
 	col := startCollector(t, dir)
 	cfgPath := filepath.Join(dir, "agent.yaml")
-	if err := os.WriteFile(cfgPath, []byte(`leaderElection:
+	if err := os.WriteFile(cfgPath, []byte(`leader_election:
   enabled: true
   namespace: eventpipe
   name: eventpipe-agent-failover
-  leaseDuration: 4s
-  renewDeadline: 3s
-  retryPeriod: 500ms
+  lease_duration: 4s
+  renew_deadline: 3s
+  retry_period: 500ms
 `), 0o600); err != nil {
 		t.Fatal(err)
 	}

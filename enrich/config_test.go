@@ -37,17 +37,17 @@ func TestConfigYAML(t *testing.T) {
 	}
 	tests := map[string][]string{
 		"testdata/config/limits.bad.yaml": {
-			"maxMessageBytes: must be at least 30, got 10",
-			"persistentAfter: must be at least 1, got 0",
-			"persistentWindow: must be positive, got -1m0s",
-			"trackerCapacity: must be at least 1, got 0",
+			"max_message_bytes: must be at least 30, got 10",
+			"persistent_after: must be at least 1, got 0",
+			"persistent_window: must be positive, got -1m0s",
+			"tracker_capacity: must be at least 1, got 0",
 		},
 		"testdata/config/rules.bad.yaml": {
-			"rules.sandboxIDKeys: must list at least one key",
-			"rules.workspaceKeys[0]: must not be empty",
-			"rules.sandboxKind: must not be empty",
-			"rules.sharedSeparator: must not be empty when rules.sharedNamespaces is set",
-			"rules.progressContainer: must not be empty",
+			"rules.sandbox_id_keys: must list at least one key",
+			"rules.workspace_keys[0]: must not be empty",
+			"rules.sandbox_kind: must not be empty",
+			"rules.shared_separator: must not be empty when rules.shared_namespaces is set",
+			"rules.progress_container: must not be empty",
 		},
 	}
 	for path, want := range tests {

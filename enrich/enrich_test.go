@@ -559,7 +559,7 @@ func TestConfigValidate(t *testing.T) {
 	if err == nil {
 		t.Fatal("invalid config accepted")
 	}
-	for _, path := range []string{"maxMessageBytes:", "persistentAfter:", "persistentWindow:", "trackerCapacity:", "rules.sandboxIDKeys[0]:", "rules.sandboxKind:", "rules.progressContainer:"} {
+	for _, path := range []string{"max_message_bytes:", "persistent_after:", "persistent_window:", "tracker_capacity:", "rules.sandbox_id_keys[0]:", "rules.sandbox_kind:", "rules.progress_container:"} {
 		if !strings.Contains(err.Error(), path) {
 			t.Errorf("error does not report %s: %v", path, err)
 		}

@@ -36,14 +36,14 @@ func runAgent(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 		collector   = fs.String("collector", "", "collector Ingest address host:port (collector.address)")
 		cluster     = fs.String("cluster", "", "cluster name stamped on every occurrence (cluster)")
 		insecure    = fs.Bool("collector-insecure", false, "plaintext gRPC to the collector (collector.insecure)")
-		caFile      = fs.String("collector-ca", "", "CA bundle to verify the collector (collector.caFile)")
-		certFile    = fs.String("collector-cert", "", "client certificate for mTLS (collector.certFile)")
-		keyFile     = fs.String("collector-key", "", "client key for mTLS (collector.keyFile)")
-		tokenFile   = fs.String("collector-token-file", "", "bearer token file for the collector (collector.tokenFile)")
-		serverName  = fs.String("collector-server-name", "", "TLS server name of the collector (collector.serverName)")
-		leaderElect = fs.Bool("leader-elect", true, "campaign for a Lease; only the leader watches (leaderElection.enabled)")
-		leaseNS     = fs.String("lease-namespace", "", "namespace of the Lease (leaderElection.namespace)")
-		leaseName   = fs.String("lease-name", "", "name of the Lease (leaderElection.name)")
+		caFile      = fs.String("collector-ca", "", "CA bundle to verify the collector (collector.ca_file)")
+		certFile    = fs.String("collector-cert", "", "client certificate for mTLS (collector.cert_file)")
+		keyFile     = fs.String("collector-key", "", "client key for mTLS (collector.key_file)")
+		tokenFile   = fs.String("collector-token-file", "", "bearer token file for the collector (collector.token_file)")
+		serverName  = fs.String("collector-server-name", "", "TLS server name of the collector (collector.server_name)")
+		leaderElect = fs.Bool("leader-elect", true, "campaign for a Lease; only the leader watches (leader_election.enabled)")
+		leaseNS     = fs.String("lease-namespace", "", "namespace of the Lease (leader_election.namespace)")
+		leaseName   = fs.String("lease-name", "", "name of the Lease (leader_election.name)")
 		identity    = fs.String("identity", "", "leader-election identity (default hostname_pid)")
 		listen      = fs.String("listen", "", "address for /metrics, /healthz, /readyz (http.listen; default :9464)")
 		logLevel    = fs.String("log-level", "info", "debug, info, warn or error")
@@ -154,7 +154,7 @@ func runAgent(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 			}
 		}()
 	}
-	logger.Info("agent starting", "cluster", cfg.Cluster, "collector", cfg.Collector.Address, "leaderElection", cfg.LeaderElection.Enabled)
+	logger.Info("agent starting", "cluster", cfg.Cluster, "collector", cfg.Collector.Address, "leader_election", cfg.LeaderElection.Enabled)
 	if err := a.Run(ctx); err != nil {
 		logger.Error("agent stopped with an error", "err", err)
 		return 1

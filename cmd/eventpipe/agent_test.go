@@ -24,7 +24,7 @@ current-context: x
 		t.Fatal(err)
 	}
 	bad := filepath.Join(dir, "bad.yaml")
-	if err := os.WriteFile(bad, []byte("ship:\n  batchSize: 0\nhold:\n  maxAge: -1s\n"), 0o600); err != nil {
+	if err := os.WriteFile(bad, []byte("ship:\n  batch_size: 0\nhold:\n  max_age: -1s\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	cases := []struct {
@@ -36,7 +36,7 @@ current-context: x
 		{"no cluster, no collector", []string{"--kubeconfig", kc}, 2,
 			[]string{"cluster: must be set", "collector.address: must be set"}},
 		{"bad file", []string{"--kubeconfig", kc, "--config", bad, "--cluster", "c", "--collector", "h:1"}, 2,
-			[]string{"ship.batchSize: must be at least 1, got 0", "hold.maxAge: must not be negative"}},
+			[]string{"ship.batch_size: must be at least 1, got 0", "hold.max_age: must not be negative"}},
 		{"unknown key", []string{"--config", writeFile(t, dir, "unknown.yaml", "colector: {}\n")}, 2,
 			[]string{"field colector not found"}},
 		{"missing kubeconfig", []string{"--kubeconfig", filepath.Join(dir, "none"), "--cluster", "c", "--collector", "h:1", "--collector-insecure"}, 2,

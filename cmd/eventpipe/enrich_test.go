@@ -184,7 +184,7 @@ func TestEnrichFlags(t *testing.T) {
 	if code, _, _ := runEnrichCmd(t, "", "--no-such-flag"); code != 2 {
 		t.Fatal("unknown flag accepted")
 	}
-	if code, _, stderr := runEnrichCmd(t, "", "--persistent-after", "0"); code != 2 || !strings.Contains(stderr, "persistentAfter") {
+	if code, _, stderr := runEnrichCmd(t, "", "--persistent-after", "0"); code != 2 || !strings.Contains(stderr, "persistent_after") {
 		t.Fatalf("invalid config accepted: %d %s", code, stderr)
 	}
 	if code, _, _ := runEnrichCmd(t, "", "--help"); code != 0 {
