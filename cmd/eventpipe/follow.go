@@ -46,7 +46,7 @@ they arrive, one line each in the 'openshell logs' style:
   [<secs>.<ms>] [<source>] [<level>] [<role>/<container> or <kind>/<name>] <message> k=v ...
 
 source is kubelet, sched (the scheduler) or k8s (any other component); level
-is WARN for Warning events, else INFO. An image that cannot be pulled leads
+is WARN for Warning events and image-pull failures, else INFO. An image that cannot be pulled leads
 with which image and why (the kubelet's full message is in -o json):
 
   [1793268638.250] [kubelet] [WARN ] [workload/workspace-init] workload image docker.io/library/busybox:0.0.0-does-not-exist: not_found (docker.io/library/busybox:0.0.0-does-not-exist: not found) reason=Failed image=docker.io/library/busybox:0.0.0-does-not-exist pull=not_found disposition=retrying cursor=3
@@ -526,7 +526,7 @@ func formatFollowLine(m *eventpipev1.FollowResponse, withSandbox bool) string {
 		t = o.GetObservedAt().AsTime()
 	}
 	ms := t.UnixMilli()
-	fmt.Fprintf(&b, "[%d.%03d] [%-7s] [%-5s] [%s] ", ms/1000, ms%1000, followSource(o.GetReportingComponent()), followLevel(o.GetType()), followTarget(o))
+	fmt.Fprintf(&b, "[%d.%03d] [%-7s] [%-5s] [%s] ", ms/1000, ms%1000, followSource(o.GetReportingComponent()), followLevel(o), followTarget(o))
 	if pf := o.GetPullFailure(); pf != nil {
 		img := pf.GetImage()
 		if img == "" {
@@ -608,8 +608,11 @@ func isPlainWord(s string) bool {
 	return true
 }
 
-func followLevel(typ string) string {
-	if typ == "Warning" {
+// followLevel is WARN for Warning events and for any image-pull failure:
+// kubelet reports "Back-off pulling image" as a Normal event, yet it is the
+// line that explains why the sandbox is stuck.
+func followLevel(o *eventpipev1.Occurrence) string {
+	if o.GetType() == "Warning" || o.GetPullFailure() != nil {
 		return "WARN"
 	}
 	return "INFO"

@@ -284,7 +284,7 @@ const (
 	wantLine1 = `[1793268636.000] [sched  ] [INFO ] [pod/img-missing] Successfully assigned openshell-openshell-repro/img-missing to koinon-osrepro-control-plane reason=Scheduled cursor=1`
 	wantLine2 = `[1793268637.120] [kubelet] [INFO ] [workload/workspace-init] Pulling image "docker.io/library/busybox:0.0.0-does-not-exist" reason=Pulling image=docker.io/library/busybox:0.0.0-does-not-exist cursor=2`
 	wantLine3 = `[1793268638.250] [kubelet] [WARN ] [workload/workspace-init] workload image docker.io/library/busybox:0.0.0-does-not-exist: not_found (docker.io/library/busybox:0.0.0-does-not-exist: not found) reason=Failed image=docker.io/library/busybox:0.0.0-does-not-exist pull=not_found disposition=retrying cursor=3`
-	wantLine6 = `[1793268652.000] [kubelet] [INFO ] [workload/workspace-init] workload image docker.io/library/busybox:0.0.0-does-not-exist: not_found (docker.io/library/busybox:0.0.0-does-not-exist: not found) reason=BackOff image=docker.io/library/busybox:0.0.0-does-not-exist pull=not_found disposition=retrying count=4 cursor=6`
+	wantLine6 = `[1793268652.000] [kubelet] [WARN ] [workload/workspace-init] workload image docker.io/library/busybox:0.0.0-does-not-exist: not_found (docker.io/library/busybox:0.0.0-does-not-exist: not found) reason=BackOff image=docker.io/library/busybox:0.0.0-does-not-exist pull=not_found disposition=retrying count=4 cursor=6`
 )
 
 func lines(ls ...string) string {
@@ -511,7 +511,7 @@ func TestFollowCommandLiveReconnectInterrupt(t *testing.T) {
 	live := withPull(fOcc(7, 26*time.Second, "Normal", "BackOff", "kubelet", "workspace-init", `Back-off pulling image "`+fImage+`"`), 5, 5)
 	live.PullFailure.Disposition = eventpipev1.DispositionPersistent
 	f.ingest(t, 2, "4480", live)
-	wantLive := `[1793268662.000] [kubelet] [INFO ] [workload/workspace-init] workload image docker.io/library/busybox:0.0.0-does-not-exist: not_found (docker.io/library/busybox:0.0.0-does-not-exist: not found) reason=BackOff image=docker.io/library/busybox:0.0.0-does-not-exist pull=not_found disposition=persistent count=5 cursor=7`
+	wantLive := `[1793268662.000] [kubelet] [WARN ] [workload/workspace-init] workload image docker.io/library/busybox:0.0.0-does-not-exist: not_found (docker.io/library/busybox:0.0.0-does-not-exist: not found) reason=BackOff image=docker.io/library/busybox:0.0.0-does-not-exist pull=not_found disposition=persistent count=5 cursor=7`
 	waitFor(t, &out, wantLive)
 
 	// Restart the collector on the same address and data directory.
