@@ -67,3 +67,11 @@ fmt:
 
 clean:
 	rm -rf $(BIN)
+
+## bench-agent / bench-collector: the end-to-end harnesses (see bench/*.md).
+.PHONY: bench-agent bench-collector
+bench-agent: tools
+	$(GO) run ./bench/agent $(ARGS)
+
+bench-collector:
+	$(GO) run ./bench/collector $(ARGS)
