@@ -1,0 +1,606 @@
+// Command sinks-bench measures the Kafka and Loki sinks following the
+// collector's durable log, alone and both together, the way the collector
+// runs them: a real collector/store (fsync on, temp dir) is filled with N
+// realistic occurrences (sinktest.Generator), then one sinks.Runner per sink
+// reads the same log through its own persisted cursor and pushes into a real
+// server on loopback:
+//
+//   - Kafka: an in-process kfake broker (in-memory, 6 partitions), the sink
+//     with acks=all and snappy;
+//   - Loki: a VictoriaLogs child process (the Loki push API, protobuf +
+//     snappy), its data in the temp dir.
+//
+// Each run gets a fresh broker and a fresh VictoriaLogs, so the delivery
+// check is exact: after the runners reach the head, the topic must hold N
+// records and VictoriaLogs must count N entries.
+//
+// Per sink it prints records/s from the runners' start until that sink's
+// cursor reached the head; per run the CPU time of this process (runners,
+// sinks, store reads, and the kfake broker, which runs in-process) and of the
+// VictoriaLogs child (from /proc/<pid>/stat), per occurrence delivered.
+// Mode "read" runs one runner whose push discards: what reading and decoding
+// the log costs each sink before its own encoding.
+//
+//	go run ./bench/sinks                               # 200,000 occurrences, batches 100,500,1000
+//	go run ./bench/sinks -occurrences 50000 -batches 500 -modes both
+//	go run ./bench/sinks -batches 1000 -cpuprofile /tmp/sinks.prof
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	segkafka "github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/eventpipe/eventpipe/collector/store"
+	"github.com/eventpipe/eventpipe/sinks"
+	"github.com/eventpipe/eventpipe/sinks/kafka"
+	"github.com/eventpipe/eventpipe/sinks/loki"
+	"github.com/eventpipe/eventpipe/sinks/sinktest"
+	"github.com/eventpipe/eventpipe/testenv/victorialogs"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "sinks-bench:", err)
+		os.Exit(1)
+	}
+}
+
+type options struct {
+	occurrences int
+	sandboxes   int
+	appendBatch int
+	partitions  int
+	batches     []int
+	modes       []string
+	maxWait     time.Duration
+	timeout     time.Duration
+	dir         string
+}
+
+func run() error {
+	var o options
+	var batches, modes string
+	flag.IntVar(&o.occurrences, "occurrences", 200_000, "occurrences in the log (each run delivers all of them)")
+	flag.IntVar(&o.sandboxes, "sandboxes", 200, "distinct sandboxes the generator spreads events over")
+	flag.IntVar(&o.appendBatch, "append-batch", 500, "occurrences per store.Append while filling the log")
+	flag.IntVar(&o.partitions, "partitions", 6, "partitions of the Kafka topic")
+	flag.StringVar(&batches, "batches", "100,500,1000", "runner batch.max_records to measure (comma-separated)")
+	flag.StringVar(&modes, "modes", "both,kafka,loki,read", "which sinks run in each measurement: both, kafka, loki, or read (a runner whose push discards: the log read + runner cost alone)")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the measurements (not the fill) to this file")
+	flag.DurationVar(&o.maxWait, "max-wait", 50*time.Millisecond, "runner batch.max_wait")
+	flag.DurationVar(&o.timeout, "timeout", 10*time.Minute, "give up on one run after this long")
+	flag.StringVar(&o.dir, "dir", "", "work directory (default: a new temp dir, removed after)")
+	flag.Parse()
+	for _, s := range strings.Split(batches, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n <= 0 || n > sinks.MaxBatchRecords {
+			return fmt.Errorf("-batches: bad value %q", s)
+		}
+		o.batches = append(o.batches, n)
+	}
+	for _, m := range strings.Split(modes, ",") {
+		m = strings.TrimSpace(m)
+		if m != "both" && m != "kafka" && m != "loki" && m != "read" {
+			return fmt.Errorf("-modes: bad value %q (both, kafka, loki, read)", m)
+		}
+		o.modes = append(o.modes, m)
+	}
+	if o.occurrences <= 0 {
+		return errors.New("-occurrences must be positive")
+	}
+
+	dir := o.dir
+	if dir == "" {
+		d, err := os.MkdirTemp("", "sinks-bench-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(d)
+		dir = d
+	}
+	vlBin, err := victorialogs.Binary()
+	if err != nil {
+		return fmt.Errorf("victoria-logs binary: %w", err)
+	}
+
+	host, _ := os.Hostname()
+	fmt.Printf("machine: %s, %d CPUs, %s %s/%s\n", host, runtime.NumCPU(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	fmt.Printf("start: %s, load %s\n", time.Now().UTC().Format(time.DateTime), loadavg())
+
+	st, err := store.Open(storeConfig(filepath.Join(dir, "log")), nil, nil)
+	if err != nil {
+		return fmt.Errorf("open store: %w", err)
+	}
+	defer st.Close()
+	if err := fill(st, o); err != nil {
+		return err
+	}
+	_, head := st.Bounds()
+	if head != uint64(o.occurrences) {
+		return fmt.Errorf("log head is %d, want %d", head, o.occurrences)
+	}
+
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	fmt.Printf("\n%-6s %-5s %-6s %12s %10s %12s %12s %12s %12s %s\n",
+		"batch", "mode", "sink", "occ/s", "seconds", "proc-cpu-s", "vl-cpu-s", "proc-µs/occ", "vl-µs/occ", "load (1m, before → after)")
+	var failures []string
+	for _, b := range o.batches {
+		for _, m := range o.modes {
+			res, err := measure(st, vlBin, dir, o, b, m)
+			if err != nil {
+				failures = append(failures, fmt.Sprintf("batch %d %s: %v", b, m, err))
+				fmt.Printf("%-6d %-5s FAILED: %v\n", b, m, err)
+				continue
+			}
+			res.print()
+		}
+	}
+	fmt.Printf("\nend: %s, load %s\n", time.Now().UTC().Format(time.DateTime), loadavg())
+	if len(failures) > 0 {
+		return fmt.Errorf("%d runs failed:\n  %s", len(failures), strings.Join(failures, "\n  "))
+	}
+	return nil
+}
+
+func storeConfig(dir string) store.Config {
+	c := store.NewDefaultConfig()
+	c.Dir = dir
+	c.Fsync = true
+	return c
+}
+
+// fill appends the generated occurrences the way the collector does (one
+// Append per agent batch, fsync per group commit). Timestamps are moved so
+// the last occurrence is now: Loki refuses old samples, and the sink would
+// otherwise re-stamp them (a different path from steady operation).
+func fill(st *store.Store, o options) error {
+	g := sinktest.NewGenerator(53, "sinks-bench-")
+	g.Sandboxes = o.sandboxes
+	occs := g.Batch(o.occurrences)
+	shift := time.Since(occs[len(occs)-1].GetOccurredAt().AsTime())
+	var bytes int
+	for _, oc := range occs {
+		oc.OccurredAt = timestamppb.New(oc.GetOccurredAt().AsTime().Add(shift))
+		bytes += len(oc.GetMessage())
+	}
+	start := time.Now()
+	for i := 0; i < len(occs); i += o.appendBatch {
+		end := min(i+o.appendBatch, len(occs))
+		res, err := st.Append(context.Background(), "bench", "events", strconv.Itoa(end), occs[i:end])
+		if err != nil {
+			return fmt.Errorf("append: %w", err)
+		}
+		if res.Stored != end-i {
+			return fmt.Errorf("append: stored %d of %d (duplicates %d)", res.Stored, end-i, res.Duplicates)
+		}
+	}
+	el := time.Since(start)
+	fmt.Printf("log: %d occurrences (%d sandboxes, mean message %d bytes) appended in batches of %d with fsync in %.1fs (%.0f/s)\n",
+		len(occs), o.sandboxes, bytes/len(occs), o.appendBatch, el.Seconds(), float64(len(occs))/el.Seconds())
+	return nil
+}
+
+type sinkResult struct {
+	name    string
+	elapsed time.Duration
+	status  sinks.Status
+}
+
+type result struct {
+	batch              int
+	mode               string
+	n                  int
+	sinks              []sinkResult
+	procCPU, vlCPU     time.Duration
+	loadBefore, loadAt string
+}
+
+func (r result) print() {
+	delivered := float64(r.n * len(r.sinks))
+	for _, s := range r.sinks {
+		fmt.Printf("%-6d %-5s %-6s %12.0f %10.2f %12.2f %12s %12.1f %12s %s → %s\n",
+			r.batch, r.mode, s.name, float64(r.n)/s.elapsed.Seconds(), s.elapsed.Seconds(),
+			r.procCPU.Seconds(), vlCol(r.vlCPU.Seconds(), "%.2f", r.mode),
+			float64(r.procCPU.Microseconds())/delivered, vlCol(float64(r.vlCPU.Microseconds())/float64(r.n), "%.1f", r.mode),
+			r.loadBefore, r.loadAt)
+	}
+}
+
+func vlCol(v float64, format, mode string) string {
+	if mode != "both" && mode != "loki" {
+		return "-"
+	}
+	return fmt.Sprintf(format, v)
+}
+
+// measure runs the sinks of one mode from the head of the log: fresh
+// destinations, fresh cursors, every record delivered, then checked.
+func measure(st *store.Store, vlBin, dir string, o options, batch int, mode string) (result, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
+	defer cancel()
+	res := result{batch: batch, mode: mode, n: o.occurrences}
+	runKafka, runLoki := mode == "both" || mode == "kafka", mode == "both" || mode == "loki"
+	tag := fmt.Sprintf("b%d-%s", batch, mode)
+
+	type started struct {
+		name   string
+		runner *sinks.Runner
+		verify func(context.Context) (int, error)
+		close  func()
+	}
+	var ss []started
+	defer func() {
+		for _, s := range ss {
+			s.close()
+		}
+	}()
+
+	// Destinations first (the VictoriaLogs child runs for every mode, so
+	// the machine is the same in each; it is idle when only Kafka runs).
+	vl, err := startVL(vlBin, filepath.Join(dir, "vl-"+tag))
+	if err != nil {
+		return res, err
+	}
+	defer vl.stop()
+	if runKafka {
+		br, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(0), kfake.AllowAutoTopicCreation())
+		if err != nil {
+			return res, fmt.Errorf("kfake: %w", err)
+		}
+		addr := br.ListenAddrs()[0]
+		cfg := kafka.NewDefaultConfig()
+		cfg.Brokers = []string{addr}
+		cfg.Topic = "eventpipe-bench"
+		cfg.Compression = kafka.CompressionSnappy
+		cfg.CreateTopic = kafka.CreateTopicConfig{Enabled: true, Partitions: o.partitions, ReplicationFactor: 1}
+		ks, err := kafka.New(cfg, nil, nil)
+		if err != nil {
+			br.Close()
+			return res, fmt.Errorf("kafka sink: %w", err)
+		}
+		r, err := newRunner(st, "kafka-"+tag, batch, o.maxWait, ks)
+		if err != nil {
+			_ = ks.Close()
+			br.Close()
+			return res, err
+		}
+		ss = append(ss, started{name: "kafka", runner: r,
+			verify: func(ctx context.Context) (int, error) { return countTopic(ctx, addr, cfg.Topic) },
+			close:  func() { _ = ks.Close(); br.Close() }})
+	}
+	if mode == "read" {
+		r, err := newRunner(st, "read-"+tag, batch, o.maxWait, discard{})
+		if err != nil {
+			return res, err
+		}
+		ss = append(ss, started{name: "read", runner: r,
+			verify: func(context.Context) (int, error) { return o.occurrences, nil }, close: func() {}})
+	}
+	if runLoki {
+		cfg := loki.NewDefaultConfig()
+		cfg.URL = vl.url() + "/insert/loki/api/v1/push"
+		cfg.Encoding = loki.EncodingProtobuf
+		cfg.QueryParams = map[string]string{"disable_message_parsing": "1"}
+		ls, err := loki.New(cfg, nil, nil)
+		if err != nil {
+			return res, fmt.Errorf("loki sink: %w", err)
+		}
+		r, err := newRunner(st, "loki-"+tag, batch, o.maxWait, ls)
+		if err != nil {
+			_ = ls.Close()
+			return res, err
+		}
+		ss = append(ss, started{name: "loki", runner: r, verify: vl.count, close: func() { _ = ls.Close() }})
+	}
+
+	runtime.GC()
+	res.loadBefore = loadavg1()
+	var wg sync.WaitGroup
+	rctx, stop := context.WithCancel(ctx)
+	defer stop()
+	errs := make([]error, len(ss))
+	start, cpu0, vl0 := time.Now(), cpuTime(), vl.cpuTime()
+	for i, s := range ss {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[i] = s.runner.Run(rctx) }()
+	}
+	done := make([]time.Duration, len(ss))
+	for left := len(ss); left > 0; {
+		if ctx.Err() != nil {
+			stop()
+			wg.Wait()
+			rs := make([]*sinks.Runner, len(ss))
+			for i, s := range ss {
+				rs[i] = s.runner
+			}
+			return res, fmt.Errorf("timed out: %s", statuses(rs))
+		}
+		for i, s := range ss {
+			if done[i] == 0 && s.runner.Status().Cursor >= uint64(o.occurrences) {
+				done[i] = time.Since(start)
+				left--
+			}
+		}
+		time.Sleep(500 * time.Microsecond)
+	}
+	res.procCPU, res.vlCPU = cpuTime()-cpu0, vl.cpuTime()-vl0
+	res.loadAt = loadavg1()
+	stop()
+	wg.Wait()
+	for i, s := range ss {
+		if errs[i] != nil {
+			return res, fmt.Errorf("%s runner: %w", s.name, errs[i])
+		}
+		stt := s.runner.Status()
+		if stt.Sent != uint64(o.occurrences) || stt.Failed != 0 || stt.Lost != 0 {
+			return res, fmt.Errorf("%s: status %+v", s.name, stt)
+		}
+		got, err := s.verify(ctx)
+		if err != nil {
+			return res, fmt.Errorf("%s: verify: %w", s.name, err)
+		}
+		if got != o.occurrences {
+			return res, fmt.Errorf("%s: destination holds %d records, want %d", s.name, got, o.occurrences)
+		}
+		res.sinks = append(res.sinks, sinkResult{name: s.name, elapsed: done[i], status: stt})
+	}
+	return res, nil
+}
+
+// discard is a Pusher that delivers nothing: with it a runner measures the
+// log read (segment read, CRC, record decode) and the runner's own work.
+type discard struct{}
+
+func (discard) Push(context.Context, []sinks.Record) error { return nil }
+
+func statuses(rs []*sinks.Runner) string {
+	var b strings.Builder
+	for _, r := range rs {
+		s := r.Status()
+		fmt.Fprintf(&b, "[%s cursor %d sent %d err %q] ", s.Name, s.Cursor, s.Sent, s.LastError)
+	}
+	return b.String()
+}
+
+func newRunner(st *store.Store, name string, batch int, maxWait time.Duration, p sinks.Pusher) (*sinks.Runner, error) {
+	cur, err := st.Cursor(name)
+	if err != nil {
+		return nil, fmt.Errorf("cursor %s: %w", name, err)
+	}
+	rc := sinks.NewDefaultRunnerConfig(name)
+	rc.Batch.MaxRecords = batch
+	rc.Batch.MaxWait = maxWait
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	r, err := sinks.NewRunner(rc, p, st, cur, logger, nil)
+	if err != nil {
+		return nil, fmt.Errorf("runner %s: %w", name, err)
+	}
+	return r, nil
+}
+
+// countTopic sums, over the topic's partitions, the offsets between the
+// first and the end: the number of records the broker holds.
+func countTopic(ctx context.Context, addr, topic string) (int, error) {
+	d := &segkafka.Dialer{Timeout: 5 * time.Second}
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return 0, err
+	}
+	parts, err := conn.ReadPartitions(topic)
+	conn.Close()
+	if err != nil {
+		return 0, err
+	}
+	total := 0
+	for _, p := range parts {
+		lc, err := d.DialLeader(ctx, "tcp", addr, topic, p.ID)
+		if err != nil {
+			return 0, err
+		}
+		first, last, err := lc.ReadOffsets()
+		lc.Close()
+		if err != nil {
+			return 0, fmt.Errorf("partition %d: %w", p.ID, err)
+		}
+		total += int(last - first)
+	}
+	return total, nil
+}
+
+// vlProc is a victoria-logs child on a loopback port, started with the same
+// flags as testenv/victorialogs (whose Start needs a testing.TB).
+type vlProc struct {
+	addr   string
+	cmd    *exec.Cmd
+	exited chan struct{}
+	log    *os.File
+}
+
+func startVL(bin, dir string) (*vlProc, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	lf, err := os.Create(filepath.Join(dir, "victoria-logs.log"))
+	if err != nil {
+		return nil, err
+	}
+	var lastErr error
+	for attempt := 0; attempt < 5; attempt++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			lf.Close()
+			return nil, err
+		}
+		addr := l.Addr().String()
+		l.Close()
+		cmd := exec.Command(bin, "-storageDataPath="+filepath.Join(dir, "data"), "-httpListenAddr="+addr,
+			"-loggerLevel=WARN", "-retentionPeriod=100y")
+		cmd.Stdout, cmd.Stderr = lf, lf
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+		if err := cmd.Start(); err != nil {
+			lf.Close()
+			return nil, fmt.Errorf("exec %s: %w", bin, err)
+		}
+		p := &vlProc{addr: addr, cmd: cmd, exited: make(chan struct{}), log: lf}
+		go func() { _ = cmd.Wait(); close(p.exited) }()
+		if lastErr = p.waitHealthy(20 * time.Second); lastErr == nil {
+			return p, nil
+		}
+		p.kill()
+	}
+	lf.Close()
+	return nil, fmt.Errorf("victoria-logs: %w", lastErr)
+}
+
+func (p *vlProc) url() string { return "http://" + p.addr }
+
+func (p *vlProc) waitHealthy(timeout time.Duration) error {
+	c := &http.Client{Timeout: time.Second}
+	deadline := time.Now().Add(timeout)
+	for {
+		select {
+		case <-p.exited:
+			return errors.New("exited early")
+		default:
+		}
+		if resp, err := c.Get(p.url() + "/health"); err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return errors.New("not healthy after " + timeout.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (p *vlProc) kill() {
+	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	<-p.exited
+}
+
+func (p *vlProc) stop() {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+	case <-time.After(10 * time.Second):
+		p.kill()
+	}
+	p.log.Close()
+}
+
+// cpuTime reads utime+stime of the child from /proc/<pid>/stat (clock
+// ticks of 10 ms).
+func (p *vlProc) cpuTime() time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
+	if err != nil {
+		return 0
+	}
+	rest := string(b)
+	if i := strings.LastIndexByte(rest, ')'); i >= 0 {
+		rest = rest[i+1:]
+	}
+	f := strings.Fields(rest)
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	stm, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+stm) * 10 * time.Millisecond
+}
+
+// count flushes and asks VictoriaLogs how many entries it holds.
+func (p *vlProc) count(ctx context.Context) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.url()+"/internal/force_flush", nil)
+	if err != nil {
+		return 0, err
+	}
+	if resp, err := http.DefaultClient.Do(req); err == nil {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	form := url.Values{"query": {"* | stats count() as n"}}
+	req, err = http.NewRequestWithContext(ctx, http.MethodPost, p.url()+"/select/logsql/query", strings.NewReader(form.Encode()))
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if err != nil {
+		return 0, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("count query: status %d: %s", resp.StatusCode, body)
+	}
+	// One JSON line: {"n":"200000"}
+	s := string(body)
+	i := strings.Index(s, `"n":"`)
+	if i < 0 {
+		return 0, fmt.Errorf("count query: unexpected answer %q", s)
+	}
+	s = s[i+5:]
+	return strconv.Atoi(s[:strings.IndexByte(s, '"')])
+}
+
+// cpuTime is this process's user + system CPU time (every thread, GC
+// included).
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+func loadavg1() string { return strings.Fields(loadavg() + " ?")[0] }
