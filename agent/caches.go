@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
+	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
@@ -69,9 +70,18 @@ func newCaches(ctx context.Context, cfg Config, cs kubernetes.Interface, dyn dyn
 		diagnose:   make(chan string, cfg.Cache.DiagnoseQueue),
 	}
 	c.factory = informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithTransform(c.transform))
-	c.pods = c.factory.Core().V1().Pods().Informer()
-	c.pvcs = c.factory.Core().V1().PersistentVolumeClaims().Informer()
-	c.nss = c.factory.Core().V1().Namespaces().Informer()
+	// The factory's own informers index every object by namespace; the
+	// lookups only get by key, so the index would cost a set entry per
+	// cached object for nothing.
+	c.pods = c.factory.InformerFor(&corev1.Pod{}, func(cs kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
+		return coreinformers.NewFilteredPodInformer(cs, metav1.NamespaceAll, resync, cache.Indexers{}, nil)
+	})
+	c.pvcs = c.factory.InformerFor(&corev1.PersistentVolumeClaim{}, func(cs kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
+		return coreinformers.NewFilteredPersistentVolumeClaimInformer(cs, metav1.NamespaceAll, resync, cache.Indexers{}, nil)
+	})
+	c.nss = c.factory.InformerFor(&corev1.Namespace{}, func(cs kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
+		return coreinformers.NewFilteredNamespaceInformer(cs, resync, cache.Indexers{}, nil)
+	})
 
 	gvr, err := discoverSandboxes(disc, cfg.Enrich.Rules.SandboxGroup, cfg.Cache.SandboxVersions)
 	if err != nil {

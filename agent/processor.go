@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"crypto/sha256"
 	"log/slog"
 	"time"
 
@@ -296,36 +297,84 @@ func (c *cursorTracker) done(p *pending) {
 // ---- fingerprints ----
 
 // fingerprints is a bounded two-generation map from Event UID to the
-// fingerprint of its last occurrence: when the young generation is full it
-// becomes the old one and the previous old one is dropped, so memory is
-// bounded and recently seen Events are kept.
+// fingerprint of its last occurrence (count, series count, message).
+//
+// Keys are the UID's 16 bytes (API server UIDs are UUIDs) or, for a UID that
+// is not one, a 128-bit hash of it: the maps then hold no pointers, so the
+// garbage collector does not scan them, and an entry costs about 24 bytes
+// instead of a string header, a 36-byte string and its allocation. A hash
+// collision (2^-128) would at worst make an update look unchanged.
 type fingerprints struct {
 	cap        int
-	young, old map[string]uint64
+	young, old map[uidKey]uint64
 }
+
+type uidKey [16]byte
 
 func newFingerprints(capacity int) *fingerprints {
 	half := max(capacity/2, 1)
-	return &fingerprints{cap: half, young: make(map[string]uint64), old: map[string]uint64{}}
+	return &fingerprints{cap: half, young: make(map[uidKey]uint64), old: map[uidKey]uint64{}}
+}
+
+// keyOf packs a UUID ("8-4-4-4-12" lower-case hex, as the API server writes
+// them) into its 16 bytes, anything else into a 128-bit hash.
+func keyOf(uid string) uidKey {
+	var k uidKey
+	if len(uid) == 36 && uid[8] == '-' && uid[13] == '-' && uid[18] == '-' && uid[23] == '-' {
+		n := 0
+		ok := true
+		for i := 0; i < 36 && ok; i++ {
+			if i == 8 || i == 13 || i == 18 || i == 23 {
+				continue
+			}
+			v, good := unhex(uid[i])
+			ok = good
+			if n%2 == 0 {
+				k[n/2] = v << 4
+			} else {
+				k[n/2] |= v
+			}
+			n++
+		}
+		if ok {
+			return k
+		}
+	}
+	h := sha256.Sum256([]byte(uid))
+	copy(k[:], h[:16])
+	return k
+}
+
+func unhex(c byte) (byte, bool) {
+	switch {
+	case '0' <= c && c <= '9':
+		return c - '0', true
+	case 'a' <= c && c <= 'f':
+		return c - 'a' + 10, true
+	}
+	return 0, false
 }
 
 func (f *fingerprints) get(uid string) (uint64, bool) {
-	if v, ok := f.young[uid]; ok {
+	k := keyOf(uid)
+	if v, ok := f.young[k]; ok {
 		return v, true
 	}
-	v, ok := f.old[uid]
+	v, ok := f.old[k]
 	return v, ok
 }
 
 func (f *fingerprints) put(uid string, fp uint64) {
-	if _, ok := f.young[uid]; !ok && len(f.young) >= f.cap {
-		f.old, f.young = f.young, make(map[string]uint64, f.cap/4)
+	k := keyOf(uid)
+	if _, ok := f.young[k]; !ok && len(f.young) >= f.cap {
+		f.old, f.young = f.young, make(map[uidKey]uint64, f.cap/4)
 	}
-	f.young[uid] = fp
-	delete(f.old, uid)
+	f.young[k] = fp
+	delete(f.old, k)
 }
 
 func (f *fingerprints) forget(uid string) {
-	delete(f.young, uid)
-	delete(f.old, uid)
+	k := keyOf(uid)
+	delete(f.young, k)
+	delete(f.old, k)
 }

@@ -101,6 +101,32 @@ func TestCursorTracker(t *testing.T) {
 	}
 }
 
+func TestFingerprintKeys(t *testing.T) {
+	uids := []string{
+		"0b8f1e5c-3c1a-4f6e-9d2a-7c41b2e9a0f1",
+		"0b8f1e5c-3c1a-4f6e-9d2a-7c41b2e9a0f2", // differs in the last nibble
+		"1b8f1e5c-3c1a-4f6e-9d2a-7c41b2e9a0f1", // and in the first
+		"0B8F1E5C-3C1A-4F6E-9D2A-7C41B2E9A0F1", // upper case: not what the API server writes, hashed
+		"0b8f1e5c-3c1a-4f6e-9d2a-7c41b2e9a0fg", // not hex
+		"0b8f1e5c3c1a4f6e9d2a7c41b2e9a0f1",     // no dashes
+		"a", "b", "",
+	}
+	seen := map[uidKey]string{}
+	for _, u := range uids {
+		k := keyOf(u)
+		if prev, dup := seen[k]; dup {
+			t.Errorf("keyOf(%q) == keyOf(%q)", u, prev)
+		}
+		seen[k] = u
+		if keyOf(u) != k {
+			t.Errorf("keyOf(%q) not stable", u)
+		}
+	}
+	if k := keyOf(uids[0]); k[0] != 0x0b || k[15] != 0xf1 {
+		t.Errorf("UUID not packed into its bytes: %x", k)
+	}
+}
+
 func TestFingerprints(t *testing.T) {
 	f := newFingerprints(4) // two generations of 2
 	f.put("a", 1)

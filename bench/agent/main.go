@@ -55,14 +55,23 @@ var (
 	workers    = flag.Int("workers", 16, "client goroutines writing Events")
 	keep       = flag.Bool("keep", false, "keep the work directory")
 	profileDir = flag.String("profiles", "", "write each agent's CPU and heap profiles into this directory")
+	agentEnv   = flag.String("agent-env", "", "extra environment for the agent child, comma-separated KEY=VALUE (e.g. GOGC=200,GOMEMLIMIT=48MiB); default none, so the agent runs with Go's and its own defaults")
+	builds     = flag.String("builds", "full,agentonly", "which eventpipe binaries to measure, comma-separated: full (go build ./cmd/eventpipe) and/or agentonly (go build -tags agentonly ./cmd/eventpipe)")
 )
+
+// binary is one build of cmd/eventpipe the runs measure.
+type binary struct {
+	name string // "full" or "agentonly"
+	path string
+	size int64
+}
 
 type env struct {
 	dir     string
 	cluster *kube.Cluster
 	cs      kubernetes.Interface
 	dyn     dynamic.Interface
-	bin     string
+	bins    []binary
 	kcfg    string
 }
 
@@ -81,10 +90,18 @@ func run() error {
 		return err
 	}
 	defer e.cluster.Stop()
-	if e.bin, err = buildEventpipe(dir); err != nil {
-		return err
+	for _, name := range strings.Split(*builds, ",") {
+		b, err := buildEventpipe(dir, strings.TrimSpace(name))
+		if err != nil {
+			return err
+		}
+		e.bins = append(e.bins, b)
 	}
-	fmt.Printf("machine: %d CPUs, %s\n\n", numCPU(), goVersion())
+	fmt.Printf("machine: %d CPUs, %s\n", numCPU(), goVersion())
+	for _, b := range e.bins {
+		fmt.Printf("binary %s: %.1f MB\n", b.name, float64(b.size)/1e6)
+	}
+	fmt.Println()
 
 	if *smallFirst > 0 {
 		if err := e.createEvents(ctx, "backlog", *smallFirst); err != nil {
@@ -121,7 +138,7 @@ func run() error {
 			return err
 		}
 		defer ce.cluster.Stop()
-		ce.bin = e.bin
+		ce.bins = e.bins
 		if err := ce.cacheRun(ctx, *sandboxes); err != nil {
 			return err
 		}
@@ -159,10 +176,20 @@ func newEnv(ctx context.Context, dir string) (*env, error) {
 
 // ---- runs ----
 
-// backlogRun starts an agent (fresh collector, no cursor) with total Events
-// in the apiserver and measures until all are acknowledged.
+// backlogRun starts an agent of each binary (fresh collector, no cursor)
+// with total Events in the apiserver and measures until all are
+// acknowledged.
 func (e *env) backlogRun(ctx context.Context, total int) error {
-	col, err := startCollector(e.dir, fmt.Sprintf("col-backlog-%d", total))
+	for _, b := range e.bins {
+		if err := e.backlogRunWith(ctx, b, total); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (e *env) backlogRunWith(ctx context.Context, b binary, total int) error {
+	col, err := startCollector(e.dir, fmt.Sprintf("col-backlog-%d-%s", total, b.name))
 	if err != nil {
 		return err
 	}
@@ -172,7 +199,7 @@ func (e *env) backlogRun(ctx context.Context, total int) error {
 		return err
 	}
 	start := time.Now()
-	a, err := e.startAgent(fmt.Sprintf("backlog-%d", total), col.c.GRPCAddr(), "bench-backlog")
+	a, err := e.startAgent(b, fmt.Sprintf("backlog-%d", total), col.c.GRPCAddr(), "bench-backlog")
 	if err != nil {
 		return err
 	}
@@ -188,8 +215,8 @@ func (e *env) backlogRun(ctx context.Context, total int) error {
 	watches, _ := a.metric("eventpipe_agent_api_requests_total", `resource="events",verb="watch"`)
 	gets, _ := a.metric("eventpipe_agent_api_requests_total", `resource="events",verb="get"`)
 	after, _ := e.cluster.APIRequestCount(ctx, kube.RequestFilter{Resource: "events"})
-	fmt.Printf("backlog %d Events: all acknowledged in %s; agent CPU %.2f s; RSS peak %.1f MiB, now %.1f MiB = %.1f MiB anonymous + %.1f MiB file-backed (binary); Go heap in use %.1f MiB; requests on events: %v (%v LIST, %v WATCH, %v GET; apiserver_request_total delta over all clients %v)\n",
-		total, elapsed.Round(time.Millisecond), cpu, hwm, rss, anon, file, heap/(1<<20), agentReqs, lists, watches, gets, after-before)
+	fmt.Printf("[%s] backlog %d Events: all acknowledged in %s; agent CPU %.2f s; RSS peak %.1f MiB, now %.1f MiB = %.1f MiB anonymous + %.1f MiB file-backed (binary); Go heap in use %.1f MiB; requests on events: %v (%v LIST, %v WATCH, %v GET; apiserver_request_total delta over all clients %v)\n",
+		b.name, total, elapsed.Round(time.Millisecond), cpu, hwm, rss, anon, file, heap/(1<<20), agentReqs, lists, watches, gets, after-before)
 	return nil
 }
 
@@ -201,7 +228,7 @@ func (e *env) rateRun(ctx context.Context) error {
 		return err
 	}
 	defer col.stop()
-	a, err := e.startAgent("rate", col.c.GRPCAddr(), "bench-rate")
+	a, err := e.startAgent(e.bins[0], "rate", col.c.GRPCAddr(), "bench-rate")
 	if err != nil {
 		return err
 	}
@@ -306,8 +333,8 @@ func (e *env) rateRun(ctx context.Context) error {
 	}
 	pct := func(p float64) time.Duration { return lat[min(len(lat)-1, int(p*float64(len(lat))))] }
 	cpu, hwm, _ := a.usage()
-	fmt.Printf("sustained: %d Events created in %s (%.0f creates/s from %d clients); %d stored; %.0f occurrences/s end to end; create→stored p50 %s p99 %s max %s; agent CPU %.2f s total, peak RSS %.1f MiB\n",
-		len(created), writeEnd.Sub(first).Round(time.Millisecond), float64(len(created))/writeEnd.Sub(first).Seconds(), *workers,
+	fmt.Printf("[%s] sustained: %d Events created in %s (%.0f creates/s from %d clients); %d stored; %.0f occurrences/s end to end; create→stored p50 %s p99 %s max %s; agent CPU %.2f s total, peak RSS %.1f MiB\n",
+		e.bins[0].name, len(created), writeEnd.Sub(first).Round(time.Millisecond), float64(len(created))/writeEnd.Sub(first).Seconds(), *workers,
 		len(lat), float64(len(lat))/last.Sub(first).Seconds(), pct(0.5).Round(time.Millisecond), pct(0.99).Round(time.Millisecond),
 		lat[len(lat)-1].Round(time.Millisecond), cpu, hwm)
 	return nil
@@ -320,7 +347,7 @@ func (e *env) recurrenceRun(ctx context.Context) error {
 		return err
 	}
 	defer col.stop()
-	a, err := e.startAgent("recur", col.c.GRPCAddr(), "bench-recur")
+	a, err := e.startAgent(e.bins[0], "recur", col.c.GRPCAddr(), "bench-recur")
 	if err != nil {
 		return err
 	}
@@ -384,7 +411,7 @@ func (e *env) recurrenceRun(ctx context.Context) error {
 	}
 	time.Sleep(time.Second) // anything extra would show up now
 	n = count()
-	fmt.Printf("recurrences: 200 Events x (1 + 5 bumps): %d occurrences stored (want 1200) in %s\n", n, time.Since(start).Round(time.Millisecond))
+	fmt.Printf("[%s] recurrences: 200 Events x (1 + 5 bumps): %d occurrences stored (want 1200) in %s\n", e.bins[0].name, n, time.Since(start).Round(time.Millisecond))
 	return nil
 }
 
@@ -418,12 +445,21 @@ func (e *env) cacheRun(ctx context.Context, n int) error {
 		return *p
 	}
 	fmt.Printf("cache: created %d sandboxes (%d objects) in %s\n", n, 4*n, time.Since(start).Round(time.Millisecond))
-	col, err := startCollector(e.dir, "col-cache")
+	for _, b := range e.bins {
+		if err := e.cacheRunWith(ctx, b, n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (e *env) cacheRunWith(ctx context.Context, b binary, n int) error {
+	col, err := startCollector(e.dir, "col-cache-"+b.name)
 	if err != nil {
 		return err
 	}
 	defer col.stop()
-	a, err := e.startAgent("cache", col.c.GRPCAddr(), "bench-cache")
+	a, err := e.startAgent(b, "cache", col.c.GRPCAddr(), "bench-cache")
 	if err != nil {
 		return err
 	}
@@ -440,8 +476,8 @@ func (e *env) cacheRun(ctx context.Context, n int) error {
 	_, hwm, rss, anon, file := a.usageDetail()
 	heap, _ := a.metric("go_memstats_heap_inuse_bytes", "")
 	budget := 64 + objs/1024
-	fmt.Printf("cache: %d sandboxes, %.0f cached objects: agent RSS %.1f MiB = %.1f MiB anonymous + %.1f MiB file-backed (peak %.1f MiB); Go heap in use %.1f MiB; budget 64 MiB + 1 KiB/object = %.1f MiB\n",
-		n, objs, rss, anon, file, hwm, heap/(1<<20), budget)
+	fmt.Printf("[%s] cache: %d sandboxes, %.0f cached objects: agent RSS %.1f MiB = %.1f MiB anonymous + %.1f MiB file-backed (peak %.1f MiB); Go heap in use %.1f MiB; budget 64 MiB + 1 KiB/object = %.1f MiB\n",
+		b.name, n, objs, rss, anon, file, hwm, heap/(1<<20), budget)
 	return nil
 }
 
@@ -590,7 +626,8 @@ type agentProc struct {
 	done chan struct{}
 }
 
-func (e *env) startAgent(name, collectorAddr, cluster string) (*agentProc, error) {
+func (e *env) startAgent(b binary, name, collectorAddr, cluster string) (*agentProc, error) {
+	name = name + "-" + b.name
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -607,7 +644,10 @@ func (e *env) startAgent(name, collectorAddr, cluster string) (*agentProc, error
 		args = append(args, "--cpu-profile", filepath.Join(*profileDir, "agent-"+name+".cpu"),
 			"--mem-profile", filepath.Join(*profileDir, "agent-"+name+".heap"))
 	}
-	cmd := exec.Command(e.bin, args...)
+	cmd := exec.Command(b.path, args...)
+	if *agentEnv != "" {
+		cmd.Env = append(os.Environ(), strings.Split(*agentEnv, ",")...)
+	}
 	cmd.Stdout, cmd.Stderr = lf, lf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -636,7 +676,7 @@ func (a *agentProc) usage() (cpu, hwmMiB, rssMiB float64) {
 
 // usageDetail adds the current RSS split into anonymous memory (the heap,
 // stacks: what the agent allocates) and file-backed pages (the mapped
-// 90 MB eventpipe binary, which holds every subcommand).
+// eventpipe binary's code, read-only data and function tables).
 func (a *agentProc) usageDetail() (cpu, hwmMiB, rssMiB, anonMiB, fileMiB float64) {
 	pid := a.cmd.Process.Pid
 	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
@@ -709,18 +749,33 @@ func waitReady(a *agentProc, within time.Duration) error {
 	return fmt.Errorf("agent not ready within %s", within)
 }
 
-func buildEventpipe(dir string) (string, error) {
+// buildEventpipe builds cmd/eventpipe as shipped: "full" is every
+// subcommand, "agentonly" the build tag that leaves out all but the agent.
+func buildEventpipe(dir, name string) (binary, error) {
 	root, err := kube.RepoRoot()
 	if err != nil {
-		return "", err
+		return binary{}, err
 	}
-	bin := filepath.Join(dir, "eventpipe")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/eventpipe")
+	b := binary{name: name, path: filepath.Join(dir, "eventpipe-"+name)}
+	args := []string{"build", "-o", b.path}
+	switch name {
+	case "full":
+	case "agentonly":
+		args = append(args, "-tags", "agentonly")
+	default:
+		return binary{}, fmt.Errorf("unknown build %q (want full or agentonly)", name)
+	}
+	cmd := exec.Command("go", append(args, "./cmd/eventpipe")...)
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build ./cmd/eventpipe: %v\n%s", err, out)
+		return binary{}, fmt.Errorf("go %s ./cmd/eventpipe: %v\n%s", strings.Join(args, " "), err, out)
 	}
-	return bin, nil
+	fi, err := os.Stat(b.path)
+	if err != nil {
+		return binary{}, err
+	}
+	b.size = fi.Size()
+	return b, nil
 }
 
 func agentKubeconfig(c *kube.Cluster, dir string) (string, error) {
