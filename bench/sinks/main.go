@@ -51,6 +51,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
 	"github.com/eventpipe/eventpipe/collector/store"
 	"github.com/eventpipe/eventpipe/sinks"
 	"github.com/eventpipe/eventpipe/sinks/kafka"
@@ -73,6 +74,7 @@ type options struct {
 	partitions  int
 	batches     []int
 	modes       []string
+	ingestRate  int
 	maxWait     time.Duration
 	timeout     time.Duration
 	dir         string
@@ -88,6 +90,7 @@ func run() error {
 	flag.StringVar(&batches, "batches", "100,500,1000", "runner batch.max_records to measure (comma-separated)")
 	flag.StringVar(&modes, "modes", "both,kafka,loki,read", "which sinks run in each measurement: both, kafka, loki, or read (a runner whose push discards: the log read + runner cost alone)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the measurements (not the fill) to this file")
+	flag.IntVar(&o.ingestRate, "ingest-rate", 0, "0: the log is filled first and the sinks drain it; >0: each measurement appends N new occurrences at this rate (occurrences/s, store.Append with fsync) while the sinks follow from the head")
 	flag.DurationVar(&o.maxWait, "max-wait", 50*time.Millisecond, "runner batch.max_wait")
 	flag.DurationVar(&o.timeout, "timeout", 10*time.Minute, "give up on one run after this long")
 	flag.StringVar(&o.dir, "dir", "", "work directory (default: a new temp dir, removed after)")
@@ -133,12 +136,17 @@ func run() error {
 		return fmt.Errorf("open store: %w", err)
 	}
 	defer st.Close()
-	if err := fill(st, o); err != nil {
-		return err
-	}
-	_, head := st.Bounds()
-	if head != uint64(o.occurrences) {
-		return fmt.Errorf("log head is %d, want %d", head, o.occurrences)
+	if o.ingestRate == 0 {
+		if err := fill(st, o); err != nil {
+			return err
+		}
+		_, head := st.Bounds()
+		if head != uint64(o.occurrences) {
+			return fmt.Errorf("log head is %d, want %d", head, o.occurrences)
+		}
+	} else {
+		fmt.Printf("live: each measurement appends %d new occurrences at %d/s (batches of %d, fsync) while the sinks follow\n",
+			o.occurrences, o.ingestRate, o.appendBatch)
 	}
 
 	if *cpuProfile != "" {
@@ -185,24 +193,11 @@ func storeConfig(dir string) store.Config {
 // the last occurrence is now: Loki refuses old samples, and the sink would
 // otherwise re-stamp them (a different path from steady operation).
 func fill(st *store.Store, o options) error {
-	g := sinktest.NewGenerator(53, "sinks-bench-")
-	g.Sandboxes = o.sandboxes
-	occs := g.Batch(o.occurrences)
-	shift := time.Since(occs[len(occs)-1].GetOccurredAt().AsTime())
-	var bytes int
-	for _, oc := range occs {
-		oc.OccurredAt = timestamppb.New(oc.GetOccurredAt().AsTime().Add(shift))
-		bytes += len(oc.GetMessage())
-	}
+	occs, bytes := generate("sinks-bench-", o)
 	start := time.Now()
 	for i := 0; i < len(occs); i += o.appendBatch {
-		end := min(i+o.appendBatch, len(occs))
-		res, err := st.Append(context.Background(), "bench", "events", strconv.Itoa(end), occs[i:end])
-		if err != nil {
-			return fmt.Errorf("append: %w", err)
-		}
-		if res.Stored != end-i {
-			return fmt.Errorf("append: stored %d of %d (duplicates %d)", res.Stored, end-i, res.Duplicates)
+		if err := appendBatch(st, occs, i, o.appendBatch); err != nil {
+			return err
 		}
 	}
 	el := time.Since(start)
@@ -211,10 +206,36 @@ func fill(st *store.Store, o options) error {
 	return nil
 }
 
+func generate(prefix string, o options) ([]*eventpipev1.Occurrence, int) {
+	g := sinktest.NewGenerator(53, prefix)
+	g.Sandboxes = o.sandboxes
+	occs := g.Batch(o.occurrences)
+	shift := time.Since(occs[len(occs)-1].GetOccurredAt().AsTime())
+	var bytes int
+	for _, oc := range occs {
+		oc.OccurredAt = timestamppb.New(oc.GetOccurredAt().AsTime().Add(shift))
+		bytes += len(oc.GetMessage())
+	}
+	return occs, bytes
+}
+
+func appendBatch(st *store.Store, occs []*eventpipev1.Occurrence, i, n int) error {
+	end := min(i+n, len(occs))
+	res, err := st.Append(context.Background(), "bench", "events", strconv.Itoa(end), occs[i:end])
+	if err != nil {
+		return fmt.Errorf("append: %w", err)
+	}
+	if res.Stored != end-i {
+		return fmt.Errorf("append: stored %d of %d (duplicates %d)", res.Stored, end-i, res.Duplicates)
+	}
+	return nil
+}
+
 type sinkResult struct {
 	name    string
 	elapsed time.Duration
 	status  sinks.Status
+	maxLag  uint64
 }
 
 type result struct {
@@ -224,6 +245,8 @@ type result struct {
 	sinks              []sinkResult
 	procCPU, vlCPU     time.Duration
 	loadBefore, loadAt string
+	ingestRate         int
+	ingest             time.Duration
 }
 
 func (r result) print() {
@@ -234,6 +257,13 @@ func (r result) print() {
 			r.procCPU.Seconds(), vlCol(r.vlCPU.Seconds(), "%.2f", r.mode),
 			float64(r.procCPU.Microseconds())/delivered, vlCol(float64(r.vlCPU.Microseconds())/float64(r.n), "%.1f", r.mode),
 			r.loadBefore, r.loadAt)
+	}
+	if r.ingestRate > 0 {
+		fmt.Printf("       ingest: %d at %.0f/s (asked %d/s) in %.2fs;", r.n, float64(r.n)/r.ingest.Seconds(), r.ingestRate, r.ingest.Seconds())
+		for _, s := range r.sinks {
+			fmt.Printf(" %s at head %.2fs after the last append, max lag %d records;", s.name, (s.elapsed - r.ingest).Seconds(), s.maxLag)
+		}
+		fmt.Println()
 	}
 }
 
@@ -249,7 +279,14 @@ func vlCol(v float64, format, mode string) string {
 func measure(st *store.Store, vlBin, dir string, o options, batch int, mode string) (result, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
 	defer cancel()
-	res := result{batch: batch, mode: mode, n: o.occurrences}
+	res := result{batch: batch, mode: mode, n: o.occurrences, ingestRate: o.ingestRate}
+	var base uint64 // drain: every sink reads the whole log from offset 1
+	var live []*eventpipev1.Occurrence
+	if o.ingestRate > 0 {
+		_, base = st.Bounds() // live: the sinks follow from the head
+		live, _ = generate(fmt.Sprintf("sinks-bench-b%d-%s-", batch, mode), o)
+	}
+	target := base + uint64(o.occurrences)
 	runKafka, runLoki := mode == "both" || mode == "kafka", mode == "both" || mode == "loki"
 	tag := fmt.Sprintf("b%d-%s", batch, mode)
 
@@ -289,7 +326,7 @@ func measure(st *store.Store, vlBin, dir string, o options, batch int, mode stri
 			br.Close()
 			return res, fmt.Errorf("kafka sink: %w", err)
 		}
-		r, err := newRunner(st, "kafka-"+tag, batch, o.maxWait, ks)
+		r, err := newRunner(st, "kafka-"+tag, base, batch, o.maxWait, ks)
 		if err != nil {
 			_ = ks.Close()
 			br.Close()
@@ -300,7 +337,7 @@ func measure(st *store.Store, vlBin, dir string, o options, batch int, mode stri
 			close:  func() { _ = ks.Close(); br.Close() }})
 	}
 	if mode == "read" {
-		r, err := newRunner(st, "read-"+tag, batch, o.maxWait, discard{})
+		r, err := newRunner(st, "read-"+tag, base, batch, o.maxWait, discard{})
 		if err != nil {
 			return res, err
 		}
@@ -316,7 +353,7 @@ func measure(st *store.Store, vlBin, dir string, o options, batch int, mode stri
 		if err != nil {
 			return res, fmt.Errorf("loki sink: %w", err)
 		}
-		r, err := newRunner(st, "loki-"+tag, batch, o.maxWait, ls)
+		r, err := newRunner(st, "loki-"+tag, base, batch, o.maxWait, ls)
 		if err != nil {
 			_ = ls.Close()
 			return res, err
@@ -335,7 +372,26 @@ func measure(st *store.Store, vlBin, dir string, o options, batch int, mode stri
 		wg.Add(1)
 		go func() { defer wg.Done(); errs[i] = s.runner.Run(rctx) }()
 	}
+	ingestDone := make(chan error, 1)
+	if len(live) > 0 {
+		go func() {
+			for i := 0; i < len(live); i += o.appendBatch {
+				if d := time.Until(start.Add(time.Duration(float64(i) / float64(o.ingestRate) * float64(time.Second)))); d > 0 {
+					time.Sleep(d)
+				}
+				if err := appendBatch(st, live, i, o.appendBatch); err != nil {
+					ingestDone <- err
+					return
+				}
+			}
+			res.ingest = time.Since(start)
+			ingestDone <- nil
+		}()
+	} else {
+		ingestDone <- nil
+	}
 	done := make([]time.Duration, len(ss))
+	maxLag := make([]uint64, len(ss))
 	for left := len(ss); left > 0; {
 		if ctx.Err() != nil {
 			stop()
@@ -347,12 +403,21 @@ func measure(st *store.Store, vlBin, dir string, o options, batch int, mode stri
 			return res, fmt.Errorf("timed out: %s", statuses(rs))
 		}
 		for i, s := range ss {
-			if done[i] == 0 && s.runner.Status().Cursor >= uint64(o.occurrences) {
+			stt := s.runner.Status()
+			if stt.Cursor >= base { // before Run loads the cursor, Status shows 0
+				maxLag[i] = max(maxLag[i], stt.LagRecords)
+			}
+			if done[i] == 0 && stt.Cursor >= target {
 				done[i] = time.Since(start)
 				left--
 			}
 		}
 		time.Sleep(500 * time.Microsecond)
+	}
+	if err := <-ingestDone; err != nil {
+		stop()
+		wg.Wait()
+		return res, fmt.Errorf("ingest: %w", err)
 	}
 	res.procCPU, res.vlCPU = cpuTime()-cpu0, vl.cpuTime()-vl0
 	res.loadAt = loadavg1()
@@ -373,7 +438,7 @@ func measure(st *store.Store, vlBin, dir string, o options, batch int, mode stri
 		if got != o.occurrences {
 			return res, fmt.Errorf("%s: destination holds %d records, want %d", s.name, got, o.occurrences)
 		}
-		res.sinks = append(res.sinks, sinkResult{name: s.name, elapsed: done[i], status: stt})
+		res.sinks = append(res.sinks, sinkResult{name: s.name, elapsed: done[i], status: stt, maxLag: maxLag[i]})
 	}
 	return res, nil
 }
@@ -393,10 +458,17 @@ func statuses(rs []*sinks.Runner) string {
 	return b.String()
 }
 
-func newRunner(st *store.Store, name string, batch int, maxWait time.Duration, p sinks.Pusher) (*sinks.Runner, error) {
+// newRunner builds a runner whose cursor starts at from (the head of the
+// log when the sinks follow a live ingest).
+func newRunner(st *store.Store, name string, from uint64, batch int, maxWait time.Duration, p sinks.Pusher) (*sinks.Runner, error) {
 	cur, err := st.Cursor(name)
 	if err != nil {
 		return nil, fmt.Errorf("cursor %s: %w", name, err)
+	}
+	if from > 0 {
+		if err := cur.Commit(from); err != nil {
+			return nil, fmt.Errorf("cursor %s: %w", name, err)
+		}
 	}
 	rc := sinks.NewDefaultRunnerConfig(name)
 	rc.Batch.MaxRecords = batch
