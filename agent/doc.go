@@ -34,14 +34,14 @@
 //     When the collector is slow or down, the watch reader blocks and the API
 //     server keeps the data.
 //   - Late binding: an Event whose involved object (or its owner) is not
-//     cached is held (hold.maxEvents, hold.maxAge) and re-enriched on every
+//     cached is held (hold.max_events, hold.max_age) and re-enriched on every
 //     cache change; when the hold is full or the time is up it ships
 //     unattributed, never dropped. Only fresh Events are held
-//     (hold.freshWithin): an old one's owner is gone, not late.
+//     (hold.fresh_within): an old one's owner is gone, not late.
 //   - Caches keep compact enrich values built by the informer transform
 //     (owner references, the OpenShell labels/annotations, container names,
 //     images, waiting/terminated states, phase, node), never the API objects.
-//     Deleted objects are remembered (cache.tombstoneTTL/tombstoneMax).
+//     Deleted objects are remembered (cache.tombstone_ttl/tombstone_max).
 //     Handlers only signal; pods with a waiting container are queued for a
 //     pod-status diagnosis (enrich.DiagnosePod), shipped like Events.
 //   - Only the Lease holder watches and ships (when leader election is on);
