@@ -3,7 +3,6 @@ package agent
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -29,43 +28,9 @@ import (
 // their own; each test counts only the Events it wrote.
 var cluster *kube.Cluster
 
-var goleakOpts = []goleak.Option{
-	goleak.IgnoreTopFunction("k8s.io/klog/v2.(*flushDaemon).run.func1"),
-	goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
-	goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),
-	goleak.IgnoreAnyFunction("golang.org/x/net/http2.(*ClientConn).readLoop"),
-	goleak.IgnoreAnyFunction("golang.org/x/net/http2.(*clientConnReadLoop).run"),
-	goleak.IgnoreAnyFunction("google.golang.org/grpc/internal/grpcsync.(*CallbackSerializer).run"),
-}
-
-func TestMain(m *testing.M) { os.Exit(runMain(m)) }
-
-func runMain(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "agent-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	c, err := kube.StartProcess(context.Background(), kube.Options{Dir: dir,
-		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "start control plane:", err)
-		return 1
-	}
-	cluster = c
-	code := m.Run()
-	if err := c.Stop(); err != nil {
-		fmt.Fprintln(os.Stderr, "stop control plane:", err)
-		code = 1
-	}
-	if code == 0 {
-		if err := goleak.Find(goleakOpts...); err != nil {
-			fmt.Fprintln(os.Stderr, "goroutine leak:", err)
-			code = 1
-		}
-	}
-	return code
+func TestMain(m *testing.M) {
+	os.Exit(kube.RunTestMain(m, "agent-test-", func(c *kube.Cluster) error { cluster = c; return nil },
+		goleak.IgnoreAnyFunction("google.golang.org/grpc/internal/grpcsync.(*CallbackSerializer).run")))
 }
 
 func testLogger(t testing.TB) *slog.Logger {

@@ -49,20 +49,10 @@ func run(m *testing.M) int {
 		}
 	}
 	if code == 0 {
-		if err := goleak.Find(goleakOpts...); err != nil {
+		if err := goleak.Find(kube.LeakOptions()...); err != nil {
 			fmt.Fprintln(os.Stderr, "goroutine leak:", err)
 			code = 1
 		}
 	}
 	return code
-}
-
-// goleakOpts ignores client-go's process-wide background goroutines and
-// pooled idle connections, which are not owned by the code under test.
-var goleakOpts = []goleak.Option{
-	goleak.IgnoreTopFunction("k8s.io/klog/v2.(*flushDaemon).run.func1"),
-	goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
-	goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),
-	goleak.IgnoreAnyFunction("golang.org/x/net/http2.(*ClientConn).readLoop"),
-	goleak.IgnoreAnyFunction("golang.org/x/net/http2.(*clientConnReadLoop).run"),
 }
