@@ -23,10 +23,10 @@ type Event struct {
 // eventBytes are the string fields of an Event as sub-slices of its
 // message, gathered before one allocation holds them all.
 type eventBytes struct {
-	name, namespace, uid, rv                               []byte
+	name, namespace, uid, rv                              []byte
 	invKind, invAPIVersion, invNamespace, invName, invUID []byte
-	invFieldPath                                           []byte
-	reason, message, typ, action                           []byte
+	invFieldPath                                          []byte
+	reason, message, typ, action                          []byte
 	srcComponent, srcHost, repController, repInstance     []byte
 }
 

@@ -102,7 +102,7 @@ func eventFixtures() map[string]*corev1.Event {
 			ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "n.1", UID: "n1"}, Count: 2,
 			Source:              corev1.EventSource{Component: "default-scheduler"},
 			ReportingController: "other", ReportingInstance: "host-from-reporting",
-			FirstTimestamp:      metav1.NewTime(tNanos), LastTimestamp: metav1.NewTime(tNanos),
+			FirstTimestamp: metav1.NewTime(tNanos), LastTimestamp: metav1.NewTime(tNanos),
 		},
 	}
 	return evs
