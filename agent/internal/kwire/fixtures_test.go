@@ -107,3 +107,158 @@ func eventFixtures() map[string]*corev1.Event {
 	}
 	return evs
 }
+
+func heavySpec(c corev1.Container) corev1.Container {
+	c.Command = []string{"/bin/sh", "-c"}
+	c.Args = []string{"exec /opt/openshell/bin/agent --workspace /workspace"}
+	c.Env = []corev1.EnvVar{{Name: "OPENSHELL_SANDBOX_ID", Value: seedID}, {Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}}}
+	c.VolumeMounts = []corev1.VolumeMount{{Name: "workspace", MountPath: "/workspace"}, {Name: "kube-api-access-x7k2p", MountPath: "/var/run/secrets/kubernetes.io/serviceaccount", ReadOnly: true}}
+	c.ImagePullPolicy = corev1.PullIfNotPresent
+	c.TerminationMessagePath = "/dev/termination-log"
+	c.TerminationMessagePolicy = corev1.TerminationMessageReadFile
+	c.ReadinessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"test", "-f", "/tmp/ready"}}}, PeriodSeconds: 2}
+	return c
+}
+
+func waitingStatus(name, image, reason, msg string, restarts int32) corev1.ContainerStatus {
+	return corev1.ContainerStatus{Name: name, Image: image, RestartCount: restarts,
+		State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason, Message: msg}}}
+}
+
+func completedStatus(name, image string) corev1.ContainerStatus {
+	return corev1.ContainerStatus{Name: name, Image: image, ImageID: image + "@sha256:0123456789abcdef", ContainerID: "containerd://abc",
+		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed",
+			StartedAt: metav1.NewTime(t0), FinishedAt: metav1.NewTime(t0.Add(time.Second)), ContainerID: "containerd://abc"}}}
+}
+
+func podMeta(name, uid, rv string, labels, ann map[string]string, owners []metav1.OwnerReference) metav1.ObjectMeta {
+	return metav1.ObjectMeta{Namespace: seedNS, Name: name, UID: types.UID(uid), ResourceVersion: rv, Labels: labels, Annotations: ann,
+		OwnerReferences: owners, CreationTimestamp: metav1.NewTime(t0), Finalizers: []string{"openshell.ai/cleanup"}, ManagedFields: managedFields()}
+}
+
+// podFixtures are named Pods covering what DecodePod reads.
+func podFixtures() map[string]*corev1.Pod {
+	workload := &corev1.Pod{
+		ObjectMeta: podMeta("img-missing", seedPodUID, "5302",
+			map[string]string{"agents.x-k8s.io/sandbox-name-hash": "6f9c2d1e", "openshell.ai/boundary-pair": seedID, "openshell.ai/boundary-role": "workload", "app.kubernetes.io/name": "sandbox"},
+			map[string]string{"openshell.ai/sandbox-id": seedID, "kubectl.kubernetes.io/last-applied-configuration": strings.Repeat("{}", 500)},
+			crOwner(&yes)),
+		Spec: corev1.PodSpec{
+			Volumes: []corev1.Volume{{Name: "workspace", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "workspace-img-missing"}}},
+				{Name: "kube-api-access-x7k2p", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token"}}}}}}},
+			InitContainers: []corev1.Container{
+				heavySpec(corev1.Container{Name: "openshell-sandbox-bootstrap", Image: seedBootImage}),
+				heavySpec(corev1.Container{Name: "openshell-supervisor-install", Image: seedSupImage}),
+				heavySpec(corev1.Container{Name: "openshell-network-init", Image: seedSupImage}),
+				heavySpec(corev1.Container{Name: "workspace-init", Image: seedImage}),
+			},
+			Containers: []corev1.Container{
+				heavySpec(corev1.Container{Name: "agent", Image: seedImage}),
+				heavySpec(corev1.Container{Name: "openshell-supervisor-network", Image: seedSupImage}),
+			},
+			NodeName: seedNode, ServiceAccountName: "default", RestartPolicy: corev1.RestartPolicyAlways,
+			Tolerations: []corev1.Toleration{{Key: "node.kubernetes.io/not-ready", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute}},
+		},
+		Status: corev1.PodStatus{
+			Phase:      corev1.PodPending,
+			Conditions: []corev1.PodCondition{{Type: corev1.PodInitialized, Status: corev1.ConditionFalse, Reason: "ContainersNotInitialized", LastTransitionTime: metav1.NewTime(t0)}},
+			HostIP:     "172.18.0.2", PodIP: "10.244.0.17", StartTime: &metav1.Time{Time: t0}, QOSClass: corev1.PodQOSBestEffort,
+			// Status order differs from spec order on purpose.
+			InitContainerStatuses: []corev1.ContainerStatus{
+				waitingStatus("workspace-init", seedImage, "ImagePullBackOff", seedBackOff, 0),
+				completedStatus("openshell-supervisor-install", seedSupImage),
+				completedStatus("openshell-sandbox-bootstrap", seedBootImage),
+				completedStatus("openshell-network-init", seedSupImage),
+			},
+			ContainerStatuses: []corev1.ContainerStatus{
+				waitingStatus("openshell-supervisor-network", seedSupImage, "PodInitializing", "", 0),
+				waitingStatus("agent", seedImage, "PodInitializing", "", 0),
+			},
+		},
+	}
+	older := workload.DeepCopy()
+	older.Name, older.UID = "img-missing-old", "old-pod-uid"
+	older.Labels = map[string]string{"openshell.ai/sandbox-id": seedID}
+	older.Annotations = map[string]string{"openshell.io/sandbox-id": seedID}
+	older.Spec.InitContainers = older.Spec.InitContainers[3:]
+	older.Status.InitContainerStatuses = []corev1.ContainerStatus{waitingStatus("workspace-init", seedImage, "ErrImagePull", seedErrPull, 0)}
+
+	return map[string]*corev1.Pod{
+		"workload": workload,
+		"older":    older,
+		"supervisor": {
+			ObjectMeta: podMeta("os-supervisor-"+seedID, "sup-pod-uid", "5288",
+				map[string]string{"openshell.ai/managed-by": "openshell", "openshell.ai/sandbox-id": seedID, "openshell.ai/component": "supervisor",
+					"openshell.ai/boundary-pair": seedID, "openshell.ai/boundary-role": "supervisor", "openshell.ai/gateway-id": "openshell"},
+				map[string]string{"openshell.ai/sandbox-id": seedID}, crOwner(nil)),
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "supervisor", Image: seedSupImage}}, NodeName: seedNode},
+			Status: corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{{Name: "supervisor", Ready: true, Started: &yes,
+				State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(t0)}}}}},
+		},
+		"crashloop": {
+			ObjectMeta: podMeta("crash", "crash-uid", "6001", nil, nil,
+				[]metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "crash-7d9f", UID: "rs-uid", Controller: &yes}, {APIVersion: "v1", Kind: "ConfigMap", Name: "x", UID: "cm-uid", Controller: &no}}),
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.example.com/app:1.2"}, {Name: "sidecar", Image: "registry.example.com/side:3"}}},
+			Status: corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{
+				{Name: "app", RestartCount: 5, State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff", Message: "back-off 2m40s restarting failed container=app pod=crash_default(crash-uid)"}},
+					LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 137, Reason: "OOMKilled"}}},
+				{Name: "sidecar", RestartCount: 1, State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Reason: "Error"}},
+					LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 137, Reason: "OOMKilled"}}},
+				{Name: "not-in-spec", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ErrImagePull"}}},
+			}},
+		},
+		"waiting-no-reason": {
+			ObjectMeta: podMeta("w", "w-uid", "1", nil, nil, nil),
+			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "i"}}},
+			Status: corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: []corev1.ContainerStatus{
+				{Name: "c", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Message: "no reason given"}}}}},
+		},
+		"duplicate-statuses": {
+			ObjectMeta: podMeta("d", "d-uid", "2", nil, nil, nil),
+			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "i"}, {Name: "c", Image: "j"}}},
+			Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{
+				{Name: "c", RestartCount: 1, State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ImagePullBackOff", Message: "m1"}}},
+				{Name: "c", RestartCount: 2, LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "Error"}}},
+			}},
+		},
+		"terminated-empty-reason": {
+			ObjectMeta: podMeta("t", "t-uid", "3", nil, nil, nil),
+			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "i"}}},
+			Status: corev1.PodStatus{Phase: corev1.PodFailed, ContainerStatuses: []corev1.ContainerStatus{
+				{Name: "c", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 2}},
+					LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "OOMKilled"}}}}},
+		},
+		"no-status": {
+			ObjectMeta: podMeta("n", "n-uid", "4", map[string]string{"openshell.ai/sandbox-id": ""}, nil, nil),
+			Spec:       corev1.PodSpec{InitContainers: []corev1.Container{{Name: "i"}}, Containers: []corev1.Container{{Name: "c", Image: "i"}}},
+		},
+		"empty": {},
+	}
+}
+
+func pvcFixtures() map[string]*corev1.PersistentVolumeClaim {
+	sc := "standard"
+	return map[string]*corev1.PersistentVolumeClaim{
+		"workspace": {
+			ObjectMeta: metav1.ObjectMeta{Namespace: seedNS, Name: "workspace-img-missing", UID: "pvc-uid", ResourceVersion: "5290",
+				Labels: map[string]string{"openshell.ai/sandbox-id": seedID, "app": "x"}, Annotations: map[string]string{"pv.kubernetes.io/bind-completed": "yes"},
+				OwnerReferences: crOwner(&yes), Finalizers: []string{"kubernetes.io/pvc-protection"}, ManagedFields: managedFields()},
+			Spec:   corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}, StorageClassName: &sc, VolumeName: "pvc-1234"},
+			Status: corev1.PersistentVolumeClaimStatus{Phase: corev1.ClaimBound},
+		},
+		"empty": {},
+	}
+}
+
+func namespaceFixtures() map[string]*corev1.Namespace {
+	return map[string]*corev1.Namespace{
+		"managed": {
+			ObjectMeta: metav1.ObjectMeta{Name: seedNS, UID: "ns-uid", ResourceVersion: "100", Labels: map[string]string{
+				"openshell.ai/managed-by": "openshell", "openshell.ai/gateway-id": "openshell", "openshell.ai/sandbox-workspace": "repro",
+				"kubernetes.io/metadata.name": seedNS}, ManagedFields: managedFields()},
+			Spec:   corev1.NamespaceSpec{Finalizers: []corev1.FinalizerName{corev1.FinalizerKubernetes}},
+			Status: corev1.NamespaceStatus{Phase: corev1.NamespaceActive},
+		},
+		"plain": {ObjectMeta: metav1.ObjectMeta{Name: "default", UID: "d", Labels: map[string]string{"kubernetes.io/metadata.name": "default"}}},
+	}
+}
