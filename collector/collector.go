@@ -40,6 +40,7 @@ type Collector struct {
 	m          *metrics
 
 	store   *store.Store
+	sinkSrc sinkSource // the log as every runner reads it: one shared decode
 	runners []*sinks.Runner
 	closers []func() error
 	auth    *authenticator
@@ -103,6 +104,7 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer, opts ...Opt
 	if c.store, err = store.Open(cfg.Store, logger.With("part", "store"), reg); err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
+	c.sinkSrc = newSinkSource(c.store)
 	for _, sc := range cfg.Sinks {
 		if err := c.addSink(sc); err != nil {
 			return nil, err
@@ -154,7 +156,7 @@ func (c *Collector) addSink(sc SinkConfig) error {
 	if err != nil {
 		return fmt.Errorf("sink %q: cursor: %w", sc.Name, err)
 	}
-	r, err := sinks.NewRunner(sc.RunnerConfig(), p, c.store, cur, c.logger, c.reg)
+	r, err := sinks.NewRunner(sc.RunnerConfig(), p, c.sinkSrc, cur, c.logger, c.reg)
 	if err != nil {
 		return fmt.Errorf("sink %q: %w", sc.Name, err)
 	}
@@ -365,8 +367,8 @@ func (c *Collector) Run(ctx context.Context) error {
 	return firstErr
 }
 
-// flushSinks waits until every running sink's cursor reaches the end of the
-// log, or until max (at least a second) has passed, and says which did not.
+// flushSinks waits until every running sink has handled the whole log, or
+// until max (at least a second) has passed, and says which did not.
 func (c *Collector) flushSinks(max time.Duration) {
 	if len(c.runners) == 0 {
 		return
@@ -377,8 +379,10 @@ func (c *Collector) flushSinks(max time.Duration) {
 	for {
 		var behind []string
 		for _, r := range c.runners {
-			if st := r.Status(); st.Running && st.Cursor < last {
-				behind = append(behind, fmt.Sprintf("%s (%d records)", st.Name, last-st.Cursor))
+			// Handled, not Cursor: a runner commits what it handled when it
+			// stops (stopSinks, right after this).
+			if st := r.Status(); st.Running && st.Handled < last {
+				behind = append(behind, fmt.Sprintf("%s (%d records)", st.Name, last-st.Handled))
 			}
 		}
 		if len(behind) == 0 {

@@ -109,11 +109,14 @@ type SinkConfig struct {
 	Filter sinks.FilterConfig `yaml:"filter"`
 	Batch  sinks.BatchConfig  `yaml:"batch"`
 	Retry  sinks.RetryConfig  `yaml:"retry"`
+	// CommitInterval is sinks.RunnerConfig.CommitInterval (YAML
+	// commit_interval, default 1s; 0 commits after every push).
+	CommitInterval time.Duration `yaml:"commit_interval"`
 }
 
 // RunnerConfig is the entry's shared-layer configuration.
 func (s SinkConfig) RunnerConfig() sinks.RunnerConfig {
-	return sinks.RunnerConfig{Name: s.Name, Batch: s.Batch, Retry: s.Retry, Filter: s.Filter}
+	return sinks.RunnerConfig{Name: s.Name, Batch: s.Batch, Retry: s.Retry, Filter: s.Filter, CommitInterval: s.CommitInterval}
 }
 
 // UnmarshalYAML fills the defaults (shared layer, and the section of the
@@ -126,7 +129,7 @@ func (s *SinkConfig) UnmarshalYAML(unmarshal func(any) error) error {
 	typ, _ := probe["type"].(string)
 	d := sinks.NewDefaultRunnerConfig("")
 	type plain SinkConfig
-	p := plain{Batch: d.Batch, Retry: d.Retry}
+	p := plain{Batch: d.Batch, Retry: d.Retry, CommitInterval: d.CommitInterval}
 	switch typ {
 	case SinkFile:
 		c := file.NewDefaultConfig()
@@ -189,7 +192,7 @@ func DevConfig() Config {
 	fc := file.NewDefaultConfig()
 	fc.Path = filepath.Join("eventpipe-data", "events.jsonl")
 	d := sinks.NewDefaultRunnerConfig("file")
-	c.Sinks = []SinkConfig{{Name: "file", Type: SinkFile, File: &fc, Batch: d.Batch, Retry: d.Retry}}
+	c.Sinks = []SinkConfig{{Name: "file", Type: SinkFile, File: &fc, Batch: d.Batch, Retry: d.Retry, CommitInterval: d.CommitInterval}}
 	return c
 }
 

@@ -98,6 +98,7 @@ func TestConfigBadFiles(t *testing.T) {
 			"sinks[1].type: must be one of file, loki, kafka, got \"s3\"",
 			"sinks[2].name: \"bad name!\" must use only letters",
 			"sinks[2].filter.types[1]: duplicate \"Warning\"",
+			"sinks[2].commit_interval: must be between 0 (after every push) and 5m0s, got -1s",
 		},
 	}
 	files, _ := filepath.Glob("testdata/*.bad.yaml")

@@ -57,6 +57,13 @@ type RunnerConfig struct {
 	Batch  BatchConfig  `json:"batch" yaml:"batch"`
 	Retry  RetryConfig  `json:"retry" yaml:"retry"`
 	Filter FilterConfig `json:"filter" yaml:"filter"`
+	// CommitInterval is how often, at most, the cursor is committed (a
+	// durable write: temp file, fsync, rename) while records flow; it is
+	// always committed when the runner catches up with the log or stops
+	// cleanly. 0 commits after every push. After a crash the sink delivers
+	// again at most this window of records (at-least-once; consumers
+	// de-duplicate by event_id).
+	CommitInterval time.Duration `json:"commit_interval" yaml:"commit_interval"`
 }
 
 // Defaults of RunnerConfig.
@@ -68,6 +75,12 @@ const (
 	DefaultMultiplier  = 2.0
 	DefaultJitter      = 0.2
 	DefaultPushTimeout = 30 * time.Second
+	// DefaultCommitInterval: one cursor fsync a second at most, instead of
+	// one per push (50-100 a second at 50,000 records/s).
+	DefaultCommitInterval = time.Second
+	// MaxCommitInterval bounds commit_interval, and with it the replay
+	// after a crash.
+	MaxCommitInterval = 5 * time.Minute
 	// MaxBatchRecords bounds batch.max_records so one batch stays bounded in
 	// memory.
 	MaxBatchRecords = 100_000
@@ -76,8 +89,9 @@ const (
 // NewDefaultRunnerConfig returns the defaults for a sink called name.
 func NewDefaultRunnerConfig(name string) RunnerConfig {
 	return RunnerConfig{
-		Name:  name,
-		Batch: BatchConfig{MaxRecords: DefaultMaxRecords, MaxWait: DefaultMaxWait},
+		Name:           name,
+		CommitInterval: DefaultCommitInterval,
+		Batch:          BatchConfig{MaxRecords: DefaultMaxRecords, MaxWait: DefaultMaxWait},
 		Retry: RetryConfig{
 			Initial:     DefaultInitial,
 			Max:         DefaultMax,
@@ -120,6 +134,9 @@ func (c RunnerConfig) Validate() error {
 	}
 	if c.Retry.PushTimeout <= 0 {
 		add("retry.push_timeout", "must be positive, got %s", c.Retry.PushTimeout)
+	}
+	if c.CommitInterval < 0 || c.CommitInterval > MaxCommitInterval {
+		add("commit_interval", "must be between 0 (after every push) and %s, got %s", MaxCommitInterval, c.CommitInterval)
 	}
 	if err := c.Filter.Validate(); err != nil {
 		errs = append(errs, err)

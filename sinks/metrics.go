@@ -23,6 +23,7 @@ const (
 // with its sink label.
 type metrics struct {
 	sent, failed, pushErrors, filtered, lost *prometheus.CounterVec
+	commits                                  *prometheus.CounterVec
 	lagRecords, lagSeconds                   *prometheus.GaugeVec
 	pushDuration, batchRecords               *prometheus.HistogramVec
 }
@@ -49,9 +50,13 @@ func newMetrics() *metrics {
 			Name: "eventpipe_sink_lost_records_total",
 			Help: "Records removed by log retention before the sink read them.",
 		}, []string{"sink"}),
+		commits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "eventpipe_sink_cursor_commits_total",
+			Help: "Durable commits of the sink's cursor (at most one per commit_interval while records flow).",
+		}, []string{"sink"}),
 		lagRecords: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "eventpipe_sink_lag_records",
-			Help: "Records in the log after the sink's cursor.",
+			Help: "Records in the log the sink has not handled yet (delivered, dropped or filtered).",
 		}, []string{"sink"}),
 		lagSeconds: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "eventpipe_sink_lag_seconds",
@@ -83,6 +88,7 @@ func (m *metrics) register(reg prometheus.Registerer) error {
 	m.pushErrors = registerVec(reg, m.pushErrors, &err)
 	m.filtered = registerVec(reg, m.filtered, &err)
 	m.lost = registerVec(reg, m.lost, &err)
+	m.commits = registerVec(reg, m.commits, &err)
 	m.lagRecords = registerVec(reg, m.lagRecords, &err)
 	m.lagSeconds = registerVec(reg, m.lagSeconds, &err)
 	m.pushDuration = registerVec(reg, m.pushDuration, &err)
@@ -107,7 +113,7 @@ func registerVec[T prometheus.Collector](reg prometheus.Registerer, c T, errp *e
 
 // sinkMetrics are the vectors curried with one sink's label.
 type sinkMetrics struct {
-	sent, filtered, lost               prometheus.Counter
+	sent, filtered, lost, commits      prometheus.Counter
 	failedPermanent, failedPartial     prometheus.Counter
 	errRetryable, errThrottle, errPerm prometheus.Counter
 	lagRecords, lagSeconds             prometheus.Gauge
@@ -123,6 +129,7 @@ func (m *metrics) forSink(name string) *sinkMetrics {
 		sent:            m.sent.WithLabelValues(name),
 		filtered:        m.filtered.WithLabelValues(name),
 		lost:            m.lost.WithLabelValues(name),
+		commits:         m.commits.WithLabelValues(name),
 		failedPermanent: m.failed.WithLabelValues(name, FailedPermanent),
 		failedPartial:   m.failed.WithLabelValues(name, FailedPartial),
 		errRetryable:    m.pushErrors.WithLabelValues(name, ClassRetryable),

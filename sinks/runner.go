@@ -30,9 +30,14 @@ type Status struct {
 	Running bool
 	// Cursor is the last committed offset (0: nothing yet).
 	Cursor uint64
+	// Handled is the last offset up to which every record is handled
+	// (delivered, dropped, filtered or lost). It runs ahead of Cursor by at
+	// most commit_interval's worth of records while records flow, and
+	// equals it once the runner has caught up or stopped.
+	Handled uint64
 	// LastOffset is the highest log offset the runner knows of.
 	LastOffset uint64
-	// LagRecords is LastOffset - Cursor.
+	// LagRecords is LastOffset - Handled: the records not handled yet.
 	LagRecords uint64
 	// LagSeconds is the age of the oldest record read but not delivered
 	// (by its observed_at), 0 when caught up.
@@ -49,8 +54,9 @@ type Status struct {
 
 // Runner moves records from a Source to one Pusher: it reads from the
 // cursor, filters, batches by size and time, pushes with retry, and commits
-// the cursor after each push that ended (delivered, or refused for good and
-// counted). See the package doc for the full contract.
+// the cursor after pushes that ended (delivered, or refused for good and
+// counted), at most once per commit_interval while records flow and always
+// when it catches up or stops. See the package doc for the full contract.
 type Runner struct {
 	cfg    RunnerConfig
 	p      Pusher
@@ -67,6 +73,10 @@ type Runner struct {
 	mu      sync.Mutex
 	st      Status
 	oldest  time.Time // observed_at of the oldest undelivered record read, zero if none
+
+	// lastCommit is when the cursor was last committed (Run's goroutine
+	// only).
+	lastCommit time.Time
 }
 
 // NewRunner checks cfg and builds a runner. logger and reg may be nil.
@@ -152,11 +162,15 @@ func (r *Runner) Run(ctx context.Context) error {
 		return fmt.Errorf("sink %q: load cursor: %w", r.cfg.Name, err)
 	}
 	r.mu.Lock()
-	r.st.Cursor = committed
+	r.st.Cursor, r.st.Handled = committed, committed
 	r.mu.Unlock()
 	r.observeHead(committed)
+	r.lastCommit = time.Now()
 	r.log.Info("sink runner started", "cursor", committed)
 	defer r.log.Info("sink runner stopped")
+	// A clean stop commits what was handled since the last commit (never
+	// the batch whose push was abandoned).
+	defer r.commitOnStop()
 
 	maxRecords := r.cfg.Batch.MaxRecords
 	batch := make([]Record, 0, maxRecords)
@@ -222,30 +236,48 @@ func (r *Runner) Run(ctx context.Context) error {
 			batch = batch[:0]
 			first = time.Time{}
 			r.setOldest(Record{})
-			if err := r.commit(ctx, next-1); err != nil {
-				return nil
-			}
-			continue
-		}
-		if len(recs) > 0 || skipped > 0 {
-			// More may be waiting; commit progress made only of filtered or
-			// lost records once it is a batch's worth, so the lag stays true.
-			if len(batch) == 0 && next-1-r.cursor() >= uint64(maxRecords) {
+			r.setHandled(next - 1)
+			if r.commitDue(true, next-1) {
 				if err := r.commit(ctx, next-1); err != nil {
 					return nil
 				}
 			}
 			continue
 		}
-		// Caught up with the log.
+		if len(batch) == 0 {
+			r.setHandled(next - 1)
+		}
+		if len(recs) > 0 || skipped > 0 {
+			// More may be waiting; commit progress made only of filtered or
+			// lost records too, so the lag stays true.
+			if len(batch) == 0 && r.commitDue(false, next-1) {
+				if err := r.commit(ctx, next-1); err != nil {
+					return nil
+				}
+			}
+			continue
+		}
+		// Caught up with the log: commit what was handled, now or, when the
+		// last commit is more recent than commit_interval, once that much
+		// time has passed without new records. A runner following a live
+		// log catches up after every append: committing each time would
+		// cost one fsync per append.
+		var commitBy time.Time
 		if len(batch) == 0 && next-1 > r.cursor() {
-			if err := r.commit(ctx, next-1); err != nil {
-				return nil
+			if r.cfg.CommitInterval <= 0 || time.Since(r.lastCommit) >= r.cfg.CommitInterval {
+				if err := r.commit(ctx, next-1); err != nil {
+					return nil
+				}
+			} else {
+				commitBy = r.lastCommit.Add(r.cfg.CommitInterval)
 			}
 		}
 		wctx, cancel := ctx, context.CancelFunc(func() {})
-		if len(batch) > 0 {
+		switch {
+		case len(batch) > 0:
 			wctx, cancel = context.WithDeadline(ctx, first.Add(r.cfg.Batch.MaxWait))
+		case !commitBy.IsZero():
+			wctx, cancel = context.WithDeadline(ctx, commitBy)
 		}
 		err = r.src.Wait(wctx, next-1)
 		cancel()
@@ -462,8 +494,8 @@ func (r *Runner) observeHead(seen uint64) {
 
 func (r *Runner) updateLagLocked() {
 	var lag uint64
-	if r.st.LastOffset > r.st.Cursor {
-		lag = r.st.LastOffset - r.st.Cursor
+	if h := max(r.st.Handled, r.st.Cursor); r.st.LastOffset > h {
+		lag = r.st.LastOffset - h
 	}
 	r.st.LagRecords = lag
 	r.m.lagRecords.Set(float64(lag))
@@ -472,19 +504,74 @@ func (r *Runner) updateLagLocked() {
 	}
 }
 
+// setHandled records that every record up to off is handled.
+func (r *Runner) setHandled(off uint64) {
+	r.mu.Lock()
+	if off > r.st.Handled {
+		r.st.Handled = off
+		if off > r.st.LastOffset {
+			r.st.LastOffset = off
+		}
+		r.updateLagLocked()
+	}
+	r.mu.Unlock()
+}
+
+// commitDue says whether progress up to off is committed now, while
+// records keep flowing. With commit_interval 0 that is after every push,
+// and after a batch's worth of filtered or lost records; otherwise at most
+// once per commit_interval. (Catching up and stopping always commit.)
+func (r *Runner) commitDue(pushed bool, off uint64) bool {
+	cur := r.cursor()
+	if off <= cur {
+		return false
+	}
+	if r.cfg.CommitInterval <= 0 {
+		return pushed || off-cur >= uint64(r.cfg.Batch.MaxRecords)
+	}
+	return time.Since(r.lastCommit) >= r.cfg.CommitInterval
+}
+
+// commitOnStop commits, once and without retrying (the runner is
+// stopping), what was handled after the last commit.
+func (r *Runner) commitOnStop() {
+	r.mu.Lock()
+	off, cur := r.st.Handled, r.st.Cursor
+	r.mu.Unlock()
+	if off <= cur {
+		return
+	}
+	if err := r.cur.Commit(off); err != nil {
+		r.setError(fmt.Errorf("commit cursor %d on stop: %w", off, err))
+		r.log.Warn("sink cursor not committed on stop; the records after it are delivered again after a restart",
+			"cursor", cur, "handled", off, "err", err)
+		return
+	}
+	r.committed(off)
+}
+
+func (r *Runner) committed(off uint64) {
+	r.lastCommit = time.Now()
+	r.mu.Lock()
+	r.st.Cursor = off
+	if off > r.st.Handled {
+		r.st.Handled = off
+	}
+	if off > r.st.LastOffset {
+		r.st.LastOffset = off
+	}
+	r.updateLagLocked()
+	r.mu.Unlock()
+	r.m.commits.Inc()
+}
+
 // commit persists off, retrying until it succeeds or ctx ends.
 func (r *Runner) commit(ctx context.Context, off uint64) error {
 	backoff := r.cfg.Retry.Initial
 	for {
 		err := r.cur.Commit(off)
 		if err == nil {
-			r.mu.Lock()
-			r.st.Cursor = off
-			if off > r.st.LastOffset {
-				r.st.LastOffset = off
-			}
-			r.updateLagLocked()
-			r.mu.Unlock()
+			r.committed(off)
 			return nil
 		}
 		r.setError(fmt.Errorf("commit cursor %d: %w", off, err))

@@ -135,6 +135,7 @@ func testConfig() RunnerConfig {
 	c.Batch.MaxWait = 30 * time.Millisecond
 	c.Retry.Initial = time.Millisecond
 	c.Retry.Max = 4 * time.Millisecond
+	c.CommitInterval = 0 // commit after every push: the tests below count commits
 	return c
 }
 
@@ -475,14 +476,14 @@ func TestRunnerConfigValidate(t *testing.T) {
 	if err := NewDefaultRunnerConfig("file").Validate(); err != nil {
 		t.Fatalf("defaults invalid: %v", err)
 	}
-	bad := RunnerConfig{Name: "a b", Retry: RetryConfig{Multiplier: 0.5, Jitter: 2, Initial: time.Second, Max: time.Millisecond},
+	bad := RunnerConfig{Name: "a b", CommitInterval: -time.Second, Retry: RetryConfig{Multiplier: 0.5, Jitter: 2, Initial: time.Second, Max: time.Millisecond},
 		Filter: FilterConfig{Namespaces: []string{"x", "x"}, ExcludeNamespaces: []string{"x"}, Types: []string{""}}}
 	err := bad.Validate()
 	if err == nil {
 		t.Fatal("bad config accepted")
 	}
 	for _, want := range []string{"name:", "batch.max_records:", "batch.max_wait:", "retry.max:", "retry.multiplier:",
-		"retry.jitter:", "retry.push_timeout:", "filter.namespaces[1]: duplicate", "filter.exclude_namespaces:", "filter.types[0]:"} {
+		"retry.jitter:", "retry.push_timeout:", "commit_interval:", "filter.namespaces[1]: duplicate", "filter.exclude_namespaces:", "filter.types[0]:"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("missing %q in:\n%v", want, err)
 		}
@@ -535,5 +536,87 @@ func TestRunnerPushTimeoutBoundsAHungPush(t *testing.T) {
 	eventually(t, "delivered after two hung pushes", func() bool { return h.r.Status().Cursor == 3 })
 	if got := value(h.r.m.m.pushErrors.WithLabelValues("t", ClassRetryable)); got != 2 {
 		t.Errorf("retryable errors = %v, want the 2 timeouts", got)
+	}
+}
+
+// blockAfter delivers records up to offset limit and then hangs until its
+// context ends (a destination that stops answering).
+type blockAfter struct {
+	limit uint64
+	mu    sync.Mutex
+	sent  int
+}
+
+func (p *blockAfter) Push(ctx context.Context, b []Record) error {
+	if b[len(b)-1].Offset > p.limit {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	p.mu.Lock()
+	p.sent += len(b)
+	p.mu.Unlock()
+	return nil
+}
+
+// With commit_interval, records flowing through a runner are committed at
+// most once per interval; a clean stop commits what was delivered, never
+// the push it abandoned.
+func TestRunnerCommitIntervalWhileFlowing(t *testing.T) {
+	l := newFakeLog()
+	l.add(occs(95)...)
+	cfg := testConfig()
+	cfg.CommitInterval = MaxCommitInterval // nothing is due while the test runs
+	p := &blockAfter{limit: 60}
+	h := start(t, cfg, p, l)
+	eventually(t, "60 delivered", func() bool { return h.r.Status().Handled == 60 })
+	st := h.r.Status()
+	// The lag counts from what was handled, not from the older cursor (this
+	// log has no Bounds: the runner knows of the records it has read).
+	if st.Cursor != 0 || st.Sent != 60 || st.LastOffset < 70 || st.LagRecords != st.LastOffset-60 {
+		t.Errorf("status %+v: want cursor 0 (no commit due), 60 sent and handled, lag from 60", st)
+	}
+	l.mu.Lock()
+	commits := append([]uint64(nil), l.commits...)
+	l.mu.Unlock()
+	if len(commits) != 0 {
+		t.Errorf("committed %v within the interval; want no commit while records flow", commits)
+	}
+	h.stop(t) // abandons the push of 61..70
+	if got, _ := l.Load(); got != 60 {
+		t.Errorf("cursor after a clean stop = %d, want 60 (delivered, not the abandoned push)", got)
+	}
+	if st := h.r.Status(); st.Cursor != 60 || st.Handled != 60 {
+		t.Errorf("status after stop: cursor %d handled %d, want 60", st.Cursor, st.Handled)
+	}
+	if n := value(h.r.m.commits); n != 1 {
+		t.Errorf("eventpipe_sink_cursor_commits_total = %v, want 1 (on stop)", n)
+	}
+}
+
+// A runner that catches up commits once the interval since the previous
+// commit has passed, without waiting for new records; a runner following a
+// live log (caught up after every append) does not commit per append.
+func TestRunnerCommitIntervalWhenCaughtUp(t *testing.T) {
+	l := newFakeLog()
+	cfg := testConfig()
+	cfg.CommitInterval = 150 * time.Millisecond
+	cfg.Batch.MaxWait = time.Millisecond
+	h := start(t, cfg, &scripted{}, l)
+	start := time.Now()
+	for i := 0; i < 30; i++ { // 30 appends, 10 ms apart: ~300 ms of traffic
+		l.add(occs(3)...)
+		time.Sleep(10 * time.Millisecond)
+	}
+	eventually(t, "cursor 90", func() bool { return h.r.Status().Cursor == 90 })
+	el := time.Since(start)
+	l.mu.Lock()
+	n := len(l.commits)
+	l.mu.Unlock()
+	// One commit per interval of traffic, plus the one after it stopped.
+	if max := int(el/cfg.CommitInterval) + 1; n > max || n == 0 {
+		t.Errorf("%d commits in %s with commit_interval %s; want 1..%d", n, el.Round(time.Millisecond), cfg.CommitInterval, max)
+	}
+	if st := h.r.Status(); st.Sent != 90 || st.LagRecords != 0 || st.Handled != 90 {
+		t.Errorf("status %+v", st)
 	}
 }

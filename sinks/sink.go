@@ -33,16 +33,28 @@ type Record struct {
 // Push must not keep references to the batch after it returns. It may be
 // called again with the same records after a failure or a restart: sinks are
 // at-least-once and carry event_id so consumers can de-duplicate.
+//
+// The batch is read-only: Push must not modify the slice, a Record or
+// anything reachable from its Occurrence. The records are shared with the
+// other runners reading the same log and with follow subscribers (the
+// collector decodes each record once for all of them), possibly
+// concurrently. A sink that needs a changed occurrence (sanitised strings, a
+// truncated message) works on a copy (proto.Clone).
 type Pusher interface {
 	Push(ctx context.Context, batch []Record) error
 }
 
 // Source is what a sink reads: the collector's durable log. Read returns up
-// to max records with Offset >= from, in offset order, without blocking.
-// skipped counts records in [from, first returned) that retention removed
-// before they were read: they are lost for this consumer and must be counted
-// and logged by the caller. Wait blocks until a record with Offset > after
+// to max records with Offset >= from, in offset order, without blocking
+// (possibly fewer than are available: the caller reads again). skipped
+// counts records in [from, first returned) that retention removed before
+// they were read: they are lost for this consumer and must be counted and
+// logged by the caller. Wait blocks until a record with Offset > after
 // exists, or ctx ends.
+//
+// The returned records may be shared with other readers (the collector's
+// Source hands every runner the same decoded records): the caller and the
+// Pusher treat the slice and the occurrences as read-only.
 type Source interface {
 	Read(ctx context.Context, from uint64, max int) (records []Record, skipped uint64, err error)
 	Wait(ctx context.Context, after uint64) error

@@ -12,9 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/protobuf/proto"
+
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
 	"github.com/eventpipe/eventpipe/sinks"
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Harness is what a sink's test provides to RunContract.
@@ -79,9 +81,10 @@ func (h *Harness) defaults() {
 // success, transient (a real outage), permanent (some records refused for
 // good), random (injected failures, throttling and lost acknowledgements),
 // restart (runner stopped mid-stream, a new one resumes from the cursor)
-// and retention (records trimmed before they were read are counted lost).
-// Each asserts at-least-once delivery of every record not refused and that
-// every drop is counted in Status and in the metrics.
+// retention (records trimmed before they were read are counted lost) and
+// readonly (two runners share the same records and neither sink modifies
+// them). Each asserts at-least-once delivery of every record not refused
+// and that every drop is counted in Status and in the metrics.
 func RunContract(t *testing.T, h Harness) {
 	h.defaults()
 	if h.NewTarget == nil {
@@ -93,6 +96,7 @@ func RunContract(t *testing.T, h Harness) {
 	t.Run("random", func(t *testing.T) { scenarioRandom(t, h) })
 	t.Run("restart", func(t *testing.T) { scenarioRestart(t, h) })
 	t.Run("retention", func(t *testing.T) { scenarioRetention(t, h) })
+	t.Run("readonly", func(t *testing.T) { scenarioReadOnly(t, h) })
 }
 
 // env is one scenario's world.
@@ -154,7 +158,13 @@ type running struct {
 
 func (e *env) start(wrap func(sinks.Pusher) sinks.Pusher) *running {
 	e.t.Helper()
-	p, err := e.target.NewPusher()
+	return e.startOn(e.target, e.h.Name, wrap)
+}
+
+// startOn starts a runner called name that pushes to target.
+func (e *env) startOn(target *Target, name string, wrap func(sinks.Pusher) sinks.Pusher) *running {
+	e.t.Helper()
+	p, err := target.NewPusher()
 	if err != nil {
 		e.t.Fatalf("new pusher: %v", err)
 	}
@@ -162,11 +172,13 @@ func (e *env) start(wrap func(sinks.Pusher) sinks.Pusher) *running {
 	if wrap != nil {
 		p = wrap(p)
 	}
-	cur, err := e.log.Cursor(e.h.Name)
+	cur, err := e.log.Cursor(name)
 	if err != nil {
 		e.t.Fatalf("cursor: %v", err)
 	}
-	r, err := sinks.NewRunner(e.config(), p, e.log, cur, e.h.Logger, e.reg)
+	cfg := e.config()
+	cfg.Name = name
+	r, err := sinks.NewRunner(cfg, p, e.log, cur, e.h.Logger, e.reg)
 	if err != nil {
 		e.t.Fatalf("new runner: %v", err)
 	}
@@ -597,5 +609,50 @@ func scenarioRetention(t *testing.T, h Harness) {
 	}
 	if m := e.metric("eventpipe_sink_lost_records_total"); m != float64(lost) {
 		t.Errorf("eventpipe_sink_lost_records_total = %v, want %d", m, lost)
+	}
+}
+
+// scenarioReadOnly runs two runners of the sink, each with its own
+// destination, over one log that hands both the same occurrences (as the
+// collector does: one decode shared by every runner), with hostile records
+// among them (a 1 MiB message to truncate, invalid UTF-8 to sanitise). Every
+// occurrence must be unchanged afterwards (proto.Equal to a deep copy taken
+// before); under -race a sink that writes to a shared occurrence is also a
+// data race with the other runner.
+func scenarioReadOnly(t *testing.T, h Harness) {
+	readOnlyScenario(newEnv(t, h, 7), h.NewTarget(t))
+}
+
+func readOnlyScenario(e *env, second *Target) {
+	t, h := e.t, e.h
+	e.log = NewMemLog() // shares the appended occurrences with every reader
+	occs := append(e.gen.Batch(h.Records), Hostile(e.gen.Prefix()+"hostile-")...)
+	before := make([]*eventpipev1.Occurrence, len(occs))
+	for i, o := range occs {
+		before[i] = proto.Clone(o).(*eventpipev1.Occurrence)
+	}
+	e.append(occs[:len(occs)/2])
+	a := e.startOn(e.target, h.Name+"-a", nil)
+	b := e.startOn(second, h.Name+"-b", nil)
+	e.append(occs[len(occs)/2:]) // while they run
+	for _, rn := range []*running{a, b} {
+		e.waitHandled(rn, uint64(len(occs)))
+		if st := rn.r.Status(); st.Sent+st.Failed != uint64(len(occs)) || st.Lost != 0 {
+			t.Errorf("%s: sent %d + failed %d, lost %d; want %d handled, none lost", st.Name, st.Sent, st.Failed, st.Lost, len(occs))
+		}
+	}
+	a.stop(t)
+	b.stop(t)
+	changed := 0
+	for i, o := range occs {
+		if !proto.Equal(before[i], o) {
+			changed++
+			if changed <= 3 {
+				t.Errorf("the sink modified occurrence %d (%s) of its batch", i, before[i].GetEventId())
+			}
+		}
+	}
+	if changed > 3 {
+		t.Errorf("... %d occurrences modified in all", changed)
 	}
 }

@@ -25,6 +25,16 @@ func (f *fakeT) Name() string          { return "fake" }
 
 // runSuccessInto runs the success scenario with a fake T.
 func runSuccessInto(ft *fakeT, h Harness, tg *Target) {
+	runInto(ft, h, tg, successScenario)
+}
+
+// runReadOnlyInto runs the readonly scenario with a fake T; second is the
+// second runner's destination.
+func runReadOnlyInto(ft *fakeT, h Harness, tg, second *Target) {
+	runInto(ft, h, tg, func(e *env) { readOnlyScenario(e, second) })
+}
+
+func runInto(ft *fakeT, h Harness, tg *Target, scenario func(*env)) {
 	ctx, cancel := context.WithTimeout(context.Background(), h.Timeout)
 	defer cancel()
 	defer func() {
@@ -32,6 +42,6 @@ func runSuccessInto(ft *fakeT, h Harness, tg *Target) {
 			ft.clean[i]()
 		}
 	}()
-	e := &env{t: ft, h: h, ctx: ctx, target: tg, log: NewMemLog(), reg: prometheus.NewRegistry(), gen: NewGenerator(1, "lossy-")}
-	successScenario(e)
+	e := &env{t: ft, h: h, ctx: ctx, target: tg, log: NewMemLog(), reg: prometheus.NewRegistry(), gen: NewGenerator(1, h.Name+"-")}
+	scenario(e)
 }

@@ -108,6 +108,37 @@ func TestContractCatchesLoss(t *testing.T) {
 	}
 }
 
+// A sink that modifies the records it is given must fail the readonly
+// scenario. It changes a field that neither the runner nor the other sink
+// reads, so that under -race the failure is the scenario's, not a race.
+func TestContractCatchesMutation(t *testing.T) {
+	ft := &fakeT{}
+	d := &memDest{}
+	mutating := pusherFunc(func(ctx context.Context, b []sinks.Record) error {
+		for _, r := range b {
+			r.Occurrence.Action = "rewritten by the sink"
+		}
+		return d.Push(ctx, b)
+	})
+	tg := &Target{
+		NewPusher: func() (sinks.Pusher, error) { return mutating, nil },
+		Delivered: func(context.Context) ([]string, error) { return nil, nil },
+		Outage:    func(*testing.T) func() { return func() {} },
+	}
+	other := memTarget(false)(t)
+	h := Harness{Name: "mutating", Records: 40, Timeout: 10e9}
+	h.defaults()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		runReadOnlyInto(ft, h, tg, other)
+	}()
+	<-done
+	if !ft.failed {
+		t.Fatal("the contract did not notice a sink that modifies its batch")
+	}
+}
+
 type pusherFunc func(context.Context, []sinks.Record) error
 
 func (f pusherFunc) Push(ctx context.Context, b []sinks.Record) error { return f(ctx, b) }
