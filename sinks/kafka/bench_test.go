@@ -80,6 +80,10 @@ func BenchmarkEncode(b *testing.B) {
 			b.ReportAllocs()
 			cpu0 := cpuTime()
 			for i := 0; b.Loop(); i++ {
+				if i%len(occs) == 0 { // one push of 1024 records
+					e.finish(len(occs))
+					e.start(len(occs))
+				}
 				m, _, _, err := e.encode(occs[i%len(occs)])
 				if err != nil {
 					b.Fatal(err)

@@ -29,22 +29,75 @@ const (
 
 // Key is the record key: the sandbox id, else "<namespace>/<involved object
 // uid>", else the event_id.
-func Key(o *eventpipev1.Occurrence) string {
+func Key(o *eventpipev1.Occurrence) string { return string(appendKey(nil, o)) }
+
+func appendKey(b []byte, o *eventpipev1.Occurrence) []byte {
 	if id := o.GetSandbox().GetId(); id != "" {
-		return id
+		return append(b, id...)
 	}
 	if uid := o.GetInvolvedObject().GetUid(); uid != "" {
-		return o.GetNamespace() + "/" + uid
+		b = append(b, o.GetNamespace()...)
+		b = append(b, '/')
+		return append(b, uid...)
 	}
-	return o.GetEventId()
+	return append(b, o.GetEventId()...)
 }
 
 // encoder turns occurrences into kafka messages. It is not safe for
-// concurrent use; its buffers are reused between calls.
+// concurrent use.
+//
+// The bytes of one push's messages (keys, values, header values) live in
+// one arena and their headers in one slice, both fresh for each push (see
+// start): kafka-go may still be writing a batch after WriteMessages returned
+// on a cancelled context, so nothing a message points to is ever reused.
 type encoder struct {
 	format   string
 	source   string
 	maxBytes int
+
+	arena   []byte
+	headers []kafka.Header
+	perMsg  int // arena bytes per message in the previous push (sizing)
+}
+
+// Header values that never change, shared by every message (kafka-go only
+// reads them).
+var (
+	hdrSpecVersion = []byte(SpecVersion)
+	hdrType        = []byte(EventType)
+	hdrJSON        = []byte(ContentJSON)
+	hdrProtobuf    = []byte(ContentProtobuf)
+)
+
+// start prepares a fresh arena for n messages.
+func (e *encoder) start(n int) {
+	per := e.perMsg
+	if per <= 0 {
+		per = 2048
+	}
+	e.arena = make([]byte, 0, n*per+per)
+	e.headers = make([]kafka.Header, 0, n*7)
+}
+
+// finish drops the push's arena (the messages keep it alive as long as
+// kafka-go needs them) and remembers its size per message.
+func (e *encoder) finish(n int) {
+	if n > 0 && len(e.arena) > 0 {
+		e.perMsg = len(e.arena)/n + 64
+	}
+	e.arena, e.headers = nil, nil
+}
+
+// bytes appends s to the arena (invalid UTF-8 replaced) and returns the
+// copy.
+func (e *encoder) bytes(s string) []byte {
+	start := len(e.arena)
+	if utf8.ValidString(s) {
+		e.arena = append(e.arena, s...)
+	} else {
+		e.arena = append(e.arena, strings.ToValidUTF8(s, "\uFFFD")...)
+	}
+	return e.arena[start:len(e.arena):len(e.arena)]
 }
 
 // overhead is what a record adds to key, value and headers on the wire
@@ -68,6 +121,7 @@ func (e *encoder) encode(o *eventpipev1.Occurrence) (msg kafka.Message, truncate
 		// proto.Marshal refuses invalid UTF-8; AppendJSON replaces it itself.
 		o = sanitize.ValidUTF8(o)
 	}
+	mark, hmark := len(e.arena), len(e.headers)
 	msg, err = e.build(o)
 	if err != nil {
 		return msg, false, false, err
@@ -91,6 +145,7 @@ func (e *encoder) encode(o *eventpipev1.Occurrence) (msg kafka.Message, truncate
 		c := proto.Clone(o).(*eventpipev1.Occurrence)
 		c.Message = full[:keep]
 		c.MessageTruncated = true
+		e.arena, e.headers = e.arena[:mark], e.headers[:hmark] // drop the attempt that did not fit
 		if msg, err = e.build(c); err != nil {
 			return msg, false, false, err
 		}
@@ -103,43 +158,50 @@ func (e *encoder) encode(o *eventpipev1.Occurrence) (msg kafka.Message, truncate
 }
 
 func (e *encoder) build(o *eventpipev1.Occurrence) (kafka.Message, error) {
-	var value []byte
-	var ct string
+	if e.arena == nil {
+		e.start(1) // encode called outside a push (tests, benchmarks)
+	}
+	var value, ct []byte
+	start := len(e.arena)
 	switch e.format {
 	case FormatProtobuf:
-		b, err := proto.MarshalOptions{Deterministic: true}.Marshal(o)
+		b, err := proto.MarshalOptions{Deterministic: true}.MarshalAppend(e.arena, o)
 		if err != nil {
 			return kafka.Message{}, err
 		}
-		value, ct = b, ContentProtobuf
+		e.arena, ct = b, hdrProtobuf
 	default:
-		value, ct = AppendJSON(make([]byte, 0, 2048+len(o.GetMessage())), o), ContentJSON
+		e.arena, ct = AppendJSON(e.arena, o), hdrJSON
 	}
-	h := make([]kafka.Header, 0, 7)
-	h = append(h,
-		kafka.Header{Key: "ce_specversion", Value: []byte(SpecVersion)},
-		kafka.Header{Key: "ce_id", Value: validBytes(o.GetEventId())},
-		kafka.Header{Key: "ce_source", Value: validBytes(e.ceSource(o))},
-		kafka.Header{Key: "ce_type", Value: []byte(EventType)},
+	value = e.arena[start:len(e.arena):len(e.arena)]
+	h0 := len(e.headers)
+	e.headers = append(e.headers,
+		kafka.Header{Key: "ce_specversion", Value: hdrSpecVersion},
+		kafka.Header{Key: "ce_id", Value: e.bytes(o.GetEventId())},
+		kafka.Header{Key: "ce_source", Value: e.ceSource(o)},
+		kafka.Header{Key: "ce_type", Value: hdrType},
 	)
 	if t := o.GetOccurredAt(); t != nil {
-		h = append(h, kafka.Header{Key: "ce_time", Value: t.AsTime().UTC().AppendFormat(nil, time.RFC3339Nano)})
+		start := len(e.arena)
+		e.arena = t.AsTime().UTC().AppendFormat(e.arena, time.RFC3339Nano)
+		e.headers = append(e.headers, kafka.Header{Key: "ce_time", Value: e.arena[start:len(e.arena):len(e.arena)]})
 	}
 	if id := o.GetSandbox().GetId(); id != "" {
-		h = append(h, kafka.Header{Key: "ce_subject", Value: validBytes(id)})
+		e.headers = append(e.headers, kafka.Header{Key: "ce_subject", Value: e.bytes(id)})
 	}
-	h = append(h, kafka.Header{Key: "content-type", Value: []byte(ct)})
-	return kafka.Message{Key: []byte(Key(o)), Value: value, Headers: h}, nil
+	e.headers = append(e.headers, kafka.Header{Key: "content-type", Value: ct})
+	return kafka.Message{Key: e.key(o), Value: value, Headers: e.headers[h0:len(e.headers):len(e.headers)]}, nil
 }
 
-func validBytes(s string) []byte {
-	if utf8.ValidString(s) {
-		return []byte(s)
-	}
-	return []byte(strings.ToValidUTF8(s, "\uFFFD"))
+// key appends Key(o) to the arena.
+func (e *encoder) key(o *eventpipev1.Occurrence) []byte {
+	start := len(e.arena)
+	e.arena = appendKey(e.arena, o)
+	return e.arena[start:len(e.arena):len(e.arena)]
 }
 
-func (e *encoder) ceSource(o *eventpipev1.Occurrence) string {
+// ceSource appends the ce_source value of o to the arena.
+func (e *encoder) ceSource(o *eventpipev1.Occurrence) []byte {
 	cluster, comp := o.GetCluster(), o.GetReportingComponent()
 	if cluster == "" {
 		cluster = "unknown"
@@ -147,7 +209,29 @@ func (e *encoder) ceSource(o *eventpipev1.Occurrence) string {
 	if comp == "" {
 		comp = "unknown"
 	}
-	return e.source + url.PathEscape(cluster) + "/" + url.PathEscape(comp)
+	start := len(e.arena)
+	e.arena = append(e.arena, e.source...)
+	e.arena = appendPathEscaped(e.arena, cluster)
+	e.arena = append(e.arena, '/')
+	e.arena = appendPathEscaped(e.arena, comp)
+	v := e.arena[start:]
+	if !utf8.Valid(v) { // e.source is validated; escaping leaves only ASCII
+		fixed := strings.ToValidUTF8(string(v), "\uFFFD")
+		e.arena = append(e.arena[:start], fixed...)
+	}
+	return e.arena[start:len(e.arena):len(e.arena)]
+}
+
+// appendPathEscaped appends url.PathEscape(s), copying s as is when it
+// needs no escaping (the usual case: cluster and component names).
+func appendPathEscaped(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '.' || c == '_' || c == '~') {
+			return append(b, url.PathEscape(s)...)
+		}
+	}
+	return append(b, s...)
 }
 
 // AppendJSON appends the versioned JSON value of o (see README.md): every

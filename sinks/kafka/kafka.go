@@ -14,6 +14,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/compress"
+	kafkasnappy "github.com/segmentio/kafka-go/compress/snappy"
 	"github.com/segmentio/kafka-go/sasl"
 	"github.com/segmentio/kafka-go/sasl/plain"
 	"github.com/segmentio/kafka-go/sasl/scram"
@@ -24,6 +26,10 @@ import (
 
 // writerBatchSize is the kafka-go Writer's per-partition batch size.
 const writerBatchSize = 1000
+
+// fastSnappy sets kafka-go's process-wide snappy codec to the standard
+// (fast) level once (see the package doc).
+var fastSnappy sync.Once
 
 // Sink produces batches to one topic. It implements sinks.Pusher; pushes
 // are serialised.
@@ -92,6 +98,9 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Sink, err
 		if tr.SASL, err = saslMechanism(cfg.SASL); err != nil {
 			return nil, fmt.Errorf("kafka sink: sasl: %w", err)
 		}
+	}
+	if cfg.Compression == CompressionSnappy {
+		fastSnappy.Do(func() { compress.SnappyCodec.Compression = kafkasnappy.FasterCompression })
 	}
 	codec := map[string]kafka.Compression{
 		CompressionNone: 0, CompressionSnappy: kafka.Snappy, CompressionLZ4: kafka.Lz4,
@@ -192,6 +201,8 @@ func (s *Sink) Push(ctx context.Context, batch []sinks.Record) error {
 	msgs := make([]kafka.Message, 0, len(batch))
 	idx := make([]int, 0, len(batch)) // batch index of msgs[j]
 	failed := map[int]error{}
+	s.enc.start(len(batch))
+	defer s.enc.finish(len(batch))
 	for i, r := range batch {
 		if r.Occurrence == nil {
 			failed[i] = fmt.Errorf("offset %d: no occurrence", r.Offset)

@@ -153,7 +153,11 @@ func truncateUTF8(s string, max int) string { return cutUTF8(s, max) }
 // metadata returns the structured metadata of o, in a fixed order, empty
 // values omitted. Values are valid UTF-8 and capped.
 func metadata(o *eventpipev1.Occurrence, occurred time.Time, dst []labelPair) []labelPair {
-	dst = dst[:0]
+	return appendMetadata(dst[:0], o, occurred)
+}
+
+// appendMetadata appends the structured metadata of o to dst.
+func appendMetadata(dst []labelPair, o *eventpipev1.Occurrence, occurred time.Time) []labelPair {
 	add := func(name, v string) {
 		if v == "" {
 			return

@@ -37,6 +37,57 @@ type Sink struct {
 	now func() time.Time
 
 	bufs sync.Pool // *[]byte
+
+	// streams caches label strings by label set: a batch has far fewer
+	// streams than entries, and rendering one costs allocations.
+	streamsMu sync.Mutex
+	streams   map[uint64][]cachedStream
+}
+
+// cachedStream is one label set and its rendered stream selector.
+type cachedStream struct {
+	pairs []labelPair
+	str   string
+}
+
+// maxCachedStreams bounds the stream cache; it is emptied when full (label
+// values are bounded, so this only happens with many clusters or
+// namespaces).
+const maxCachedStreams = 4096
+
+// stream returns the stream selector of pairs and a copy of pairs that
+// entries may keep, from the cache when this label set was seen before.
+// s.streamsMu is held.
+func (s *Sink) stream(pairs []labelPair) ([]labelPair, string) {
+	h := hashPairs(pairs)
+	for _, c := range s.streams[h] {
+		if slices.Equal(c.pairs, pairs) {
+			return c.pairs, c.str
+		}
+	}
+	if len(s.streams) >= maxCachedStreams || s.streams == nil {
+		s.streams = make(map[uint64][]cachedStream, 64)
+	}
+	c := cachedStream{pairs: slices.Clone(pairs), str: labelString(pairs)}
+	s.streams[h] = append(s.streams[h], c)
+	return c.pairs, c.str
+}
+
+// hashPairs is FNV-1a over the names and values, each followed by a 0xff
+// separator (not valid in UTF-8, so no two label sets run together).
+func hashPairs(pairs []labelPair) uint64 {
+	h := uint64(14695981039346656037)
+	add := func(v string) {
+		for i := 0; i < len(v); i++ {
+			h = (h ^ uint64(v[i])) * 1099511628211
+		}
+		h = (h ^ 0xff) * 1099511628211
+	}
+	for _, p := range pairs {
+		add(p.name)
+		add(p.value)
+	}
+	return h
 }
 
 // New checks cfg and builds a Sink. logger and reg may be nil.
@@ -193,9 +244,12 @@ func (s *Sink) Push(ctx context.Context, batch []sinks.Record) error {
 func (s *Sink) build(batch []sinks.Record, now time.Time, arena []byte, failed map[int]error) ([]entry, []byte) {
 	entries := make([]entry, 0, len(batch))
 	ends := make([]int, 0, len(batch))
+	metas := make([]labelPair, 0, 8*len(batch)) // every entry's metadata, sliced
 	var pairs []labelPair
 	var lastStream string
 	var lastPairs []labelPair
+	s.streamsMu.Lock()
+	defer s.streamsMu.Unlock()
 	for i, rec := range batch {
 		o := rec.Occurrence
 		if o == nil {
@@ -216,20 +270,20 @@ func (s *Sink) build(batch []sinks.Record, now time.Time, arena []byte, failed m
 			s.m.restamped.Inc()
 		}
 		pairs = s.labeler.labels(o, pairs)
-		// Consecutive records mostly share a stream: reuse its string.
 		if !slices.Equal(pairs, lastPairs) {
-			lastPairs = append([]labelPair(nil), pairs...)
-			lastStream = labelString(pairs)
+			lastPairs, lastStream = s.stream(pairs)
 		}
 		arena = appendLine(arena, o, s.cfg.MaxMessageBytes)
 		ends = append(ends, len(arena))
+		m0 := len(metas)
+		metas = appendMetadata(metas, o, occurred)
 		entries = append(entries, entry{
 			idx:    i,
 			tenant: tenant,
 			stream: lastStream,
 			labels: lastPairs,
 			ts:     ts,
-			meta:   metadata(o, occurred, make([]labelPair, 0, 8)),
+			meta:   metas[m0:len(metas):len(metas)],
 		})
 	}
 	// The lines live in one buffer (which may have moved while growing).

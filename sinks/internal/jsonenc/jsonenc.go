@@ -206,6 +206,24 @@ func AppendProtoJSON(b []byte, o *eventpipev1.Occurrence) ([]byte, error) {
 
 const hex = "0123456789abcdef"
 
+const (
+	lo8 = 0x0101010101010101
+	hi8 = 0x8080808080808080
+)
+
+// plain8 reports whether the 8 bytes of s all need no escaping: ASCII, not
+// a control character, not '"' or '\\' (SWAR: a word at a time).
+func plain8(s string) bool {
+	w := uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
+		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
+	less := (w - lo8*0x20) &^ w // high bit set in bytes < 0x20 (or >= 0x80, caught below)
+	quote := w ^ (lo8 * '"')
+	quote = (quote - lo8) &^ quote // high bit set in bytes == '"'
+	bs := w ^ (lo8 * '\\')
+	bs = (bs - lo8) &^ bs // high bit set in bytes == '\\'
+	return (w|less|quote|bs)&hi8 == 0
+}
+
 // AppendString appends s as a JSON string the way encoding/json does
 // (U+2028 and U+2029 escaped; each invalid UTF-8 byte becomes U+FFFD), but
 // without HTML escaping.
@@ -213,6 +231,14 @@ func AppendString(b []byte, s string) []byte {
 	b = append(b, '"')
 	start := 0
 	for i := 0; i < len(s); {
+		// Skip 8 plain bytes at a time (printable ASCII other than '"' and
+		// '\\'): most of an occurrence's text needs no escaping.
+		for i+8 <= len(s) && plain8(s[i:i+8]) {
+			i += 8
+		}
+		if i >= len(s) {
+			break
+		}
 		c := s[i]
 		if c < utf8.RuneSelf {
 			if c >= 0x20 && c != '"' && c != '\\' {

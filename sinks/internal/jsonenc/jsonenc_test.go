@@ -86,7 +86,7 @@ func TestInvalidInput(t *testing.T) {
 // AppendString agrees with encoding/json on every string, valid or not.
 func TestAppendStringMatchesEncodingJSON(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	alphabet := []string{"a", "\"", "\\", "\n", "\r", "\t", "\x00", "\x1f", "}", "é", "日本", "\u2028", "\u2029", "<", "&", "\xff", "\xc3"}
+	alphabet := []string{"a", "Back-off pulling image ", "0123456789abcdef", "\"", "\\", "\n", "\r", "\t", "\x00", "\x1f", "}", "é", "日本", "\u2028", "\u2029", "<", "&", "\xff", "\xc3"}
 	for i := 0; i < 5000; i++ {
 		var sb strings.Builder
 		for j := rng.IntN(20); j > 0; j-- {
@@ -102,6 +102,28 @@ func TestAppendStringMatchesEncodingJSON(t *testing.T) {
 		_ = json.Unmarshal(ref, &want)
 		if back != want || !utf8.ValidString(back) {
 			t.Fatalf("%q: got %q, encoding/json %q", s, back, want)
+		}
+	}
+}
+
+// The word-at-a-time scan sees every byte value at every position of a
+// word, and across word boundaries.
+func TestAppendStringEveryByteEverywhere(t *testing.T) {
+	for c := 0; c < 256; c++ {
+		for pos := 0; pos < 19; pos++ {
+			b := []byte("abcdefghijklmnopqrs")
+			b[pos] = byte(c)
+			s := string(b)
+			got := AppendString(nil, s)
+			ref, _ := json.Marshal(s)
+			var back, want string
+			if err := json.Unmarshal(got, &back); err != nil {
+				t.Fatalf("%q -> %s: %v", s, got, err)
+			}
+			_ = json.Unmarshal(ref, &want)
+			if back != want {
+				t.Fatalf("%q: got %q, encoding/json %q", s, back, want)
+			}
 		}
 	}
 }
