@@ -3,6 +3,7 @@ package collector
 import (
 	"context"
 
+	"github.com/eventpipe/eventpipe/collector/store"
 	"github.com/eventpipe/eventpipe/sinks"
 )
 
@@ -46,3 +47,8 @@ func (s sinkSource) Wait(ctx context.Context, after uint64) error { return s.log
 // Bounds is the log's Bounds: a runner's lag then counts the records it has
 // not read yet.
 func (s sinkSource) Bounds() (first, last uint64) { return s.log.Bounds() }
+
+// SinkSource returns the Source the collector's sink runners read: st
+// through one chunk cache shared by every runner given the same Source.
+// bench/sinks uses it to run sinks the way the collector does.
+func SinkSource(st *store.Store) sinks.Source { return newSinkSource(st) }

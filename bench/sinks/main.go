@@ -8,22 +8,33 @@
 //   - Kafka: an in-process kfake broker (in-memory, 6 partitions), the sink
 //     with acks=all and snappy;
 //   - Loki: a VictoriaLogs child process (the Loki push API, protobuf +
-//     snappy), its data in the temp dir.
+//     snappy), its data in the temp dir; or, with -loki recv, a minimal
+//     push receiver in this process that decodes every push fully and counts
+//     the entries (the sink's own cost without a storage engine's).
 //
-// Each run gets a fresh broker and a fresh VictoriaLogs, so the delivery
-// check is exact: after the runners reach the head, the topic must hold N
-// records and VictoriaLogs must count N entries.
+// The runners read the log the way the collector has them read it: through
+// one shared source (collector.SinkSource: one read and decode of each
+// chunk for all runners), with the collector's default commit_interval;
+// -source store and -commit-interval 0 give the older behaviour (each runner
+// reads the store itself, a cursor commit after every push).
 //
-// Per sink it prints records/s from the runners' start until that sink's
-// cursor reached the head; per run the CPU time of this process (runners,
-// sinks, store reads, and the kfake broker, which runs in-process) and of the
-// VictoriaLogs child (from /proc/<pid>/stat), per occurrence delivered.
+// Each run gets a fresh broker and a fresh VictoriaLogs (or receiver), so
+// the delivery check is exact: after the runners reach the head, the topic
+// must hold N records and VictoriaLogs (the receiver) must count N entries.
+//
+// Per sink it prints records/s from the runners' start until that sink had
+// handled the whole log; per run the CPU time of this process (runners,
+// sinks, store reads, the kfake broker and the Loki receiver, which run
+// in-process) and of the VictoriaLogs child (from /proc/<pid>/stat), per
+// occurrence delivered.
 // Mode "read" runs one runner whose push discards: what reading and decoding
 // the log costs each sink before its own encoding.
 //
 //	go run ./bench/sinks                               # 200,000 occurrences, batches 100,500,1000
 //	go run ./bench/sinks -occurrences 50000 -batches 500 -modes both
 //	go run ./bench/sinks -batches 1000 -cpuprofile /tmp/sinks.prof
+//	go run ./bench/sinks -loki recv                    # the sinks' own capacity
+//	go run ./bench/sinks -ingest-rate 50000 -batches 1000 -modes both
 package main
 
 import (
@@ -52,6 +63,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
+	"github.com/eventpipe/eventpipe/collector"
 	"github.com/eventpipe/eventpipe/collector/store"
 	"github.com/eventpipe/eventpipe/sinks"
 	"github.com/eventpipe/eventpipe/sinks/kafka"
@@ -76,8 +88,11 @@ type options struct {
 	modes       []string
 	ingestRate  int
 	maxWait     time.Duration
+	commitEvery time.Duration
 	timeout     time.Duration
 	dir         string
+	loki        string // vl or recv
+	source      string // shared or store
 }
 
 func run() error {
@@ -92,6 +107,9 @@ func run() error {
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the measurements (not the fill) to this file")
 	flag.IntVar(&o.ingestRate, "ingest-rate", 0, "0: the log is filled first and the sinks drain it; >0: each measurement appends N new occurrences at this rate (occurrences/s, store.Append with fsync) while the sinks follow from the head")
 	flag.DurationVar(&o.maxWait, "max-wait", 50*time.Millisecond, "runner batch.max_wait")
+	flag.DurationVar(&o.commitEvery, "commit-interval", sinks.DefaultCommitInterval, "runner commit_interval (0: commit the cursor after every push)")
+	flag.StringVar(&o.loki, "loki", "vl", "Loki destination: vl (a VictoriaLogs child process) or recv (an in-process receiver that decodes and counts: the sink's own cost)")
+	flag.StringVar(&o.source, "source", "shared", "what the runners read: shared (the collector's shared source, one decode for all runners) or store (each runner reads and decodes the store itself)")
 	flag.DurationVar(&o.timeout, "timeout", 10*time.Minute, "give up on one run after this long")
 	flag.StringVar(&o.dir, "dir", "", "work directory (default: a new temp dir, removed after)")
 	flag.Parse()
@@ -112,6 +130,12 @@ func run() error {
 	if o.occurrences <= 0 {
 		return errors.New("-occurrences must be positive")
 	}
+	if o.loki != "vl" && o.loki != "recv" {
+		return fmt.Errorf("-loki: bad value %q (vl, recv)", o.loki)
+	}
+	if o.source != "shared" && o.source != "store" {
+		return fmt.Errorf("-source: bad value %q (shared, store)", o.source)
+	}
 
 	dir := o.dir
 	if dir == "" {
@@ -130,6 +154,7 @@ func run() error {
 	host, _ := os.Hostname()
 	fmt.Printf("machine: %s, %d CPUs, %s %s/%s\n", host, runtime.NumCPU(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
 	fmt.Printf("start: %s, load %s\n", time.Now().UTC().Format(time.DateTime), loadavg())
+	fmt.Printf("runners: source %s, commit_interval %s, batch.max_wait %s; loki destination %s\n", o.source, o.commitEvery, o.maxWait, o.loki)
 
 	st, err := store.Open(storeConfig(filepath.Join(dir, "log")), nil, nil)
 	if err != nil {
@@ -247,6 +272,7 @@ type result struct {
 	loadBefore, loadAt string
 	ingestRate         int
 	ingest             time.Duration
+	vl                 bool // the Loki destination is VictoriaLogs (its CPU is measured)
 }
 
 func (r result) print() {
@@ -254,8 +280,8 @@ func (r result) print() {
 	for _, s := range r.sinks {
 		fmt.Printf("%-6d %-5s %-6s %12.0f %10.2f %12.2f %12s %12.1f %12s %s → %s\n",
 			r.batch, r.mode, s.name, float64(r.n)/s.elapsed.Seconds(), s.elapsed.Seconds(),
-			r.procCPU.Seconds(), vlCol(r.vlCPU.Seconds(), "%.2f", r.mode),
-			float64(r.procCPU.Microseconds())/delivered, vlCol(float64(r.vlCPU.Microseconds())/float64(r.n), "%.1f", r.mode),
+			r.procCPU.Seconds(), vlCol(r.vlCPU.Seconds(), "%.2f", r.mode, r.vl),
+			float64(r.procCPU.Microseconds())/delivered, vlCol(float64(r.vlCPU.Microseconds())/float64(r.n), "%.1f", r.mode, r.vl),
 			r.loadBefore, r.loadAt)
 	}
 	if r.ingestRate > 0 {
@@ -267,8 +293,8 @@ func (r result) print() {
 	}
 }
 
-func vlCol(v float64, format, mode string) string {
-	if mode != "both" && mode != "loki" {
+func vlCol(v float64, format, mode string, vl bool) string {
+	if !vl || mode != "both" && mode != "loki" {
 		return "-"
 	}
 	return fmt.Sprintf(format, v)
@@ -279,7 +305,7 @@ func vlCol(v float64, format, mode string) string {
 func measure(st *store.Store, vlBin, dir string, o options, batch int, mode string) (result, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
 	defer cancel()
-	res := result{batch: batch, mode: mode, n: o.occurrences, ingestRate: o.ingestRate}
+	res := result{batch: batch, mode: mode, n: o.occurrences, ingestRate: o.ingestRate, vl: o.loki == "vl"}
 	var base uint64 // drain: every sink reads the whole log from offset 1
 	var live []*eventpipev1.Occurrence
 	if o.ingestRate > 0 {
@@ -303,13 +329,30 @@ func measure(st *store.Store, vlBin, dir string, o options, batch int, mode stri
 		}
 	}()
 
+	// What every runner of this measurement reads: the collector's shared
+	// source, or the store itself.
+	var src sinks.Source = st
+	if o.source == "shared" {
+		src = collector.SinkSource(st)
+	}
+
 	// Destinations first (the VictoriaLogs child runs for every mode, so
 	// the machine is the same in each; it is idle when only Kafka runs).
-	vl, err := startVL(vlBin, filepath.Join(dir, "vl-"+tag))
-	if err != nil {
-		return res, err
+	var vl *vlProc
+	var recv *lokiReceiver
+	if o.loki == "vl" {
+		var err error
+		if vl, err = startVL(vlBin, filepath.Join(dir, "vl-"+tag)); err != nil {
+			return res, err
+		}
+		defer vl.stop()
+	} else {
+		var err error
+		if recv, err = startLokiReceiver(); err != nil {
+			return res, err
+		}
+		defer recv.stop()
 	}
-	defer vl.stop()
 	if runKafka {
 		br, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(0), kfake.AllowAutoTopicCreation())
 		if err != nil {
@@ -326,7 +369,7 @@ func measure(st *store.Store, vlBin, dir string, o options, batch int, mode stri
 			br.Close()
 			return res, fmt.Errorf("kafka sink: %w", err)
 		}
-		r, err := newRunner(st, "kafka-"+tag, base, batch, o.maxWait, ks)
+		r, err := newRunner(st, src, "kafka-"+tag, base, batch, o, ks)
 		if err != nil {
 			_ = ks.Close()
 			br.Close()
@@ -337,7 +380,7 @@ func measure(st *store.Store, vlBin, dir string, o options, batch int, mode stri
 			close:  func() { _ = ks.Close(); br.Close() }})
 	}
 	if mode == "read" {
-		r, err := newRunner(st, "read-"+tag, base, batch, o.maxWait, discard{})
+		r, err := newRunner(st, src, "read-"+tag, base, batch, o, discard{})
 		if err != nil {
 			return res, err
 		}
@@ -346,19 +389,25 @@ func measure(st *store.Store, vlBin, dir string, o options, batch int, mode stri
 	}
 	if runLoki {
 		cfg := loki.NewDefaultConfig()
-		cfg.URL = vl.url() + "/insert/loki/api/v1/push"
 		cfg.Encoding = loki.EncodingProtobuf
-		cfg.QueryParams = map[string]string{"disable_message_parsing": "1"}
+		verify := recv.count
+		if vl != nil {
+			cfg.URL = vl.url() + "/insert/loki/api/v1/push"
+			cfg.QueryParams = map[string]string{"disable_message_parsing": "1"}
+			verify = vl.count
+		} else {
+			cfg.URL = recv.url()
+		}
 		ls, err := loki.New(cfg, nil, nil)
 		if err != nil {
 			return res, fmt.Errorf("loki sink: %w", err)
 		}
-		r, err := newRunner(st, "loki-"+tag, base, batch, o.maxWait, ls)
+		r, err := newRunner(st, src, "loki-"+tag, base, batch, o, ls)
 		if err != nil {
 			_ = ls.Close()
 			return res, err
 		}
-		ss = append(ss, started{name: "loki", runner: r, verify: vl.count, close: func() { _ = ls.Close() }})
+		ss = append(ss, started{name: "loki", runner: r, verify: verify, close: func() { _ = ls.Close() }})
 	}
 
 	runtime.GC()
@@ -368,6 +417,8 @@ func measure(st *store.Store, vlBin, dir string, o options, batch int, mode stri
 	defer stop()
 	errs := make([]error, len(ss))
 	start, cpu0, vl0 := time.Now(), cpuTime(), vl.cpuTime()
+	// A sink is done when it has handled every record (its cursor is
+	// committed at the next commit_interval or when it stops).
 	for i, s := range ss {
 		wg.Add(1)
 		go func() { defer wg.Done(); errs[i] = s.runner.Run(rctx) }()
@@ -404,10 +455,10 @@ func measure(st *store.Store, vlBin, dir string, o options, batch int, mode stri
 		}
 		for i, s := range ss {
 			stt := s.runner.Status()
-			if stt.Cursor >= base { // before Run loads the cursor, Status shows 0
+			if stt.Handled >= base { // before Run loads the cursor, Status shows 0
 				maxLag[i] = max(maxLag[i], stt.LagRecords)
 			}
-			if done[i] == 0 && stt.Cursor >= target {
+			if done[i] == 0 && stt.Handled >= target {
 				done[i] = time.Since(start)
 				left--
 			}
@@ -458,9 +509,9 @@ func statuses(rs []*sinks.Runner) string {
 	return b.String()
 }
 
-// newRunner builds a runner whose cursor starts at from (the head of the
-// log when the sinks follow a live ingest).
-func newRunner(st *store.Store, name string, from uint64, batch int, maxWait time.Duration, p sinks.Pusher) (*sinks.Runner, error) {
+// newRunner builds a runner reading src whose cursor (in st) starts at from
+// (the head of the log when the sinks follow a live ingest).
+func newRunner(st *store.Store, src sinks.Source, name string, from uint64, batch int, o options, p sinks.Pusher) (*sinks.Runner, error) {
 	cur, err := st.Cursor(name)
 	if err != nil {
 		return nil, fmt.Errorf("cursor %s: %w", name, err)
@@ -472,9 +523,10 @@ func newRunner(st *store.Store, name string, from uint64, batch int, maxWait tim
 	}
 	rc := sinks.NewDefaultRunnerConfig(name)
 	rc.Batch.MaxRecords = batch
-	rc.Batch.MaxWait = maxWait
+	rc.Batch.MaxWait = o.maxWait
+	rc.CommitInterval = o.commitEvery
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	r, err := sinks.NewRunner(rc, p, st, cur, logger, nil)
+	r, err := sinks.NewRunner(rc, p, src, cur, logger, nil)
 	if err != nil {
 		return nil, fmt.Errorf("runner %s: %w", name, err)
 	}
@@ -598,6 +650,9 @@ func (p *vlProc) stop() {
 // cpuTime reads utime+stime of the child from /proc/<pid>/stat (clock
 // ticks of 10 ms).
 func (p *vlProc) cpuTime() time.Duration {
+	if p == nil {
+		return 0
+	}
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
 	if err != nil {
 		return 0
