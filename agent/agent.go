@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"runtime/debug"
 	"sync/atomic"
 	"time"
 
@@ -16,13 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/leaderelection"
-	"k8s.io/client-go/tools/leaderelection/resourcelock"
 
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
 	"github.com/eventpipe/eventpipe/enrich"
@@ -36,10 +29,7 @@ type Agent struct {
 	m        *metrics
 	gatherer prometheus.Gatherer
 
-	kube     kubernetes.Interface // protobuf, for Events, Pods, PVCs, Namespaces
-	leaseCS  kubernetes.Interface
-	dyn      dynamic.Interface
-	disc     discovery.DiscoveryInterface
+	kc       *kubeClient // Events, Pods, PVCs, Namespaces, Sandboxes, discovery
 	conn     *grpc.ClientConn
 	ingest   eventpipev1.IngestClient
 	identity string
@@ -84,21 +74,10 @@ func New(cfg Config, restCfg *rest.Config, opts Options) (*Agent, error) {
 	if counted.QPS == 0 {
 		counted.QPS, counted.Burst = 50, 100
 	}
-	pb := rest.CopyConfig(counted)
-	pb.DisableCompression = !cfg.Watch.Compression
-	pb.ContentType = "application/vnd.kubernetes.protobuf"
-	pb.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
-	if a.kube, err = kubernetes.NewForConfig(pb); err != nil {
-		return nil, fmt.Errorf("kubernetes client: %w", err)
-	}
-	if a.leaseCS, err = kubernetes.NewForConfig(counted); err != nil {
-		return nil, fmt.Errorf("kubernetes client: %w", err)
-	}
-	if a.dyn, err = dynamic.NewForConfig(counted); err != nil {
-		return nil, fmt.Errorf("dynamic client: %w", err)
-	}
-	if a.disc, err = discovery.NewDiscoveryClientForConfig(counted); err != nil {
-		return nil, fmt.Errorf("discovery client: %w", err)
+	wire := rest.CopyConfig(counted)
+	wire.DisableCompression = !cfg.Watch.Compression
+	if a.kc, err = newKubeClient(wire); err != nil {
+		return nil, err
 	}
 	if a.conn, err = dialCollector(cfg.Collector); err != nil {
 		return nil, err
@@ -160,48 +139,17 @@ func (a *Agent) HTTPAddr() string {
 // elect campaigns for the Lease until ctx ends; each term runs lead.
 func (a *Agent) elect(ctx context.Context) error {
 	le := a.cfg.LeaderElection
-	for ctx.Err() == nil {
-		lock := &resourcelock.LeaseLock{
-			LeaseMeta:  metaObject(le.Namespace, le.Name),
-			Client:     a.leaseCS.CoordinationV1(),
-			LockConfig: resourcelock.ResourceLockConfig{Identity: a.identity},
-		}
-		leadCtx := make(chan context.Context, 1)
-		elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-			Lock:            lock,
-			LeaseDuration:   le.LeaseDuration,
-			RenewDeadline:   le.RenewDeadline,
-			RetryPeriod:     le.RetryPeriod,
-			ReleaseOnCancel: true,
-			Name:            le.Name,
-			Callbacks: leaderelection.LeaderCallbacks{
-				// The term runs in this goroutine (below), not in the
-				// elector's, so it has surely stopped before we campaign again.
-				OnStartedLeading: func(lctx context.Context) { leadCtx <- lctx },
-				OnStoppedLeading: func() { a.log.Info("stopped leading", "identity", a.identity) },
-			},
-		})
-		if err != nil {
-			return fmt.Errorf("leader election: %w", err)
-		}
-		electorDone := make(chan struct{})
-		go func() {
-			defer close(electorDone)
-			elector.Run(ctx)
-		}()
-		select {
-		case lctx := <-leadCtx:
-			a.log.Info("became leader", "identity", a.identity, "lease", le.Namespace+"/"+le.Name)
-			if err := a.lead(lctx); err != nil {
-				a.log.Error("leader term ended with an error", "err", err)
-			}
-			<-electorDone
-		case <-electorDone:
-		}
-		if !sleepCtx(ctx, le.RetryPeriod) {
-			return nil
-		}
+	e := &leaseElector{
+		kc: a.kc, namespace: le.Namespace, name: le.Name, identity: a.identity,
+		leaseDuration: le.LeaseDuration, renewDeadline: le.RenewDeadline, retryPeriod: le.RetryPeriod,
+		log: a.log, now: time.Now,
 	}
+	e.run(ctx, func(lctx context.Context) {
+		a.log.Info("became leader", "identity", a.identity, "lease", le.Namespace+"/"+le.Name)
+		if err := a.lead(lctx); err != nil {
+			a.log.Error("leader term ended with an error", "err", err)
+		}
+	})
 	return nil
 }
 
@@ -234,21 +182,18 @@ func (a *Agent) lead(ctx context.Context) error {
 func (a *Agent) term(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	c, err := newCaches(ctx, a.cfg, a.kube, a.dyn, a.disc, a.log, a.m)
+	c, err := newCaches(ctx, a.cfg, a.kc, a.log, a.m)
 	if err != nil {
 		return err
 	}
+	wait, err := c.start(ctx)
 	defer func() {
 		cancel()
-		c.shutdown()
+		wait()
 	}()
-	if err := c.start(ctx); err != nil {
+	if err != nil {
 		return fmt.Errorf("sync caches: %w", err)
 	}
-	// The initial listings decoded every object in full before the
-	// transform kept its few fields: hand that garbage back to the OS once,
-	// so the resident size reflects the caches, not the sync.
-	debug.FreeOSMemory()
 	c.updateGauges()
 	enr, err := enrich.New(a.cfg.Enrich, c.lookups())
 	if err != nil {
@@ -265,7 +210,7 @@ func (a *Agent) term(ctx context.Context) error {
 	queue := make(chan item, a.cfg.Watch.QueueCapacity)
 	sh := newShipper(a.cfg, a.ingest, a.log, a.m)
 	a.cur.Store(sh)
-	w := &watcher{cfg: a.cfg.Watch, cs: a.kube, out: queue, log: a.log, m: a.m, alive: &a.watchAlive}
+	w := &watcher{cfg: a.cfg.Watch, kc: a.kc, out: queue, log: a.log, m: a.m, alive: &a.watchAlive}
 	p := newProcessor(a.cfg, queue, c, enr, sh, startRV, a.log, a.m)
 
 	g, gctx := errgroup.WithContext(ctx)
@@ -367,8 +312,4 @@ func (a *Agent) Handler() http.Handler {
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	return mux
-}
-
-func metaObject(ns, name string) metav1.ObjectMeta {
-	return metav1.ObjectMeta{Namespace: ns, Name: name}
 }

@@ -1,7 +1,21 @@
 // Package agent is eventpipe's cluster agent: the only part that talks to the
 // Kubernetes API. It watches Events cluster-wide, attributes each occurrence
-// with enrich against small informer caches (Pods, PVCs, Namespaces, Agent
-// Sandbox CRs), and ships batches to the collector's Ingest service.
+// with enrich against small caches (Pods, PVCs, Namespaces, Agent Sandbox
+// CRs), and ships batches to the collector's Ingest service.
+//
+// # How it reads the API
+//
+// Plain HTTP (kube.go), authenticated by client-go's transport (kubeconfig or
+// in-cluster credentials, exec plugins, token rotation, TLS), with the bodies
+// decoded by agent/internal/kwire straight into enrich's small types:
+// protobuf for Events, Pods, PVCs and Namespaces, JSON for the Sandbox CR.
+// No typed clientset, no informers, no client-go leaderelection: those decode
+// every object into its full typed struct, hold a whole first listing before
+// any transform, and link and register every built-in API group, which cost
+// most of the agent's CPU and memory (bench/agent.md has the before/after).
+// What they did is here in small form: reflector.go (list or watch-list, then
+// watch, relist on 410, deletions found by a relisting) and lease.go (the
+// same Lease algorithm and fields as client-go's elector).
 //
 // # Which Event API
 //
@@ -16,7 +30,7 @@
 // # Contract
 //
 //   - One cluster-wide list+watch of Events, driven by the agent itself (no
-//     SharedInformer: it would own the resourceVersion and keep every Event in
+//     informer: it would own the resourceVersion and keep every Event in
 //     memory). The initial or recovery listing is a WatchList
 //     (sendInitialEvents, served from the watch cache) with a paginated LIST as
 //     the fallback. No GET per Event, ever.
@@ -38,8 +52,8 @@
 //     cache change; when the hold is full or the time is up it ships
 //     unattributed, never dropped. Only fresh Events are held
 //     (hold.fresh_within): an old one's owner is gone, not late.
-//   - Caches keep compact enrich values built by the informer transform
-//     (owner references, the OpenShell labels/annotations, container names,
+//   - Caches keep compact enrich values decoded from the wire (owner
+//     references, the OpenShell labels/annotations, container names,
 //     images, waiting/terminated states, phase, node), never the API objects.
 //     Deleted objects are remembered (cache.tombstone_ttl/tombstone_max).
 //     Handlers only signal; pods with a waiting container are queued for a

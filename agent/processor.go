@@ -61,7 +61,7 @@ func (p *processor) run(ctx context.Context) error {
 	gauges := time.NewTicker(5 * time.Second)
 	defer gauges.Stop()
 	var changed <-chan struct{}
-	var diagnose <-chan string
+	var diagnose <-chan objKey
 	if p.caches != nil {
 		changed, diagnose = p.caches.changed, p.caches.diagnose
 	}
@@ -182,12 +182,8 @@ func (p *processor) retryHeld(ctx context.Context) bool {
 	return true
 }
 
-func (p *processor) diagnose(ctx context.Context, key string) bool {
-	obj, exists, err := p.caches.pods.GetStore().GetByKey(key)
-	if err != nil || !exists {
-		return true
-	}
-	co, ok := obj.(*cached)
+func (p *processor) diagnose(ctx context.Context, key objKey) bool {
+	co, ok := p.caches.pods.store.get(key)
 	if !ok || co.pod == nil {
 		return true
 	}

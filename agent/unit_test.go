@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -10,6 +11,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/eventpipe/eventpipe/agent/internal/kwire"
+	"github.com/eventpipe/eventpipe/enrich"
 )
 
 func TestConfigFiles(t *testing.T) {
@@ -151,26 +155,51 @@ func TestFingerprints(t *testing.T) {
 	}
 }
 
+// wireItem encodes e as the API server does (protobuf) and decodes it the
+// way the watcher does.
+func wireItem(t *testing.T, e *corev1.Event, modified bool) item {
+	t.Helper()
+	raw, err := e.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := newMetrics(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &watcher{m: m, log: slog.New(slog.DiscardHandler)}
+	it, ok := w.decodeItem(raw, modified, false)
+	if !ok {
+		t.Fatalf("event did not decode")
+	}
+	return it
+}
+
 func TestFingerprintIgnoresHeartbeat(t *testing.T) {
 	e := &corev1.Event{Message: "m", Series: &corev1.EventSeries{Count: 3, LastObservedTime: metav1.NowMicro()}}
-	a := fingerprint(toEnrichEvent(e), e)
+	a := wireItem(t, e, true).fp
 	e.Series.LastObservedTime = metav1.NewMicroTime(time.Now().Add(30 * time.Minute))
-	if b := fingerprint(toEnrichEvent(e), e); a != b {
+	if b := wireItem(t, e, true).fp; a != b {
 		t.Errorf("a series heartbeat changed the fingerprint")
 	}
 	e.Series.Count = 4
-	if c := fingerprint(toEnrichEvent(e), e); c == a {
+	if c := wireItem(t, e, true).fp; c == a {
 		t.Errorf("a series count bump did not change the fingerprint")
 	}
 	e2 := &corev1.Event{Message: "m", Count: 1}
-	x := fingerprint(toEnrichEvent(e2), e2)
+	x := wireItem(t, e2, true).fp
 	e2.Message = "n"
-	if fingerprint(toEnrichEvent(e2), e2) == x {
+	if wireItem(t, e2, true).fp == x {
 		t.Errorf("a message change did not change the fingerprint")
+	}
+	e2.Message = "m"
+	e2.Count = 2
+	if wireItem(t, e2, true).fp == x {
+		t.Errorf("a count bump did not change the fingerprint")
 	}
 }
 
-func TestToEnrichEvent(t *testing.T) {
+func TestDecodeEventItem(t *testing.T) {
 	now := time.Now().Truncate(time.Microsecond)
 	e := &corev1.Event{
 		ObjectMeta:          metav1.ObjectMeta{Namespace: "ns", Name: "x.1", UID: "u", ResourceVersion: "7"},
@@ -182,13 +211,15 @@ func TestToEnrichEvent(t *testing.T) {
 		ReportingInstance:   "ctrl-0",
 		Action:              "Create",
 	}
-	ev := toEnrichEvent(e)
-	if ev.Count != 5 || !ev.SeriesLastObserved.Equal(now) || ev.ReportingComponent != "agent-sandbox-controller" ||
+	it := wireItem(t, e, false)
+	ev := it.ev
+	if it.kind != itemEvent || it.rv != "7" || ev.Namespace != "ns" || ev.UID != "u" || ev.Involved.Name != "p" ||
+		ev.Count != 5 || !ev.SeriesLastObserved.Equal(now) || !ev.EventTime.Equal(now) || ev.ReportingComponent != "agent-sandbox-controller" ||
 		ev.ReportingInstance != "ctrl-0" || ev.Involved.FieldPath != "spec.containers{agent}" || ev.Action != "Create" {
 		t.Errorf("%+v", ev)
 	}
 	e.Source = corev1.EventSource{Component: "kubelet", Host: "n1"}
-	ev = toEnrichEvent(e)
+	ev = wireItem(t, e, false).ev
 	if ev.ReportingComponent != "kubelet" || ev.ReportingInstance != "n1" {
 		t.Errorf("source not preferred: %+v", ev)
 	}
@@ -237,8 +268,9 @@ func TestTombstones(t *testing.T) {
 	}
 }
 
-func TestTransformStripsPod(t *testing.T) {
+func TestCachedPodFromWire(t *testing.T) {
 	c := &caches{cfg: NewDefaultConfig().Cache}
+	c.mo = kwire.MetaOptions{KeepPrefixes: c.cfg.KeepPrefixes, Intern: c.in.intern, InternSmall: c.in.internSmall}
 	ctrl := true
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", UID: "u", ResourceVersion: "3",
@@ -250,13 +282,16 @@ func TestTransformStripsPod(t *testing.T) {
 		Status: corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{{Type: "Ready"}},
 			ContainerStatuses: []corev1.ContainerStatus{{Name: "agent", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ImagePullBackOff", Message: "Back-off"}}}}},
 	}
-	out, err := c.transform(p)
+	raw, err := p.Marshal()
 	if err != nil {
 		t.Fatal(err)
 	}
-	co := out.(*cached)
-	if om := co.GetObjectMeta(); om.GetName() != "p" || om.GetNamespace() != "ns" || om.GetResourceVersion() != "3" || om.GetUID() != "u" {
-		t.Errorf("identity %+v", om)
+	co, err := c.decodePod(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := co.meta(); m.Name != "p" || m.Namespace != "ns" || m.ResourceVersion != "3" || m.UID != "u" {
+		t.Errorf("identity %+v", m)
 	}
 	ep := co.pod
 	if _, ok := ep.Labels["app"]; ok {
@@ -270,11 +305,53 @@ func TestTransformStripsPod(t *testing.T) {
 		t.Errorf("enrich pod %+v", ep)
 	}
 	// A tombstone lookup carries DeletedAt without touching the cached value.
-	cs := &caches{podTomb: newTombstones(time.Minute, 10), pods: nil}
-	cs.podTomb.put("ns/p", "u", co)
-	obj, at, ok := cs.podTomb.get("ns/p")
-	if !ok || at.IsZero() || obj.(*cached).pod.DeletedAt != (time.Time{}) {
-		t.Errorf("tombstone %v %v %v", obj, at, ok)
+	k := &kindCache{c: c, store: newObjStore(false), tomb: newTombstones(time.Minute, 10), pod: true}
+	c.pods = k
+	c.changed = make(chan struct{}, 1)
+	c.diagnose = make(chan objKey, 1)
+	m, _ := newMetrics(nil)
+	c.m = m
+	k.store.put(co, 1)
+	k.added(co)
+	if got := <-c.diagnose; got != (objKey{"ns", "p"}) {
+		t.Errorf("diagnose key %v", got)
+	}
+	k.store.remove(objKey{"ns", "p"})
+	k.deleted(co)
+	got, ok := podLookup{c}.Pod("ns", "p")
+	if !ok || got.DeletedAt.IsZero() || co.pod.DeletedAt != (time.Time{}) {
+		t.Errorf("tombstone lookup %+v %v; cached DeletedAt %v", got, ok, co.pod.DeletedAt)
+	}
+}
+
+func TestObjStoreStaleAfterRelist(t *testing.T) {
+	s := newObjStore(true)
+	mk := func(name, uid, rv string) *cached {
+		return &cached{sb: &enrich.Sandbox{Meta: enrich.Meta{Namespace: "ns", Name: name, UID: uid, ResourceVersion: rv}}}
+	}
+	s.put(mk("a", "ua", "1"), 1)
+	s.put(mk("b", "ub", "1"), 1)
+	// Listing 2 sees a unchanged and b recreated with a new UID; c is new.
+	if !s.touch(objKey{"ns", "a"}, "1", 2) {
+		t.Errorf("unchanged a not touched")
+	}
+	if s.touch(objKey{"ns", "b"}, "5", 2) {
+		t.Errorf("changed b touched")
+	}
+	s.put(mk("b", "ub2", "5"), 2)
+	s.put(mk("c", "uc", "6"), 3) // from a later listing
+	stale := s.stale(2)
+	if len(stale) != 1 || stale[0].meta().Name != "c" {
+		t.Errorf("stale %v", stale)
+	}
+	if _, ok := s.getByUID("ub"); ok {
+		t.Errorf("old uid of b still indexed")
+	}
+	if c, ok := s.getByUID("ub2"); !ok || c.meta().Name != "b" {
+		t.Errorf("new uid of b not indexed")
+	}
+	if s.len() != 2 {
+		t.Errorf("len %d", s.len())
 	}
 }
 

@@ -1,20 +1,18 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net/http"
 	"sync/atomic"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes"
-
+	"github.com/eventpipe/eventpipe/agent/internal/kwire"
 	"github.com/eventpipe/eventpipe/enrich"
 )
 
@@ -44,14 +42,18 @@ type item struct {
 // watcher drives the one cluster-wide list+watch of core/v1 Events.
 type watcher struct {
 	cfg   WatchConfig
-	cs    kubernetes.Interface
+	kc    *kubeClient
 	out   chan<- item
 	log   *slog.Logger
 	m     *metrics
 	alive *atomic.Int64 // unix nanos of the last notification (readiness)
 
 	noWatchList bool
+	ev          kwire.Event  // decode target, reused
+	buf         bytes.Buffer // LIST body, reused across pages
 }
+
+var eventsResource = apiResource{version: "v1", resource: "events"}
 
 // run reads Events from startRV ("" = list everything first) until ctx ends.
 func (w *watcher) run(ctx context.Context, startRV string) error {
@@ -94,32 +96,22 @@ func (w *watcher) run(ctx context.Context, startRV string) error {
 	return nil
 }
 
-func isExpired(err error) bool {
-	return apierrors.IsResourceExpired(err) || apierrors.IsGone(err)
-}
-
 // errExpired is returned by consume when the stream reported 410 Gone.
-var errExpired = apierrors.NewResourceExpired("event watch: resourceVersion too old")
-
-func (w *watcher) timeout() *int64 {
-	s := int64((w.cfg.MinWatchTimeout + time.Duration(rand.Int64N(int64(w.cfg.MinWatchTimeout)))).Seconds())
-	return &s
-}
+var errExpired = &apiError{op: "watch v1/events", code: http.StatusGone, reason: "Expired", msg: "resourceVersion too old"}
 
 // watchList lists through a watch with sendInitialEvents: the initial Events
 // are streamed (served from the watch cache), then a bookmark marks their end
 // and the same watch goes on. It returns the resourceVersion to resume from,
 // or "" when the listing did not complete.
 func (w *watcher) watchList(ctx context.Context) (string, error) {
-	t := true
-	wi, err := w.cs.CoreV1().Events("").Watch(ctx, metav1.ListOptions{
-		SendInitialEvents:    &t,
-		ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan,
-		AllowWatchBookmarks:  true,
-		TimeoutSeconds:       w.timeout(),
+	s, err := w.kc.watch(ctx, eventsResource, listOptions{
+		sendInitialEvents:    true,
+		resourceVersionMatch: "NotOlderThan",
+		allowBookmarks:       true,
+		timeoutSeconds:       watchTimeout(w.cfg),
 	})
 	if err != nil {
-		if apierrors.IsBadRequest(err) || apierrors.IsInvalid(err) || isWatchListRefusal(err) {
+		if isBadRequest(err) || isInvalid(err) || isWatchListRefusal(err) {
 			w.log.Info("watch-list refused by the API server; falling back to paginated LIST", "err", err)
 			w.noWatchList = true
 			return "", nil
@@ -127,52 +119,43 @@ func (w *watcher) watchList(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("watch-list events: %w", err)
 	}
 	w.m.relists.WithLabelValues("watchlist").Inc()
-	return w.consume(ctx, wi, "", true)
-}
-
-func isWatchListRefusal(err error) bool {
-	var se apierrors.APIStatus
-	if errors.As(err, &se) {
-		if d := se.Status().Details; d != nil {
-			for _, c := range d.Causes {
-				if c.Field == "sendInitialEvents" {
-					return true
-				}
-			}
-		}
-	}
-	return false
+	return w.consume(ctx, s, "", true)
 }
 
 // list pages through all Events (served from the watch cache on current API
 // servers) and returns the listing's resourceVersion.
 func (w *watcher) list(ctx context.Context) (string, error) {
 	w.m.relists.WithLabelValues("list").Inc()
-	opts := metav1.ListOptions{Limit: w.cfg.ListPageSize}
+	opts := listOptions{limit: w.cfg.ListPageSize}
 	var listRV string
 	for {
-		l, err := w.cs.CoreV1().Events("").List(ctx, opts)
+		lm, err := w.kc.list(ctx, eventsResource, opts, &w.buf, func(raw []byte) error {
+			it, ok := w.decodeItem(raw, false, true)
+			if ok && !w.send(ctx, it) {
+				return ctx.Err()
+			}
+			return nil
+		})
 		if err != nil {
-			if isExpired(err) && opts.Continue != "" {
+			if ctx.Err() != nil {
+				return "", ctx.Err()
+			}
+			if isExpired(err) && opts.continueToken != "" {
 				// The continue token expired: start the listing again.
-				opts.Continue = ""
+				opts.continueToken = ""
 				continue
 			}
 			return "", fmt.Errorf("list events: %w", err)
 		}
 		if listRV == "" {
-			listRV = l.ResourceVersion
+			listRV = lm.ResourceVersion
 		}
-		for i := range l.Items {
-			if !w.send(ctx, w.eventItem(&l.Items[i], false, true)) {
-				return "", ctx.Err()
-			}
-		}
-		if l.Continue == "" {
+		if lm.Continue == "" {
 			break
 		}
-		opts.Continue = l.Continue
+		opts.continueToken = lm.Continue
 	}
+	w.buf = bytes.Buffer{} // do not keep a large page's buffer
 	if !w.send(ctx, item{kind: itemListEnd, rv: listRV}) {
 		return "", ctx.Err()
 	}
@@ -183,55 +166,59 @@ func (w *watcher) list(ctx context.Context) (string, error) {
 // watch follows Events from rv until the server ends the watch (then it
 // returns the last resourceVersion seen) or fails.
 func (w *watcher) watch(ctx context.Context, rv string) (string, error) {
-	wi, err := w.cs.CoreV1().Events("").Watch(ctx, metav1.ListOptions{
-		ResourceVersion:     rv,
-		AllowWatchBookmarks: true,
-		TimeoutSeconds:      w.timeout(),
+	s, err := w.kc.watch(ctx, eventsResource, listOptions{
+		resourceVersion: rv,
+		allowBookmarks:  true,
+		timeoutSeconds:  watchTimeout(w.cfg),
 	})
 	if err != nil {
 		return rv, fmt.Errorf("watch events from %s: %w", rv, err)
 	}
 	w.alive.Store(time.Now().UnixNano())
-	return w.consume(ctx, wi, rv, false)
+	return w.consume(ctx, s, rv, false)
 }
 
 // consume reads one watch stream. In listing mode (a watch-list) Events are
 // "listed" until the initial-events-end bookmark; if the stream ends before
 // it, "" is returned so the listing starts again.
-func (w *watcher) consume(ctx context.Context, wi watch.Interface, rv string, listing bool) (string, error) {
-	defer wi.Stop()
+func (w *watcher) consume(ctx context.Context, s *watchStream, rv string, listing bool) (string, error) {
+	defer s.close()
+	stop := context.AfterFunc(ctx, s.close) // unblocks a read in progress
+	defer stop()
 	for {
-		var ev watch.Event
-		var ok bool
-		select {
-		case <-ctx.Done():
+		typ, obj, err := s.next()
+		if ctx.Err() != nil {
 			return rv, ctx.Err()
-		case ev, ok = <-wi.ResultChan():
 		}
-		if !ok {
-			if listing {
-				return "", errors.New("watch-list ended before its initial events did")
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				if listing {
+					return "", errors.New("watch-list ended before its initial events did")
+				}
+				w.alive.Store(time.Now().UnixNano())
+				return rv, nil
 			}
-			w.alive.Store(time.Now().UnixNano())
-			return rv, nil
-		}
-		w.alive.Store(time.Now().UnixNano())
-		w.m.watchEvents.WithLabelValues(watchTypeLabel(string(ev.Type))).Inc()
-		switch ev.Type {
-		case watch.Error:
-			err := apierrors.FromObject(ev.Object)
 			if isExpired(err) {
+				w.m.watchEvents.WithLabelValues(watchTypeLabel(watchError)).Inc()
 				return "", errExpired
 			}
-			return rv, fmt.Errorf("event watch error: %w", err)
-		case watch.Bookmark:
-			mo, err := metaOf(ev.Object)
+			if _, ok := asAPIError(err); ok {
+				w.m.watchEvents.WithLabelValues(watchTypeLabel(watchError)).Inc()
+				return rv, fmt.Errorf("event watch error: %w", err)
+			}
+			return rv, err
+		}
+		w.alive.Store(time.Now().UnixNano())
+		w.m.watchEvents.WithLabelValues(watchTypeLabel(typ)).Inc()
+		switch typ {
+		case watchBookmark:
+			brv, end, err := s.bookmarkInfo(obj)
 			if err != nil {
+				w.badObject(err)
 				continue
 			}
-			brv := mo.GetResourceVersion()
 			if listing {
-				if mo.GetAnnotations()[metav1.InitialEventsAnnotationKey] != "true" {
+				if !end {
 					continue
 				}
 				listing = false
@@ -242,29 +229,35 @@ func (w *watcher) consume(ctx context.Context, wi watch.Interface, rv string, li
 				return rv, ctx.Err()
 			}
 			rv = brv
-		case watch.Added, watch.Modified, watch.Deleted:
-			e, isEvent := ev.Object.(*corev1.Event)
-			if !isEvent {
-				w.m.skipped.WithLabelValues("bad_object").Inc()
-				w.log.Warn("event watch returned a non-Event object", "type", fmt.Sprintf("%T", ev.Object))
-				continue
-			}
+		case watchAdded, watchModified, watchDeleted:
 			var it item
-			if ev.Type == watch.Deleted {
-				it = item{kind: itemDeleted, rv: e.ResourceVersion, ev: &enrich.Event{UID: string(e.UID)}}
+			if typ == watchDeleted {
+				if err := kwire.DecodeEvent(obj, &w.ev); err != nil {
+					w.badObject(err)
+					continue
+				}
+				it = item{kind: itemDeleted, rv: w.ev.ResourceVersion, ev: &enrich.Event{UID: w.ev.UID}}
 			} else {
-				it = w.eventItem(e, ev.Type == watch.Modified, listing)
+				var ok bool
+				if it, ok = w.decodeItem(obj, typ == watchModified, listing); !ok {
+					continue
+				}
 			}
 			if listing {
 				it.rv = ""
-			} else {
-				rv = e.ResourceVersion
+			} else if it.rv != "" {
+				rv = it.rv
 			}
 			if !w.send(ctx, it) {
 				return rv, ctx.Err()
 			}
 		}
 	}
+}
+
+func (w *watcher) badObject(err error) {
+	w.m.skipped.WithLabelValues("bad_object").Inc()
+	w.log.Warn("event watch returned an object that could not be decoded; skipped", "err", err)
 }
 
 func (w *watcher) send(ctx context.Context, it item) bool {
@@ -276,48 +269,29 @@ func (w *watcher) send(ctx context.Context, it item) bool {
 	}
 }
 
-func (w *watcher) eventItem(e *corev1.Event, modified, listed bool) item {
-	ev := toEnrichEvent(e)
-	rv := e.ResourceVersion
+// decodeItem decodes one core/v1 Event into a watch item.
+func (w *watcher) decodeItem(raw []byte, modified, listed bool) (item, bool) {
+	if err := kwire.DecodeEvent(raw, &w.ev); err != nil {
+		w.badObject(err)
+		return item{}, false
+	}
+	ev := new(enrich.Event)
+	*ev = w.ev.Event
+	rv := ev.ResourceVersion
 	if listed {
 		rv = ""
 	}
-	return item{kind: itemEvent, modified: modified, listed: listed, rv: rv, ev: ev, fp: fingerprint(ev, e), observed: time.Now()}
-}
-
-// toEnrichEvent normalises a core/v1 Event (which also carries the
-// events.k8s.io fields) into enrich's input.
-func toEnrichEvent(e *corev1.Event) *enrich.Event {
-	out := &enrich.Event{
-		APIVersion: "v1", Namespace: e.Namespace, Name: e.Name, UID: string(e.UID), ResourceVersion: e.ResourceVersion,
-		Involved: enrich.ObjectRef{
-			Kind: e.InvolvedObject.Kind, APIVersion: e.InvolvedObject.APIVersion, Namespace: e.InvolvedObject.Namespace,
-			Name: e.InvolvedObject.Name, UID: string(e.InvolvedObject.UID), FieldPath: e.InvolvedObject.FieldPath,
-		},
-		Type: e.Type, Reason: e.Reason, Message: e.Message, Action: e.Action, Count: e.Count,
-		FirstTimestamp: e.FirstTimestamp.Time, LastTimestamp: e.LastTimestamp.Time, EventTime: e.EventTime.Time,
-		ReportingComponent: e.Source.Component, ReportingInstance: e.Source.Host,
-	}
-	if e.Series != nil {
-		out.Count = e.Series.Count
-		out.SeriesLastObserved = e.Series.LastObservedTime.Time
-	}
-	if out.ReportingComponent == "" {
-		out.ReportingComponent = e.ReportingController
-	}
-	if out.ReportingInstance == "" {
-		out.ReportingInstance = e.ReportingInstance
-	}
-	return out
+	return item{kind: itemEvent, modified: modified, listed: listed, rv: rv, ev: ev, fp: fingerprint(ev, w.ev.Count, w.ev.SeriesCount), observed: time.Now()}, true
 }
 
 // fingerprint covers what makes a MODIFIED a new occurrence: count,
 // series.count and the message (not series.lastObservedTime, which the
-// 30-minute series heartbeat moves alone).
-func fingerprint(ev *enrich.Event, e *corev1.Event) uint64 {
+// 30-minute series heartbeat moves alone). seriesCount is -1 without a
+// series.
+func fingerprint(ev *enrich.Event, count, seriesCount int32) uint64 {
 	h := uint64(14695981039346656037)
 	mix := func(b byte) { h ^= uint64(b); h *= 1099511628211 }
-	for _, v := range []int32{e.Count, seriesCount(e)} {
+	for _, v := range []int32{count, seriesCount} {
 		for i := 0; i < 4; i++ {
 			mix(byte(v >> (8 * i)))
 		}
@@ -326,13 +300,6 @@ func fingerprint(ev *enrich.Event, e *corev1.Event) uint64 {
 		mix(ev.Message[i])
 	}
 	return h
-}
-
-func seriesCount(e *corev1.Event) int32 {
-	if e.Series == nil {
-		return -1
-	}
-	return e.Series.Count
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) bool {

@@ -110,22 +110,30 @@ func (f *fields) next() bool {
 		if f.i >= len(f.b) || f.err != nil {
 			return false
 		}
-		key, i, err := varint(f.b, f.i)
-		if err != nil {
-			return f.fail(err)
-		}
-		f.i = i
-		num, typ := key>>3, int8(key&7)
-		if num == 0 || num > 1<<29-1 {
-			return f.fail(errors.New("illegal tag " + strconv.FormatUint(key, 10)))
-		}
-		f.num, f.typ, f.val, f.v = int32(num), typ, nil, 0
-		switch typ {
-		case wireVarint:
-			f.v, f.i, err = varint(f.b, f.i)
+		var key uint64
+		if c := f.b[f.i]; c < 0x80 { // one-byte tags are the rule
+			key = uint64(c)
+			f.i++
+		} else {
+			k, i, err := varint(f.b, f.i)
 			if err != nil {
 				return f.fail(err)
 			}
+			key, f.i = k, i
+		}
+		// The field number is truncated to int32 as the generated decoders do.
+		num, typ := int32(key>>3), int8(key&7)
+		if num <= 0 {
+			return f.fail(errors.New("illegal tag " + strconv.FormatUint(key, 10)))
+		}
+		f.num, f.typ, f.val, f.v = num, typ, nil, 0
+		switch typ {
+		case wireVarint:
+			v, i, err := varint(f.b, f.i)
+			if err != nil {
+				return f.fail(err)
+			}
+			f.v, f.i = v, i
 		case wireFixed64:
 			if len(f.b)-f.i < 8 {
 				return f.fail(errTruncated)
@@ -143,9 +151,16 @@ func (f *fields) next() bool {
 			}
 			f.i += 4
 		case wireBytes:
-			n, i, err := varint(f.b, f.i)
-			if err != nil {
-				return f.fail(err)
+			var n uint64
+			i := f.i
+			if i < len(f.b) && f.b[i] < 0x80 {
+				n = uint64(f.b[i])
+				i++
+			} else {
+				var err error
+				if n, i, err = varint(f.b, i); err != nil {
+					return f.fail(err)
+				}
 			}
 			if n > uint64(len(f.b)-i) {
 				if int64(n) < 0 {
