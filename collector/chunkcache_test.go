@@ -3,25 +3,16 @@ package collector
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"sync"
 	"testing"
 
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
-	"github.com/eventpipe/eventpipe/collector/store"
 )
 
 // The cache returns what the log returns, for any start, while the log
 // grows (partial chunks are refreshed), and under concurrent readers.
 func TestChunkCacheMatchesTheLog(t *testing.T) {
-	cfg := store.NewDefaultConfig()
-	cfg.Dir = filepath.Join(t.TempDir(), "log")
-	cfg.Fsync = false
-	st, err := store.Open(cfg, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := openTestStore(t)
 	ctx := context.Background()
 	add := func(from, n int) {
 		var occs []*eventpipev1.Occurrence

@@ -12,6 +12,7 @@ import (
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
 	"github.com/eventpipe/eventpipe/collector/store"
 	"github.com/eventpipe/eventpipe/sinks"
+	"github.com/eventpipe/eventpipe/sinks/sinktest"
 )
 
 // countingLog counts the records the log decodes for its readers.
@@ -134,52 +135,12 @@ func TestSinkSourceSharesOneDecodeBetweenRunners(t *testing.T) {
 	}
 }
 
-// fakeLog is a followLog with retention at will.
-type fakeLog struct {
-	mu    sync.Mutex
-	first uint64
-	recs  []sinks.Record // recs[i].Offset == first+i
-	reads int
-}
+// trimLog is sinktest.MemLog (retention at will) with the log's Bounds.
+type trimLog struct{ *sinktest.MemLog }
 
-func (l *fakeLog) Read(_ context.Context, from uint64, max int) ([]sinks.Record, uint64, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.reads++
-	var skipped uint64
-	if from < l.first {
-		skipped, from = l.first-from, l.first
-	}
-	i := int(from - l.first)
-	if i >= len(l.recs) {
-		return nil, skipped, nil
-	}
-	return append([]sinks.Record(nil), l.recs[i:min(i+max, len(l.recs))]...), skipped, nil
-}
-
-func (l *fakeLog) Wait(ctx context.Context, after uint64) error { <-ctx.Done(); return ctx.Err() }
-
-func (l *fakeLog) Bounds() (uint64, uint64) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.first, l.first + uint64(len(l.recs)) - 1
-}
-
-func (l *fakeLog) add(n int) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for range n {
-		off := l.first + uint64(len(l.recs))
-		l.recs = append(l.recs, sinks.Record{Offset: off, Occurrence: &eventpipev1.Occurrence{EventId: fmt.Sprint(off)}})
-	}
-}
-
-func (l *fakeLog) trim(upTo uint64) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	n := upTo - l.first + 1
-	l.recs = l.recs[n:]
-	l.first = upTo + 1
+func (l trimLog) Bounds() (first, last uint64) {
+	_, skipped, _ := l.Read(context.Background(), 1, 0) // records before the first retained one
+	return 1 + skipped, l.LastOffset()
 }
 
 // The shared source keeps sinks.Source's contract: at most max records,
@@ -188,9 +149,15 @@ func (l *fakeLog) trim(upTo uint64) {
 // write into the cache.
 func TestSinkSourceContract(t *testing.T) {
 	ctx := context.Background()
-	l := &fakeLog{first: 1}
+	mem := sinktest.NewMemLog()
+	l := &countingLog{followLog: trimLog{mem}}
 	src := newSinkSource(l)
-	l.add(10)
+	add := func(n int) {
+		if err := mem.Append(ctx, sinktest.NewGenerator(uint64(n), "src-").Batch(n)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	add(10)
 	recs, skipped, err := src.Read(ctx, 1, 4)
 	if err != nil || skipped != 0 || len(recs) != 4 || recs[0].Offset != 1 || recs[3].Offset != 4 {
 		t.Fatalf("Read(1, max 4) = %d records from %v, skipped %d, %v", len(recs), recs, skipped, err)
@@ -207,27 +174,22 @@ func TestSinkSourceContract(t *testing.T) {
 	}
 
 	// The head chunk grows: only the new records are read.
-	l.add(10)
-	l.mu.Lock()
-	readsBefore := l.reads
-	l.mu.Unlock()
+	add(10)
+	decodedBefore := l.decoded.Load()
 	recs, _, _ = src.Read(ctx, 11, 100)
 	if len(recs) != 10 || recs[0].Offset != 11 {
 		t.Fatalf("Read(11) after growth = %d records", len(recs))
 	}
 	again, _, _ := src.Read(ctx, 1, 100)
-	l.mu.Lock()
-	reads := l.reads - readsBefore
-	l.mu.Unlock()
 	if len(again) != 20 || again[0].Occurrence != first {
 		t.Errorf("Read(1) after growth: %d records, same first occurrence %v; want 20, the cached one", len(again), again[0].Occurrence == first)
 	}
-	if reads != 1 {
-		t.Errorf("growing the chunk and reading it again took %d log reads, want 1", reads)
+	if n := l.decoded.Load() - decodedBefore; n != 10 {
+		t.Errorf("growing the chunk by 10 and reading it all again read %d records from the log, want 10", n)
 	}
 
 	// Retention removed 1..15: a reader at 3 is told it lost 13 records.
-	l.trim(15)
+	mem.Trim(15)
 	recs, skipped, err = src.Read(ctx, 3, 100)
 	if err != nil || skipped != 13 || len(recs) == 0 || recs[0].Offset != 16 {
 		t.Fatalf("Read(3) after retention = %d records, skipped %d, %v; want from 16, skipped 13", len(recs), skipped, err)

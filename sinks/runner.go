@@ -507,14 +507,15 @@ func (r *Runner) updateLagLocked() {
 // setHandled records that every record up to off is handled.
 func (r *Runner) setHandled(off uint64) {
 	r.mu.Lock()
-	if off > r.st.Handled {
-		r.st.Handled = off
-		if off > r.st.LastOffset {
-			r.st.LastOffset = off
-		}
-		r.updateLagLocked()
-	}
+	r.handledLocked(off)
 	r.mu.Unlock()
+}
+
+// handledLocked moves Handled (and LastOffset) up to off. r.mu is held.
+func (r *Runner) handledLocked(off uint64) {
+	r.st.Handled = max(r.st.Handled, off)
+	r.st.LastOffset = max(r.st.LastOffset, off)
+	r.updateLagLocked()
 }
 
 // commitDue says whether progress up to off is committed now, while
@@ -554,13 +555,7 @@ func (r *Runner) committed(off uint64) {
 	r.lastCommit = time.Now()
 	r.mu.Lock()
 	r.st.Cursor = off
-	if off > r.st.Handled {
-		r.st.Handled = off
-	}
-	if off > r.st.LastOffset {
-		r.st.LastOffset = off
-	}
-	r.updateLagLocked()
+	r.handledLocked(off)
 	r.mu.Unlock()
 	r.m.commits.Inc()
 }
