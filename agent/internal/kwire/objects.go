@@ -15,8 +15,8 @@ type MetaOptions struct {
 	KeepPrefixes []string
 	// Intern returns a shared copy of a string that repeats across objects
 	// (namespaces, label keys, images, container names, owner kinds and
-	// apiVersions, phases, node names, waiting reasons). It must not retain
-	// b. nil = a plain copy.
+	// apiVersions, phases, node names, waiting and terminated reasons). It
+	// must not retain b. nil = a plain copy.
 	Intern func(b []byte) string
 	// InternSmall is Intern for label and annotation values (the agent
 	// interns only short ones: ids are unique). nil = Intern.
@@ -428,10 +428,12 @@ func applyStatus(b []byte, ct *enrich.Container, o *MetaOptions) (bool, error) {
 		ct.WaitingReason, ct.WaitingMessage = o.intern(st.waitReason), string(st.waitMsg)
 		waiting = len(st.waitReason) > 0
 	}
+	// Terminated reasons are a handful of values (Completed, Error,
+	// OOMKilled, ...): shared copies.
 	if st.setTerm {
-		ct.TerminatedReason = string(st.termReason)
+		ct.TerminatedReason = o.intern(st.termReason)
 	} else if st.setLastTerm {
-		ct.TerminatedReason = string(st.lastTermReason)
+		ct.TerminatedReason = o.intern(st.lastTermReason)
 	}
 	return waiting, nil
 }
