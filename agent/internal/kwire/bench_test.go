@@ -55,6 +55,7 @@ func BenchmarkDecodeEvent(b *testing.B) {
 		b.ReportAllocs()
 		b.SetBytes(int64(len(raw)))
 		var out Event
+		defer reportCPU(b)()
 		for b.Loop() {
 			if err := DecodeEvent(raw, &out); err != nil {
 				b.Fatal(err)
@@ -64,6 +65,7 @@ func BenchmarkDecodeEvent(b *testing.B) {
 	b.Run("typed", func(b *testing.B) {
 		b.ReportAllocs()
 		b.SetBytes(int64(len(raw)))
+		defer reportCPU(b)()
 		for b.Loop() {
 			var e corev1.Event
 			if err := e.Unmarshal(raw); err != nil {
@@ -81,6 +83,7 @@ func BenchmarkWatchFrameEvent(b *testing.B) {
 	b.ReportAllocs()
 	b.SetBytes(int64(len(frame)))
 	var out Event
+	defer reportCPU(b)()
 	for b.Loop() {
 		_, obj, err := DecodeWatchEvent(frame)
 		if err != nil {
@@ -102,6 +105,7 @@ func BenchmarkDecodePod(b *testing.B) {
 		o := agentOptions()
 		b.ReportAllocs()
 		b.SetBytes(int64(len(raw)))
+		defer reportCPU(b)()
 		for b.Loop() {
 			if _, _, err := DecodePod(raw, o); err != nil {
 				b.Fatal(err)
@@ -112,6 +116,7 @@ func BenchmarkDecodePod(b *testing.B) {
 		c := refConv{keepPrefixes: keepPrefix}
 		b.ReportAllocs()
 		b.SetBytes(int64(len(raw)))
+		defer reportCPU(b)()
 		for b.Loop() {
 			var p corev1.Pod
 			if err := p.Unmarshal(raw); err != nil {

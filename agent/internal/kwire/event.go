@@ -32,11 +32,10 @@ type eventBytes struct {
 
 // DecodeEvent decodes a core/v1 Event message (the raw of Unwrap, an item of
 // ListItems, or a watch event's object) into out, overwriting all of it (the
-// caller may reuse out). Nothing in out refers to raw: the strings are copied,
+// caller may reuse out); on error out is left as it was. Nothing in out refers to raw: the strings are copied,
 // all of one Event into one allocation (a retained string keeps the Event's
 // other strings alive too).
 func DecodeEvent(raw []byte, out *Event) error {
-	*out = Event{}
 	var sb eventBytes
 	var count, seriesCount int32
 	hasSeries := false
@@ -184,21 +183,23 @@ func DecodeEvent(raw []byte, out *Event) error {
 		off += len(p)
 	}
 
-	e := &out.Event
-	e.APIVersion = "v1"
-	e.Namespace, e.Name, e.UID, e.ResourceVersion = strs[0], strs[1], strs[2], strs[3]
-	e.Involved = enrich.ObjectRef{Kind: strs[4], APIVersion: strs[5], Namespace: strs[6], Name: strs[7], UID: strs[8], FieldPath: strs[9]}
-	e.Type, e.Reason, e.Message, e.Action = strs[10], strs[11], strs[12], strs[13]
-	e.ReportingComponent, e.ReportingInstance = strs[14], strs[15]
-	e.FirstTimestamp, e.LastTimestamp, e.EventTime = first, last, evTime
-	e.Count = count
-	out.Count = count
-	out.SeriesCount = -1
+	// Built on the stack and stored once: one bulk write barrier instead of
+	// one per field.
+	res := Event{Event: enrich.Event{
+		APIVersion: "v1",
+		Namespace:  strs[0], Name: strs[1], UID: strs[2], ResourceVersion: strs[3],
+		Involved: enrich.ObjectRef{Kind: strs[4], APIVersion: strs[5], Namespace: strs[6], Name: strs[7], UID: strs[8], FieldPath: strs[9]},
+		Type:     strs[10], Reason: strs[11], Message: strs[12], Action: strs[13],
+		Count:          count,
+		FirstTimestamp: first, LastTimestamp: last, EventTime: evTime,
+		ReportingComponent: strs[14], ReportingInstance: strs[15],
+	}, Count: count, SeriesCount: -1}
 	if hasSeries {
-		e.Count = seriesCount
-		e.SeriesLastObserved = seriesLast
-		out.SeriesCount = seriesCount
+		res.Event.Count = seriesCount
+		res.SeriesLastObserved = seriesLast
+		res.SeriesCount = seriesCount
 	}
+	*out = res
 	return nil
 }
 
