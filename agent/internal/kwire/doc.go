@@ -8,9 +8,12 @@
 //   - A protobuf body (Accept: application/vnd.kubernetes.protobuf) is the
 //     magic "k8s\x00" followed by a runtime.Unknown whose raw is the kind's
 //     message: Unwrap.
-//   - A protobuf watch is a length-delimited stream (ReadFrame): each frame is
-//     a metav1.WatchEvent whose object.raw is again magic + Unknown + the
-//     kind's message (DecodeWatchEvent strips both). A JSON watch is a
+//   - A protobuf watch is a length-delimited stream (ReadFrame: 4-byte
+//     big-endian length, then the frame). Each frame is a bare
+//     metav1.WatchEvent (the API server's stream serializer is the raw one:
+//     no magic, checked against kube-apiserver v1.37.2) whose object.raw is
+//     magic + Unknown + the kind's message; DecodeWatchEvent strips both and
+//     also accepts a frame wrapped in its own envelope. A JSON watch is a
 //     sequence of {"type", "object"} objects (DecodeWatchEventJSON).
 //   - Lists (ListItems, ListItemsJSON), metav1.Status errors (DecodeStatus,
 //     DecodeStatusJSON) and bookmarks (BookmarkInfo, BookmarkInfoJSON).
@@ -36,5 +39,10 @@
 //     slices returned by the envelope functions (raw, object, list items)
 //     alias their input.
 //   - Fields nobody reads (managedFields, spec.volumes, ...) are skipped
-//     without building anything for them.
+//     without building anything for them. DecodeEvent makes one allocation
+//     (all of an Event's strings); DecodePod about 15 for a sandbox pod.
+//
+// Figures against the typed path (bench/agent-kwire.md): an Event in about
+// half the CPU time (1 allocation instead of 28), a sandbox pod in under a
+// third (15 allocations instead of 313, 2 KB instead of 21 KB).
 package kwire
