@@ -135,11 +135,30 @@ func FuzzUnwrap(f *testing.F) {
 		if !bytes.HasPrefix(b, []byte(magic)) && we.Unmarshal(b) == nil && we.Type != typ {
 			t.Fatalf("type %q, typed %q", typ, we.Type)
 		}
-		if _, _, err := BookmarkInfo(obj); err != nil {
+		rv, end, err := BookmarkInfo(obj)
+		var typedEv corev1.Event
+		if err != nil {
 			isKwireError(t, err)
+		} else if typedEv.Unmarshal(obj) == nil {
+			if typed := &typedEv; rv != typed.ResourceVersion || end != (typed.Annotations[metav1.InitialEventsAnnotationKey] == "true") {
+				t.Fatalf("bookmark %q %v, typed %q %v", rv, end, typed.ResourceVersion, typed.Annotations)
+			}
 		}
-		if _, err := DecodeStatus(obj); err != nil {
+		s, err := DecodeStatus(obj)
+		var typed metav1.Status
+		if err != nil {
 			isKwireError(t, err)
+		} else if typed.Unmarshal(obj) == nil {
+			want := &Status{Code: typed.Code, Reason: string(typed.Reason), Message: typed.Message}
+			if d := typed.Details; d != nil {
+				want.RetryAfterSeconds = d.RetryAfterSeconds
+				for _, c := range d.Causes {
+					want.Causes = append(want.Causes, Cause{Type: string(c.Type), Message: c.Message, Field: c.Field})
+				}
+			}
+			if !equalStatus(s, want) {
+				t.Fatalf("status %+v, typed %+v", s, want)
+			}
 		}
 	})
 }

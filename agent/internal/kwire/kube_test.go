@@ -341,10 +341,32 @@ func TestAgainstAPIServer(t *testing.T) {
 	t.Run("watchlist", func(t *testing.T) {
 		// Pods are served from the watch cache: the initial events, then the
 		// bookmark that ends them.
-		for _, tc := range []struct{ path, accept string }{
-			{"/api/v1/namespaces/" + ns + "/pods", protoCT},
-			{"/apis/agents.x-k8s.io/v1beta1/namespaces/" + ns + "/sandboxes", "application/json"},
-			{"/api/v1/namespaces/" + ns + "/events", protoCT},
+		var ev Event
+		for _, tc := range []struct {
+			path, accept string
+			decode       func([]byte) error
+		}{
+			{"/api/v1/namespaces/" + ns + "/pods", protoCT, func(b []byte) error {
+				p, _, err := DecodePod(b, o)
+				if err == nil && (p.Namespace != ns || len(p.Containers) == 0) {
+					err = fmt.Errorf("pod %+v", p)
+				}
+				return err
+			}},
+			{"/apis/agents.x-k8s.io/v1beta1/namespaces/" + ns + "/sandboxes", "application/json", func(b []byte) error {
+				s, err := DecodeSandboxJSON(b, o, podNameAnn)
+				if err == nil && (s.UID != string(cr.GetUID()) || len(s.Conditions) != 1 || s.Labels["openshell.ai/sandbox-id"] != sb.ID) {
+					err = fmt.Errorf("sandbox %+v", s)
+				}
+				return err
+			}},
+			{"/api/v1/namespaces/" + ns + "/events", protoCT, func(b []byte) error {
+				err := DecodeEvent(b, &ev)
+				if err == nil && (ev.Namespace != ns || ev.Reason == "") {
+					err = fmt.Errorf("event %+v", ev.Event)
+				}
+				return err
+			}},
 		} {
 			wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
 			resp, err := api.get(wctx, tc.path+"?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true&timeoutSeconds=20", tc.accept)
@@ -360,7 +382,7 @@ func TestAgainstAPIServer(t *testing.T) {
 				t.Errorf("%s: watch-list refused: %d %+v %v", tc.path, resp.StatusCode, s, err)
 				continue
 			}
-			added, rv, end, err := readUntilInitialEnd(resp.Body, tc.accept == protoCT)
+			added, rv, end, err := readUntilInitialEnd(resp.Body, tc.accept == protoCT, tc.decode)
 			resp.Body.Close()
 			wcancel()
 			if err != nil || !end || rv == "" || added == 0 {
@@ -456,7 +478,7 @@ func decodeErrorBody(ct string, b []byte) (*Status, error) {
 
 // readUntilInitialEnd reads a watch-list stream until the bookmark that
 // ends the initial events.
-func readUntilInitialEnd(body io.Reader, proto bool) (added int, rv string, end bool, err error) {
+func readUntilInitialEnd(body io.Reader, proto bool, decode func([]byte) error) (added int, rv string, end bool, err error) {
 	if proto {
 		r := bufio.NewReader(body)
 		var buf []byte
@@ -472,6 +494,9 @@ func readUntilInitialEnd(body io.Reader, proto bool) (added int, rv string, end 
 			}
 			switch typ {
 			case "ADDED":
+				if err := decode(obj); err != nil {
+					return added, "", false, err
+				}
 				added++
 			case "BOOKMARK":
 				rv, end, err := BookmarkInfo(obj)
@@ -495,6 +520,9 @@ func readUntilInitialEnd(body io.Reader, proto bool) (added int, rv string, end 
 		}
 		switch typ {
 		case "ADDED":
+			if err := decode(obj); err != nil {
+				return added, "", false, err
+			}
 			added++
 		case "BOOKMARK":
 			rv, end, err := BookmarkInfoJSON(obj)
