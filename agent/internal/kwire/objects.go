@@ -1,8 +1,6 @@
 package kwire
 
 import (
-	"bytes"
-
 	"github.com/eventpipe/eventpipe/enrich"
 )
 
@@ -48,7 +46,7 @@ func (o *MetaOptions) keep(key []byte) bool {
 		return false
 	}
 	for _, p := range o.KeepPrefixes {
-		if bytes.HasPrefix(key, []byte(p)) {
+		if len(key) >= len(p) && string(key[:len(p)]) == p {
 			return true
 		}
 	}
