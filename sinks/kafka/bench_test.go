@@ -81,7 +81,7 @@ func BenchmarkEncode(b *testing.B) {
 			cpu0 := cpuTime()
 			for i := 0; b.Loop(); i++ {
 				if i%len(occs) == 0 { // one push of 1024 records
-					e.finish(len(occs))
+					e.finish(len(occs), true)
 					e.start(len(occs))
 				}
 				m, _, _, err := e.encode(occs[i%len(occs)])

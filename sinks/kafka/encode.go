@@ -47,9 +47,10 @@ func appendKey(b []byte, o *eventpipev1.Occurrence) []byte {
 // concurrent use.
 //
 // The bytes of one push's messages (keys, values, header values) live in
-// one arena and their headers in one slice, both fresh for each push (see
-// start): kafka-go may still be writing a batch after WriteMessages returned
-// on a cancelled context, so nothing a message points to is ever reused.
+// one arena and their headers in one slice. kafka-go may still be writing a
+// batch after WriteMessages returned on a cancelled context, so a push's
+// arena is reused by the next push only when every write of the push ended
+// (finish with reuse): otherwise the next push gets a fresh one.
 type encoder struct {
 	format   string
 	source   string
@@ -58,7 +59,14 @@ type encoder struct {
 	arena   []byte
 	headers []kafka.Header
 	perMsg  int // arena bytes per message in the previous push (sizing)
+
+	spare     []byte // a finished push's arena, free for the next one
+	spareHdrs []kafka.Header
 }
+
+// maxSpareBytes bounds the arena kept between pushes (one huge batch does
+// not pin its memory).
+const maxSpareBytes = 16 << 20
 
 // Header values that never change, shared by every message (kafka-go only
 // reads them).
@@ -69,21 +77,36 @@ var (
 	hdrProtobuf    = []byte(ContentProtobuf)
 )
 
-// start prepares a fresh arena for n messages.
+// start prepares the arena for n messages: the spare one when it is large
+// enough, else a fresh one.
 func (e *encoder) start(n int) {
 	per := e.perMsg
 	if per <= 0 {
 		per = 2048
 	}
-	e.arena = make([]byte, 0, n*per+per)
-	e.headers = make([]kafka.Header, 0, n*7)
+	if size := n*per + per; cap(e.spare) >= size {
+		e.arena = e.spare[:0]
+	} else {
+		e.arena = make([]byte, 0, size)
+	}
+	if cap(e.spareHdrs) >= n*7 {
+		e.headers = e.spareHdrs[:0]
+	} else {
+		e.headers = make([]kafka.Header, 0, n*7)
+	}
+	e.spare, e.spareHdrs = nil, nil
 }
 
-// finish drops the push's arena (the messages keep it alive as long as
-// kafka-go needs them) and remembers its size per message.
-func (e *encoder) finish(n int) {
+// finish ends a push of n messages. reuse says that kafka-go is done with
+// every message of the push (each WriteMessages returned, none because its
+// context ended): the arena then serves the next push. Otherwise the
+// messages alone keep it alive, as long as kafka-go needs them.
+func (e *encoder) finish(n int, reuse bool) {
 	if n > 0 && len(e.arena) > 0 {
 		e.perMsg = len(e.arena)/n + 64
+	}
+	if reuse && cap(e.arena) <= maxSpareBytes {
+		e.spare, e.spareHdrs = e.arena[:0], e.headers[:0]
 	}
 	e.arena, e.headers = nil, nil
 }

@@ -184,3 +184,36 @@ func TestConfigValidate(t *testing.T) {
 		t.Error("New accepted a bad config")
 	}
 }
+
+// A push's arena serves the next push only when kafka-go is done with its
+// messages; after a push abandoned with its context, the messages it
+// handed to kafka-go keep their bytes.
+func TestArenaReusedOnlyAfterACompletedPush(t *testing.T) {
+	e := encoder{format: FormatJSON, source: DefaultSource, maxBytes: DefaultMaxMessageBytes}
+	o := seedOccurrence()
+	e.start(1)
+	first, _, _, err := e.encode(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := string(first.Value)
+	e.finish(1, false) // abandoned: kafka-go may still be writing first
+	e.start(1)
+	other := seedOccurrence()
+	other.Message = strings.Repeat("z", len(o.GetMessage()))
+	if _, _, _, err := e.encode(other); err != nil {
+		t.Fatal(err)
+	}
+	if string(first.Value) != want {
+		t.Fatal("the next push overwrote the bytes of an abandoned push's message")
+	}
+	e.finish(1, true)
+	if cap(e.spare) == 0 {
+		t.Fatal("a completed push's arena is not kept for the next push")
+	}
+	spare := &e.spare[:1][0]
+	e.start(1)
+	if &e.arena[:1][0] != spare {
+		t.Error("the next push did not reuse the completed push's arena")
+	}
+}

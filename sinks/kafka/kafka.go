@@ -202,7 +202,9 @@ func (s *Sink) Push(ctx context.Context, batch []sinks.Record) error {
 	idx := make([]int, 0, len(batch)) // batch index of msgs[j]
 	failed := map[int]error{}
 	s.enc.start(len(batch))
-	defer s.enc.finish(len(batch))
+	// WriteMessages returns before its batches are written only when ctx
+	// ends: otherwise the push's arena is free again afterwards.
+	defer func() { s.enc.finish(len(batch), ctx.Err() == nil) }()
 	for i, r := range batch {
 		if r.Occurrence == nil {
 			failed[i] = fmt.Errorf("offset %d: no occurrence", r.Offset)
