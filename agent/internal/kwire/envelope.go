@@ -12,6 +12,13 @@ import (
 // (k8s.io/apimachinery/pkg/runtime/serializer/protobuf).
 const magic = "k8s\x00"
 
+// ContentTypeProtobuf is the media type to Accept for protobuf bodies and
+// watches of built-in kinds. The API server answers a watch with
+// "application/vnd.kubernetes.protobuf;stream=watch" and an error with a
+// protobuf Status when the request accepted protobuf (a JSON Status
+// otherwise): pick DecodeStatus or DecodeStatusJSON by the Content-Type.
+const ContentTypeProtobuf = "application/vnd.kubernetes.protobuf"
+
 // unwrap parses magic + runtime.Unknown and returns its typeMeta and raw
 // (sub-slices of b).
 func unwrap(b []byte) (apiVersion, kind, raw []byte, err error) {

@@ -26,7 +26,7 @@ import (
 	"github.com/eventpipe/eventpipe/testenv/scenario"
 )
 
-const protoCT = "application/vnd.kubernetes.protobuf"
+const protoCT = ContentTypeProtobuf
 
 // apiClient is plain net/http to the API server, authenticated as the
 // agent's service account (the same permissions the agent ships with).
