@@ -88,18 +88,18 @@ func TestCachesFollowTheAPI(t *testing.T) {
 	}
 	l := c.lookups()
 	p, ok := l.Pods.Pod(ns, "sb-1-pod")
-	if !ok || p.Labels["openshell.ai/sandbox-id"] != id || len(p.Owners) != 1 || p.Owners[0].UID != string(created.GetUID()) ||
+	if !ok || p.Labels.Get("openshell.ai/sandbox-id") != id || len(p.Owners) != 1 || p.Owners[0].UID != string(created.GetUID()) ||
 		len(p.Containers) != 1 || p.Containers[0].Image != "docker.io/library/busybox:0.0.0-does-not-exist" {
 		t.Errorf("pod %+v %v", p, ok)
 	}
-	if n, ok := l.Namespaces.Namespace(ns); !ok || n.Labels["openshell.ai/sandbox-workspace"] != "team-a" || len(n.Labels) != 1 {
+	if n, ok := l.Namespaces.Namespace(ns); !ok || n.Labels.Get("openshell.ai/sandbox-workspace") != "team-a" || len(n.Labels) != 1 {
 		t.Errorf("namespace %+v %v (only the kept prefixes)", n, ok)
 	}
 	if v, ok := l.PVCs.PVC(ns, "workspace-sb-1"); !ok || v.UID == "" {
 		t.Errorf("pvc %+v %v", v, ok)
 	}
 	s, ok := l.Sandboxes.SandboxByUID(string(created.GetUID()))
-	if !ok || s.Name != "sb-1" || s.PodName != "sb-1-pod" || s.APIVersion != "agents.x-k8s.io/v1beta1" || s.Labels["openshell.ai/sandbox-id"] != id {
+	if !ok || s.Name != "sb-1" || s.PodName != "sb-1-pod" || s.APIVersion != "agents.x-k8s.io/v1beta1" || s.Labels.Get("openshell.ai/sandbox-id") != id {
 		t.Errorf("sandbox %+v %v", s, ok)
 	}
 
@@ -141,7 +141,7 @@ func TestCachesFollowTheAPI(t *testing.T) {
 		_, sbLive := c.sandboxes.store.getByUID(string(created.GetUID()))
 		return !podLive && !sbLive, ""
 	})
-	if p, ok := l.Pods.Pod(ns, "sb-1-pod"); !ok || p.DeletedAt.IsZero() || p.Labels["openshell.ai/sandbox-id"] != id {
+	if p, ok := l.Pods.Pod(ns, "sb-1-pod"); !ok || p.DeletedAt.IsZero() || p.Labels.Get("openshell.ai/sandbox-id") != id {
 		t.Errorf("pod tombstone %+v %v", p, ok)
 	}
 	if s, ok := l.Sandboxes.SandboxByUID(string(created.GetUID())); !ok || s.DeletedAt.IsZero() {

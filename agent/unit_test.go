@@ -294,13 +294,13 @@ func TestCachedPodFromWire(t *testing.T) {
 		t.Errorf("identity %+v", m)
 	}
 	ep := co.pod
-	if _, ok := ep.Labels["app"]; ok {
+	if _, ok := ep.Labels.Lookup("app"); ok {
 		t.Errorf("foreign label kept")
 	}
-	if _, ok := ep.Annotations["kubectl.kubernetes.io/last-applied-configuration"]; ok {
+	if _, ok := ep.Annotations.Lookup("kubectl.kubernetes.io/last-applied-configuration"); ok {
 		t.Errorf("foreign annotation kept")
 	}
-	if ep.NodeName != "n1" || ep.Phase != "Pending" || ep.Labels["openshell.ai/sandbox-id"] != "id" || ep.Annotations["openshell.io/sandbox-id"] != "id" ||
+	if ep.NodeName != "n1" || ep.Phase != "Pending" || ep.Labels.Get("openshell.ai/sandbox-id") != "id" || ep.Annotations.Get("openshell.io/sandbox-id") != "id" ||
 		len(ep.Owners) != 1 || !ep.Owners[0].Controller || ep.Containers[0].WaitingReason != "ImagePullBackOff" || ep.Containers[0].Image != "img:1" || !co.waiting {
 		t.Errorf("enrich pod %+v", ep)
 	}

@@ -330,7 +330,7 @@ func (e *Enricher) isManaged(ns *Namespace) bool {
 		return false
 	}
 	for _, kv := range e.rules.managedLabels {
-		if got, ok := ns.Labels[kv[0]]; !ok || got != kv[1] {
+		if got, ok := ns.Labels.Lookup(kv[0]); !ok || got != kv[1] {
 			return false
 		}
 	}
@@ -380,7 +380,7 @@ func (e *Enricher) isSupervisorPod(name string, pod *Pod) bool {
 	}
 	if pod != nil && len(pod.Labels) > 0 {
 		for _, kv := range e.rules.supervisorLabels {
-			if kv[1] != "" && pod.Labels[kv[0]] == kv[1] {
+			if kv[1] != "" && pod.Labels.Get(kv[0]) == kv[1] {
 				return true
 			}
 		}
@@ -422,12 +422,12 @@ func isUUID(s string) bool {
 	return true
 }
 
-func firstKey(m map[string]string, keys []string) string {
+func firstKey(m Pairs, keys []string) string {
 	if len(m) == 0 {
 		return ""
 	}
 	for _, k := range keys {
-		if v := m[k]; v != "" {
+		if v := m.Get(k); v != "" {
 			return v
 		}
 	}

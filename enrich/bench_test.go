@@ -30,17 +30,17 @@ func benchWorld(n int) (*maps, []string) {
 		name := fmt.Sprintf("sb-%d", i)
 		crUID := "cr-" + id
 		m.addSandbox(&Sandbox{Meta: Meta{Namespace: seedNS, Name: name, UID: crUID,
-			Labels:      map[string]string{"openshell.ai/sandbox-id": id, "openshell.ai/sandbox-name": name, "openshell.ai/sandbox-workspace": "repro", "openshell.ai/gateway-id": "openshell"},
-			Annotations: map[string]string{"openshell.ai/sandbox-id": id}}, PodName: name})
+			Labels:      PairsOf(map[string]string{"openshell.ai/sandbox-id": id, "openshell.ai/sandbox-name": name, "openshell.ai/sandbox-workspace": "repro", "openshell.ai/gateway-id": "openshell"}),
+			Annotations: PairsOf(map[string]string{"openshell.ai/sandbox-id": id})}, PodName: name})
 		owner := []Owner{{APIVersion: "agents.x-k8s.io/v1beta1", Kind: "Sandbox", Name: name, UID: crUID, Controller: true}}
 		p := seedPod()
 		p.Name, p.UID, p.Owners = name, "pod-"+id, owner
-		p.Annotations = map[string]string{"openshell.ai/sandbox-id": id}
-		p.Labels = map[string]string{"openshell.ai/boundary-pair": id}
+		p.Annotations = PairsOf(map[string]string{"openshell.ai/sandbox-id": id})
+		p.Labels = PairsOf(map[string]string{"openshell.ai/boundary-pair": id})
 		m.addPod(p)
 		s := seedSupervisorPod()
 		s.Name, s.UID = "os-supervisor-"+id, "sup-"+id
-		s.Annotations = map[string]string{"openshell.ai/sandbox-id": id}
+		s.Annotations = PairsOf(map[string]string{"openshell.ai/sandbox-id": id})
 		s.Owners = []Owner{{APIVersion: "agents.x-k8s.io/v1beta1", Kind: "Sandbox", Name: name, UID: crUID}}
 		m.addPod(s)
 		m.addPVC(&PVC{Meta: Meta{Namespace: seedNS, Name: "workspace-" + name, Owners: owner}})

@@ -47,7 +47,7 @@ func TestAttribution(t *testing.T) {
 		{"pod annotation openshell.io (older generation)", func() *maps {
 			m := seedWorld()
 			p := seedPod()
-			p.Annotations = map[string]string{"openshell.io/sandbox-id": seedID}
+			p.Annotations = PairsOf(map[string]string{"openshell.io/sandbox-id": seedID})
 			p.Labels = nil
 			m.addPod(p)
 			return m
@@ -57,7 +57,7 @@ func TestAttribution(t *testing.T) {
 			m := seedWorld()
 			p := seedPod()
 			p.Annotations = nil
-			p.Labels = map[string]string{"openshell.ai/sandbox-id": seedID}
+			p.Labels = PairsOf(map[string]string{"openshell.ai/sandbox-id": seedID})
 			m.addPod(p)
 			return m
 		}, ObjectRef{Kind: "Pod", Name: "img-missing"},
@@ -212,7 +212,7 @@ func operatorWorld() *maps {
 	m := newMaps()
 	id := "11111111-2222-4333-8444-555555555555"
 	m.addNS(&Namespace{Meta: Meta{Name: "team-a"}})
-	m.addSandbox(&Sandbox{Meta: Meta{Namespace: "team-a", Name: "box", UID: "cr-box", Annotations: map[string]string{"openshell.ai/sandbox-id": id}}, PodName: "box"})
+	m.addSandbox(&Sandbox{Meta: Meta{Namespace: "team-a", Name: "box", UID: "cr-box", Annotations: PairsOf(map[string]string{"openshell.ai/sandbox-id": id})}, PodName: "box"})
 	m.addPod(&Pod{Meta: Meta{Namespace: "team-a", Name: "box", Owners: []Owner{{APIVersion: "agents.x-k8s.io/v1beta1", Kind: "Sandbox", Name: "box", UID: "cr-box", Controller: true}}}})
 	return m
 }
@@ -223,9 +223,9 @@ func sharedWorld() *maps {
 	m := newMaps()
 	id := "99999999-8888-4777-8666-555555555555"
 	m.addNS(&Namespace{Meta: Meta{Name: "openshell"}})
-	cr := &Sandbox{Meta: Meta{Namespace: "openshell", Name: "ws1--box", UID: "cr-shared", Labels: map[string]string{"openshell.ai/sandbox-id": id}}, PodName: "ws1--box"}
+	cr := &Sandbox{Meta: Meta{Namespace: "openshell", Name: "ws1--box", UID: "cr-shared", Labels: PairsOf(map[string]string{"openshell.ai/sandbox-id": id})}, PodName: "ws1--box"}
 	m.addSandbox(cr)
-	m.addPod(&Pod{Meta: Meta{Namespace: "openshell", Name: "ws1--box", Annotations: map[string]string{"openshell.io/sandbox-id": id}}})
+	m.addPod(&Pod{Meta: Meta{Namespace: "openshell", Name: "ws1--box", Annotations: PairsOf(map[string]string{"openshell.io/sandbox-id": id})}})
 	m.addPod(&Pod{Meta: Meta{Namespace: "openshell", Name: "os-supervisor-" + id,
 		Owners: []Owner{{APIVersion: "agents.x-k8s.io/v1beta1", Kind: "Sandbox", Name: "ws1--box", UID: "cr-shared"}}}})
 	return m
@@ -575,7 +575,7 @@ func TestRulesConfigurable(t *testing.T) {
 	cfg.Rules.SupervisorPodPrefix = "sup-"
 	cfg.Rules.SandboxIDKeys = []string{"example.com/id"}
 	m := newMaps()
-	m.addPod(&Pod{Meta: Meta{Namespace: "n", Name: "w", Annotations: map[string]string{"example.com/id": "abc"}}})
+	m.addPod(&Pod{Meta: Meta{Namespace: "n", Name: "w", Annotations: PairsOf(map[string]string{"example.com/id": "abc"})}})
 	m.addNS(&Namespace{Meta: Meta{Name: "n"}})
 	e := mustNew(t, cfg, m.lookups())
 	o := e.Enrich(&Event{Namespace: "n", Involved: ObjectRef{Kind: "Pod", Name: "w"}}, t0).Occurrence

@@ -63,9 +63,9 @@ const (
 var t0 = time.Date(2026, 10, 29, 10, 10, 36, 0, time.UTC)
 
 func managedNamespace() *Namespace {
-	return &Namespace{Meta: Meta{Name: seedNS, UID: "ns-uid", Labels: map[string]string{
+	return &Namespace{Meta: Meta{Name: seedNS, UID: "ns-uid", Labels: PairsOf(map[string]string{
 		"openshell.ai/managed-by": "openshell", "openshell.ai/gateway-id": "openshell", "openshell.ai/sandbox-workspace": "repro",
-	}}}
+	})}}
 }
 
 // seedCR is the img-missing Sandbox CR; withLabels=false drops the
@@ -78,7 +78,7 @@ func seedCR(withWorkspace bool) *Sandbox {
 		ann["openshell.ai/sandbox-workspace"] = "repro"
 		labels["openshell.ai/gateway-id"] = "openshell"
 	}
-	return &Sandbox{Meta: Meta{Namespace: seedNS, Name: "img-missing", UID: seedCRUID, Labels: labels, Annotations: ann},
+	return &Sandbox{Meta: Meta{Namespace: seedNS, Name: "img-missing", UID: seedCRUID, Labels: PairsOf(labels), Annotations: PairsOf(ann)},
 		APIVersion: "agents.x-k8s.io/v1beta1", PodName: "img-missing"}
 }
 
@@ -91,8 +91,8 @@ func crOwner(controller bool) []Owner {
 func seedPod() *Pod {
 	return &Pod{
 		Meta: Meta{Namespace: seedNS, Name: "img-missing", UID: seedPodUID, ResourceVersion: "5302",
-			Labels:      map[string]string{"agents.x-k8s.io/sandbox-name-hash": "6f9c2d1e", "openshell.ai/boundary-pair": seedID, "openshell.ai/boundary-role": "workload"},
-			Annotations: map[string]string{"openshell.ai/sandbox-id": seedID},
+			Labels:      PairsOf(map[string]string{"agents.x-k8s.io/sandbox-name-hash": "6f9c2d1e", "openshell.ai/boundary-pair": seedID, "openshell.ai/boundary-role": "workload"}),
+			Annotations: PairsOf(map[string]string{"openshell.ai/sandbox-id": seedID}),
 			Owners:      crOwner(true)},
 		NodeName: "osrepro-control-plane", Phase: "Pending",
 		Containers: []Container{
@@ -109,9 +109,9 @@ func seedPod() *Pod {
 func seedSupervisorPod() *Pod {
 	return &Pod{
 		Meta: Meta{Namespace: seedNS, Name: seedSupPod, UID: "sup-pod-uid", ResourceVersion: "5288",
-			Labels: map[string]string{"openshell.ai/managed-by": "openshell", "openshell.ai/sandbox-id": seedID, "openshell.ai/component": "supervisor",
-				"openshell.ai/boundary-pair": seedID, "openshell.ai/boundary-role": "supervisor", "openshell.ai/gateway-id": "openshell"},
-			Annotations: map[string]string{"openshell.ai/sandbox-id": seedID},
+			Labels: PairsOf(map[string]string{"openshell.ai/managed-by": "openshell", "openshell.ai/sandbox-id": seedID, "openshell.ai/component": "supervisor",
+				"openshell.ai/boundary-pair": seedID, "openshell.ai/boundary-role": "supervisor", "openshell.ai/gateway-id": "openshell"}),
+			Annotations: PairsOf(map[string]string{"openshell.ai/sandbox-id": seedID}),
 			Owners:      crOwner(false)},
 		Phase:      "Running",
 		Containers: []Container{{Name: "supervisor", Image: seedSupImage}},

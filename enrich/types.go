@@ -1,6 +1,9 @@
 package enrich
 
-import "time"
+import (
+	"sort"
+	"time"
+)
 
 // The input types below are the only view of Kubernetes that enrich has. The
 // agent fills them from its informer caches (keeping only these fields, so a
@@ -16,14 +19,52 @@ type Owner struct {
 	Controller bool
 }
 
+// Pairs is a small read-only set of labels or annotations, sorted by key.
+// Not a map: the agent caches tens of thousands of objects with a few kept
+// labels each, and a Go map costs about 340 bytes even for one entry, a
+// Pairs 32 bytes per pair (bench/agent.md). Lookups scan: the sets are small.
+type Pairs []Pair
+
+// Pair is one label or annotation.
+type Pair struct{ Key, Value string }
+
+// PairsOf copies m into a Pairs sorted by key (nil for an empty map).
+func PairsOf(m map[string]string) Pairs {
+	if len(m) == 0 {
+		return nil
+	}
+	p := make(Pairs, 0, len(m))
+	for k, v := range m {
+		p = append(p, Pair{k, v})
+	}
+	sort.Slice(p, func(i, j int) bool { return p[i].Key < p[j].Key })
+	return p
+}
+
+// Lookup returns the value of key and whether it is set.
+func (p Pairs) Lookup(key string) (string, bool) {
+	for i := range p {
+		if p[i].Key == key {
+			return p[i].Value, true
+		}
+	}
+	return "", false
+}
+
+// Get returns the value of key, "" when it is not set.
+func (p Pairs) Get(key string) string {
+	v, _ := p.Lookup(key)
+	return v
+}
+
 // Meta is the subset of ObjectMeta that attribution reads.
 type Meta struct {
 	Namespace       string
 	Name            string
 	UID             string
 	ResourceVersion string
-	Labels          map[string]string
-	Annotations     map[string]string
+	Labels          Pairs
+	Annotations     Pairs
 	Owners          []Owner
 	// DeletedAt is set for objects remembered after deletion (tombstones),
 	// so teardown events are still attributed.

@@ -200,7 +200,7 @@ type objectMeta struct {
 func (m objectMeta) meta() enrich.Meta {
 	out := enrich.Meta{
 		Namespace: m.Namespace, Name: m.Name, UID: m.UID, ResourceVersion: m.ResourceVersion,
-		Labels: m.Labels, Annotations: m.Annotations, DeletedAt: m.DeletionTimestamp.Time,
+		Labels: enrich.PairsOf(m.Labels), Annotations: enrich.PairsOf(m.Annotations), DeletedAt: m.DeletionTimestamp.Time,
 	}
 	for _, o := range m.OwnerReferences {
 		out.Owners = append(out.Owners, enrich.Owner{

@@ -245,29 +245,27 @@ func (o *MetaOptions) internString(s string) string {
 	return o.Intern([]byte(s))
 }
 
-func (o *MetaOptions) keepMap(m map[string]string) map[string]string {
+func (o *MetaOptions) keepMap(m map[string]string) enrich.Pairs {
 	if o == nil {
 		return nil
 	}
-	var out map[string]string
+	var buf [8]enrich.Pair
+	out := buf[:0]
 	for k, v := range m {
 		for _, p := range o.KeepPrefixes {
 			if strings.HasPrefix(k, p) {
-				if out == nil {
-					out = make(map[string]string, 4)
-				}
 				if o.Intern != nil && k != "" {
 					k = o.Intern([]byte(k))
 				}
 				if v != "" {
 					v = o.internSmall([]byte(v))
 				}
-				out[k] = v
+				out = setPair(out, k, v)
 				break
 			}
 		}
 	}
-	return out
+	return finishPairs(out)
 }
 
 // DecodeAPIResourceNamesJSON returns the resource names of a discovery

@@ -255,7 +255,7 @@ func TestAgainstAPIServer(t *testing.T) {
 		}
 		raw = api.protoList(ctx, "/api/v1/namespaces/"+ns, "Namespace")
 		got, err := DecodeNamespace(raw, o)
-		if err != nil || got.Labels["openshell.ai/sandbox-workspace"] != "repro" || got.Name != ns {
+		if err != nil || got.Labels.Get("openshell.ai/sandbox-workspace") != "repro" || got.Name != ns {
 			t.Errorf("managed namespace: %+v %v", got, err)
 		}
 
@@ -355,7 +355,7 @@ func TestAgainstAPIServer(t *testing.T) {
 			}},
 			{"/apis/agents.x-k8s.io/v1beta1/namespaces/" + ns + "/sandboxes", "application/json", func(b []byte) error {
 				s, err := DecodeSandboxJSON(b, o, podNameAnn)
-				if err == nil && (s.UID != string(cr.GetUID()) || len(s.Conditions) != 1 || s.Labels["openshell.ai/sandbox-id"] != sb.ID) {
+				if err == nil && (s.UID != string(cr.GetUID()) || len(s.Conditions) != 1 || s.Labels.Get("openshell.ai/sandbox-id") != sb.ID) {
 					err = fmt.Errorf("sandbox %+v", s)
 				}
 				return err

@@ -56,6 +56,11 @@ func (o *MetaOptions) keep(key []byte) bool {
 // decodeMeta merges an ObjectMeta message into m (a repeated metadata field
 // merges, as in the generated Unmarshal).
 func decodeMeta(b []byte, m *enrich.Meta, o *MetaOptions) error {
+	// Kept labels and annotations are gathered on the stack and copied once,
+	// at their exact size, into m (enrich.Pairs: no map per object).
+	var lbuf, abuf [8]enrich.Pair
+	labels := append(lbuf[:0], m.Labels...)
+	ann := append(abuf[:0], m.Annotations...)
 	f := newFields(b)
 	for f.next() {
 		var err error
@@ -89,14 +94,11 @@ func decodeMeta(b []byte, m *enrich.Meta, o *MetaOptions) error {
 			if !o.keep(k) {
 				continue
 			}
-			dst := &m.Labels
-			if f.num == 12 {
-				dst = &m.Annotations
+			if f.num == 11 {
+				labels = setPair(labels, o.intern(k), o.internSmall(val))
+			} else {
+				ann = setPair(ann, o.intern(k), o.internSmall(val))
 			}
-			if *dst == nil {
-				*dst = make(map[string]string, 4)
-			}
-			(*dst)[o.intern(k)] = o.internSmall(val)
 		case 13:
 			var v []byte
 			if v, err = f.bytesField(); err == nil {
@@ -110,7 +112,11 @@ func decodeMeta(b []byte, m *enrich.Meta, o *MetaOptions) error {
 			return err
 		}
 	}
-	return f.err
+	if f.err != nil {
+		return f.err
+	}
+	m.Labels, m.Annotations = finishPairs(labels), finishPairs(ann)
+	return nil
 }
 
 func decodeOwner(b []byte, m *enrich.Meta, o *MetaOptions) error {
@@ -501,4 +507,31 @@ func decodeState(b []byte, st *containerStatus, last bool) error {
 		}
 	}
 	return f.err
+}
+
+// setPair sets key to value in p: a repeated key keeps the last value, as a
+// protobuf map (and a JSON object decoded into a map) does.
+func setPair(p []enrich.Pair, key, value string) []enrich.Pair {
+	for i := range p {
+		if p[i].Key == key {
+			p[i].Value = value
+			return p
+		}
+	}
+	return append(p, enrich.Pair{Key: key, Value: value})
+}
+
+// finishPairs copies p at its exact size, sorted by key (the API server
+// already sends map keys sorted; the sort is for other encoders), nil when
+// empty.
+func finishPairs(p []enrich.Pair) enrich.Pairs {
+	if len(p) == 0 {
+		return nil
+	}
+	for i := 1; i < len(p); i++ { // insertion sort: a few entries, usually sorted
+		for j := i; j > 0 && p[j].Key < p[j-1].Key; j-- {
+			p[j], p[j-1] = p[j-1], p[j]
+		}
+	}
+	return append(enrich.Pairs(nil), p...)
 }

@@ -91,7 +91,7 @@ func TestDecodePodValues(t *testing.T) {
 	if p.Containers[3].WaitingMessage != seedBackOff || p.Containers[0].TerminatedReason != "Completed" || p.NodeName != seedNode || p.Phase != "Pending" {
 		t.Errorf("workload pod: %+v", p)
 	}
-	if len(p.Labels) != 3 || p.Labels["app.kubernetes.io/name"] != "" || len(p.Annotations) != 1 {
+	if len(p.Labels) != 3 || p.Labels.Get("app.kubernetes.io/name") != "" || len(p.Annotations) != 1 {
 		t.Errorf("kept labels %v annotations %v", p.Labels, p.Annotations)
 	}
 	if len(p.Owners) != 1 || !p.Owners[0].Controller || p.Owners[0].Kind != "Sandbox" {
@@ -179,7 +179,7 @@ func TestDecodePVCAndNamespace(t *testing.T) {
 		}
 	}
 	got, err := DecodeNamespace(marshal(t, namespaceFixtures()["managed"]), &MetaOptions{KeepPrefixes: keepPrefix})
-	if err != nil || len(got.Labels) != 3 || got.Labels["openshell.ai/sandbox-workspace"] != "repro" || got.Name != seedNS {
+	if err != nil || len(got.Labels) != 3 || got.Labels.Get("openshell.ai/sandbox-workspace") != "repro" || got.Name != seedNS {
 		t.Errorf("managed namespace: %+v %v", got, err)
 	}
 }

@@ -100,7 +100,7 @@ func (c refConv) keep(m map[string]string) map[string]string {
 func (c refConv) enrichMeta(m *metav1.ObjectMeta) enrich.Meta {
 	out := enrich.Meta{
 		Namespace: m.Namespace, Name: m.Name, UID: string(m.UID), ResourceVersion: m.ResourceVersion,
-		Labels: c.keep(m.Labels), Annotations: c.keep(m.Annotations),
+		Labels: enrich.PairsOf(c.keep(m.Labels)), Annotations: enrich.PairsOf(c.keep(m.Annotations)),
 	}
 	if len(m.OwnerReferences) > 0 {
 		out.Owners = make([]enrich.Owner, len(m.OwnerReferences))
@@ -114,7 +114,7 @@ func (c refConv) enrichMeta(m *metav1.ObjectMeta) enrich.Meta {
 func (c refConv) sandbox(u *unstructured.Unstructured) *enrich.Sandbox {
 	m := enrich.Meta{
 		Namespace: u.GetNamespace(), Name: u.GetName(), UID: string(u.GetUID()), ResourceVersion: u.GetResourceVersion(),
-		Labels: c.keep(u.GetLabels()), Annotations: c.keep(u.GetAnnotations()),
+		Labels: enrich.PairsOf(c.keep(u.GetLabels())), Annotations: enrich.PairsOf(c.keep(u.GetAnnotations())),
 	}
 	for _, r := range u.GetOwnerReferences() {
 		m.Owners = append(m.Owners, enrich.Owner{APIVersion: r.APIVersion, Kind: r.Kind, Name: r.Name, UID: string(r.UID), Controller: r.Controller != nil && *r.Controller})
