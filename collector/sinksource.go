@@ -48,7 +48,17 @@ func (s sinkSource) Wait(ctx context.Context, after uint64) error { return s.log
 // not read yet.
 func (s sinkSource) Bounds() (first, last uint64) { return s.log.Bounds() }
 
-// SinkSource returns the Source the collector's sink runners read: st
+// SinkLog is what SinkSource reads: the collector's store (*store.Store),
+// or a wrapper of it.
+type SinkLog interface {
+	Read(ctx context.Context, from uint64, max int) ([]sinks.Record, uint64, error)
+	Wait(ctx context.Context, after uint64) error
+	Bounds() (first, last uint64)
+}
+
+var _ SinkLog = (*store.Store)(nil)
+
+// SinkSource returns the Source the collector's sink runners read: the log
 // through one chunk cache shared by every runner given the same Source.
 // bench/sinks uses it to run sinks the way the collector does.
-func SinkSource(st *store.Store) sinks.Source { return newSinkSource(st) }
+func SinkSource(log SinkLog) sinks.Source { return newSinkSource(log) }

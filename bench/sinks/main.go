@@ -55,6 +55,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -272,7 +273,8 @@ type result struct {
 	loadBefore, loadAt string
 	ingestRate         int
 	ingest             time.Duration
-	vl                 bool // the Loki destination is VictoriaLogs (its CPU is measured)
+	vl                 bool  // the Loki destination is VictoriaLogs (its CPU is measured)
+	decoded, commits   int64 // records the store decoded, cursor commits (all runners)
 }
 
 func (r result) print() {
@@ -284,6 +286,8 @@ func (r result) print() {
 			float64(r.procCPU.Microseconds())/delivered, vlCol(float64(r.vlCPU.Microseconds())/float64(r.n), "%.1f", r.mode, r.vl),
 			r.loadBefore, r.loadAt)
 	}
+	fmt.Printf("       log records decoded: %.2f per occurrence; cursor commits: %d (%d runner(s), %.1f per runner-second)\n",
+		float64(r.decoded)/float64(r.n), r.commits, len(r.sinks), float64(r.commits)/float64(len(r.sinks))/r.sinks[len(r.sinks)-1].elapsed.Seconds())
 	if r.ingestRate > 0 {
 		fmt.Printf("       ingest: %d at %.0f/s (asked %d/s) in %.2fs;", r.n, float64(r.n)/r.ingest.Seconds(), r.ingestRate, r.ingest.Seconds())
 		for _, s := range r.sinks {
@@ -330,11 +334,14 @@ func measure(st *store.Store, vlBin, dir string, o options, batch int, mode stri
 	}()
 
 	// What every runner of this measurement reads: the collector's shared
-	// source, or the store itself.
-	var src sinks.Source = st
+	// source, or the store itself; either way the records the store decodes
+	// are counted.
+	counted := &countingStore{Store: st}
+	var src sinks.Source = counted
 	if o.source == "shared" {
-		src = collector.SinkSource(st)
+		src = collector.SinkSource(counted)
 	}
+	var commits atomic.Int64
 
 	// Destinations first (the VictoriaLogs child runs for every mode, so
 	// the machine is the same in each; it is idle when only Kafka runs).
@@ -369,7 +376,7 @@ func measure(st *store.Store, vlBin, dir string, o options, batch int, mode stri
 			br.Close()
 			return res, fmt.Errorf("kafka sink: %w", err)
 		}
-		r, err := newRunner(st, src, "kafka-"+tag, base, batch, o, ks)
+		r, err := newRunner(st, src, &commits, "kafka-"+tag, base, batch, o, ks)
 		if err != nil {
 			_ = ks.Close()
 			br.Close()
@@ -380,7 +387,7 @@ func measure(st *store.Store, vlBin, dir string, o options, batch int, mode stri
 			close:  func() { _ = ks.Close(); br.Close() }})
 	}
 	if mode == "read" {
-		r, err := newRunner(st, src, "read-"+tag, base, batch, o, discard{})
+		r, err := newRunner(st, src, &commits, "read-"+tag, base, batch, o, discard{})
 		if err != nil {
 			return res, err
 		}
@@ -402,7 +409,7 @@ func measure(st *store.Store, vlBin, dir string, o options, batch int, mode stri
 		if err != nil {
 			return res, fmt.Errorf("loki sink: %w", err)
 		}
-		r, err := newRunner(st, src, "loki-"+tag, base, batch, o, ls)
+		r, err := newRunner(st, src, &commits, "loki-"+tag, base, batch, o, ls)
 		if err != nil {
 			_ = ls.Close()
 			return res, err
@@ -416,6 +423,8 @@ func measure(st *store.Store, vlBin, dir string, o options, batch int, mode stri
 	rctx, stop := context.WithCancel(ctx)
 	defer stop()
 	errs := make([]error, len(ss))
+	counted.decoded.Store(0)
+	commits.Store(0)
 	start, cpu0, vl0 := time.Now(), cpuTime(), vl.cpuTime()
 	// A sink is done when it has handled every record (its cursor is
 	// committed at the next commit_interval or when it stops).
@@ -471,6 +480,7 @@ func measure(st *store.Store, vlBin, dir string, o options, batch int, mode stri
 		return res, fmt.Errorf("ingest: %w", err)
 	}
 	res.procCPU, res.vlCPU = cpuTime()-cpu0, vl.cpuTime()-vl0
+	res.decoded, res.commits = counted.decoded.Load(), commits.Load()
 	res.loadAt = loadavg1()
 	stop()
 	wg.Wait()
@@ -494,6 +504,29 @@ func measure(st *store.Store, vlBin, dir string, o options, batch int, mode stri
 	return res, nil
 }
 
+// countingStore counts the records the store decodes for the runners.
+type countingStore struct {
+	*store.Store
+	decoded atomic.Int64
+}
+
+func (c *countingStore) Read(ctx context.Context, from uint64, max int) ([]sinks.Record, uint64, error) {
+	recs, skipped, err := c.Store.Read(ctx, from, max)
+	c.decoded.Add(int64(len(recs)))
+	return recs, skipped, err
+}
+
+// countingCursor counts durable cursor commits.
+type countingCursor struct {
+	sinks.Cursor
+	n *atomic.Int64
+}
+
+func (c countingCursor) Commit(off uint64) error {
+	c.n.Add(1)
+	return c.Cursor.Commit(off)
+}
+
 // discard is a Pusher that delivers nothing: with it a runner measures the
 // log read (segment read, CRC, record decode) and the runner's own work.
 type discard struct{}
@@ -511,11 +544,12 @@ func statuses(rs []*sinks.Runner) string {
 
 // newRunner builds a runner reading src whose cursor (in st) starts at from
 // (the head of the log when the sinks follow a live ingest).
-func newRunner(st *store.Store, src sinks.Source, name string, from uint64, batch int, o options, p sinks.Pusher) (*sinks.Runner, error) {
-	cur, err := st.Cursor(name)
+func newRunner(st *store.Store, src sinks.Source, commits *atomic.Int64, name string, from uint64, batch int, o options, p sinks.Pusher) (*sinks.Runner, error) {
+	c, err := st.Cursor(name)
 	if err != nil {
 		return nil, fmt.Errorf("cursor %s: %w", name, err)
 	}
+	cur := countingCursor{Cursor: c, n: commits}
 	if from > 0 {
 		if err := cur.Commit(from); err != nil {
 			return nil, fmt.Errorf("cursor %s: %w", name, err)
