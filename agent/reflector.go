@@ -151,33 +151,42 @@ func (r *reflector) hasSynced() bool { return r.synced.Load() }
 
 // run lists and watches until ctx ends.
 func (r *reflector) run(ctx context.Context) {
-	rv := ""
-	backoff := r.cfg.BackoffInitial
+	listWatch(ctx, r.cfg, r.log.With("resource", r.res.String()), r.m, "", r.relist, r.watch)
+}
+
+// listWatch is the loop both the Event watcher and the cache reflectors
+// run: list when there is no resourceVersion (relist), else watch from it;
+// on 410 Gone list again; on other errors back off (jittered, doubling up to
+// BackoffMax). It returns when ctx ends.
+func listWatch(ctx context.Context, cfg WatchConfig, log *slog.Logger, m *metrics, rv string,
+	relist func(context.Context) (string, error), watch func(context.Context, string) (string, error)) {
+	backoff := cfg.BackoffInitial
 	for ctx.Err() == nil {
 		var err error
 		if rv == "" {
-			rv, err = r.relist(ctx)
+			rv, err = relist(ctx)
 		} else {
-			rv, err = r.watch(ctx, rv)
+			rv, err = watch(ctx, rv)
 		}
 		switch {
 		case err == nil:
-			backoff = r.cfg.BackoffInitial
+			backoff = cfg.BackoffInitial
 			continue
 		case ctx.Err() != nil:
 			return
 		case isExpired(err):
-			r.m.expired.Inc()
-			r.log.Info("cache watch resourceVersion expired; relisting", "resource", r.res.String(), "err", err)
+			m.expired.Inc()
+			log.Info("watch resourceVersion expired; relisting", "err", err)
 			rv = ""
+			backoff = cfg.BackoffInitial
 			continue
 		}
-		r.m.watchErrors.Inc()
-		r.log.Warn("cache list/watch failed; retrying", "resource", r.res.String(), "err", err, "backoff", backoff)
+		m.watchErrors.Inc()
+		log.Warn("list/watch failed; retrying", "err", err, "backoff", backoff)
 		if !sleepCtx(ctx, jitter(backoff)) {
 			return
 		}
-		backoff = min(backoff*2, r.cfg.BackoffMax)
+		backoff = min(backoff*2, cfg.BackoffMax)
 	}
 }
 

@@ -57,42 +57,17 @@ var eventsResource = apiResource{version: "v1", resource: "events"}
 
 // run reads Events from startRV ("" = list everything first) until ctx ends.
 func (w *watcher) run(ctx context.Context, startRV string) error {
-	rv := startRV
-	backoff := w.cfg.BackoffInitial
-	for ctx.Err() == nil {
-		var err error
-		if rv == "" {
-			if w.cfg.WatchList && !w.noWatchList {
-				rv, err = w.watchList(ctx)
-			} else {
-				rv, err = w.list(ctx)
-				if err == nil {
-					rv, err = w.watch(ctx, rv)
-				}
-			}
-		} else {
-			rv, err = w.watch(ctx, rv)
+	relist := func(ctx context.Context) (string, error) {
+		if w.cfg.WatchList && !w.noWatchList {
+			return w.watchList(ctx)
 		}
-		switch {
-		case err == nil:
-			backoff = w.cfg.BackoffInitial
-			continue
-		case ctx.Err() != nil:
-			return nil
-		case isExpired(err):
-			w.m.expired.Inc()
-			w.log.Info("event watch resourceVersion expired; relisting", "err", err)
-			rv = ""
-			backoff = w.cfg.BackoffInitial
-			continue
+		rv, err := w.list(ctx)
+		if err != nil {
+			return rv, err
 		}
-		w.m.watchErrors.Inc()
-		w.log.Warn("event watch failed; retrying", "err", err, "backoff", backoff)
-		if !sleepCtx(ctx, jitter(backoff)) {
-			return nil
-		}
-		backoff = min(backoff*2, w.cfg.BackoffMax)
+		return w.watch(ctx, rv)
 	}
+	listWatch(ctx, w.cfg, w.log.With("resource", "v1/events"), w.m, startRV, relist, w.watch)
 	return nil
 }
 
