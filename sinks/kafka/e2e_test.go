@@ -183,6 +183,7 @@ func TestBrokerOutageUnderSteadyTraffic(t *testing.T) {
 	start := time.Now()
 	stopped, restarted := false, false
 	var maxLag uint64
+	var appendedWhileDown int // records appended between stop and restart
 	for time.Since(start) < 4*time.Second {
 		<-tick.C
 		occs := g.Batch(20)
@@ -191,6 +192,9 @@ func TestBrokerOutageUnderSteadyTraffic(t *testing.T) {
 		}
 		if err := rn.log.Append(context.Background(), occs); err != nil {
 			t.Fatal(err)
+		}
+		if stopped && !restarted {
+			appendedWhileDown += len(occs)
 		}
 		switch el := time.Since(start); {
 		case el > time.Second && !stopped:
@@ -207,8 +211,12 @@ func TestBrokerOutageUnderSteadyTraffic(t *testing.T) {
 	if st.Failed != 0 || st.Lost != 0 {
 		t.Fatalf("status %+v: records dropped across a broker outage", st)
 	}
-	if maxLag < 500 {
-		t.Errorf("lag during the outage was %d records: the broker was not really down", maxLag)
+	// While the broker was down nothing was delivered: the lag covers what
+	// was appended meanwhile, less at most the one batch read before the
+	// stop. (How many that is depends on the machine's load: the ticker
+	// drops ticks on a busy machine, so no fixed number.)
+	if appendedWhileDown == 0 || maxLag+200 < uint64(appendedWhileDown) {
+		t.Errorf("lag during the outage was %d records with %d appended while down: the broker was not really down", maxLag, appendedWhileDown)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
