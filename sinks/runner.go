@@ -504,11 +504,15 @@ func (r *Runner) updateLagLocked() {
 	}
 }
 
-// setHandled records that every record up to off is handled.
+// setHandled records that every record up to off is handled, and tells a
+// ProgressCursor.
 func (r *Runner) setHandled(off uint64) {
 	r.mu.Lock()
 	r.handledLocked(off)
 	r.mu.Unlock()
+	if pc, ok := r.cur.(ProgressCursor); ok {
+		pc.Handled(off)
+	}
 }
 
 // handledLocked moves Handled (and LastOffset) up to off. r.mu is held.

@@ -68,6 +68,15 @@ type Cursor interface {
 	Commit(offset uint64) error
 }
 
+// ProgressCursor is optionally implemented by a Cursor that wants to know,
+// between commits, how far its consumer has handled the log (in memory, not
+// durable). collector/store uses it so that retention does not count as
+// lost the records a sink delivered but has not committed yet
+// (commit_interval).
+type ProgressCursor interface {
+	Handled(offset uint64)
+}
+
 // PermanentError marks a failure that retrying cannot fix (bad request,
 // entry too old, message too large, authentication refused for good).
 type PermanentError struct{ Err error }

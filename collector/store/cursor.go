@@ -24,7 +24,10 @@ type consumerCursor struct {
 	path string
 }
 
-var _ sinks.Cursor = (*consumerCursor)(nil)
+var (
+	_ sinks.Cursor         = (*consumerCursor)(nil)
+	_ sinks.ProgressCursor = (*consumerCursor)(nil)
+)
 
 // Cursor returns the persisted cursor of one named consumer (a sink).
 func (s *Store) Cursor(consumer string) (sinks.Cursor, error) {
@@ -99,4 +102,15 @@ func (c *consumerCursor) Commit(offset uint64) error {
 	c.s.consumers[c.name] = offset
 	c.s.mu.Unlock()
 	return nil
+}
+
+// Handled records, in memory only, that the consumer has handled every
+// record up to offset: retention then does not count those records as lost
+// for it even before its next Commit.
+func (c *consumerCursor) Handled(offset uint64) {
+	c.s.mu.Lock()
+	if offset > c.s.handled[c.name] {
+		c.s.handled[c.name] = offset
+	}
+	c.s.mu.Unlock()
 }

@@ -61,6 +61,7 @@ type Store struct {
 	evicted   bool               // logged the first eviction
 	cursors   map[streamKey]string
 	consumers map[string]uint64 // committed offset per known consumer
+	handled   map[string]uint64 // offset handled but maybe not committed yet (sinks.ProgressCursor)
 	lost      map[string]uint64
 	notify    chan struct{}
 	closed    bool
@@ -155,6 +156,7 @@ func openWith(cfg Config, logger *slog.Logger, reg prometheus.Registerer, o opti
 		cfg: cfg, log: logger, m: m, walm: walm, fs: o.fs, now: o.now, tick: o.tick,
 		sem:       semaphore.NewWeighted(cfg.MaxInflightBytes),
 		consumers: map[string]uint64{},
+		handled:   map[string]uint64{},
 		lost:      map[string]uint64{},
 		notify:    make(chan struct{}),
 	}
@@ -818,6 +820,9 @@ func (s *Store) ApplyRetention() (uint64, error) {
 		s.log.Info("retention removed a segment", "segment", seg.Name, "first", seg.First, "last", seg.Last, "bytes", seg.Bytes)
 		s.mu.Lock()
 		for name, pos := range s.consumers {
+			// A sink that handled records but commits them later
+			// (commit_interval) has not lost them.
+			pos = max(pos, s.handled[name])
 			if pos >= seg.Last {
 				continue
 			}

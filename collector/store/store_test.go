@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
+	"github.com/eventpipe/eventpipe/sinks"
 )
 
 func TestMain(m *testing.M) {
@@ -312,6 +313,9 @@ func TestRetentionCountsLostPerConsumer(t *testing.T) {
 	ctx := context.Background()
 	behind, _ := s.Cursor("kafka")
 	ahead, _ := s.Cursor("loki")
+	// "file" handled everything but committed only offset 5 so far
+	// (commit_interval): it lost nothing.
+	pending, _ := s.Cursor("file")
 	for b := range 20 {
 		if _, err := s.Append(ctx, "c", "events", "", occs(b*10, 10)); err != nil {
 			t.Fatal(err)
@@ -320,6 +324,8 @@ func TestRetentionCountsLostPerConsumer(t *testing.T) {
 	_, last := s.Bounds()
 	ahead.Commit(last)
 	behind.Commit(5)
+	pending.Commit(5)
+	pending.(sinks.ProgressCursor).Handled(last)
 	removed, err := s.ApplyRetention()
 	if err != nil || removed == 0 {
 		t.Fatalf("retention removed %d: %v", removed, err)
@@ -329,8 +335,8 @@ func TestRetentionCountsLostPerConsumer(t *testing.T) {
 		t.Fatalf("first = %d after removing %d", first, removed)
 	}
 	lost := s.Lost()
-	if lost["loki"] != 0 || lost["kafka"] != removed-5 {
-		t.Fatalf("lost = %v, want kafka %d, loki 0", lost, removed-5)
+	if lost["loki"] != 0 || lost["file"] != 0 || lost["kafka"] != removed-5 {
+		t.Fatalf("lost = %v, want kafka %d, loki and file 0", lost, removed-5)
 	}
 	if got := counter(t, s.m.consumerLost); got != float64(removed-5) {
 		t.Fatalf("consumer_lost_records_total = %v", got)
