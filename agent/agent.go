@@ -207,7 +207,7 @@ func (a *Agent) term(ctx context.Context) error {
 	a.synced.Store(true)
 	a.watchAlive.Store(time.Now().UnixNano())
 
-	queue := make(chan item, a.cfg.Watch.QueueCapacity)
+	queue := newItemQueue(a.cfg.Watch.QueueCapacity)
 	sh := newShipper(a.cfg, a.ingest, a.log, a.m)
 	a.cur.Store(sh)
 	w := &watcher{cfg: a.cfg.Watch, kc: a.kc, out: queue, log: a.log, m: a.m, alive: &a.watchAlive}

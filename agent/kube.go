@@ -388,6 +388,12 @@ func (s *watchStream) next() (typ string, obj []byte, err error) {
 	return typ, obj, nil
 }
 
+// buffered reports whether the next notification can be read without
+// waiting for the network (for the protobuf stream; JSON always says no).
+func (s *watchStream) buffered() bool {
+	return s.pb && s.br.Buffered() > 0
+}
+
 func (s *watchStream) readErr(err error) error {
 	if errors.Is(err, io.EOF) {
 		return io.EOF

@@ -18,7 +18,7 @@ import (
 // advance the collector to.
 type processor struct {
 	cfg     Config
-	in      <-chan item
+	in      *itemQueue
 	caches  *caches
 	enr     *enrich.Enricher
 	shipper *shipper
@@ -44,7 +44,7 @@ type heldEvent struct {
 	observed time.Time
 }
 
-func newProcessor(cfg Config, in <-chan item, c *caches, enr *enrich.Enricher, sh *shipper, startRV string, log *slog.Logger, m *metrics) *processor {
+func newProcessor(cfg Config, in *itemQueue, c *caches, enr *enrich.Enricher, sh *shipper, startRV string, log *slog.Logger, m *metrics) *processor {
 	return &processor{
 		cfg: cfg, in: in, caches: c, enr: enr, shipper: sh, log: log, m: m, now: time.Now,
 		seen:   newFingerprints(cfg.Watch.FingerprintCapacity),
@@ -69,11 +69,14 @@ func (p *processor) run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case it := <-p.in:
-			p.m.queueLength.Set(float64(len(p.in)))
-			if !p.handle(ctx, it) {
-				return nil
+		case chunk := <-p.in.ch:
+			for _, it := range chunk {
+				if !p.handle(ctx, it) {
+					return nil
+				}
 			}
+			p.in.done(chunk)
+			p.m.queueLength.Set(float64(p.in.n.Load()))
 		case key := <-diagnose:
 			if !p.diagnose(ctx, key) {
 				return nil

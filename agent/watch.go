@@ -39,16 +39,54 @@ type item struct {
 	observed time.Time
 }
 
+// itemQueue carries watch items to the processor in chunks: one channel
+// operation, and at most one wake-up of the processor, per chunk instead of
+// per Event. The watcher hands a chunk over when it is full or before it
+// would wait for the stream, so a chunk never waits for more data. The
+// capacity (watch.queue_capacity) is in items, rounded to whole chunks.
+type itemQueue struct {
+	ch   chan []item
+	free chan []item
+	n    atomic.Int64 // items queued, for the queue-length gauge
+}
+
+const queueChunk = 64
+
+func newItemQueue(capacity int) *itemQueue {
+	chunks := max(1, capacity/queueChunk)
+	return &itemQueue{ch: make(chan []item, chunks), free: make(chan []item, chunks+2)}
+}
+
+func (q *itemQueue) get() []item {
+	select {
+	case s := <-q.free:
+		return s
+	default:
+		return make([]item, 0, queueChunk)
+	}
+}
+
+// done gives a processed chunk back for reuse.
+func (q *itemQueue) done(s []item) {
+	q.n.Add(-int64(len(s)))
+	clear(s)
+	select {
+	case q.free <- s[:0]:
+	default:
+	}
+}
+
 // watcher drives the one cluster-wide list+watch of core/v1 Events.
 type watcher struct {
 	cfg   WatchConfig
 	kc    *kubeClient
-	out   chan<- item
+	out   *itemQueue
 	log   *slog.Logger
 	m     *metrics
 	alive *atomic.Int64 // unix nanos of the last notification (readiness)
 
 	noWatchList bool
+	pending     []item       // items not handed to the processor yet
 	ev          kwire.Event  // decode target, reused
 	buf         bytes.Buffer // LIST body, reused across pages
 }
@@ -67,7 +105,18 @@ func (w *watcher) run(ctx context.Context, startRV string) error {
 		}
 		return w.watch(ctx, rv)
 	}
-	listWatch(ctx, w.cfg, w.log.With("resource", "v1/events"), w.m, startRV, relist, w.watch)
+	// Whatever ends a listing or a watch, the items read before it are
+	// handed over before the next one starts from the resourceVersion they
+	// moved.
+	listWatch(ctx, w.cfg, w.log.With("resource", "v1/events"), w.m, startRV,
+		func(ctx context.Context) (string, error) {
+			rv, err := relist(ctx)
+			return w.flushAfter(ctx, rv, err)
+		},
+		func(ctx context.Context, rv string) (string, error) {
+			rv, err := w.watch(ctx, rv)
+			return w.flushAfter(ctx, rv, err)
+		})
 	return nil
 }
 
@@ -129,6 +178,9 @@ func (w *watcher) list(ctx context.Context) (string, error) {
 			break
 		}
 		opts.continueToken = lm.Continue
+		if !w.flush(ctx) { // before waiting for the next page
+			return "", ctx.Err()
+		}
 	}
 	w.buf = bytes.Buffer{} // do not keep a large page's buffer
 	if !w.send(ctx, item{kind: itemListEnd, rv: listRV}) {
@@ -161,6 +213,9 @@ func (w *watcher) consume(ctx context.Context, s *watchStream, rv string, listin
 	stop := context.AfterFunc(ctx, s.close) // unblocks a read in progress
 	defer stop()
 	for {
+		if len(w.pending) > 0 && !s.buffered() && !w.flush(ctx) {
+			return rv, ctx.Err()
+		}
 		typ, obj, err := s.next()
 		if ctx.Err() != nil {
 			return rv, ctx.Err()
@@ -235,9 +290,35 @@ func (w *watcher) badObject(err error) {
 	w.log.Warn("event watch returned an object that could not be decoded; skipped", "err", err)
 }
 
+// send queues it for the processor; a full chunk is handed over (blocking
+// while the processor is behind: the API server keeps the rest).
 func (w *watcher) send(ctx context.Context, it item) bool {
+	if w.pending == nil {
+		w.pending = w.out.get()
+	}
+	w.pending = append(w.pending, it)
+	if len(w.pending) >= queueChunk {
+		return w.flush(ctx)
+	}
+	return true
+}
+
+func (w *watcher) flushAfter(ctx context.Context, rv string, err error) (string, error) {
+	if !w.flush(ctx) {
+		return rv, ctx.Err()
+	}
+	return rv, err
+}
+
+// flush hands the pending items to the processor; false when ctx ended.
+func (w *watcher) flush(ctx context.Context) bool {
+	if len(w.pending) == 0 {
+		return true
+	}
 	select {
-	case w.out <- it:
+	case w.out.ch <- w.pending:
+		w.out.n.Add(int64(len(w.pending)))
+		w.pending = nil
 		return true
 	case <-ctx.Done():
 		return false
