@@ -479,42 +479,12 @@ func decodeErrorBody(ct string, b []byte) (*Status, error) {
 // readUntilInitialEnd reads a watch-list stream until the bookmark that
 // ends the initial events.
 func readUntilInitialEnd(body io.Reader, proto bool, decode func([]byte) error) (added int, rv string, end bool, err error) {
+	next, bookmark := jsonStream(body)
 	if proto {
-		r := bufio.NewReader(body)
-		var buf []byte
-		for {
-			frame, err := ReadFrame(r, buf, 16<<20)
-			if err != nil {
-				return added, "", false, err
-			}
-			buf = frame
-			typ, obj, err := DecodeWatchEvent(frame)
-			if err != nil {
-				return added, "", false, err
-			}
-			switch typ {
-			case "ADDED":
-				if err := decode(obj); err != nil {
-					return added, "", false, err
-				}
-				added++
-			case "BOOKMARK":
-				rv, end, err := BookmarkInfo(obj)
-				if err != nil || end {
-					return added, rv, end, err
-				}
-			default:
-				return added, "", false, fmt.Errorf("unexpected %s", typ)
-			}
-		}
+		next, bookmark = protoStream(body)
 	}
-	dec := json.NewDecoder(body)
 	for {
-		var msg json.RawMessage
-		if err := dec.Decode(&msg); err != nil {
-			return added, "", false, err
-		}
-		typ, obj, err := DecodeWatchEventJSON(msg)
+		typ, obj, err := next()
 		if err != nil {
 			return added, "", false, err
 		}
@@ -525,7 +495,7 @@ func readUntilInitialEnd(body io.Reader, proto bool, decode func([]byte) error) 
 			}
 			added++
 		case "BOOKMARK":
-			rv, end, err := BookmarkInfoJSON(obj)
+			rv, end, err := bookmark(obj)
 			if err != nil || end {
 				return added, rv, end, err
 			}
@@ -533,4 +503,33 @@ func readUntilInitialEnd(body io.Reader, proto bool, decode func([]byte) error) 
 			return added, "", false, fmt.Errorf("unexpected %s", typ)
 		}
 	}
+}
+
+type (
+	nextFunc     func() (typ string, obj []byte, err error)
+	bookmarkFunc func([]byte) (rv string, end bool, err error)
+)
+
+func protoStream(body io.Reader) (nextFunc, bookmarkFunc) {
+	r := bufio.NewReader(body)
+	var buf []byte
+	return func() (string, []byte, error) {
+		frame, err := ReadFrame(r, buf, 16<<20)
+		if err != nil {
+			return "", nil, err
+		}
+		buf = frame
+		return DecodeWatchEvent(frame)
+	}, BookmarkInfo
+}
+
+func jsonStream(body io.Reader) (nextFunc, bookmarkFunc) {
+	dec := json.NewDecoder(body)
+	return func() (string, []byte, error) {
+		var msg json.RawMessage
+		if err := dec.Decode(&msg); err != nil {
+			return "", nil, err
+		}
+		return DecodeWatchEventJSON(msg)
+	}, BookmarkInfoJSON
 }
