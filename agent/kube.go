@@ -15,6 +15,7 @@ import (
 	"strings"
 
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/flowcontrol"
 
 	"github.com/eventpipe/eventpipe/agent/internal/kwire"
 )
@@ -33,6 +34,10 @@ type kubeClient struct {
 	http      *http.Client
 	base      *url.URL
 	userAgent string
+	// limiter paces requests (rest.Config QPS/Burst, as client-go's REST
+	// client does); nil when QPS is negative (no limit). Watches are
+	// long-lived, so this matters for paginated LISTs and retries.
+	limiter flowcontrol.RateLimiter
 	// maxFrame bounds one watch frame or list body (a corrupt length must
 	// not become a huge allocation).
 	maxFrame int
@@ -63,7 +68,18 @@ func newKubeClient(cfg *rest.Config) (*kubeClient, error) {
 	if ua == "" {
 		ua = "eventpipe-agent"
 	}
-	return &kubeClient{http: hc, base: base, userAgent: ua, maxFrame: maxWatchFrame}, nil
+	kc := &kubeClient{http: hc, base: base, userAgent: ua, maxFrame: maxWatchFrame}
+	if cfg.QPS >= 0 {
+		qps, burst := cfg.QPS, cfg.Burst
+		if qps == 0 {
+			qps = rest.DefaultQPS
+		}
+		if burst <= 0 {
+			burst = rest.DefaultBurst
+		}
+		kc.limiter = flowcontrol.NewTokenBucketRateLimiter(qps, burst)
+	}
+	return kc, nil
 }
 
 // apiResource names one collection. Built-in kinds are read as protobuf,
@@ -210,6 +226,11 @@ func (c *kubeClient) do(ctx context.Context, op, method, path string, q url.Valu
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
+	}
+	if c.limiter != nil {
+		if err := c.limiter.Wait(ctx); err != nil {
+			return nil, fmt.Errorf("%s: client rate limit: %w", op, err)
+		}
 	}
 	req, err := http.NewRequestWithContext(ctx, method, u.String(), rd)
 	if err != nil {

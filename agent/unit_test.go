@@ -1,16 +1,19 @@
 package agent
 
 import (
+	"context"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 
 	"github.com/eventpipe/eventpipe/agent/internal/kwire"
 	"github.com/eventpipe/eventpipe/enrich"
@@ -385,5 +388,41 @@ func TestHealthEndpoints(t *testing.T) {
 	a.cur.Store(sh)
 	if get("/readyz") != 503 {
 		t.Errorf("readyz with a batch unacknowledged for an hour should fail")
+	}
+}
+
+// The client paces requests by rest.Config QPS/Burst, as client-go's REST
+// client does (paginated LISTs and retries must not flood the API server).
+func TestKubeClientRateLimit(t *testing.T) {
+	var n atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"kind":"APIResourceList","resources":[]}`))
+	}))
+	defer srv.Close()
+	kc, err := newKubeClient(&rest.Config{Host: srv.URL, QPS: 20, Burst: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	for range 5 {
+		if _, err := kc.getJSON(context.Background(), "/apis/agents.x-k8s.io/v1beta1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Burst 1 then 20/s: the 4 requests after the first wait 50 ms each.
+	if d := time.Since(start); d < 150*time.Millisecond {
+		t.Errorf("5 requests at 20 QPS, burst 1, took %s", d)
+	}
+	if n.Load() != 5 {
+		t.Errorf("%d requests served", n.Load())
+	}
+	unlimited, err := newKubeClient(&rest.Config{Host: srv.URL, QPS: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if unlimited.limiter != nil {
+		t.Errorf("QPS < 0 should mean no client-side limit")
 	}
 }
