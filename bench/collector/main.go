@@ -23,7 +23,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"google.golang.org/grpc"
@@ -124,12 +123,12 @@ func run() error {
 
 	fmt.Printf("machine: %d CPUs (GOMAXPROCS %d), %s; fsync=%v file_sink=%v; load average %s\n", runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(), o.fsync, o.fileSink, loadAvg())
 
-	cpu0 := cpuTime()
+	cpu0 := sinktest.CPUTime()
 	res, err := ingest(ctx, c.GRPCAddr(), o, o.occurrences, "tp")
 	if err != nil {
 		return fmt.Errorf("ingest phase: %w", err)
 	}
-	cpu := cpuTime() - cpu0
+	cpu := sinktest.CPUTime() - cpu0
 	fmt.Printf("ingest: %d occurrences in %d batches of %d over %d stream(s), window %d: %.2fs, %.0f occurrences/s; ack latency p50 %s p99 %s max %s\n",
 		res.occurrences, res.batches, o.batch, o.agents, o.window, res.elapsed.Seconds(), float64(res.occurrences)/res.elapsed.Seconds(),
 		res.p(0.50), res.p(0.99), res.p(1))
@@ -365,15 +364,6 @@ func fanout(ctx context.Context, addr string, o options) error {
 		o.subscribers, perSub, res.occurrences, ingestDone.Seconds(), float64(res.occurrences)/ingestDone.Seconds(), res.p(0.99),
 		all.Seconds(), float64(perSub*o.subscribers)/all.Seconds(), float64(perSub)/all.Seconds())
 	return nil
-}
-
-// cpuTime is this process's user+system CPU time.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // loadAvg is the 1-minute load average: the machine is shared, so the

@@ -425,7 +425,7 @@ func measure(st *store.Store, vlBin, dir string, o options, batch int, mode stri
 	errs := make([]error, len(ss))
 	counted.decoded.Store(0)
 	commits.Store(0)
-	start, cpu0, vl0 := time.Now(), cpuTime(), vl.cpuTime()
+	start, cpu0, vl0 := time.Now(), sinktest.CPUTime(), vl.cpuTime()
 	// A sink is done when it has handled every record (its cursor is
 	// committed at the next commit_interval or when it stops).
 	for i, s := range ss {
@@ -479,7 +479,7 @@ func measure(st *store.Store, vlBin, dir string, o options, batch int, mode stri
 		wg.Wait()
 		return res, fmt.Errorf("ingest: %w", err)
 	}
-	res.procCPU, res.vlCPU = cpuTime()-cpu0, vl.cpuTime()-vl0
+	res.procCPU, res.vlCPU = sinktest.CPUTime()-cpu0, vl.cpuTime()-vl0
 	res.decoded, res.commits = counted.decoded.Load(), commits.Load()
 	res.loadAt = loadavg1()
 	stop()
@@ -740,16 +740,6 @@ func (p *vlProc) count(ctx context.Context) (int, error) {
 	}
 	s = s[i+5:]
 	return strconv.Atoi(s[:strings.IndexByte(s, '"')])
-}
-
-// cpuTime is this process's user + system CPU time (every thread, GC
-// included).
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func loadavg() string {

@@ -3,11 +3,9 @@ package kafka
 import (
 	"context"
 	"fmt"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/eventpipe/eventpipe/sinks"
@@ -38,32 +36,14 @@ func BenchmarkKafkaSink(b *testing.B) {
 			if err := l.Append(context.Background(), g.Batch(b.N)); err != nil {
 				b.Fatal(err)
 			}
-			cur, _ := l.Cursor("kafka")
 			rc := sinks.NewDefaultRunnerConfig("kafka")
 			rc.Batch.MaxRecords = tc.batch
 			rc.Batch.MaxWait = 50 * time.Millisecond
-			r, err := sinks.NewRunner(rc, s, l, cur, nil, prometheus.NewRegistry())
-			if err != nil {
-				b.Fatal(err)
-			}
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan error, 1)
-			b.ResetTimer()
-			start, cpu0 := time.Now(), cpuTime()
-			go func() { done <- r.Run(ctx) }()
-			for r.Status().Cursor < uint64(b.N) {
-				time.Sleep(200 * time.Microsecond)
-			}
-			el, cpu := time.Since(start), cpuTime()-cpu0
-			b.StopTimer()
-			cancel()
-			<-done
+			st := sinktest.BenchDrain(b, rc, s, l)
 			_ = s.Close()
-			if st := r.Status(); st.Failed != 0 || st.Sent != uint64(b.N) {
+			if st.Failed != 0 || st.Sent != uint64(b.N) {
 				b.Fatalf("status %+v", st)
 			}
-			b.ReportMetric(float64(b.N)/el.Seconds(), "occ/s")
-			b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/occ")
 		})
 	}
 }
@@ -78,7 +58,7 @@ func BenchmarkEncode(b *testing.B) {
 			e := encoder{format: format, source: DefaultSource, maxBytes: DefaultMaxMessageBytes}
 			var bytes int
 			b.ReportAllocs()
-			cpu0 := cpuTime()
+			cpu0 := sinktest.CPUTime()
 			for i := 0; b.Loop(); i++ {
 				if i%len(occs) == 0 { // one push of 1024 records
 					e.finish(len(occs), true)
@@ -90,29 +70,19 @@ func BenchmarkEncode(b *testing.B) {
 				}
 				bytes += len(m.Value)
 			}
-			b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/float64(b.N), "cpu-ns/op")
+			b.ReportMetric(float64((sinktest.CPUTime()-cpu0).Nanoseconds())/float64(b.N), "cpu-ns/op")
 			b.ReportMetric(float64(bytes)/float64(b.N), "value-bytes/op")
 		})
 	}
 	// Baseline on the same machine and load: generic protojson.
 	b.Run("protojson-baseline", func(b *testing.B) {
 		b.ReportAllocs()
-		cpu0 := cpuTime()
+		cpu0 := sinktest.CPUTime()
 		for i := 0; b.Loop(); i++ {
 			if _, err := protojson.Marshal(occs[i%len(occs)]); err != nil {
 				b.Fatal(err)
 			}
 		}
-		b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/float64(b.N), "cpu-ns/op")
+		b.ReportMetric(float64((sinktest.CPUTime()-cpu0).Nanoseconds())/float64(b.N), "cpu-ns/op")
 	})
-}
-
-// cpuTime is the process's user + system CPU time (all threads, GC
-// included): on a shared, loaded machine it is steadier than wall time.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

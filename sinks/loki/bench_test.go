@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"syscall"
 	"testing"
 	"time"
 
@@ -46,7 +45,7 @@ func BenchmarkEncode(b *testing.B) {
 				var bodyBytes int
 				b.ReportAllocs()
 				b.ResetTimer()
-				cpu0 := cpuTime()
+				cpu0 := sinktest.CPUTime()
 				for i := 0; i < b.N; i++ {
 					failed := map[int]error{}
 					bp, rawp, zp := s.getBuf(), s.getBuf(), s.getBuf()
@@ -62,24 +61,13 @@ func BenchmarkEncode(b *testing.B) {
 					s.putBuf(rawp)
 					s.putBuf(zp)
 				}
-				cpu := cpuTime() - cpu0
+				cpu := sinktest.CPUTime() - cpu0
 				b.ReportMetric(float64(b.N*n)/b.Elapsed().Seconds(), "occ/s")
 				b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N*n), "cpu-ns/occ")
 				b.ReportMetric(float64(bodyBytes)/float64(n), "B/occ")
 			})
 		}
 	}
-}
-
-// cpuTime is the CPU time (user+system, all threads, GC included) this
-// process used so far. On a shared 2-core machine wall-clock rates swing
-// with the neighbours' load; CPU per occurrence does not.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // BenchmarkPushVictoriaLogs measures Push end to end into a real
@@ -91,7 +79,7 @@ func BenchmarkPushVictoriaLogs(b *testing.B) {
 			s := newVLSink(b, vl, nil)
 			batch := benchRecords(n)
 			b.ResetTimer()
-			cpu0, srv0 := cpuTime(), vl.CPUTime()
+			cpu0, srv0 := sinktest.CPUTime(), vl.CPUTime()
 			for i := 0; i < b.N; i++ {
 				if err := s.Push(context.Background(), batch); err != nil {
 					b.Fatal(err)
@@ -138,12 +126,12 @@ func BenchmarkRunnerVictoriaLogs(b *testing.B) {
 				ctx, cancel := context.WithCancel(context.Background())
 				done := make(chan error, 1)
 				b.StartTimer()
-				cpu0, srv0 := cpuTime(), vl.CPUTime()
+				cpu0, srv0 := sinktest.CPUTime(), vl.CPUTime()
 				go func() { done <- r.Run(ctx) }()
 				for r.Status().Cursor < total {
 					time.Sleep(time.Millisecond)
 				}
-				cpuAll += cpuTime() - cpu0
+				cpuAll += sinktest.CPUTime() - cpu0
 				srvAll += vl.CPUTime() - srv0
 				b.StopTimer()
 				cancel()
@@ -165,7 +153,7 @@ func BenchmarkRunnerVictoriaLogs(b *testing.B) {
 // reportRates reports occurrences/s and this process's CPU per occurrence
 // (the sink's side; the server runs in its own process).
 func reportRates(b *testing.B, perOp int, cpu0 time.Duration) {
-	cpu := cpuTime() - cpu0
+	cpu := sinktest.CPUTime() - cpu0
 	b.ReportMetric(float64(b.N*perOp)/b.Elapsed().Seconds(), "occ/s")
 	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N*perOp), "client-cpu-ns/occ")
 }
@@ -190,7 +178,7 @@ func BenchmarkPushDiscard(b *testing.B) {
 			defer s.Close()
 			batch := benchRecords(n)
 			b.ResetTimer()
-			cpu0 := cpuTime()
+			cpu0 := sinktest.CPUTime()
 			for i := 0; i < b.N; i++ {
 				if err := s.Push(context.Background(), batch); err != nil {
 					b.Fatal(err)
