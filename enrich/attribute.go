@@ -87,7 +87,7 @@ type attribution struct {
 }
 
 // attribute ties an involved object to its sandbox, applying the rules in
-// DESIGN.md order and recording the one that matched.
+// docs/design.md order and recording the one that matched.
 // dst receives the Sandbox part (it is part of the caller's allocation).
 func (e *Enricher) attribute(ref *ObjectRef, eventNS string, dst *eventpipev1.Sandbox) attribution {
 	a := attribution{rule: eventpipev1.AttributionNone, role: eventpipev1.RoleNone, dst: dst}

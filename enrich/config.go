@@ -9,7 +9,7 @@ import (
 
 // Config is what a user writes (YAML) to tune enrich. Every OpenShell
 // identifier that attribution relies on is a field here, defaulting to both
-// generations documented in openshell-facts.md, so a renamed label or
+// generations documented in docs/openshell.md, so a renamed label or
 // container does not need a new release.
 type Config struct {
 	// Cluster is stamped on every occurrence.
@@ -87,7 +87,7 @@ func NewDefaultConfig() Config {
 		Rules: Rules{
 			SandboxIDKeys: []string{"openshell.ai/sandbox-id", "openshell.io/sandbox-id"},
 			// Only the sandbox id has an older openshell.io/ form
-			// (openshell-facts.md); add others here if a release needs them.
+			// (docs/openshell.md); add others here if a release needs them.
 			SandboxNameKeys:     []string{"openshell.ai/sandbox-name"},
 			WorkspaceKeys:       []string{"openshell.ai/sandbox-workspace"},
 			GatewayIDKeys:       []string{"openshell.ai/gateway-id"},

@@ -24,7 +24,7 @@
 //   - Every file access goes through FS so tests can inject short writes,
 //     failed writes and failed fsyncs.
 //
-// Why not a library: STYLE.md prefers a proven library for framing. The two
+// Why not a library: docs/contributing.md prefers a proven library for framing. The two
 // candidates were read. Prometheus tsdb/wlog is the model here (segments,
 // CRC-32C per record, repair by truncation), but it lives inside
 // github.com/prometheus/prometheus, a dependency far too heavy for one

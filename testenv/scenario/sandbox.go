@@ -39,7 +39,7 @@ func ParseMode(s string) (Mode, error) {
 }
 
 // Generation selects which of OpenShell's two labelling generations the
-// objects carry (see openshell-facts.md).
+// objects carry (see docs/openshell.md).
 type Generation int
 
 const (
