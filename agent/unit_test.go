@@ -452,7 +452,7 @@ func TestHeldEventsBatchCursor(t *testing.T) {
 	for _, rv := range []string{"10", "11", "12"} {
 		ev := &enrich.Event{APIVersion: "v1", Namespace: "ns", Name: "e" + rv, UID: "uid-" + rv, ResourceVersion: rv,
 			Involved: enrich.ObjectRef{Kind: "Pod", APIVersion: "v1", Namespace: "ns", Name: "not-cached"},
-			Reason: "Pulling", Message: "Pulling image", Count: 1, LastTimestamp: now}
+			Reason:   "Pulling", Message: "Pulling image", Count: 1, LastTimestamp: now}
 		if !p.handle(ctx, item{kind: itemEvent, rv: rv, ev: ev, observed: now}) {
 			t.Fatal("handle")
 		}
