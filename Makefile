@@ -76,3 +76,9 @@ bench-agent: tools
 
 bench-collector:
 	$(GO) run ./bench/collector $(ARGS)
+
+## drills: the fault drills in their full form (minutes each; results
+## written to bench/drills.md). `make test` runs their short form.
+.PHONY: drills
+drills: tools
+	$(GO) test -count=1 -timeout 60m -v ./bench/drills -drills.full -drills.out $(ROOT)/bench/drills.md
