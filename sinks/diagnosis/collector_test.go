@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -34,7 +35,14 @@ func (bearer) RequireTransportSecurity() bool { return false }
 // in a temp dir) until the test ends, and returns its gRPC address.
 func startCollector(t *testing.T) string {
 	t.Helper()
-	dir := t.TempDir()
+	addr, _ := startCollectorAt(t, t.TempDir(), "127.0.0.1:0")
+	return addr
+}
+
+// startCollectorAt runs a collector with its state in dir on listen; stop
+// ends it (also run at the end of the test).
+func startCollectorAt(t *testing.T, dir, listen string) (addr string, stop func()) {
+	t.Helper()
 	tokens := filepath.Join(dir, "tokens.yaml")
 	if err := os.WriteFile(tokens, []byte(`- {token: `+agentToken+`, name: agent, role: agent}
 - {token: `+readerRepro+`, name: reader-repro, role: reader, workspaces: [repro]}
@@ -43,7 +51,7 @@ func startCollector(t *testing.T) string {
 		t.Fatal(err)
 	}
 	cfg := collector.NewDefaultConfig()
-	cfg.GRPC.Listen, cfg.HTTP.Listen = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.GRPC.Listen, cfg.HTTP.Listen = listen, "127.0.0.1:0"
 	cfg.GRPC.ShutdownGrace = 2 * time.Second
 	cfg.Store.Dir = filepath.Join(dir, "log")
 	cfg.Auth.TokensFile = tokens
@@ -54,13 +62,17 @@ func startCollector(t *testing.T) string {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("collector Run: %v", err)
-		}
-	})
-	return c.GRPCAddr()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("collector Run: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return c.GRPCAddr(), stop
 }
 
 func dial(t *testing.T, addr, token string) *grpc.ClientConn {
@@ -237,5 +249,67 @@ func TestWatcherLive(t *testing.T) {
 	w2, _ := NewWatcher(eventpipev1.NewFollowClient(dial(t, addr, readerOther)), &eventpipev1.FollowRequest{Workspace: workspace}, WatchOptions{})
 	if err := w2.Run(ctx); status.Code(err) != codes.PermissionDenied {
 		t.Errorf("refused watcher: Run = %v, want PermissionDenied", err)
+	}
+}
+
+// A collector restart breaks the stream: the Watcher resubscribes after its
+// last cursor and keeps the diagnosis current, with no event folded twice.
+func TestWatcherResumesAfterCollectorRestart(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	dir := t.TempDir()
+	addr, stop := startCollectorAt(t, dir, "127.0.0.1:0")
+	s := newSandbox(14, "img-missing", imageMissing, supervisorGood)
+	fx := newFixture(t, s)
+	ship(t, ctx, addr, 1, fx.pullFailure(s, false, "workspace-init", imageMissing, 1))
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithPerRPCCredentials(bearer(readerRepro)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	w, _ := NewWatcher(eventpipev1.NewFollowClient(conn), &eventpipev1.FollowRequest{Workspace: workspace, Tail: 100},
+		WatchOptions{BackoffMin: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond})
+	wctx, wcancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- w.Run(wctx) }()
+	defer func() {
+		wcancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	until := func(what string, ok func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(20 * time.Second); !ok(); time.Sleep(50 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s (status %+v, sandboxes %+v)", what, w.Status(), w.Sandboxes())
+			}
+		}
+	}
+	occurrences := func() int {
+		for _, d := range w.Sandboxes() {
+			return d.Occurrences
+		}
+		return 0
+	}
+	until("the replay", func() bool { return occurrences() == 5 && w.Status().Connected })
+	stop()
+	until("the broken stream", func() bool { return !w.Status().Connected })
+	addr2, _ := startCollectorAt(t, dir, addr) // same log, same address
+	if addr2 != addr {
+		t.Fatalf("restarted on %s, want %s", addr2, addr)
+	}
+	ship(t, ctx, addr, 2, fx.pullFailure(s, false, "workspace-init", imageMissing, 2), fx.pullFailure(s, false, "workspace-init", imageMissing, 3))
+	until("the events after the restart", func() bool { return occurrences() >= 15 })
+	time.Sleep(300 * time.Millisecond)
+	if n := occurrences(); n != 15 {
+		t.Errorf("%d occurrences folded, want 15 (5 before the restart, 10 after): some were replayed twice", n)
+	}
+	if st := w.Status(); st.Reconnects == 0 || !st.Connected {
+		t.Errorf("status %+v", st)
+	}
+	d := w.Sandboxes()[0]
+	if !d.Blocked() || d.Blockers[0].Disposition != eventpipev1.DispositionPersistent {
+		t.Errorf("after the restart: %+v", d)
 	}
 }
