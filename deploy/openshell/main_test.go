@@ -2,15 +2,24 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"os"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"go.uber.org/goleak"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
+
+	"github.com/eventpipe/eventpipe/testenv/kube"
 )
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, kube.LeakOptions()...) }
 
 const (
 	socketDir   = "/var/run/openshell-compute"
@@ -296,5 +305,41 @@ func TestKustomizationMatchesThePatch(t *testing.T) {
 	}
 	if got := names(p.Spec.Template); !slices.Equal(got, []string{gatewayContainer, proxyContainer, driverContainer}) {
 		t.Errorf("patch containers %v", got)
+	}
+}
+
+// The patched StatefulSet is accepted by a real kube-apiserver (server-side
+// dry run: schema, defaulting, validation of volumes, mounts and
+// securityContext).
+func TestRenderedWorkloadPassesServerSideDryRun(t *testing.T) {
+	code, out, errs := renderFile(t, "testdata/rendered.yaml", "--collector", "eventpipe-collector.eventpipe.svc:7070")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var sts appsv1.StatefulSet
+	for _, part := range docSep.Split(out, -1) {
+		if strings.Contains(part, "kind: StatefulSet") {
+			if err := yaml.UnmarshalStrict([]byte(part), &sts); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	cl := kube.Start(t)
+	cs, err := kubernetes.NewForConfig(cl.AdminConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "openshell"}}
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := cs.AppsV1().StatefulSets("openshell").Create(ctx, &sts, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	if err != nil {
+		t.Fatalf("server-side dry run refused the patched StatefulSet: %v", err)
+	}
+	if n := len(got.Spec.Template.Spec.Containers); n != 3 {
+		t.Errorf("the apiserver kept %d containers", n)
 	}
 }

@@ -256,7 +256,7 @@ func (d *demo) run(ctx context.Context) error {
 	cancelInner()
 	wg.Wait()
 	// The view's last word: where the data went, as it stands at the end.
-	d.printf("\n%s", d.dataText())
+	d.printf("\n%s", d.dataTextFinal(true))
 	if err := stopCollector(); err != nil && viewErr == nil {
 		viewErr = fmt.Errorf("collector: %w", err)
 	}

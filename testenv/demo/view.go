@@ -131,7 +131,11 @@ func (d *demo) caughtUp() bool {
 	return c.logLast > 0 && c.sinkHandled >= c.logLast && c.followCursor >= c.logLast && c.agentAcked > 0
 }
 
-func (d *demo) dataText() string {
+func (d *demo) dataText() string { return d.dataTextFinal(false) }
+
+// dataTextFinal is dataText; final (at shutdown) leaves out the command to
+// try, whose collector is about to stop.
+func (d *demo) dataTextFinal(final bool) string {
 	c := d.counts()
 	var b strings.Builder
 	b.WriteString("where the data went:\n")
@@ -139,6 +143,9 @@ func (d *demo) dataText() string {
 	fmt.Fprintf(&b, "  collector   %d records in the durable log %s; metrics http://%s/metrics\n", c.logLast, filepath.Join(d.dir, "log"), c.collectorHTTP)
 	fmt.Fprintf(&b, "  %-11s %d occurrences written, lag %d -> %s\n", c.sinkName+" sink", c.sinkSent, c.sinkLag, d.fileSinkPath())
 	fmt.Fprintf(&b, "  follow      this view has read up to cursor %d (sandboxes of gateway %s)\n", c.followCursor, d.cfg.Gateway)
+	if final {
+		return b.String()
+	}
 	fmt.Fprintf(&b, "  try         eventpipe diagnose --collector %s --insecure --token-file %s --supervisor\n", d.coll.GRPCAddr(), filepath.Join(d.dir, "reader.token"))
 	return b.String()
 }

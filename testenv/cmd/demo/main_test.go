@@ -30,7 +30,7 @@ const childEnv = "EVENTPIPE_DEMO_CHILD_ARGS"
 func TestMain(m *testing.M) {
 	if args, ok := os.LookupEnv(childEnv); ok {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-		code := run(ctx, strings.Split(args, "\x00"), os.Stdout, os.Stderr)
+		code := run(ctx, strings.Split(args, "\x1f"), os.Stdout, os.Stderr)
 		stop()
 		os.Exit(code)
 	}
@@ -65,7 +65,7 @@ type child struct {
 func startChild(t *testing.T, args ...string) *child {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"="+strings.Join(args, "\x00"))
+	cmd.Env = append(os.Environ(), childEnv+"="+strings.Join(args, "\x1f"))
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
