@@ -26,7 +26,8 @@ build:
 ## agent, the seed scenarios and the live diagnosis; Ctrl-C stops everything.
 ## It never touches another cluster (see README: the command for a real cluster).
 run:
-	$(GO) run ./testenv/cmd/demo $(ARGS)
+	$(GO) build -o $(BIN)/eventpipe-demo ./testenv/cmd/demo
+	$(BIN)/eventpipe-demo $(ARGS)
 
 ## test: build every test server, then run all tests (what .ci/run calls).
 test: tools
