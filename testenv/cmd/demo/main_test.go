@@ -276,7 +276,60 @@ func TestMakeRun(t *testing.T) {
 	if len(c.pids) < 2 {
 		t.Errorf("expected etcd and kube-apiserver among the children, saw %v", c.pids)
 	}
+	checkDiagnoseCommand(t, out, dataDir)
 	c.stopAndCheck(t, dataDir)
+}
+
+// checkDiagnoseCommand runs the real `eventpipe diagnose` against the
+// running pipeline's collector, as the view's "try" line says, with the
+// reader token: what a CLI user without kubectl gets.
+func checkDiagnoseCommand(t *testing.T, out, dataDir string) {
+	t.Helper()
+	i := strings.Index(out, "eventpipe diagnose --collector ")
+	if i < 0 {
+		t.Fatal("no try line")
+	}
+	addr := strings.Fields(out[i+len("eventpipe diagnose --collector "):])[0]
+	root, err := kube.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(t.TempDir(), "eventpipe")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/eventpipe")
+	build.Dir = root
+	if b, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build eventpipe: %v\n%s", err, b)
+	}
+	diagnose := func(args ...string) (int, string) {
+		t.Helper()
+		cmd := exec.Command(bin, append([]string{"diagnose", "--collector", addr, "--insecure", "--token-file", filepath.Join(dataDir, "reader.token")}, args...)...)
+		var o bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &o, &o
+		err := cmd.Run()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return code, o.String()
+	}
+	if code, o := diagnose("sup-bad", "-w", scenario.DefaultWorkspace, "-o", "json"); code != 1 ||
+		!strings.Contains(o, `"image_role": "supervisor"`) || !strings.Contains(o, `"cause": "not_found"`) ||
+		!strings.Contains(o, `"image": "`+scenario.SupervisorImageBad+`"`) || !strings.Contains(o, `"disposition": "persistent"`) {
+		t.Errorf("eventpipe diagnose sup-bad: exit %d\n%s", code, o)
+	}
+	if code, o := diagnose("img-missing", "-w", scenario.DefaultWorkspace); code != 1 ||
+		!strings.Contains(o, "  workload image "+scenario.ImageMissing+": not_found\n") ||
+		!strings.Contains(o, "fix: tag 0.0.0-does-not-exist does not exist in docker.io/library/busybox") {
+		t.Errorf("eventpipe diagnose img-missing: exit %d\n%s", code, o)
+	}
+	if code, o := diagnose("healthy", "-w", scenario.DefaultWorkspace); code != 0 || !strings.Contains(o, "nothing blocks it") {
+		t.Errorf("eventpipe diagnose healthy: exit %d\n%s", code, o)
+	}
+	if code, o := diagnose("--supervisor"); code != 1 || !strings.Contains(o, "supervisor image "+scenario.SupervisorImageBad+" of gateway openshell: not_found") {
+		t.Errorf("eventpipe diagnose --supervisor: exit %d\n%s", code, o)
+	}
 }
 
 // The documented command for a real cluster: the same local pipeline on a
