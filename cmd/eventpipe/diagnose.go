@@ -62,6 +62,8 @@ Examples:
   eventpipe diagnose --collector collector.eventpipe:7070 --ca ca.pem --token-file reader.token sup-bad -w repro
   eventpipe diagnose 2ff21e26-1a7b-49a2-a640-14ae153f93ea -o json | jq .blockers
   eventpipe diagnose --supervisor --gateway openshell --insecure
+  # watch a sandbox being created: a new diagnosis whenever it changes, until Ctrl-C
+  eventpipe diagnose --watch sup-bad -w repro
 
 Output (-o json): one object; one sandbox: the diagnosis {id, name,
 workspace, gateway_id, state, blockers: [{kind, cause, image, image_role,
@@ -69,6 +71,11 @@ pod, container, node, disposition, attempts, since, last_seen, detail,
 remedy, event_id, cursor}], progress, last_event, ...}; a workspace or
 gateway: {"sandboxes": [...]}; --supervisor: {"gateway_id", "supervisor_failures":
 [{image, cause, disposition, attempts, since, last_seen, remedy, sandboxes}]}.
+
+With --watch the diagnosis is printed again (after a "== <time>" line in
+text, as one more JSON object with -o json) whenever it changes, resuming
+after a lost stream, until Ctrl-C; the exit status is then that of the last
+diagnosis printed.
 
 Exit status:
   0  nothing blocks the sandbox (every sandbox of the selection; with
@@ -100,6 +107,7 @@ type diagnoseOptions struct {
 	output     string
 	sandbox    string
 	timeout    time.Duration
+	watch      bool
 }
 
 // diagnoseNow is the clock (tests pin it).
@@ -117,7 +125,8 @@ func runDiagnose(ctx context.Context, args []string, _ io.Reader, stdout, stderr
 	fs.UintVar(&o.tail, "tail", 2000, "fold the last N events of the selection")
 	fs.StringVar(&o.output, "output", "text", "output format: text or json")
 	fs.StringVar(&o.output, "o", "text", "shorthand for --output")
-	fs.DurationVar(&o.timeout, "timeout", 30*time.Second, "give up reading from the collector after this long")
+	fs.DurationVar(&o.timeout, "timeout", 30*time.Second, "give up reading from the collector after this long (not with --watch)")
+	fs.BoolVar(&o.watch, "watch", false, "follow live: print the diagnosis again whenever it changes, until Ctrl-C")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, diagnoseUsage)
 		fs.PrintDefaults()
@@ -158,8 +167,6 @@ func runDiagnose(ctx context.Context, args []string, _ io.Reader, stdout, stderr
 		return diagnoseError
 	}
 	defer conn.Close()
-	ctx, cancel := context.WithTimeout(ctx, o.timeout)
-	defer cancel()
 	d := &diagnoser{opts: o, client: eventpipev1.NewFollowClient(conn), stdout: stdout, stderr: stderr}
 	return d.run(ctx)
 }
@@ -202,7 +209,8 @@ func (d *diagnoser) gatewayOrDefault() string {
 	return "openshell"
 }
 
-func (d *diagnoser) run(ctx context.Context) int {
+// request is the Follow selection for the options.
+func (d *diagnoser) request() *eventpipev1.FollowRequest {
 	o := d.opts
 	req := &eventpipev1.FollowRequest{Tail: uint32(o.tail)}
 	switch {
@@ -219,6 +227,16 @@ func (d *diagnoser) run(ctx context.Context) int {
 	default:
 		req.GatewayId = o.gateway
 	}
+	return req
+}
+
+func (d *diagnoser) run(ctx context.Context) int {
+	req := d.request()
+	if d.opts.watch {
+		return d.watch(ctx, req)
+	}
+	ctx, cancel := context.WithTimeout(ctx, d.opts.timeout)
+	defer cancel()
 	f, info, err := diagnosis.Read(ctx, d.client, req)
 	if err != nil {
 		return d.failed(err, req)
@@ -226,39 +244,121 @@ func (d *diagnoser) run(ctx context.Context) int {
 	if info.TailScannedFrom > 0 {
 		fmt.Fprintf(d.stderr, "eventpipe diagnose: note: the collector stopped looking for older events at cursor %d (follow.max_tail_scan); older blockers may be missing\n", info.TailScannedFrom)
 	}
-	if info.Read >= int(o.tail) {
+	if info.Read >= int(d.opts.tail) {
 		fmt.Fprintf(d.stderr, "eventpipe diagnose: note: read the last %d events of the selection (--tail); a blocker whose last event is older is not shown\n", info.Read)
 	}
 	if n := f.Dropped(); n > 0 {
 		fmt.Fprintf(d.stderr, "eventpipe diagnose: WARNING: %d events of further sandboxes were not folded (more than %d sandboxes)\n", n, f.MaxSandboxes)
 	}
+	code, _ := d.report(f.Sandboxes(), req)
+	return code
+}
+
+// watch follows the selection live and prints the diagnosis again whenever
+// it changes, until ctx ends; it returns the status of the last one.
+func (d *diagnoser) watch(ctx context.Context, req *eventpipev1.FollowRequest) int {
+	w, err := diagnosis.NewWatcher(d.client, req, diagnosis.WatchOptions{})
+	if err != nil {
+		fmt.Fprintf(d.stderr, "eventpipe diagnose: %v\n", err)
+		return diagnoseError
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	code, last, connected := diagnoseUnknown, "", true
+	for {
+		select {
+		case err := <-done:
+			if err != nil {
+				return d.failed(err, req)
+			}
+			return code
+		case <-w.Changed():
+		}
+		st := w.Status()
+		if st.Connected != connected {
+			connected = st.Connected
+			if !connected {
+				fmt.Fprintf(d.stderr, "eventpipe diagnose: lost the stream from the collector at %s (%s); resubscribing\n", d.opts.conn.addr, st.LastError)
+			}
+		}
+		if !st.Connected && st.Cursor == 0 {
+			continue // not subscribed yet
+		}
+		all := w.Sandboxes()
+		key := watchKey(d.selected(all, req))
+		if key == last {
+			continue
+		}
+		last = key
+		if d.opts.sandbox != "" && key == "" {
+			fmt.Fprintf(d.stderr, "eventpipe diagnose: no events of sandbox %s yet%s; waiting\n", d.opts.sandbox, d.unknownHint(req))
+			continue
+		}
+		if d.opts.output == "text" {
+			fmt.Fprintf(d.stdout, "== %s\n", diagnoseNow().Format(time.RFC3339))
+		}
+		var stop bool
+		if code, stop = d.report(all, req); stop {
+			cancel()
+			<-done
+			return code
+		}
+	}
+}
+
+// selected is the part of all the options ask about.
+func (d *diagnoser) selected(all []diagnosis.Diagnosis, req *eventpipev1.FollowRequest) []diagnosis.Diagnosis {
+	if d.opts.sandbox == "" {
+		return all
+	}
+	var out []diagnosis.Diagnosis
+	for _, sb := range all {
+		if (req.SandboxId != "" && sb.ID == req.SandboxId) ||
+			(req.SandboxId == "" && sb.Name == d.opts.sandbox && (d.opts.workspace == "" || sb.Workspace == d.opts.workspace)) {
+			out = append(out, sb)
+		}
+	}
+	return out
+}
+
+// watchKey changes when what report prints changes (not with the clock).
+func watchKey(ds []diagnosis.Diagnosis) string {
+	var b strings.Builder
+	for _, s := range ds {
+		fmt.Fprintf(&b, "%s|%s|%s;", s.ID, s.Name, s.State)
+		for _, bl := range s.Blockers {
+			fmt.Fprintf(&b, "%s|%s|%s|%s|%d,", bl.Image, bl.ImageRole, bl.Cause, bl.Disposition, bl.Attempts)
+		}
+	}
+	return b.String()
+}
+
+// report prints the diagnosis of the selection out of all and returns the
+// exit status; stop is set when watching cannot go on (an ambiguous name).
+func (d *diagnoser) report(all []diagnosis.Diagnosis, req *eventpipev1.FollowRequest) (code int, stop bool) {
+	o := d.opts
 	now := diagnoseNow()
 	switch {
 	case o.supervisor:
-		groups := diagnosis.Supervisor(f.Sandboxes())
+		groups := diagnosis.Supervisor(all)
 		if err := d.write(struct {
 			GatewayID          string                        `json:"gateway_id"`
 			SupervisorFailures []diagnosis.SupervisorFailure `json:"supervisor_failures"`
 		}{req.GatewayId, groups}, func(w io.Writer) error { return diagnosis.WriteSupervisor(w, groups, now) }); err != nil {
-			return d.writeFailed(err)
+			return d.writeFailed(err), true
 		}
 		if len(groups) > 0 {
-			return diagnoseBlocked
+			return diagnoseBlocked, false
 		}
-		return diagnoseClear
+		return diagnoseClear, false
 	case o.sandbox != "":
-		var matches []diagnosis.Diagnosis
-		if req.SandboxId != "" {
-			if sb, ok := f.Sandbox(req.SandboxId); ok {
-				matches = append(matches, sb)
-			}
-		} else {
-			matches = f.Find(o.sandbox, o.workspace)
-		}
+		matches := d.selected(all, req)
 		switch len(matches) {
 		case 0:
 			fmt.Fprintf(d.stderr, "eventpipe diagnose: the collector has no events of sandbox %s%s\n", o.sandbox, d.unknownHint(req))
-			return diagnoseUnknown
+			return diagnoseUnknown, false
 		case 1:
 		default:
 			var names []string
@@ -267,18 +367,17 @@ func (d *diagnoser) run(ctx context.Context) int {
 			}
 			fmt.Fprintf(d.stderr, "eventpipe diagnose: %d sandboxes of gateway %s are named %s: pass one of %s, or the id\n",
 				len(matches), req.GatewayId, o.sandbox, strings.Join(names, ", "))
-			return diagnoseError
+			return diagnoseError, true
 		}
 		sb := matches[0]
 		if err := d.write(sb, func(w io.Writer) error { return diagnosis.WriteText(w, sb, now) }); err != nil {
-			return d.writeFailed(err)
+			return d.writeFailed(err), true
 		}
 		if sb.Blocked() {
-			return diagnoseBlocked
+			return diagnoseBlocked, false
 		}
-		return diagnoseClear
+		return diagnoseClear, false
 	default:
-		all := f.Sandboxes()
 		if err := d.write(struct {
 			Sandboxes []diagnosis.Diagnosis `json:"sandboxes"`
 		}{all}, func(w io.Writer) error {
@@ -288,17 +387,17 @@ func (d *diagnoser) run(ctx context.Context) int {
 			}
 			return diagnosis.WriteTable(w, all, now)
 		}); err != nil {
-			return d.writeFailed(err)
+			return d.writeFailed(err), true
 		}
 		if len(all) == 0 {
-			return diagnoseUnknown
+			return diagnoseUnknown, false
 		}
 		for _, sb := range all {
 			if sb.Blocked() {
-				return diagnoseBlocked
+				return diagnoseBlocked, false
 			}
 		}
-		return diagnoseClear
+		return diagnoseClear, false
 	}
 }
 

@@ -4,8 +4,10 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"strings"
 	"testing"
@@ -178,4 +180,46 @@ func TestDiagnoseCommand(t *testing.T) {
 			t.Errorf("unreachable: exit %d: %s", code, errs)
 		}
 	})
+}
+
+// --watch prints a new diagnosis as the sandbox's events arrive (blocked,
+// then clear once the image is pulled) and exits on Ctrl-C with the last
+// one's status; a refused token ends it with 2.
+func TestDiagnoseCommandWatch(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	f := startFollowCollector(t, t.TempDir(), "127.0.0.1:0")
+	defer f.stop(t)
+	occs := seedOccurrences()
+	f.ingest(t, 1, "100", occs[0], occs[1])
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out, errb syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- runDiagnose(ctx, []string{"--collector", f.addr, "--insecure", "--token-file", f.token("repro"), "--watch", "img-missing", "-w", "repro"}, nil, &out, &errb)
+	}()
+	waitFor(t, &out, "nothing blocks it: last event ")
+	f.ingest(t, 2, "101", occs[2])
+	waitFor(t, &out, "  workload image "+fImage+": not_found\n")
+	pulled := fOcc(30, 20*time.Second, "Normal", "Pulled", "kubelet", "workspace-init", `Successfully pulled image "`+fImage+`" in 1.1s`)
+	f.ingest(t, 3, "102", pulled)
+	waitFor(t, &out, "nothing blocks it: last event Pulled")
+	if n := strings.Count(out.String(), "== "); n != 3 {
+		t.Errorf("%d diagnoses printed, want 3 (one per change):\n%s", n, out.String())
+	}
+	cancel()
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Errorf("exit %d after Ctrl-C with a clear sandbox, want 0; stderr %s", code, errb.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("--watch did not stop")
+	}
+
+	var errb2 syncBuffer
+	code := runDiagnose(context.Background(), []string{"--collector", f.addr, "--insecure", "--token-file", f.token("other"), "--watch", "-w", "repro"}, nil, io.Discard, &errb2)
+	if code != 2 || !strings.Contains(errb2.String(), "does not allow these credentials") {
+		t.Errorf("refused --watch: exit %d: %s", code, errb2.String())
+	}
 }
