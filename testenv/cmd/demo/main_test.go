@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/eventpipe/eventpipe/testenv/kube"
 	"github.com/eventpipe/eventpipe/testenv/scenario"
@@ -358,6 +360,15 @@ func TestRunAgainstACluster(t *testing.T) {
 	})
 	if strings.Contains(c.output(), "playing") {
 		t.Errorf("it played scenarios into a cluster it did not start")
+	}
+	// Read-only: not even the agent's leader-election Lease was written.
+	cs, err := kubernetes.NewForConfig(cl.AdminConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	leases, err := cs.CoordinationV1().Leases(kube.AgentNamespace).List(ctx, metav1.ListOptions{})
+	if err != nil || len(leases.Items) != 0 {
+		t.Errorf("leases in %s: %v (err %v), want none", kube.AgentNamespace, leases, err)
 	}
 	c.stopAndCheck(t, dataDir)
 }
