@@ -282,10 +282,19 @@ func TestConsumerCursor(t *testing.T) {
 		}
 	}
 	s.Close()
+	// A cursor beyond the end of the log means acknowledged records are
+	// missing (or the log is another one): refused unless accepted.
+	if _, err := openWith(cfg, nil, nil, options{}); !errors.Is(err, ErrDataLoss) {
+		t.Fatalf("open with a cursor beyond the log: %v, want ErrDataLoss", err)
+	}
+	cfg.AcceptDataLoss = true
 	s = mustOpen(t, cfg, options{})
 	c, _ = s.Cursor("loki")
 	if got, _ := c.Load(); got != 1<<40 {
 		t.Fatalf("after reopen = %d", got)
+	}
+	if _, last := s.Bounds(); last != 1<<40 {
+		t.Fatalf("log end after accepting = %d, want the cursor %d (offsets never reused)", last, uint64(1<<40))
 	}
 	entries, _ := os.ReadDir(filepath.Join(dir, "cursors"))
 	if len(entries) != 1 || entries[0].Name() != "loki" {
@@ -711,6 +720,9 @@ func TestFollowWhileAppendingAndRetaining(t *testing.T) {
 func TestCursorIgnoresTempLeftByACrash(t *testing.T) {
 	dir := t.TempDir()
 	s := mustOpen(t, testConfig(dir), options{})
+	if _, err := s.Append(context.Background(), "c", "events", "", occs(0, 50)); err != nil {
+		t.Fatal(err)
+	}
 	c, _ := s.Cursor("file")
 	if err := c.Commit(42); err != nil {
 		t.Fatal(err)
