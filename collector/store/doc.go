@@ -21,10 +21,13 @@
 //     only; checkpoints live in their own file (see FORMAT.md).
 //   - Read and Wait implement sinks.Source; Cursor returns a sinks.Cursor
 //     persisted atomically under <dir>/cursors/<name>.
-//   - Retention removes whole segments by size and age; a consumer whose
-//     cursor was behind the removed records loses them loudly: counted per
-//     consumer (Lost, eventpipe_collector_log_consumer_lost_records_total)
-//     and logged.
+//   - Retention removes whole segments by size and age; a consumer that had
+//     not read the removed records loses them loudly: its sink runner counts
+//     and logs them (eventpipe_sink_lost_records_total) and reports them to
+//     its cursor, which counts the same number per consumer (Lost,
+//     eventpipe_collector_log_consumer_lost_records_total). Records a runner
+//     read before they were removed (a batch it is still pushing) are not
+//     lost for it.
 //   - Open verifies the log (collector/wal, FORMAT.md there). Acknowledged
 //     records found damaged or missing (a flipped byte, a disk that lost
 //     fsynced data, a consumer cursor beyond the log's end) make Open fail

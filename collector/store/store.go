@@ -65,7 +65,6 @@ type Store struct {
 	evicted   bool               // logged the first eviction
 	cursors   map[streamKey]string
 	consumers map[string]uint64 // committed offset per known consumer
-	handled   map[string]uint64 // offset handled but maybe not committed yet (sinks.ProgressCursor)
 	lost      map[string]uint64
 	notify    chan struct{}
 	closed    bool
@@ -160,7 +159,6 @@ func openWith(cfg Config, logger *slog.Logger, reg prometheus.Registerer, o opti
 		cfg: cfg, log: logger, m: m, walm: walm, fs: o.fs, now: o.now, tick: o.tick,
 		sem:       semaphore.NewWeighted(cfg.MaxInflightBytes),
 		consumers: map[string]uint64{},
-		handled:   map[string]uint64{},
 		lost:      map[string]uint64{},
 		notify:    make(chan struct{}),
 	}
@@ -795,7 +793,8 @@ func (s *Store) Wait(ctx context.Context, after uint64) error {
 func (s *Store) Bounds() (first, last uint64) { return s.wal().Bounds() }
 
 // Lost reports, per consumer, records removed by retention before that
-// consumer read them (since Open; every known consumer is listed).
+// consumer read them, as its sink runner counted them (since Open; every
+// known consumer is listed).
 func (s *Store) Lost() map[string]uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -869,21 +868,10 @@ func (s *Store) ApplyRetention() (uint64, error) {
 		n := seg.Last - seg.First + 1
 		total += n
 		s.log.Info("retention removed a segment", "segment", seg.Name, "first", seg.First, "last", seg.Last, "bytes", seg.Bytes)
-		s.mu.Lock()
-		for name, pos := range s.consumers {
-			// A sink that handled records but commits them later
-			// (commit_interval) has not lost them.
-			pos = max(pos, s.handled[name])
-			if pos >= seg.Last {
-				continue
-			}
-			lost := seg.Last - max(pos, seg.First-1)
-			s.lost[name] += lost
-			s.m.consumerLost.WithLabelValues(name).Add(float64(lost))
-			s.log.Error("consumer fell behind retention: records lost", "consumer", name,
-				"cursor", pos, "lost", lost, "first", seg.First, "last", seg.Last)
-		}
-		s.mu.Unlock()
+		// Which consumer lost which of these records only the consumer
+		// knows (it may hold records it read but has not delivered yet):
+		// the sink runner counts them and reports them to its cursor
+		// (consumerCursor.Lost).
 	}
 	s.m.retention.Add(float64(total))
 	s.updateOffsetGauges()

@@ -578,7 +578,7 @@ func TestRepairRandomDamageKeepsEveryIntactRecord(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(dir, segmentName(1)), b, 0o640); err != nil {
 			t.Fatal(err)
 		}
-		w, err := Open(dir, Options{AcceptDataLoss: true})
+		w, err := Open(dir, Options{AcceptDataLoss: true, NoSync: true})
 		if err != nil {
 			t.Fatalf("iteration %d: open: %v", iter, err)
 		}
