@@ -48,7 +48,7 @@ type readinessLog interface {
 // (eventpipe_sink_lost_records_total, docs/operations.md), and so is
 // acknowledged data found lost in the log
 // (eventpipe_collector_log_data_loss_records_total; at start-up the store
-// refuses such a log unless storage.accept_data_loss is set).
+// refuses such a log unless store.accept_data_loss is set).
 type readiness struct {
 	log readinessLog
 }

@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// Config is what a user writes under the collector's `storage:` key.
+// Config is what a user writes under the collector's `store:` key.
 type Config struct {
 	// Dir is the data directory (log segments, checkpoints, cursors).
 	Dir string `json:"dir" yaml:"dir"`

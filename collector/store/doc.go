@@ -32,7 +32,7 @@
 //     records found damaged or missing (a flipped byte, a disk that lost
 //     fsynced data, a consumer cursor beyond the log's end) make Open fail
 //     with ErrDataLoss and leave the data directory untouched, unless
-//     Config.AcceptDataLoss (storage.accept_data_loss) is set for that start:
+//     Config.AcceptDataLoss (store.accept_data_loss) is set for that start:
 //     then every intact record is kept, the loss is logged at ERROR and
 //     counted in eventpipe_collector_log_data_loss_records_total, and the
 //     offsets concerned are never handed out again. The committed consumer

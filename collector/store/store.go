@@ -178,7 +178,7 @@ func openWith(cfg Config, logger *slog.Logger, reg prometheus.Registerer, o opti
 		s.lock.release()
 		if errors.Is(err, ErrDataLoss) {
 			s.log.Error("REFUSING TO START: acknowledged records in the log are damaged or missing; the log was not modified. "+
-				"Copy the data directory if you want to keep the evidence, then set storage.accept_data_loss: true for one start "+
+				"Copy the data directory if you want to keep the evidence, then set store.accept_data_loss: true for one start "+
 				"to keep every intact record and count the loss (eventpipe_collector_log_data_loss_records_total)",
 				"dir", cfg.Dir, "err", err)
 		}
