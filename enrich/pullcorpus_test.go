@@ -72,43 +72,75 @@ func loadCorpus(t testing.TB) []corpusMessage {
 	return out
 }
 
+// splitFile is split.json: the parts and the draws that made them.
+type splitFile struct {
+	Seed  uint64      `json:"seed"`
+	Draws []splitDraw `json:"draws"`
+	Test  []string    `json:"test"`
+	Train []string    `json:"train"`
+}
+
+// splitDraw records one random draw: its seed and how many ids it placed.
+type splitDraw struct {
+	Seed uint64 `json:"seed"`
+	IDs  int    `json:"ids"`
+	Test int    `json:"test"`
+	Note string `json:"note,omitempty"`
+}
+
+// drawSplit places the ids that are in no part yet: 30% to test, 70% to
+// train, shuffled with seed splitSeed+number of earlier draws. Ids already
+// placed never move.
+func drawSplit(s *splitFile, msgs []corpusMessage) error {
+	placed := map[string]bool{}
+	for _, id := range append(append([]string(nil), s.Test...), s.Train...) {
+		placed[id] = true
+	}
+	var ids []string
+	for _, m := range msgs {
+		if !placed[m.ID] {
+			ids = append(ids, m.ID)
+		}
+	}
+	if len(ids) == 0 {
+		return fmt.Errorf("every message is already in a part")
+	}
+	sort.Strings(ids)
+	seed := uint64(splitSeed) + uint64(len(s.Draws))
+	r := rand.New(rand.NewPCG(seed, 0))
+	r.Shuffle(len(ids), func(i, j int) { ids[i], ids[j] = ids[j], ids[i] })
+	nTest := len(ids) * 3 / 10
+	s.Seed = splitSeed
+	s.Draws = append(s.Draws, splitDraw{Seed: seed, IDs: len(ids), Test: nTest})
+	s.Test = append(s.Test, ids[:nTest]...)
+	s.Train = append(s.Train, ids[nTest:]...)
+	sort.Strings(s.Test)
+	sort.Strings(s.Train)
+	return nil
+}
+
 // corpusSplit maps id -> "train" or "test".
 func corpusSplit(t testing.TB, msgs []corpusMessage) map[string]string {
 	t.Helper()
 	path := filepath.Join(corpusDir, "split.json")
-	if *writeSplit {
-		if _, err := os.Stat(path); err == nil {
-			t.Fatalf("%s exists: the split is drawn once", path)
-		}
-		ids := make([]string, len(msgs))
-		for i, m := range msgs {
-			ids[i] = m.ID
-		}
-		sort.Strings(ids)
-		r := rand.New(rand.NewPCG(splitSeed, 0))
-		r.Shuffle(len(ids), func(i, j int) { ids[i], ids[j] = ids[j], ids[i] })
-		nTest := len(ids) * 3 / 10
-		s := struct {
-			Seed  uint64   `json:"seed"`
-			Test  []string `json:"test"`
-			Train []string `json:"train"`
-		}{splitSeed, ids[:nTest], ids[nTest:]}
-		sort.Strings(s.Test)
-		sort.Strings(s.Train)
-		b, _ := json.MarshalIndent(s, "", " ")
-		if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	var s splitFile
 	b, err := os.ReadFile(path)
-	if err != nil {
+	switch {
+	case err == nil:
+		if err := json.Unmarshal(b, &s); err != nil {
+			t.Fatalf("decode split: %v", err)
+		}
+	case !os.IsNotExist(err) || !*writeSplit:
 		t.Fatalf("read split: %v", err)
 	}
-	var s struct {
-		Test, Train []string
-	}
-	if err := json.Unmarshal(b, &s); err != nil {
-		t.Fatalf("decode split: %v", err)
+	if *writeSplit {
+		if err := drawSplit(&s, msgs); err != nil {
+			t.Fatalf("draw split: %v", err)
+		}
+		out, _ := json.MarshalIndent(s, "", " ")
+		if err := os.WriteFile(path, append(out, '\n'), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 	part := map[string]string{}
 	for _, id := range s.Test {
@@ -122,7 +154,7 @@ func corpusSplit(t testing.TB, msgs []corpusMessage) map[string]string {
 	}
 	for _, m := range msgs {
 		if part[m.ID] == "" {
-			t.Errorf("split: %s is in no part (new messages go to train)", m.ID)
+			t.Errorf("split: %s is in no part (add it to train)", m.ID)
 		}
 	}
 	return part
