@@ -235,9 +235,6 @@ func classifyPull(reason, message, image string) (category, img, detail string, 
 	if !isPullReason && (successReason(reason) || !candidateReason(reason)) {
 		return "", "", "", false
 	}
-	if image == "" {
-		image = imageFromCause(message)
-	}
 	short := ""
 	if image != "" {
 		if s := shortImage(image); s != image {
@@ -247,6 +244,16 @@ func classifyPull(reason, message, image string) (category, img, detail string, 
 	bits := pullMatcher.scan(message, image, short)
 	if !isPullReason && bits&markerBit == 0 {
 		return "", "", "", false
+	}
+	if image == "" {
+		// The kubelet quoted no image: take it from the runtime's words,
+		// and scan again without it (it must not classify).
+		if image = imageFromCause(message); image != "" {
+			if s := shortImage(image); s != image {
+				short = s
+			}
+			bits = pullMatcher.scan(message, image, short)
+		}
 	}
 	img = NormalizeImage(image)
 	if bits&detailsBit != 0 {

@@ -12,28 +12,28 @@ import "strings"
 // returned unchanged: it names what the user wrote, and the runtime
 // rejected it. No allocation when ref is already normalised.
 func NormalizeImage(ref string) string {
-	if !plausibleReference(ref) {
-		return ref
-	}
 	name, digest := ref, ""
 	if i := strings.IndexByte(ref, '@'); i >= 0 {
 		name, digest = ref[:i], ref[i:]
+		if !validDigest(digest[1:]) {
+			return ref
+		}
 	}
-	tagged := strings.LastIndexByte(name, ':') > strings.LastIndexByte(name, '/')
-	domain, path := "", name
-	if i := strings.IndexByte(name, '/'); i >= 0 && isRegistryHost(name[:i]) {
-		domain, path = name[:i], name[i+1:]
+	p, ok := parseName(name)
+	if !ok {
+		return ref
 	}
-	switch domain {
-	case "":
-		domain = "docker.io"
-	case "index.docker.io":
-		domain = "docker.io"
+	domain, path := "docker.io", name
+	if p.host {
+		domain, path = name[:p.firstSlash], name[p.firstSlash+1:]
+		if domain == "index.docker.io" {
+			domain = "docker.io"
+		}
 	}
 	library := domain == "docker.io" && strings.IndexByte(path, '/') < 0
-	latest := !tagged && digest == ""
-	if len(domain)+1+len(path) == len(name) && !library && !latest {
-		return ref // domain and path came from name unchanged
+	latest := !p.tagged && digest == ""
+	if p.host && len(domain) == p.firstSlash && !library && !latest {
+		return ref // already normalised
 	}
 	var b strings.Builder
 	b.Grow(len(domain) + len("/library/") + len(path) + len(":latest") + len(digest))
@@ -50,65 +50,110 @@ func NormalizeImage(ref string) string {
 	return b.String()
 }
 
-// isRegistryHost reports whether the first component of a reference names
-// a registry (as the distribution reference rules decide: it has a dot or
-// a port, is localhost, or has upper case, which a path cannot).
-func isRegistryHost(s string) bool {
-	if s == "localhost" || strings.ContainsAny(s, ".:") {
-		return true
+// Byte classes of a reference name.
+const (
+	rcBad = iota
+	rcLower
+	rcUpper
+	rcDot
+	rcColon
+	rcSlash
+)
+
+var refClass = func() (t [256]uint8) {
+	for c := 'a'; c <= 'z'; c++ {
+		t[c] = rcLower
 	}
-	for i := 0; i < len(s); i++ {
-		if s[i] >= 'A' && s[i] <= 'Z' {
-			return true
-		}
+	for c := '0'; c <= '9'; c++ {
+		t[c] = rcLower
 	}
-	return false
+	t['_'], t['-'] = rcLower, rcLower
+	for c := 'A'; c <= 'Z'; c++ {
+		t[c] = rcUpper
+	}
+	t['.'], t[':'], t['/'] = rcDot, rcColon, rcSlash
+	return t
+}()
+
+// parsedName is what NormalizeImage needs to know about a name (the
+// reference without its digest).
+type parsedName struct {
+	firstSlash int  // -1 when none
+	host       bool // the first component names a registry
+	tagged     bool
 }
 
-// plausibleReference is a cheap check that ref parses as a reference: only
-// reference characters, no empty component, no empty tag or digest, no
-// upper case after the registry.
-func plausibleReference(ref string) bool {
-	if ref == "" || len(ref) > 512 {
-		return false
+// parseName checks, in one pass, that name parses as a reference name (the
+// distribution reference rules, simplified): no empty component, a colon
+// only as the registry's port or before the tag of the last component,
+// upper case only in the registry or the tag, a non-empty tag. The first
+// component names a registry when it has a dot, a colon or upper case, or
+// is localhost.
+func parseName(name string) (p parsedName, ok bool) {
+	p.firstSlash = -1
+	if name == "" || len(name) > 512 {
+		return p, false
 	}
-	name := ref
-	if i := strings.IndexByte(ref, '@'); i >= 0 {
-		name = ref[:i]
-		d := ref[i+1:]
-		j := strings.IndexByte(d, ':')
-		if j <= 0 || j == len(d)-1 || strings.IndexByte(d, '@') >= 0 {
-			return false
-		}
-		for k := 0; k < len(d); k++ {
-			if c := d[k]; !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == ':' || c == '+' || c == '.' || c == '_' || c == '-' || c >= 'A' && c <= 'F') {
-				return false
+	compStart := 0
+	colon := -1      // colon in the current component
+	upper := false   // upper case before that colon in the current component
+	special := false // a dot in the first component
+	for k := 0; k <= len(name); k++ {
+		c := uint8(rcSlash) // the end closes the last component
+		if k < len(name) {
+			if c = refClass[name[k]]; c == rcLower {
+				continue
 			}
 		}
+		switch c {
+		case rcBad:
+			return p, false
+		case rcUpper:
+			if colon < 0 {
+				upper = true
+			}
+		case rcDot:
+			if p.firstSlash < 0 {
+				special = true
+			}
+		case rcColon:
+			if colon >= 0 && p.firstSlash >= 0 {
+				return p, false
+			}
+			colon = k
+		case rcSlash:
+			if k == compStart {
+				return p, false // empty component
+			}
+			last := k == len(name)
+			if p.firstSlash < 0 && !last {
+				p.firstSlash = k
+				p.host = special || colon >= 0 || upper || name[:k] == "localhost"
+				if !p.host && colon >= 0 {
+					return p, false
+				}
+				compStart, colon, upper = k+1, -1, false
+				continue
+			}
+			if upper || (colon >= 0 && !last) || colon == k-1 {
+				return p, false
+			}
+			p.tagged = colon >= 0
+			compStart, colon, upper = k+1, -1, false
+		}
 	}
-	if name == "" || name[0] == '/' || name[len(name)-1] == '/' || name[len(name)-1] == ':' || strings.Contains(name, "//") {
+	return p, true
+}
+
+// validDigest: "algorithm:hex", both non-empty.
+func validDigest(d string) bool {
+	i := strings.IndexByte(d, ':')
+	if i <= 0 || i == len(d)-1 {
 		return false
 	}
-	hostEnd := -1
-	if i := strings.IndexByte(name, '/'); i >= 0 && isRegistryHost(name[:i]) {
-		hostEnd = i
-	}
-	lastSlash := strings.LastIndexByte(name, '/')
-	for k := 0; k < len(name); k++ {
-		c := name[k]
-		switch {
-		case c >= 'a' && c <= 'z', c >= '0' && c <= '9', c == '.', c == '_', c == '-', c == '/':
-		case c == ':':
-			// A port in the registry, or the tag after the last '/'.
-			if k > hostEnd && k < lastSlash {
-				return false
-			}
-		case c >= 'A' && c <= 'Z':
-			// Upper case only in the registry or in the tag.
-			if k > hostEnd && !(k > lastSlash && strings.IndexByte(name[lastSlash+1:k], ':') >= 0) {
-				return false
-			}
-		default:
+	for k := 0; k < len(d); k++ {
+		c := d[k]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c >= 'A' && c <= 'F' || c == ':' || c == '+' || c == '.' || c == '_' || c == '-') {
 			return false
 		}
 	}
