@@ -116,6 +116,7 @@ func TestImageFromCause(t *testing.T) {
 		{`image pull failed for quay.io/a/b:1, this may be because`, "quay.io/a/b:1"},
 		{`Error: image library/toto:latest not found`, "library/toto:latest"},
 		{`Error: ImagePullBackOff`, ""},
+		{`Failed to pull image "": image pull failed for unknown error`, ""},
 		{`image name "x" returns`, ""},
 	} {
 		if got := imageFromCause(tt.msg); got != tt.want {

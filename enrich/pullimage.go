@@ -198,13 +198,14 @@ func imageFromCause(msg string) string {
 	if r := tagInRepo(msg, "Tag ", " not found in repository "); r != "" {
 		return r
 	}
-	// Docker: "manifest for R:T not found", "image pull failed for R:T,",
+	// Docker: "manifest for R:T not found", "image pull failed for R:T, this
+	// may be because" (not "image pull failed for unknown error"),
 	// "Error: image R:T not found". ("pull access denied for R" names the
 	// repository without its tag: not a reference.)
 	if r := refBetween(msg, "manifest for ", " not found"); r != "" {
 		return r
 	}
-	if r := refAfter(msg, "image pull failed for "); r != "" {
+	if r := refBetween(msg, "image pull failed for ", ","); r != "" {
 		return r
 	}
 	return refBetween(msg, "Error: image ", " not found")
