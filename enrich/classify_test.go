@@ -163,3 +163,23 @@ func TestEnrichPodSandboxImage(t *testing.T) {
 		t.Errorf("container pull: role %q pull %+v", o.ImageRole, o.PullFailure)
 	}
 }
+
+// A pull failure whose message names no image takes the pod spec's image,
+// normalised like one the message names, on both paths (Event and pod
+// status).
+func TestPullFailureImageFromSpecNormalised(t *testing.T) {
+	w := seedWorld()
+	pod := seedPod()
+	pod.Name, pod.UID = "short-image", "short-image-uid"
+	pod.Containers = []Container{{Name: "agent", Image: "busybox", WaitingReason: "ErrImagePull", WaitingMessage: "Error: ErrImagePull"}}
+	w.addPod(pod)
+	e := mustNew(t, NewDefaultConfig(), w.lookups())
+	o := e.Enrich(podEvent("short-image", "spec.containers{agent}", "Failed", "Error: ErrImagePull"), t0).Occurrence
+	if o.PullFailure == nil || o.PullFailure.Image != "docker.io/library/busybox:latest" {
+		t.Errorf("event: pull failure %+v, want image docker.io/library/busybox:latest", o.PullFailure)
+	}
+	occ := e.DiagnosePod(pod, t0)
+	if len(occ) != 1 || occ[0].PullFailure == nil || occ[0].PullFailure.Image != "docker.io/library/busybox:latest" {
+		t.Errorf("pod status: %+v, want one pull failure of docker.io/library/busybox:latest", occ)
+	}
+}

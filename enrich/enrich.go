@@ -237,7 +237,7 @@ func (e *Enricher) fill(o *eventpipev1.Occurrence, a *attribution, ev *Event, c 
 	if c.pull {
 		img := c.image
 		if img == "" {
-			img = image
+			img = NormalizeImage(image) // from the pod spec
 		}
 		key := podKey(ev, a.pod, container)
 		signal := ev.UID
