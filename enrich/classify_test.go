@@ -1,11 +1,66 @@
 package enrich
 
 import (
+	"encoding/json"
+	"fmt"
+	"os"
 	"strings"
 	"testing"
 
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
 )
+
+// pullMessage is one entry of testdata/pull_messages.json, the first
+// classifier's 79 real messages. They are the corpus's R001-R079
+// (testdata/pullcorpus/prior.jsonl, which TestPullCorpus checks);
+// the file stays for the tests that read it, and TestPullMessagesMatchPrior
+// keeps the two the same.
+type pullMessage struct {
+	Runtime  string `json:"runtime"`
+	Category string `json:"category"`
+	Reason   string `json:"reason"`
+	Message  string `json:"message"`
+	Source   string `json:"source"`
+	Note     string `json:"note"`
+}
+
+func loadJSON[T any](t testing.TB, path string) []T {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("read %s: %v", path, err)
+	}
+	var out []T
+	if err := json.Unmarshal(b, &out); err != nil {
+		t.Fatalf("decode %s: %v", path, err)
+	}
+	return out
+}
+
+// The old test files and the corpus's R and RL entries say the same.
+func TestPullMessagesMatchPrior(t *testing.T) {
+	prior := map[string]corpusMessage{}
+	for _, m := range loadCorpus(t) {
+		prior[m.ID] = m
+	}
+	msgs := loadJSON[pullMessage](t, "testdata/pull_messages.json")
+	if len(msgs) != 79 {
+		t.Fatalf("%d messages in pull_messages.json, want 79", len(msgs))
+	}
+	for i, m := range msgs {
+		p := prior[fmt.Sprintf("R%03d", i+1)]
+		if p.Message != m.Message || p.Reason != m.Reason || p.Category != m.Category || p.Source != m.Source {
+			t.Errorf("pull_messages.json entry %d differs from %s in prior.jsonl", i, fmt.Sprintf("R%03d", i+1))
+		}
+	}
+	type neg struct{ Reason, Message, Source string }
+	for i, m := range loadJSON[neg](t, "testdata/not_pull_messages.json") {
+		p := prior[fmt.Sprintf("RL%02d", i+1)]
+		if p.Message != m.Message || p.Reason != m.Reason || p.Kind != "lookalike" {
+			t.Errorf("not_pull_messages.json entry %d differs from RL%02d in prior.jsonl", i, i+1)
+		}
+	}
+}
 
 var allCategories = []string{
 	eventpipev1.CategoryNotFound, eventpipev1.CategoryUnauthorized, eventpipev1.CategoryNotFoundOrUnauthorized,
