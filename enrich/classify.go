@@ -261,7 +261,7 @@ func classifyPull(reason, message, image string) (category, img, detail string, 
 		// before it, when it names a cause.
 		i := strings.Index(message, detailsMarker)
 		if i < 0 {
-			i = indexFold(message, detailsMarker)
+			i = pullIndexFold(message, detailsMarker)
 		}
 		if d := pullMatcher.scan(message[i:], image, short) &^ (markerBit | detailsBit); d != 0 {
 			bits = d
@@ -296,8 +296,8 @@ func ruleCategory(bits uint32) string {
 	return eventpipev1.CategoryUnknown
 }
 
-// indexFold is strings.Index for an ASCII lower-case sep, ignoring case.
-func indexFold(s, sep string) int {
+// pullIndexFold is strings.Index for an ASCII lower-case sep, ignoring case.
+func pullIndexFold(s, sep string) int {
 	for i := 0; i+len(sep) <= len(s); i++ {
 		if strings.EqualFold(s[i:i+len(sep)], sep) {
 			return i

@@ -180,14 +180,14 @@ func imageFromCause(msg string) string {
 	if r := refAfter(msg, "image name "); r != "" {
 		return r
 	}
-	if r := quotedAfter(msg, `short-name "`); r != "" {
+	if r := pullQuotedAfter(msg, `short-name "`); r != "" {
 		return r
 	}
 	// containers/image (CRI-O, Podman): the source being opened.
 	if r := refAfter(msg, "docker://"); r != "" {
 		return r
 	}
-	if r := quotedAfter(msg, `failed to resolve reference "`); r != "" {
+	if r := pullQuotedAfter(msg, `failed to resolve reference "`); r != "" {
 		return r
 	}
 	// "reading manifest T in R" (containers/image) and "Tag T not found in
@@ -253,9 +253,9 @@ func refToken(s string) string {
 	return s[:end]
 }
 
-// quotedAfter returns the text between prefix (which ends with a quote) and
+// pullQuotedAfter returns the text between prefix (which ends with a quote) and
 // the next quote.
-func quotedAfter(msg, prefix string) string {
+func pullQuotedAfter(msg, prefix string) string {
 	i := strings.Index(msg, prefix)
 	if i < 0 {
 		return ""
