@@ -127,12 +127,24 @@ var remedies = map[string]remedyText{
 			": free the node's image storage (crictl rmi --prune) or give it a larger disk"
 	},
 	eventpipev1.CategoryPolicyRejected: func(in RemedyInput, _ ImageRef, owner string) string {
+		if d := strings.ToLower(in.Detail); strings.Contains(d, "short name") || strings.Contains(d, "short-name") {
+			return "the runtime on " + nodeName(in.Node) + " refuses the short name " + in.Image +
+				" (registries.conf short-name mode is enforcing, or no unqualified-search registry): write the image fully qualified (registry/repository:tag); " + owner
+		}
 		return "a signature or admission policy rejected " + in.Image +
 			": sign the image or allow it in the policy, or use an allowed image (" + owner + ")"
 	},
 	eventpipev1.CategoryTimeout: func(in RemedyInput, r ImageRef, _ string) string {
 		return "pulling " + in.Image + " timed out on " + nodeName(in.Node) +
 			": check the bandwidth to " + r.Registry + ", use a closer mirror or a smaller image; the kubelet keeps retrying"
+	},
+	eventpipev1.CategoryKubeletThrottled: func(in RemedyInput, _ ImageRef, _ string) string {
+		return "the kubelet on " + nodeName(in.Node) + " held back the pull of " + in.Image +
+			" (its own pull rate limit, registryPullQPS/registryBurst; no registry refused it): it retries by itself; if it persists, raise registryPullQPS in the node's kubelet configuration or pre-pull the images"
+	},
+	eventpipev1.CategoryRuntimeStore: func(in RemedyInput, _ ImageRef, _ string) string {
+		return "the container runtime on " + nodeName(in.Node) + " could not unpack or read " + in.Image + " in its image store" + withDetail(in.Detail) +
+			": the image is not at fault; read the runtime's log on the node, remove the image there (crictl rmi) or drain and recycle the node"
 	},
 	eventpipev1.CategoryUnknown: func(in RemedyInput, _ ImageRef, _ string) string {
 		return "the pull of " + in.Image + " failed for a reason eventpipe does not recognise" + withDetail(in.Detail) +
@@ -165,6 +177,8 @@ func imageOwner(role string) string {
 		return "check the gateway's " + role + " image setting"
 	case eventpipev1.ImageRoleWorkload:
 		return "check the image the sandbox was created with"
+	case eventpipev1.ImageRolePodSandbox:
+		return "check the runtime's pod sandbox (pause) image setting on the node (containerd sandbox_image, CRI-O pause_image)"
 	}
 	return "check the image reference in the pod spec"
 }

@@ -56,6 +56,13 @@ func TestRemedy(t *testing.T) {
 			"the pull of x:1 failed for a reason eventpipe does not recognise: read the runtime's message (eventpipe follow -o json)"},
 		{"no image", RemedyInput{Category: eventpipev1.CategoryNeverPull},
 			"imagePullPolicy is Never and the image is not on the node: load the image onto the node, or allow pulls (imagePullPolicy IfNotPresent)"},
+		{"kubelet throttled", RemedyInput{Category: eventpipev1.CategoryKubeletThrottled, Image: "python:3.12", Node: "n1"},
+			"the kubelet on node n1 held back the pull of python:3.12 (its own pull rate limit, registryPullQPS/registryBurst; no registry refused it): it retries by itself; if it persists, raise registryPullQPS in the node's kubelet configuration or pre-pull the images"},
+		{"short name refused", RemedyInput{Category: eventpipev1.CategoryPolicyRejected, Image: "busybox:1.36", Node: "n1",
+			ImageRole: eventpipev1.ImageRoleWorkload, Detail: "short-name \"busybox:1.36\" did not resolve to an alias and no unqualified-search registries are defined"},
+			"the runtime on node n1 refuses the short name busybox:1.36 (registries.conf short-name mode is enforcing, or no unqualified-search registry): write the image fully qualified (registry/repository:tag); check the image the sandbox was created with"},
+		{"pause image", RemedyInput{Category: eventpipev1.CategoryNotFound, Image: "registry.k8s.io/pause:3.99", ImageRole: eventpipev1.ImageRolePodSandbox},
+			"tag 3.99 does not exist in registry.k8s.io/pause: check the runtime's pod sandbox (pause) image setting on the node (containerd sandbox_image, CRI-O pause_image)"},
 		{"control characters from the cluster stay on one line", RemedyInput{Category: eventpipev1.CategoryUnknown, Image: "a:1", Detail: "line1\nline2"},
 			"the pull of a:1 failed for a reason eventpipe does not recognise (line1 line2): read the runtime's message (eventpipe follow -o json)"},
 	}
