@@ -235,7 +235,12 @@ func (s *Store) openLocked() error {
 	if err != nil {
 		return fmt.Errorf("open log: %w", err)
 	}
-	_, last := w.Bounds()
+	// A checkpoint is trusted only up to the newest record and below a torn
+	// write: the agent does not re-send what the cursor says is stored.
+	last := w.LastRecord()
+	if r := w.Repaired(); r.TornFrom > 0 {
+		last = min(last, r.TornFrom-1)
+	}
 	ckpt, cp, err := openCheckpointer(s.fs, s.cfg.Dir, s.cfg.Fsync, last)
 	if err != nil {
 		w.Close()

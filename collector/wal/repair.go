@@ -23,6 +23,10 @@ type Repair struct {
 	Segment string
 	Records int
 	Bytes   int64
+	// TornFrom is the lowest offset the torn write held (0: none): records
+	// from there on were never acknowledged, and a checkpoint written in
+	// parallel with that write must not be trusted.
+	TornFrom uint64
 	// Lost lists acknowledged data found damaged or missing.
 	Lost []Loss
 	// Through is set when Open made sure no offset up to it is ever handed
