@@ -243,3 +243,55 @@ func TestCheckpointDoesNotCoverATornRecord(t *testing.T) {
 		t.Fatalf("re-send of batch 11: %+v %v", res, err)
 	}
 }
+
+// A damaged record in an older (sealed) segment, read while the store
+// opens (the dedupe index is rebuilt from the segments inside the window):
+// the start is refused; accepted, that record only is lost, and the segment
+// is rewritten so the next start (without accepting) is clean.
+func TestSealedSegmentDamageRefusedThenRepairedOnce(t *testing.T) {
+	dir := t.TempDir()
+	cfg := testConfig(dir)
+	cfg.SegmentBytes = 8 << 10
+	ctx := context.Background()
+	s := mustOpen(t, cfg, options{})
+	for b := range 20 {
+		if _, err := s.Append(ctx, "c", "events", "", occs(b*10, 10)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.Close()
+	segs, _ := filepath.Glob(filepath.Join(dir, "log", "*.seg"))
+	if len(segs) < 3 {
+		t.Fatalf("want several segments, got %d", len(segs))
+	}
+	b, _ := os.ReadFile(segs[0])
+	at := bytes.Index(b, []byte(occ(3).GetEventId()))
+	b[at+2] ^= 0x20
+	os.WriteFile(segs[0], b, 0o640)
+
+	if _, err := openWith(cfg, nil, nil, options{}); !errors.Is(err, ErrDataLoss) {
+		t.Fatalf("open with a damaged sealed record: %v, want ErrDataLoss", err)
+	}
+	accept := cfg
+	accept.AcceptDataLoss = true
+	s2, err := openWith(accept, nil, nil, options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := s2.DataLoss(); len(l) != 1 || l[0].From != 4 || l[0].To != 4 {
+		t.Fatalf("DataLoss = %+v, want offset 4", l)
+	}
+	recs, _, err := s2.Read(ctx, 1, 1000)
+	if err != nil || len(recs) != 199 {
+		t.Fatalf("read %d records: %v", len(recs), err)
+	}
+	s2.Close()
+	s3, err := openWith(cfg, nil, nil, options{})
+	if err != nil {
+		t.Fatalf("open after the accepted repair: %v", err)
+	}
+	defer s3.Close()
+	if recs, _, err := s3.Read(ctx, 1, 1000); err != nil || len(recs) != 199 || len(s3.DataLoss()) != 0 {
+		t.Fatalf("after the accepted repair: %d records, loss %v, %v", len(recs), s3.DataLoss(), err)
+	}
+}

@@ -247,11 +247,14 @@ func (s *Store) openLocked() error {
 		return err
 	}
 	index, order, err := s.rebuildIndex(w)
-	if err == nil && !s.cfg.AcceptDataLoss {
+	if err == nil && len(w.Lost()) > 0 {
 		// Rebuilding read sealed segments: damage found there refuses the
-		// start as well.
-		if lost := w.Lost(); len(lost) > 0 {
-			err = fmt.Errorf("open log: %w", &wal.DataLossError{Dir: filepath.Join(s.cfg.Dir, "log"), Lost: lost})
+		// start as well, or, accepted, is rewritten away so that the next
+		// start does not refuse it again.
+		if s.cfg.AcceptDataLoss {
+			err = w.RewriteDamaged()
+		} else {
+			err = fmt.Errorf("open log: %w", &wal.DataLossError{Dir: filepath.Join(s.cfg.Dir, "log"), Lost: w.Lost()})
 		}
 	}
 	if err != nil {
