@@ -17,6 +17,7 @@ type Enricher struct {
 	lk      Lookups
 	rules   compiledRules
 	tracker *pullTracker
+	blocks  *blockerTracker // blocker_tracker.go
 }
 
 // Result is the outcome of Enrich.
@@ -47,6 +48,7 @@ func New(cfg Config, lk Lookups) (*Enricher, error) {
 		lk:      lk,
 		rules:   compileRules(cfg.Rules),
 		tracker: newPullTracker(cfg.TrackerCapacity),
+		blocks:  newBlockerTracker(cfg.TrackerCapacity),
 	}, nil
 }
 
@@ -278,6 +280,9 @@ func (e *Enricher) fill(o *eventpipev1.Occurrence, a *attribution, ev *Event, c 
 	} else if ev.Involved.Kind == "Pod" && container != "" && (ev.Reason == "Pulled" || ev.Reason == "Started") {
 		// The container got its image: its failure history is over.
 		e.tracker.forget(podKey(ev, a.pod, container))
+	}
+	if !c.pull && source == eventpipev1.PullSourceEvent {
+		o.Blocker = e.blocker(ev, a.pod, container, at) // nil unless a blocker (blocker.go)
 	}
 	o.Progress = e.progress(ev, a, container, o.Image, c.progress)
 }
