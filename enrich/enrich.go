@@ -166,16 +166,17 @@ type occAlloc struct {
 	obj                eventpipev1.ObjectRef
 	occurred, observed timestamppb.Timestamp
 	sb                 eventpipev1.Sandbox // linked only when attributed
-	// id holds event_id's bytes when they fit: 824 bytes of parts leave
-	// room in the 896-byte size class, and the id then costs no allocation
-	// of its own.
+	// id holds event_id's bytes when they fit: 832 bytes of parts, these
+	// 56 (a UID, "/" and a 19-digit resourceVersion) and the allocator's
+	// 8-byte header for objects with pointers fill the 896-byte size class,
+	// and the id then costs no allocation of its own.
 	id [eventIDBytes]byte
 }
 
-const eventIDBytes = 64
+const eventIDBytes = 56
 
-// occPullAlloc is an occurrence with a pull failure (1,144 bytes, the
-// 1,152-byte size class).
+// occPullAlloc is an occurrence with a pull failure (1,144 bytes and the
+// header: the 1,152-byte size class).
 type occPullAlloc struct {
 	occAlloc
 	pull pullAlloc
