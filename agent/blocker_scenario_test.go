@@ -8,6 +8,7 @@ import (
 
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
 	"github.com/eventpipe/eventpipe/testenv/scenario"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // TestBlockerScenariosReachCollector plays the blockers other than image
@@ -47,6 +48,25 @@ func TestBlockerScenariosReachCollector(t *testing.T) {
 		}
 		all = append(all, played{name, res})
 	}
+	// Leave no waiting pod behind: other tests of this package watch the
+	// whole (shared) cluster's pods.
+	t.Cleanup(func() {
+		zero := int64(0)
+		done := map[string]bool{}
+		for _, p := range all {
+			for _, e := range p.res.Events {
+				if done[e.Namespace] {
+					continue
+				}
+				done[e.Namespace] = true
+				err := clients.Kube.CoreV1().Pods(e.Namespace).DeleteCollection(context.Background(),
+					metav1.DeleteOptions{GracePeriodSeconds: &zero}, metav1.ListOptions{})
+				if err != nil {
+					t.Errorf("delete pods in %s: %v", e.Namespace, err)
+				}
+			}
+		}
+	})
 
 	type key struct{ uid, rv string }
 	var byEvent map[key]*eventpipev1.Occurrence
