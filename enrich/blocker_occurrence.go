@@ -40,6 +40,8 @@ func (e *Enricher) recordBlocker(ev *Event, pod *Pod, container string, bc block
 		// as a whole, whatever field path the reporter set.
 		container = ""
 	}
+	// The tracker keeps these past the event: bounded, valid UTF-8 copies.
+	sig.class.object, sig.class.detail = clean(bc.object), clean(bc.detail)
 	st := e.blocks.record(blockerTrackerKey(ev, pod, container, bc.kind), sig, e.cfg.PersistentWindow)
 	ba := &blockerAlloc{}
 	b := &ba.b

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"google.golang.org/protobuf/proto"
+
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
 )
 
@@ -246,5 +248,36 @@ func FuzzClassifyBlocker(f *testing.F) {
 			t.Fatalf("detail not clean: %q", detail)
 		}
 		_ = object
+	})
+}
+
+// FuzzEnrichBlocker: any event with a blocker reason enriches to an
+// occurrence that marshals (valid UTF-8 everywhere), carries at most one of
+// pull_failure and blocker, and a blocker with kind, cause, object and a
+// bounded fix.
+func FuzzEnrichBlocker(f *testing.F) {
+	for _, m := range loadBlockerCorpus(f) {
+		f.Add(m.Reason, m.Message, "", int32(1))
+	}
+	f.Add("FailedMount", `secret "\xff\xfe" not found`, "spec.containers{agent}", int32(-3))
+	f.Add("BackOff", "Back-off restarting failed container", "spec.containers{\xff}", int32(7))
+	e := mustNew(f, NewDefaultConfig(), seedWorld().lookups())
+	f.Fuzz(func(t *testing.T, reason, message, fieldPath string, count int32) {
+		ev := podEvent("img-missing", fieldPath, reason, message)
+		ev.Count = count
+		o := e.Enrich(ev, t0).Occurrence
+		if _, err := proto.Marshal(o); err != nil {
+			t.Fatalf("proto: %v", err)
+		}
+		b := o.Blocker
+		if b == nil {
+			return
+		}
+		if o.PullFailure != nil {
+			t.Fatal("both pull_failure and blocker")
+		}
+		if b.Kind == "" || b.Cause == "" || b.Object == "" || b.Fix == "" || len(b.Fix) > 4096 || len(b.Object) > maxFieldBytes {
+			t.Fatalf("blocker %+v", b)
+		}
 	})
 }
