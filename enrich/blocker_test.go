@@ -259,7 +259,7 @@ func FuzzEnrichBlocker(f *testing.F) {
 	for _, m := range loadBlockerCorpus(f) {
 		f.Add(m.Reason, m.Message, "", int32(1))
 	}
-	f.Add("FailedMount", `secret "\xff\xfe" not found`, "spec.containers{agent}", int32(-3))
+	f.Add("FailedMount", "secret \"\xff\xfe\" not found", "spec.containers{agent}", int32(-3))
 	f.Add("BackOff", "Back-off restarting failed container", "spec.containers{\xff}", int32(7))
 	e := mustNew(f, NewDefaultConfig(), seedWorld().lookups())
 	f.Fuzz(func(t *testing.T, reason, message, fieldPath string, count int32) {
