@@ -23,7 +23,7 @@ import (
 func testSandbox(id, name string) gatewaytest.Sandbox {
 	return gatewaytest.Sandbox{ID: id, Name: name, Namespace: "openshell", Workspace: "repro",
 		Conditions: []gatewaytest.Condition{{Type: "Ready", Status: "False", Reason: "DependenciesNotReady",
-			Message: `Pod exists with phase: Pending; init container "workspace-init" is waiting: ImagePullBackOff`,
+			Message:            `Pod exists with phase: Pending; init container "workspace-init" is waiting: ImagePullBackOff`,
 			LastTransitionTime: "2026-12-01T10:00:00Z"}}}
 }
 

@@ -114,6 +114,9 @@ func DecodeSandbox(b []byte) (Sandbox, error) {
 		case 6:
 			s.Workspace = string(f.v)
 		case 5:
+			if f.typ != protowire.BytesType {
+				continue
+			}
 			st, err := split(f.v)
 			if err != nil {
 				return Sandbox{}, err
@@ -166,6 +169,9 @@ func DecodeWatchEvent(b []byte) (WatchEvent, error) {
 	}
 	ev := WatchEvent{Raw: b}
 	for _, f := range fs {
+		if f.num < 1 || f.num > 3 || f.typ != protowire.BytesType {
+			continue // a field of a newer layout
+		}
 		inner, err := split(f.v)
 		if err != nil {
 			return WatchEvent{}, err
