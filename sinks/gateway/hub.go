@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
 	"github.com/eventpipe/eventpipe/sinks/gateway/driverwire"
@@ -28,7 +29,12 @@ type sandbox struct {
 	id       string
 	tail     []*entry
 	failures map[string]*eventpipev1.Occurrence
-	lru      *list.Element
+	// pulled is when a container (role/container) or, for the key
+	// "workload/", the whole workload pod was last reported pulled: a
+	// failure that happened before it (an occurrence read late, a pod
+	// status written before the pull) does not come back.
+	pulled map[string]time.Time
+	lru    *list.Element
 }
 
 // gwConn is one gateway connection (a gateway process, until it or the
@@ -217,20 +223,32 @@ func (h *hub) trim(keep *sandbox) {
 func (h *hub) updateFailures(s *sandbox, o *eventpipev1.Occurrence) {
 	had := len(s.failures) > 0
 	key := o.GetRole() + "/" + o.GetContainer()
+	at := o.GetOccurredAt().AsTime()
 	switch {
 	case o.GetPullFailure() != nil:
+		if p, ok := s.pulled[key]; ok && !at.After(p) {
+			break
+		}
+		if p, ok := s.pulled[o.GetRole()+"/"]; ok && !at.After(p) {
+			break
+		}
+		if prev, ok := s.failures[key]; ok && prev.GetOccurredAt().AsTime().After(at) {
+			break // an older occurrence arriving late
+		}
 		if s.failures == nil {
 			s.failures = map[string]*eventpipev1.Occurrence{}
 		}
-		if prev, ok := s.failures[key]; ok && prev.GetOccurredAt().AsTime().After(o.GetOccurredAt().AsTime()) {
-			break // an older occurrence arriving late
-		}
 		s.failures[key] = o
 	case o.GetReason() == "Pulled":
+		if s.pulled == nil {
+			s.pulled = map[string]time.Time{}
+		}
+		s.pulled[key] = at
 		delete(s.failures, key)
 		if o.GetContainer() == "agent" && o.GetRole() == eventpipev1.RoleWorkload {
+			s.pulled[eventpipev1.RoleWorkload+"/"] = at
 			for k, f := range s.failures {
-				if f.GetRole() == eventpipev1.RoleWorkload {
+				if f.GetRole() == eventpipev1.RoleWorkload && !f.GetOccurredAt().AsTime().After(at) {
 					delete(s.failures, k)
 				}
 			}
