@@ -36,8 +36,8 @@ type Config struct {
 	// the gateway once, from eventpipe. On by default.
 	DropDriverKubernetesEvents bool `yaml:"drop_driver_kubernetes_events"`
 	// StreamBuffer is how many spliced events may wait for one
-	// WatchSandboxes stream; a stream that falls further behind is ended
-	// (the gateway reopens it and gets what it missed from the tail).
+	// WatchSandboxes stream; beyond it the stream catches up from the
+	// per-sandbox tails.
 	StreamBuffer int `yaml:"stream_buffer"`
 	// ShutdownGrace bounds how long Run waits for open RPCs on shutdown.
 	ShutdownGrace time.Duration `yaml:"shutdown_grace"`

@@ -52,9 +52,11 @@ type gwConn struct {
 
 // subscriber is one open WatchSandboxes stream.
 type subscriber struct {
-	conn   *gwConn
-	ch     chan *entry
-	lagged chan struct{} // closed when ch overflowed: the stream ends
+	conn *gwConn
+	ch   chan *entry
+	// behind is signalled when ch overflowed: the stream then catches up
+	// from the tails (pending), which the sent set keeps exact.
+	behind chan struct{}
 }
 
 // maxConns bounds the gateway connections remembered (one gateway process
@@ -189,12 +191,13 @@ func (h *hub) apply(cursor uint64, o *eventpipev1.Occurrence, restored bool) {
 		select {
 		case sub.ch <- e:
 		default:
-			// The stream cannot keep up: end it; the gateway reopens it
-			// after 2 s and gets what it missed from the tail.
-			close(sub.lagged)
-			delete(h.subs, sub)
-			sub.conn.subs--
-			h.m.lagged.Inc()
+			// The stream cannot keep up (a burst): it catches up from the
+			// tails instead of from its buffer.
+			select {
+			case sub.behind <- struct{}{}:
+				h.m.lagged.Inc()
+			default:
+			}
 		}
 	}
 }
@@ -319,8 +322,21 @@ func (h *hub) subscribe(connID uint64, buf int) (*subscriber, []*entry) {
 	defer h.mu.Unlock()
 	c := h.conn(connID)
 	c.subs++
-	sub := &subscriber{conn: c, ch: make(chan *entry, buf), lagged: make(chan struct{})}
+	sub := &subscriber{conn: c, ch: make(chan *entry, buf), behind: make(chan struct{}, 1)}
 	h.subs[sub] = struct{}{}
+	return sub, h.unsent(c)
+}
+
+// pending is what the subscriber's connection has not been sent yet from
+// the tails, in cursor order.
+func (h *hub) pending(sub *subscriber) []*entry {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	return h.unsent(sub.conn)
+}
+
+// unsent: called with h.mu held.
+func (h *hub) unsent(c *gwConn) []*entry {
 	var tail []*entry
 	for _, s := range h.sandboxes {
 		for _, e := range s.tail {
@@ -338,7 +354,7 @@ func (h *hub) subscribe(connID uint64, buf int) (*subscriber, []*entry) {
 		}
 		return 0
 	})
-	return sub, tail
+	return tail
 }
 
 func (h *hub) unsubscribe(sub *subscriber) {

@@ -6,7 +6,6 @@ import (
 	"io"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/eventpipe/eventpipe/sinks/gateway/driverwire"
@@ -79,23 +78,33 @@ func (p *Proxy) watch(ctx context.Context, ss grpc.ServerStream, up grpc.ClientS
 			if err := send(e); err != nil {
 				return err
 			}
-		case <-sub.lagged:
-			// Drain what was queued before ending, then let the gateway
-			// reopen (it retries after 2 s) and catch up from the tail.
-			for {
+		case <-sub.behind:
+			// Events were not queued for this stream: send what is queued,
+			// then everything the tails hold that this connection has not
+			// had (events already trimmed from the tails are counted as
+			// trimmed, not silently skipped).
+			for drained := false; !drained; {
 				select {
 				case e := <-sub.ch:
 					if err := send(e); err != nil {
 						return err
 					}
-					continue
+				default:
+					drained = true
+				}
+			}
+			for _, e := range p.hub.pending(sub) {
+				select {
+				case r := <-driverCh:
+					if done, err := p.relayWatch(ss, r.b, r.err); done {
+						return err
+					}
 				default:
 				}
-				break
+				if err := send(e); err != nil {
+					return err
+				}
 			}
-			p.log.Warn("WatchSandboxes stream ended: the gateway did not keep up with the spliced events; it reopens the stream and gets the missed ones from the tail",
-				"buffer", p.cfg.StreamBuffer)
-			return status.Error(codes.Unavailable, "eventpipe driver-proxy: stream fell behind; reopen to resume")
 		case <-ctx.Done():
 			return status.FromContextError(ctx.Err()).Err()
 		}
