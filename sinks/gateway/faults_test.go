@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/eventpipe/eventpipe/sinks/gateway/gatewaytest"
 )
 
@@ -166,5 +169,46 @@ func watchRetry(t testing.TB, c *gatewaytest.Client) *watcher {
 		if time.Now().After(deadline) {
 			t.Fatalf("no WatchSandboxes stream: %v", err)
 		}
+	}
+}
+
+// TestDriverDownThenBack: while the driver is down the proxy answers
+// UNAVAILABLE at once (the gateway retries); once it is back, calls go
+// through again within a second or so, however long it was down.
+func TestDriverDownThenBack(t *testing.T) {
+	dir := shortDir(t)
+	drv := startDriver(t, dir)
+	rp := startProxy(t, proxyConfig(dir, drv.Path, "127.0.0.1:1"))
+	gw := dialT(t, rp.p.cfg.Listen)
+	call := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_, err := gw.Unary(ctx, gatewaytest.MethodCaps, nil)
+		return err
+	}
+	if err := call(); err != nil {
+		t.Fatal(err)
+	}
+	drv.Stop()
+	for range 10 {
+		start := time.Now()
+		if err := call(); status.Code(err) != codes.Unavailable {
+			t.Errorf("driver down: %v, want UNAVAILABLE", err)
+		}
+		if d := time.Since(start); d > time.Second {
+			t.Errorf("driver down: the answer took %s", d)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	if err := drv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	back := time.Now()
+	waitFor(t, 5*time.Second, "calls through again", func() (bool, string) {
+		err := call()
+		return err == nil, fmt.Sprint(err)
+	})
+	if d := time.Since(back); d > 2*time.Second {
+		t.Errorf("calls went through %s after the driver came back", d)
 	}
 }
