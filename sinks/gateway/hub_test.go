@@ -94,7 +94,7 @@ func TestReason(t *testing.T) {
 	for cat, want := range map[string]string{
 		eventpipev1.CategoryNotFound: "NotFound", eventpipev1.CategoryTLSError: "TLSError",
 		eventpipev1.CategoryNotFoundOrUnauthorized: "NotFoundOrUnauthorized",
-		"container_exited": "PullContainerExited", "": "PullUnknown", "quota-exceeded": "PullQuotaExceeded",
+		"container_exited":                         "PullContainerExited", "": "PullUnknown", "quota-exceeded": "PullQuotaExceeded",
 	} {
 		if got := reason(cat); got != want {
 			t.Errorf("reason(%q) = %q, want %q", cat, got, want)
