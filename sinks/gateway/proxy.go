@@ -207,28 +207,29 @@ func (p *Proxy) handle(_ any, ss grpc.ServerStream) error {
 	start := time.Now()
 	ctx, cancel := context.WithCancel(metadata.NewOutgoingContext(ss.Context(), forwardMD(ss.Context())))
 	defer cancel()
+	halfClosed := false
+	if unaryRPCs[method] {
+		err := p.unary(ctx, ss, method)
+		if !errors.Is(err, errNoRequest) {
+			p.metrics.rpcs.WithLabelValues(rpcLabel(method), codeLabel(err)).Inc()
+			p.metrics.rpcSeconds.WithLabelValues(rpcLabel(method)).Observe(time.Since(start).Seconds())
+			return err
+		}
+		// The gateway sent no request at all: let the driver answer that,
+		// through the general path.
+		halfClosed = true
+	}
 	up, err := p.driver.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}, method)
 	if err != nil {
 		p.metrics.rpcs.WithLabelValues(rpcLabel(method), "dial_error").Inc()
 		return err
 	}
 	// Gateway -> driver: requests, then the half-close.
-	go func() {
-		for {
-			var f frame
-			if err := ss.RecvMsg(&f); err != nil {
-				if errors.Is(err, io.EOF) {
-					_ = up.CloseSend()
-				} else {
-					cancel()
-				}
-				return
-			}
-			if err := up.SendMsg(&f); err != nil {
-				return // the driver's status arrives on RecvMsg
-			}
-		}
-	}()
+	if halfClosed {
+		_ = up.CloseSend()
+	} else {
+		go p.forwardRequests(ss, up, cancel)
+	}
 	// The driver's response headers go out before anything else.
 	if h, _ := up.Header(); len(h) > 0 {
 		if err := ss.SendHeader(h); err != nil {
@@ -254,6 +255,73 @@ func (p *Proxy) handle(_ any, ss grpc.ServerStream) error {
 		p.metrics.rpcSeconds.WithLabelValues(rpcLabel(method)).Observe(time.Since(start).Seconds())
 	}
 	return rerr
+}
+
+// errNoRequest: a unary call half-closed without a request.
+var errNoRequest = errors.New("no request")
+
+// forwardRequests copies the gateway's requests to the driver, then the
+// half-close; a broken gateway side cancels the driver call.
+func (p *Proxy) forwardRequests(ss grpc.ServerStream, up grpc.ClientStream, cancel context.CancelFunc) {
+	for {
+		var f frame
+		if err := ss.RecvMsg(&f); err != nil {
+			if errors.Is(err, io.EOF) {
+				_ = up.CloseSend()
+			} else {
+				cancel()
+			}
+			return
+		}
+		if err := up.SendMsg(&f); err != nil {
+			return // the driver's status arrives on RecvMsg
+		}
+	}
+}
+
+// unaryRPCs are the layout's unary methods: they take the short path (one
+// Invoke, no stream machinery). Every other method, known or not, is
+// forwarded as a bidirectional stream, which carries unary and streaming
+// calls alike.
+var unaryRPCs = map[string]bool{}
+
+func init() {
+	for name := range knownRPCs {
+		if name != "WatchSandboxes" {
+			unaryRPCs["/"+driverwire.Service+"/"+name] = true
+		}
+	}
+}
+
+// unary forwards one call of a known unary method.
+func (p *Proxy) unary(ctx context.Context, ss grpc.ServerStream, method string) error {
+	var req frame
+	if err := ss.RecvMsg(&req); err != nil {
+		if errors.Is(err, io.EOF) {
+			return errNoRequest
+		}
+		return err
+	}
+	var resp frame
+	var hdr, trl metadata.MD
+	err := p.driver.Invoke(ctx, method, &req, &resp, grpc.Header(&hdr), grpc.Trailer(&trl))
+	if len(hdr) > 0 {
+		if herr := ss.SendHeader(hdr); herr != nil {
+			return herr
+		}
+	}
+	ss.SetTrailer(trl)
+	if err != nil {
+		return err
+	}
+	b := resp.b
+	switch method {
+	case driverwire.MethodGetSandbox:
+		b = p.edit(b, driverwire.PatchGetSandboxResponse)
+	case driverwire.MethodListSandboxes:
+		b = p.edit(b, driverwire.PatchListSandboxesResponse)
+	}
+	return ss.SendMsg(&frame{b})
 }
 
 // relay copies driver responses to the gateway, editing Get/List answers.

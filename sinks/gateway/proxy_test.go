@@ -114,7 +114,7 @@ func TestTransparentByteIdentical(t *testing.T) {
 			}
 			compareMD(t, "header", got.Header, want.Header)
 			compareMD(t, "trailer", got.Trailer, want.Trailer)
-			if got.Header.Get("x-driver-deadline")[0] != "set" {
+			if d := got.Header.Get("x-driver-deadline"); len(d) != 1 || d[0] != "set" {
 				t.Errorf("deadline did not reach the driver")
 			}
 			for _, k := range []string{"traceparent", "tracestate", "x-openshell-request-id", "x-trace-bin"} {

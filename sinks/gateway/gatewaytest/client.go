@@ -17,11 +17,13 @@ type Client struct {
 	conn *grpc.ClientConn
 }
 
-// Dial returns a client of the socket at path (it connects lazily).
+// Dial returns a client of the socket at path (it connects lazily). It
+// accepts messages up to 64 MiB (gRPC's default, and tonic's, is 4 MiB: a
+// real gateway may refuse a ListSandboxes answer this client takes).
 func Dial(path string) (*Client, error) {
 	conn, err := grpc.NewClient("unix://"+path,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.ForceCodec(rawCodec{})))
+		grpc.WithDefaultCallOptions(grpc.ForceCodec(rawCodec{}), grpc.MaxCallRecvMsgSize(64<<20)))
 	if err != nil {
 		return nil, err
 	}
