@@ -238,7 +238,11 @@ func TestEndToEndSeedScenarios(t *testing.T) {
 			t.Fatal(err)
 		}
 		sb := s.Events()[0].Sandbox
-		p := &played{name: fmt.Sprintf("%s/%s/gen%d", c.mode, c.name, c.gen), mode: c.mode, sb: sb}
+		gen := "newer"
+		if c.gen == scenario.Older {
+			gen = "older"
+		}
+		p := &played{name: fmt.Sprintf("%s/%s/%s", c.mode, c.name, gen), mode: c.mode, sb: sb}
 		if c.name == "img-missing" {
 			p.role, p.image = eventpipev1.ImageRoleWorkload, sb.Image
 		} else {
@@ -347,6 +351,13 @@ func TestEndToEndSeedScenarios(t *testing.T) {
 			if completed == 0 {
 				t.Errorf("pulling_image never completed (the agent's Pulled carries it)")
 			}
+			failures := 0
+			for _, o := range occ {
+				if o.GetPullFailure() != nil {
+					failures++
+				}
+			}
+			t.Logf("%d occurrences stored, %d platform events at the gateway (%d pull failures, %d completing pulling_image)", len(occ), len(evs), failures, completed)
 		})
 	}
 }
