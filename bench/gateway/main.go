@@ -28,6 +28,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -380,7 +381,13 @@ func summaryMS(d []time.Duration) string {
 // rss: the proxy with -sandboxes live sandboxes, each with events and an
 // active pull failure, and a gateway stream open.
 func (e *env) rss() error {
-	p, err := e.startProxy("rss")
+	ml, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	metricsAddr := ml.Addr().String()
+	ml.Close()
+	p, err := e.startProxy("rss", "--metrics-listen", metricsAddr)
 	if err != nil {
 		return err
 	}
@@ -501,6 +508,8 @@ func (e *env) rss() error {
 	time.Sleep(2 * time.Second)
 	fmt.Printf("proxy RSS: %d MiB at start, %d MiB with %d live sandboxes x %d events (+ an active pull failure each), a gateway stream open\n",
 		base>>20, vmRSS(p.cmd.Process.Pid)>>20, *sandboxes, *perSandbox)
+	fmt.Printf("proxy Go heap: %s\n", scrape(metricsAddr, "go_memstats_heap_inuse_bytes", "go_memstats_heap_alloc_bytes",
+		"eventpipe_driver_proxy_sandboxes", "eventpipe_driver_proxy_tail_events", "eventpipe_driver_proxy_stream_overflows_total"))
 	return nil
 }
 
@@ -551,6 +560,31 @@ func benchOccurrence(s, k int) *eventpipev1.Occurrence {
 			Attempts: uint32(k + 1), FirstSeen: now, LastSeen: now, Detail: img + ": not found", Source: eventpipev1.PullSourceEvent},
 	}
 	return o
+}
+
+// scrape reads gauges from the proxy's /metrics.
+func scrape(addr string, names ...string) string {
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return err.Error()
+	}
+	defer resp.Body.Close()
+	var out []string
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		for _, n := range names {
+			if v, ok := strings.CutPrefix(line, n+" "); ok {
+				f, _ := strconv.ParseFloat(v, 64)
+				if strings.HasSuffix(n, "_bytes") {
+					out = append(out, fmt.Sprintf("%s %.0f MiB", strings.TrimPrefix(n, "go_memstats_"), f/(1<<20)))
+				} else {
+					out = append(out, fmt.Sprintf("%s %.0f", strings.TrimPrefix(n, "eventpipe_driver_proxy_"), f))
+				}
+			}
+		}
+	}
+	return strings.Join(out, ", ")
 }
 
 func vmRSS(pid int) int64 {

@@ -35,10 +35,6 @@ type Config struct {
 	// with source "kubernetes" (shared mode), so each occurrence reaches
 	// the gateway once, from eventpipe. On by default.
 	DropDriverKubernetesEvents bool `yaml:"drop_driver_kubernetes_events"`
-	// StreamBuffer is how many spliced events may wait for one
-	// WatchSandboxes stream; beyond it the stream catches up from the
-	// per-sandbox tails.
-	StreamBuffer int `yaml:"stream_buffer"`
 	// ShutdownGrace bounds how long Run waits for open RPCs on shutdown.
 	ShutdownGrace time.Duration `yaml:"shutdown_grace"`
 }
@@ -64,9 +60,11 @@ type FollowConfig struct {
 	// MaxSandboxes bounds the sandboxes kept (least recently active are
 	// forgotten first, counted).
 	MaxSandboxes int `yaml:"max_sandboxes"`
-	// MaxEvents bounds the events kept in all tails together; beyond it
-	// the oldest events of the least recently active sandboxes go first
-	// (counted). 10,000 sandboxes at ~600 bytes an event: ~60 MB.
+	// MaxEvents bounds the events kept in all tails together (beyond it
+	// the oldest events of the least recently active sandboxes go first,
+	// counted) and the log of recent events every stream reads from at its
+	// own pace (a stream more than MaxEvents behind catches up from the
+	// tails, counted).
 	MaxEvents int `yaml:"max_events"`
 	// StartTail is how many of this gateway's most recent occurrences the
 	// proxy reads at start to rebuild the tails and the active pull
@@ -90,7 +88,6 @@ func NewDefaultConfig() Config {
 	return Config{
 		Layout:                     driverwire.Layout,
 		DropDriverKubernetesEvents: true,
-		StreamBuffer:               1024,
 		ShutdownGrace:              5 * time.Second,
 		Follow: FollowConfig{
 			TailPerSandbox: 50,
@@ -164,9 +161,6 @@ func (c Config) Validate() error {
 	}
 	if c.Collector.Insecure && (c.Collector.CAFile != "" || c.Collector.CertFile != "" || c.Collector.ServerName != "") {
 		add("collector.insecure", "plaintext cannot be combined with ca_file, cert_file or server_name")
-	}
-	if c.StreamBuffer < 1 {
-		add("stream_buffer", "must be at least 1, got %d", c.StreamBuffer)
 	}
 	if c.ShutdownGrace <= 0 {
 		add("shutdown_grace", "must be positive, got %s", c.ShutdownGrace)

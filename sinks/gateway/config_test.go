@@ -25,10 +25,10 @@ func TestConfigValidate(t *testing.T) {
 		{"tls halves", func(c *Config) { c.Collector.CertFile = "c.pem" }, []string{"cert_file and key_file go together"}},
 		{"insecure with tls", func(c *Config) { c.Collector.Insecure, c.Collector.CAFile = true, "ca.pem" }, []string{"collector.insecure: plaintext cannot be combined"}},
 		{"bounds", func(c *Config) {
-			c.StreamBuffer, c.Follow.MaxSandboxes, c.Follow.MaxEvents, c.Follow.DedupeWindow = 0, 0, 0, 0
+			c.Follow.MaxSandboxes, c.Follow.MaxEvents, c.Follow.DedupeWindow = 0, 0, 0
 			c.Follow.TailPerSandbox, c.Follow.StartTail = 5000, -1
 			c.Follow.BackoffMin, c.Follow.BackoffMax = time.Second, time.Millisecond
-		}, []string{"stream_buffer: must be at least 1", "follow.max_sandboxes", "follow.max_events", "follow.dedupe_window",
+		}, []string{"follow.max_sandboxes", "follow.max_events", "follow.dedupe_window",
 			"follow.tail_per_sandbox: must be between 0 and 1000", "follow.start_tail", "follow.backoff_min"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -44,9 +44,9 @@
 //     message goes through unchanged (counted, logged) and the Follow
 //     stream is retried with backoff from its cursor.
 //   - Bounded: at most follow.max_sandboxes sandboxes and follow.max_events
-//     tail events are kept; each stream has a buffer of stream_buffer
-//     events, and a stream that overflows it catches up from the tails
-//     (exact, thanks to the sent set). Every drop is counted.
+//     events are kept. Streams read a ring of the last max_events events
+//     at their own pace; one that falls further behind catches up from the
+//     tails (the sent set keeps it exact). Every drop is counted.
 //   - Socket: the directory belongs to the proxy's uid and is 0700
 //     (created so, forced to 0700 if ours, refused if another uid owns
 //     it); the socket is 0600; a peer with another uid (SO_PEERCRED) is

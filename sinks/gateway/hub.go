@@ -50,13 +50,14 @@ type gwConn struct {
 	lru         *list.Element
 }
 
-// subscriber is one open WatchSandboxes stream.
+// subscriber is one open WatchSandboxes stream. It reads the hub's log
+// of recent events from its own position (next), so a slow stream never
+// makes the hub wait or drop; only a stream more than MaxEvents behind
+// loses its place (counted), and then catches up from the tails.
 type subscriber struct {
-	conn *gwConn
-	ch   chan *entry
-	// behind is signalled when ch overflowed: the stream then catches up
-	// from the tails (pending), which the sent set keeps exact.
-	behind chan struct{}
+	conn   *gwConn
+	next   uint64        // the next log sequence number to send
+	notify chan struct{} // signalled (capacity 1) when the log grew
 }
 
 // maxConns bounds the gateway connections remembered (one gateway process
@@ -80,6 +81,11 @@ type hub struct {
 	anyConn   bool   // a connection was seen since start
 	delivered uint64 // highest cursor sent on any stream
 	events    int    // entries in all tails, at most cfg.MaxEvents
+	// log is a ring of the last len(log) events in arrival order; event
+	// number seq is at log[seq%len(log)], for seq in [logNext-logLen, logNext).
+	log     []*entry
+	logNext uint64
+	logLen  int
 }
 
 func newHub(cfg FollowConfig, m *metrics) *hub {
@@ -88,6 +94,7 @@ func newHub(cfg FollowConfig, m *metrics) *hub {
 		sandboxes: map[string]*sandbox{}, lru: list.New(),
 		conns: map[uint64]*gwConn{}, connLRU: list.New(),
 		subs: map[*subscriber]struct{}{},
+		log:  make([]*entry, max(cfg.MaxEvents, 1)),
 	}
 }
 
@@ -168,9 +175,6 @@ func (h *hub) apply(cursor uint64, o *eventpipev1.Occurrence, restored bool) {
 	defer h.mu.Unlock()
 	s := h.get(id)
 	h.updateFailures(s, o)
-	if h.cfg.TailPerSandbox == 0 {
-		return
-	}
 	for _, e := range s.tail {
 		if e.eventID == o.GetEventId() {
 			h.m.duplicates.Inc() // the same occurrence stored twice (at-least-once ingest) or read again
@@ -179,25 +183,23 @@ func (h *hub) apply(cursor uint64, o *eventpipev1.Occurrence, restored bool) {
 	}
 	e := &entry{cursor: cursor, sandboxID: id, eventID: o.GetEventId(), restored: restored,
 		msg: driverwire.AppendPlatformEvent(nil, id, platformEvent(o))}
-	if len(s.tail) >= h.cfg.TailPerSandbox {
+	switch {
+	case h.cfg.TailPerSandbox == 0:
+	case len(s.tail) >= h.cfg.TailPerSandbox:
 		copy(s.tail, s.tail[1:])
 		s.tail[len(s.tail)-1] = e
-	} else {
+	default:
 		s.tail = append(s.tail, e)
 		h.events++
 		h.trim(s)
 	}
+	h.log[h.logNext%uint64(len(h.log))] = e
+	h.logNext++
+	h.logLen = min(h.logLen+1, len(h.log))
 	for sub := range h.subs {
 		select {
-		case sub.ch <- e:
+		case sub.notify <- struct{}{}:
 		default:
-			// The stream cannot keep up (a burst): it catches up from the
-			// tails instead of from its buffer.
-			select {
-			case sub.behind <- struct{}{}:
-				h.m.lagged.Inc()
-			default:
-			}
 		}
 	}
 }
@@ -317,14 +319,32 @@ func (h *hub) conn(id uint64) *gwConn {
 // subscribe registers a stream of connection connID and returns, in
 // cursor order, the tail it must send first: the recent events of every
 // live sandbox not yet sent on this connection.
-func (h *hub) subscribe(connID uint64, buf int) (*subscriber, []*entry) {
+func (h *hub) subscribe(connID uint64) (*subscriber, []*entry) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	c := h.conn(connID)
 	c.subs++
-	sub := &subscriber{conn: c, ch: make(chan *entry, buf), behind: make(chan struct{}, 1)}
+	sub := &subscriber{conn: c, next: h.logNext, notify: make(chan struct{}, 1)}
 	h.subs[sub] = struct{}{}
 	return sub, h.unsent(c)
+}
+
+// read returns up to max events from the subscriber's position in the log
+// and advances it. overrun reports that events between its position and
+// the oldest one kept were overwritten: the caller then catches up from
+// the tails (pending).
+func (h *hub) read(sub *subscriber, max int) (batch []*entry, overrun bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if oldest := h.logNext - uint64(h.logLen); sub.next < oldest {
+		sub.next = oldest
+		overrun = true
+		h.m.lagged.Inc()
+	}
+	for ; sub.next < h.logNext && len(batch) < max; sub.next++ {
+		batch = append(batch, h.log[sub.next%uint64(len(h.log))])
+	}
+	return batch, overrun
 }
 
 // pending is what the subscriber's connection has not been sent yet from

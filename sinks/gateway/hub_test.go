@@ -134,3 +134,42 @@ func TestHubBounds(t *testing.T) {
 		t.Errorf("failing = %d, want 100", h.failing)
 	}
 }
+
+// TestStreamLogOverrun: a stream that falls more than MaxEvents behind
+// is told so (counted) and continues from the oldest event kept; what the
+// tails still hold is offered to it; nothing is sent twice.
+func TestStreamLogOverrun(t *testing.T) {
+	h := testHub(t, func(c *FollowConfig) { c.MaxEvents, c.TailPerSandbox = 10, 50 })
+	sub, tail := h.subscribe(1)
+	if len(tail) != 0 {
+		t.Fatalf("tail %d on an empty hub", len(tail))
+	}
+	for i := range 25 {
+		h.apply(uint64(i+1), pullFailed(fmt.Sprintf("00000000-0000-4000-8000-%012d", i), 1), false)
+	}
+	batch, overrun := h.read(sub, 100)
+	if !overrun || len(batch) != 10 || batch[0].cursor != 16 || batch[9].cursor != 25 {
+		t.Fatalf("read: overrun %v, %d events from cursor %d", overrun, len(batch), batch[0].cursor)
+	}
+	for _, e := range batch {
+		if !h.claim(sub, e) {
+			t.Errorf("event %d refused", e.cursor)
+		}
+	}
+	if p := h.pending(sub); len(p) != 0 {
+		t.Errorf("pending after sending everything kept: %d", len(p))
+	}
+	if b, o := h.read(sub, 100); o || len(b) != 0 {
+		t.Errorf("second read: %d events, overrun %v", len(b), o)
+	}
+	if h.claim(sub, batch[0]) {
+		t.Errorf("an event was claimed twice")
+	}
+	// Live events without a tail still flow.
+	h2 := testHub(t, func(c *FollowConfig) { c.TailPerSandbox = 0 })
+	sub2, _ := h2.subscribe(1)
+	h2.apply(1, pullFailed("00000000-0000-4000-8000-000000000001", 1), false)
+	if b, _ := h2.read(sub2, 10); len(b) != 1 {
+		t.Errorf("tail_per_sandbox 0: %d live events, want 1", len(b))
+	}
+}

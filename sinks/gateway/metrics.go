@@ -44,7 +44,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		droppedDriverEvents: prometheus.NewCounter(prometheus.CounterOpts{Name: ns + "driver_kubernetes_events_dropped_total",
 			Help: "The driver's own kubernetes platform events replaced by eventpipe's."}),
 		lagged: prometheus.NewCounter(prometheus.CounterOpts{Name: ns + "stream_overflows_total",
-			Help: "Times a WatchSandboxes stream's buffer overflowed; the stream then catches up from the tails."}),
+			Help: "Times a WatchSandboxes stream fell more than follow.max_events behind; it then catches up from the per-sandbox tails."}),
 		malformed: prometheus.NewCounter(prometheus.CounterOpts{Name: ns + "unparsed_messages_total",
 			Help: "Driver messages forwarded unedited because they could not be parsed."}),
 		peerRejected: prometheus.NewCounter(prometheus.CounterOpts{Name: ns + "peers_rejected_total",

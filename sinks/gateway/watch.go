@@ -17,7 +17,7 @@ import (
 // the tail not yet sent on this connection, then live ones. One goroutine
 // sends, so the gateway sees whole messages in a single order.
 func (p *Proxy) watch(ctx context.Context, ss grpc.ServerStream, up grpc.ClientStream, connID uint64) error {
-	sub, tail := p.hub.subscribe(connID, p.cfg.StreamBuffer)
+	sub, tail := p.hub.subscribe(connID)
 	defer p.hub.unsubscribe(sub)
 	p.metrics.streams.Inc()
 	defer p.metrics.streams.Dec()
@@ -74,35 +74,31 @@ func (p *Proxy) watch(ctx context.Context, ss grpc.ServerStream, up grpc.ClientS
 			if done, err := p.relayWatch(ss, r.b, r.err); done {
 				return err
 			}
-		case e := <-sub.ch:
-			if err := send(e); err != nil {
-				return err
-			}
-		case <-sub.behind:
-			// Events were not queued for this stream: send what is queued,
-			// then everything the tails hold that this connection has not
-			// had (events already trimmed from the tails are counted as
-			// trimmed, not silently skipped).
-			for drained := false; !drained; {
-				select {
-				case e := <-sub.ch:
+		case <-sub.notify:
+			for {
+				batch, overrun := p.hub.read(sub, 256)
+				if overrun {
+					// This stream fell more than follow.max_events behind:
+					// send what the tails still hold that this connection
+					// has not had.
+					p.log.Warn("WatchSandboxes stream fell behind the proxy's event log; catching up from the per-sandbox tails (older events of busy sandboxes may be missing)",
+						"max_events", p.cfg.Follow.MaxEvents)
+					batch = append(p.hub.pending(sub), batch...)
+				}
+				for _, e := range batch {
+					select {
+					case r := <-driverCh:
+						if done, err := p.relayWatch(ss, r.b, r.err); done {
+							return err
+						}
+					default:
+					}
 					if err := send(e); err != nil {
 						return err
 					}
-				default:
-					drained = true
 				}
-			}
-			for _, e := range p.hub.pending(sub) {
-				select {
-				case r := <-driverCh:
-					if done, err := p.relayWatch(ss, r.b, r.err); done {
-						return err
-					}
-				default:
-				}
-				if err := send(e); err != nil {
-					return err
+				if len(batch) < 256 {
+					break
 				}
 			}
 		case <-ctx.Done():
