@@ -91,12 +91,11 @@ func (e *env) endToEnd() error {
 	if err != nil {
 		return err
 	}
-	// The scenario's own events arrive first (tail); skip them.
-	var created sync.Map // Event UID -> create return time
-	var lat []time.Duration
-	var latMu sync.Mutex
-	var received, dups atomic.Int64
-	seen := map[string]bool{}
+	// Receipt times by Event UID (the scenarios' own events arrive too and
+	// are ignored: they were not created below).
+	var recvMu sync.Mutex
+	recv := map[string]time.Time{}
+	var dups atomic.Int64
 	go func() {
 		for {
 			ev, err := w.Recv()
@@ -107,20 +106,18 @@ func (e *env) endToEnd() error {
 				continue
 			}
 			now := time.Now()
-			id := ev.Platform.Metadata["eventpipe.event_id"]
-			uid, _, _ := strings.Cut(id, "/")
-			if seen[id] {
+			uid, _, _ := strings.Cut(ev.Platform.Metadata["eventpipe.event_id"], "/")
+			recvMu.Lock()
+			if _, ok := recv[uid]; ok {
 				dups.Add(1)
+			} else {
+				recv[uid] = now
 			}
-			seen[id] = true
-			if t, ok := created.Load(uid); ok {
-				latMu.Lock()
-				lat = append(lat, now.Sub(t.(time.Time)))
-				latMu.Unlock()
-				received.Add(1)
-			}
+			recvMu.Unlock()
 		}
 	}()
+	var createdMu sync.Mutex
+	created := map[string]time.Time{} // Event UID -> create call return
 
 	kc, err := kubernetes.NewForConfig(cl.AdminConfig())
 	if err != nil {
@@ -148,21 +145,58 @@ func (e *env) endToEnd() error {
 				if err != nil {
 					continue
 				}
-				created.Store(string(out.UID), time.Now())
+				done := time.Now()
+				createdMu.Lock()
+				created[string(out.UID)] = done
+				createdMu.Unlock()
 				total.Add(1)
 			}
 		}()
 	}
 	wg.Wait()
 	rate := float64(total.Load()) / e2eFor.Seconds()
-	deadline := time.Now().Add(60 * time.Second)
-	for received.Load() < total.Load() && time.Now().Before(deadline) {
-		time.Sleep(100 * time.Millisecond)
+	count := func() (lat []time.Duration, missing []string) {
+		recvMu.Lock()
+		defer recvMu.Unlock()
+		for uid, c := range created {
+			r, ok := recv[uid]
+			if !ok {
+				missing = append(missing, uid)
+				continue
+			}
+			lat = append(lat, max(r.Sub(c), 0))
+		}
+		return lat, missing
 	}
-	latMu.Lock()
-	defer latMu.Unlock()
+	deadline := time.Now().Add(60 * time.Second)
+	lat, missing := count()
+	for len(missing) > 0 && time.Now().Before(deadline) {
+		time.Sleep(200 * time.Millisecond)
+		lat, missing = count()
+	}
 	fmt.Printf("e2e: %d Events created in %s (%.0f/s, %d workers), %d received by the gateway client, %d duplicates\n",
-		total.Load(), *e2eFor, rate, *workers, received.Load(), dups.Load())
+		total.Load(), *e2eFor, rate, *workers, len(lat), dups.Load())
+	if len(missing) > 0 {
+		// Where were they lost: before the collector, or after it?
+		stored := map[string]bool{}
+		for from := uint64(1); ; {
+			recs, _, err := e.col.Store().Read(ctx, from, 4096)
+			if err != nil || len(recs) == 0 {
+				break
+			}
+			for _, r := range recs {
+				stored[r.Occurrence.GetEvent().GetUid()] = true
+				from = r.Offset + 1
+			}
+		}
+		atCollector := 0
+		for _, uid := range missing {
+			if stored[uid] {
+				atCollector++
+			}
+		}
+		fmt.Printf("e2e: %d Events never reached the gateway client (%d of them are in the collector's log), e.g. %s\n", len(missing), atCollector, missing[0])
+	}
 	fmt.Printf("e2e latency (Event created -> gateway client): %s\n", summaryMS(lat))
 	fmt.Printf("e2e latency p99: %.1fms\n", float64(pct(lat, .99))/float64(time.Millisecond))
 	return nil

@@ -253,6 +253,7 @@ func (e *env) latency() error {
 		req    []byte
 	}{{"GetCapabilities", gatewaytest.MethodCaps, nil}, {"GetSandbox", gatewaytest.MethodGet, getReq}} {
 		// Interleave direct and proxied calls so load changes hit both.
+		cpu0 := procCPU(p.cmd.Process.Pid)
 		var d, v []time.Duration
 		for i := 0; i < *n; i++ {
 			for _, c := range []*gatewaytest.Client{direct, via} {
@@ -271,6 +272,7 @@ func (e *env) latency() error {
 		fmt.Printf("unary %s direct:      %s\n", rpc.name, summary(d))
 		fmt.Printf("unary %s via proxy:   %s\n", rpc.name, summary(v))
 		fmt.Printf("unary %s added:       p50 %s  p99 %s\n", rpc.name, us(pct(v, .5)-pct(d, .5)), us(pct(v, .99)-pct(d, .99)))
+		fmt.Printf("unary %s proxy CPU:   %s per call (user+system)\n", rpc.name, us((procCPU(p.cmd.Process.Pid)-cpu0)/time.Duration(*n)))
 	}
 
 	// Stream: the driver stamps each platform event with its send time
@@ -302,6 +304,7 @@ func (e *env) latency() error {
 		}
 	}
 	var sd, sv []time.Duration
+	cpu0 := procCPU(p.cmd.Process.Pid)
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go recv(wd, &sd, &wg)
@@ -324,6 +327,7 @@ func (e *env) latency() error {
 	fmt.Printf("stream message direct:     %s\n", summary(sd))
 	fmt.Printf("stream message via proxy:  %s\n", summary(sv))
 	fmt.Printf("stream message added:      p50 %s  p99 %s\n", us(pct(sv, .5)-pct(sd, .5)), us(pct(sv, .99)-pct(sd, .99)))
+	fmt.Printf("stream message proxy CPU:  %s per message (user+system)\n", us((procCPU(p.cmd.Process.Pid)-cpu0)/time.Duration(max(len(sv), 1))))
 	return nil
 }
 
@@ -560,6 +564,23 @@ func benchOccurrence(s, k int) *eventpipev1.Occurrence {
 			Attempts: uint32(k + 1), FirstSeen: now, LastSeen: now, Detail: img + ": not found", Source: eventpipev1.PullSourceEvent},
 	}
 	return o
+}
+
+// procCPU is a process's user+system CPU time (/proc/<pid>/stat, in clock
+// ticks of 10 ms: USER_HZ is 100 on Linux).
+func procCPU(pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * 10 * time.Millisecond
 }
 
 // scrape reads gauges from the proxy's /metrics.
