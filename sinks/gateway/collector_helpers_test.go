@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
@@ -24,6 +25,7 @@ import (
 type testCollector struct {
 	dir    string
 	addr   string
+	tokens string // a tokens file: authentication on (Ingest uses agentToken)
 	c      *collector.Collector
 	cancel context.CancelFunc
 	done   chan error
@@ -48,7 +50,8 @@ func (tc *testCollector) start(t testing.TB) {
 	}
 	cfg.HTTP.Listen = "127.0.0.1:0"
 	cfg.GRPC.ShutdownGrace = time.Second
-	cfg.Auth.Insecure = true
+	cfg.Auth.Insecure = tc.tokens == ""
+	cfg.Auth.TokensFile = tc.tokens
 	cfg.Store.Dir = filepath.Join(tc.dir, "log")
 	var c *collector.Collector
 	var err error
@@ -97,6 +100,9 @@ func (tc *testCollector) ship(t testing.TB, occs ...*eventpipev1.Occurrence) {
 	}
 	defer conn.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	if tc.tokens != "" {
+		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+agentToken)
+	}
 	defer cancel()
 	st, err := eventpipev1.NewIngestClient(conn).Ship(ctx)
 	if err != nil {
@@ -120,6 +126,15 @@ func (tc *testCollector) ship(t testing.TB, occs ...*eventpipev1.Occurrence) {
 		}
 	}
 }
+
+// Tokens of the authenticated test collector.
+const (
+	agentToken     = "agent-token-0123456789"
+	readerToken    = "reader-repro-0123456789"
+	tokensFileYAML = `- {token: agent-token-0123456789, name: agent, role: agent}
+- {token: reader-repro-0123456789, name: gateway-proxy, role: reader, workspaces: [repro]}
+`
+)
 
 var occSeq int
 

@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -211,4 +212,53 @@ func TestDriverDownThenBack(t *testing.T) {
 	if d := time.Since(back); d > 2*time.Second {
 		t.Errorf("calls went through %s after the driver came back", d)
 	}
+}
+
+// TestFollowAuthenticated: the proxy reads the Follow stream with a reader
+// token like any other reader; a wrong token is counted and logged, and
+// driver traffic flows regardless.
+func TestFollowAuthenticated(t *testing.T) {
+	dir := shortDir(t)
+	tokens := filepath.Join(dir, "tokens.yaml")
+	write := func(path, s string) {
+		if err := os.WriteFile(path, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(tokens, tokensFileYAML)
+	drv := startDriver(t, dir)
+	const id = "6a7b8c9d-0e1f-4a2b-9c3d-4e5f6a7b8c9d"
+	drv.Put(testSandbox(id, "auth"))
+	col := &testCollector{dir: dir, tokens: tokens}
+	col.start(t)
+	t.Cleanup(func() { col.stop(t) })
+
+	good := proxyConfig(dir, drv.Path, col.addr)
+	good.Collector.TokenFile = filepath.Join(dir, "reader.token")
+	write(good.Collector.TokenFile, readerToken+"\n")
+	rp := startProxy(t, good)
+	w := watch(t, dialT(t, good.Listen))
+
+	bad := proxyConfig(dir, drv.Path, col.addr)
+	bad.Listen = filepath.Join(dir, "proxy2", "proxy.sock")
+	bad.Collector.TokenFile = filepath.Join(dir, "wrong.token")
+	write(bad.Collector.TokenFile, "not-a-token-0123456789\n")
+	rpBad := startProxy(t, bad)
+	wBad := watch(t, dialT(t, bad.Listen))
+
+	e := pullFailed(id, 1)
+	col.ship(t, e)
+	waitFor(t, 10*time.Second, "the event through the reader token", func() (bool, string) { return len(w.ours()) == 1, "" })
+	waitFor(t, 10*time.Second, "the refusal counted", func() (bool, string) {
+		return rpBad.metric(t, "eventpipe_driver_proxy_follow_errors_total") >= 1, ""
+	})
+	if len(wBad.ours()) != 0 {
+		t.Errorf("a proxy with a wrong token delivered events")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if _, err := dialT(t, bad.Listen).Unary(ctx, gatewaytest.MethodCaps, nil); err != nil {
+		t.Errorf("driver traffic through the proxy with a refused token: %v", err)
+	}
+	_ = rp
 }
