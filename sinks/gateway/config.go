@@ -33,7 +33,8 @@ type Config struct {
 	Follow    FollowConfig    `yaml:"follow"`
 	// DropDriverKubernetesEvents drops the driver's own platform events
 	// with source "kubernetes" (shared mode), so each occurrence reaches
-	// the gateway once, from eventpipe. On by default.
+	// the gateway once, from eventpipe. On by default. They pass again
+	// while the Follow stream has been down for follow.fail_open_after.
 	DropDriverKubernetesEvents bool `yaml:"drop_driver_kubernetes_events"`
 	// ShutdownGrace bounds how long Run waits for open RPCs on shutdown.
 	ShutdownGrace time.Duration `yaml:"shutdown_grace"`
@@ -76,10 +77,14 @@ type FollowConfig struct {
 	// StateFile keeps the Follow cursor up to which events were delivered,
 	// so a restarted proxy neither replays them to a gateway that kept
 	// running nor skips newer ones. Empty: not kept.
-	StateFile   string        `yaml:"state_file"`
-	BackoffMin  time.Duration `yaml:"backoff_min"`
-	BackoffMax  time.Duration `yaml:"backoff_max"`
-	DialTimeout time.Duration `yaml:"dial_timeout"`
+	StateFile string `yaml:"state_file"`
+	// FailOpenAfter: once the Follow stream has been down this long (or
+	// never came up), the driver's own kubernetes events pass through
+	// again, so the gateway keeps the driver's view without eventpipe. An
+	// occurrence in that window can reach the gateway from both.
+	FailOpenAfter time.Duration `yaml:"fail_open_after"`
+	BackoffMin    time.Duration `yaml:"backoff_min"`
+	BackoffMax    time.Duration `yaml:"backoff_max"`
 }
 
 // NewDefaultConfig returns the defaults; Listen, Driver, GatewayID and
@@ -97,7 +102,7 @@ func NewDefaultConfig() Config {
 			DedupeWindow:   100000,
 			BackoffMin:     500 * time.Millisecond,
 			BackoffMax:     30 * time.Second,
-			DialTimeout:    10 * time.Second,
+			FailOpenAfter:  30 * time.Second,
 		},
 	}
 }
@@ -184,8 +189,8 @@ func (c Config) Validate() error {
 	if f.BackoffMin <= 0 || f.BackoffMax < f.BackoffMin {
 		add("follow.backoff_min", "backoff_min must be positive and at most backoff_max, got %s and %s", f.BackoffMin, f.BackoffMax)
 	}
-	if f.DialTimeout <= 0 {
-		add("follow.dial_timeout", "must be positive, got %s", f.DialTimeout)
+	if f.FailOpenAfter < 0 {
+		add("follow.fail_open_after", "must not be negative, got %s", f.FailOpenAfter)
 	}
 	if len(errs) == 0 {
 		return nil

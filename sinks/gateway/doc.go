@@ -20,7 +20,8 @@
 //     read (involved_kind, involved_name, namespace, count, the corrected
 //     openshell.progress.* keys) and eventpipe.* keys. The driver's own
 //     "kubernetes" platform events are dropped (drop_driver_kubernetes_events)
-//     so each occurrence arrives once.
+//     so each occurrence arrives once, while the Follow stream is up or was
+//     up less than follow.fail_open_after ago; otherwise they pass.
 //   - At most once per gateway connection: an event id is sent once on a
 //     connection (a dedupe window of follow.dedupe_window ids). A stream
 //     reopened on the same connection gets what it has not had yet; a new

@@ -72,6 +72,7 @@ func TestFailOpenMisconfigured(t *testing.T) {
 	drv.Put(testSandbox("9d3e1f2a-5b6c-4d7e-8f90-a1b2c3d4e5f6", "x"))
 	cfg := proxyConfig(dir, drv.Path, "127.0.0.1:1")
 	cfg.Collector.TokenFile = filepath.Join(dir, "missing.token")
+	cfg.Follow.FailOpenAfter = 300 * time.Millisecond
 	rp := startProxy(t, cfg)
 	gw := dialT(t, rp.p.cfg.Listen)
 	start := time.Now()
@@ -85,6 +86,17 @@ func TestFailOpenMisconfigured(t *testing.T) {
 	}
 	waitFor(t, 5*time.Second, "the config error counted", func() (bool, string) {
 		return rp.metric(t, "eventpipe_driver_proxy_follow_errors_total") >= 1, ""
+	})
+	// Without eventpipe's events, the driver's own kubernetes events pass
+	// (after the grace).
+	time.Sleep(cfg.Follow.FailOpenAfter)
+	w := watch(t, gw)
+	if err := drv.WaitWatchers(context.Background(), 1); err != nil {
+		t.Fatal(err)
+	}
+	drv.Platform("9d3e1f2a-5b6c-4d7e-8f90-a1b2c3d4e5f6", gatewaytest.PlatformEvent{TimestampMS: 1, Source: "kubernetes", Type: "Normal", Reason: "Pulling", Message: "the driver's own"})
+	waitFor(t, 5*time.Second, "the driver's kubernetes event passed through", func() (bool, string) {
+		return len(w.all()) == 1, fmt.Sprint(len(w.all()))
 	})
 }
 

@@ -77,6 +77,7 @@ func (f *follower) run(ctx context.Context) {
 			backoff = f.cfg.Follow.BackoffMin
 		}
 		f.m.connected.Set(0)
+		f.hub.setFollowing(false)
 		st := status.Convert(err)
 		switch st.Code() {
 		case codes.OutOfRange:
@@ -122,6 +123,7 @@ func (f *follower) once(ctx context.Context, c eventpipev1.FollowClient) (got bo
 	if err == nil && len(hdr.Get(headerLastCursor)) > 0 {
 		got = true
 		f.m.connected.Set(1)
+		f.hub.setFollowing(true)
 		f.log.Info("following the collector", "gateway_id", f.cfg.GatewayID, "after_cursor", req.AfterCursor, "tail", req.Tail)
 	}
 	restored := f.hub.restoredCursor()

@@ -124,7 +124,7 @@ func (p *Proxy) relayWatch(ss grpc.ServerStream, b []byte, rerr error) (done boo
 	}
 	switch ev.Kind {
 	case driverwire.KindPlatform:
-		if p.cfg.DropDriverKubernetesEvents && ev.Source == SourceKubernetes {
+		if p.cfg.DropDriverKubernetesEvents && ev.Source == SourceKubernetes && p.hub.replacing(p.cfg.Follow.FailOpenAfter) {
 			p.metrics.droppedDriverEvents.Inc()
 			return false, nil
 		}
