@@ -274,3 +274,25 @@ func TestFollowAuthenticated(t *testing.T) {
 	}
 	_ = rp
 }
+
+// TestShutdownPrompt: with a WatchSandboxes stream open, the proxy stops
+// well within its shutdown grace (the stream ends with UNAVAILABLE, so the
+// gateway redials the next proxy at once).
+func TestShutdownPrompt(t *testing.T) {
+	dir := shortDir(t)
+	drv := startDriver(t, dir)
+	rp := startProxy(t, proxyConfig(dir, drv.Path, "127.0.0.1:1"))
+	w := watch(t, dialT(t, rp.p.cfg.Listen))
+	if err := drv.WaitWatchers(context.Background(), 1); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	rp.stop(t)
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("stop took %s with a stream open (shutdown grace %s)", d, rp.p.cfg.ShutdownGrace)
+	}
+	<-w.done
+	if status.Code(w.err) != codes.Unavailable {
+		t.Errorf("stream ended with %v, want UNAVAILABLE", w.err)
+	}
+}

@@ -66,6 +66,10 @@ type Proxy struct {
 
 	ready     chan struct{}
 	readyOnce sync.Once
+	// stopping is closed when Run's context ends: WatchSandboxes streams
+	// end at once (the gateway redials the restarted proxy) while unary
+	// calls drain.
+	stopping chan struct{}
 }
 
 // New validates cfg and prepares a proxy. Nothing listens or dials until Run.
@@ -96,7 +100,7 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*Proxy, error
 	return &Proxy{
 		cfg: cfg, log: log, metrics: m, driver: driver,
 		hub:   newHub(cfg.Follow, m),
-		ready: make(chan struct{}),
+		ready: make(chan struct{}), stopping: make(chan struct{}),
 	}, nil
 }
 
@@ -143,6 +147,7 @@ func (p *Proxy) Run(ctx context.Context) error {
 	g.Go(func() error { p.saveState(fctx); return nil })
 	g.Go(func() error {
 		<-gctx.Done()
+		close(p.stopping)
 		fcancel()
 		done := make(chan struct{})
 		go func() { srv.GracefulStop(); close(done) }()

@@ -6,6 +6,7 @@ import (
 	"io"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/eventpipe/eventpipe/sinks/gateway/driverwire"
@@ -101,6 +102,8 @@ func (p *Proxy) watch(ctx context.Context, ss grpc.ServerStream, up grpc.ClientS
 					break
 				}
 			}
+		case <-p.stopping:
+			return status.Error(codes.Unavailable, "eventpipe driver-proxy is shutting down; reconnect")
 		case <-ctx.Done():
 			return status.FromContextError(ctx.Err()).Err()
 		}
