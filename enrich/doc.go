@@ -1,7 +1,8 @@
 // Package enrich decides what a Kubernetes Event means for OpenShell: which
 // sandbox it belongs to (and by which rule), which role and container it is
 // about, which image, whether it is an image-pull failure and why, and which
-// gateway progress step it moves.
+// gateway progress step it moves. Remedy turns a pull failure's cause into
+// the next step for the user (one table, one entry per category).
 //
 // Contract: enrich is pure with respect to I/O. It reads cached metadata
 // through the read-only Lookups interfaces, starts no goroutines and never
