@@ -74,9 +74,9 @@ type FollowConfig struct {
 	// DedupeWindow is how many event ids per gateway connection are
 	// remembered as sent.
 	DedupeWindow int `yaml:"dedupe_window"`
-	// StateFile keeps the Follow cursor up to which events were delivered,
-	// so a restarted proxy neither replays them to a gateway that kept
-	// running nor skips newer ones. Empty: not kept.
+	// StateFile keeps the Follow cursor up to which events were sent
+	// (written before sending), so a restarted proxy does not send them
+	// again to a gateway that kept running. Empty: not kept.
 	StateFile string `yaml:"state_file"`
 	// FailOpenAfter: once the Follow stream has been down this long (or
 	// never came up), the driver's own kubernetes events pass through

@@ -79,7 +79,6 @@ type hub struct {
 	subs      map[*subscriber]struct{}
 	restored  uint64 // delivered cursor of the previous run
 	anyConn   bool   // a connection was seen since start
-	delivered uint64 // highest cursor sent on any stream
 	events    int    // entries in all tails, at most cfg.MaxEvents
 	// log is a ring of the last len(log) events in arrival order; event
 	// number seq is at log[seq%len(log)], for seq in [logNext-logLen, logNext).
@@ -132,7 +131,7 @@ func sandboxKey(id string) string { return strings.ToLower(id) }
 // restarted already has them).
 func (h *hub) restoreDelivered(c uint64) {
 	h.mu.Lock()
-	h.restored, h.delivered = c, c
+	h.restored = c
 	h.mu.Unlock()
 }
 
@@ -140,12 +139,6 @@ func (h *hub) restoredCursor() uint64 {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
 	return h.restored
-}
-
-func (h *hub) deliveredCursor() uint64 {
-	h.mu.RLock()
-	defer h.mu.RUnlock()
-	return h.delivered
 }
 
 // get returns the sandbox's state, creating it (and evicting the least
@@ -438,9 +431,6 @@ func (h *hub) claim(sub *subscriber, e *entry) bool {
 		delete(c.sent, c.order[c.head])
 		c.order[c.head] = e.eventID
 		c.head = (c.head + 1) % len(c.order)
-	}
-	if e.cursor > h.delivered {
-		h.delivered = e.cursor
 	}
 	return true
 }

@@ -25,6 +25,7 @@ type metrics struct {
 	events              prometheus.Gauge
 	evicted             prometheus.Counter
 	trimmed             prometheus.Counter
+	stateErrors         prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -65,11 +66,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Sandboxes forgotten because follow.max_sandboxes was reached."}),
 		trimmed: prometheus.NewCounter(prometheus.CounterOpts{Name: ns + "tail_events_trimmed_total",
 			Help: "Tail events dropped because follow.max_events was reached."}),
+		stateErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: ns + "state_write_errors_total",
+			Help: "Failed writes of follow.state_file."}),
 	}
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.rpcs, m.rpcSeconds, m.streams, m.spliced, m.duplicates, m.droppedDriverEvents,
 			m.lagged, m.malformed, m.peerRejected, m.occurrences, m.followErrors, m.connected,
-			m.sandboxes, m.failing, m.events, m.evicted, m.trimmed} {
+			m.sandboxes, m.failing, m.events, m.evicted, m.trimmed, m.stateErrors} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("register driver-proxy metrics: %w", err)
 			}

@@ -70,6 +70,9 @@ type Proxy struct {
 	// end at once (the gateway redials the restarted proxy) while unary
 	// calls drain.
 	stopping chan struct{}
+
+	stateMu sync.Mutex
+	saved   uint64 // the cursor in the state file
 }
 
 // New validates cfg and prepares a proxy. Nothing listens or dials until Run.
@@ -118,6 +121,7 @@ func (p *Proxy) Run(ctx context.Context) error {
 	}
 	if saved > 0 {
 		p.hub.restoreDelivered(saved)
+		p.saved = saved
 	}
 	ul, err := listenUnix(p.cfg.Listen, p.log)
 	if err != nil {
@@ -144,7 +148,6 @@ func (p *Proxy) Run(ctx context.Context) error {
 	defer fcancel()
 	f := newFollower(p.cfg, p.log, p.metrics, p.hub)
 	g.Go(func() error { f.run(fctx); return nil })
-	g.Go(func() error { p.saveState(fctx); return nil })
 	g.Go(func() error {
 		<-gctx.Done()
 		close(p.stopping)
@@ -160,34 +163,30 @@ func (p *Proxy) Run(ctx context.Context) error {
 		return nil
 	})
 	err = g.Wait()
-	if werr := writeState(p.cfg.Follow.StateFile, p.hub.deliveredCursor()); werr != nil {
-		p.log.Warn("cannot save the follow state", "file", p.cfg.Follow.StateFile, "err", werr)
-	}
 	return err
 }
 
-// saveState writes the delivered cursor once a second while it moves.
-func (p *Proxy) saveState(ctx context.Context) {
+// persistUpTo records, before events up to cursor c are sent, that they
+// were delivered (write-ahead: temp file + rename, no fsync; a killed
+// proxy loses nothing written, a crashed node restarts the gateway too).
+// So a restarted proxy never sends them again to a gateway that kept
+// running; an event cut off between this write and its send is missed by
+// that gateway (at most once), not repeated.
+func (p *Proxy) persistUpTo(c uint64) {
 	if p.cfg.Follow.StateFile == "" {
 		return
 	}
-	var last uint64
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		if c := p.hub.deliveredCursor(); c != last {
-			if err := writeState(p.cfg.Follow.StateFile, c); err != nil {
-				p.log.Warn("cannot save the follow state", "file", p.cfg.Follow.StateFile, "err", err)
-				continue
-			}
-			last = c
-		}
+	p.stateMu.Lock()
+	defer p.stateMu.Unlock()
+	if c <= p.saved {
+		return
 	}
+	if err := writeState(p.cfg.Follow.StateFile, c); err != nil {
+		p.metrics.stateErrors.Inc()
+		p.log.Warn("cannot save the follow state; after a restart the gateway may get recent events again", "file", p.cfg.Follow.StateFile, "err", err)
+		return
+	}
+	p.saved = c
 }
 
 // forwardMD is the request metadata for the driver: everything the gateway
