@@ -28,9 +28,9 @@
 //     connection (a restarted gateway) first gets the recent tail of every
 //     live sandbox (follow.tail_per_sandbox, like the gateway's own replay
 //     tail), so `sandbox create` progress is not blanked. Across a proxy
-//     restart the cursor up to which events were delivered is kept in
-//     follow.state_file: the first connection after the restart (the
-//     gateway that kept running) is not sent those again.
+//     restart the cursor up to which events were sent is written ahead of
+//     sending to follow.state_file: the first connection after the restart
+//     (the gateway that kept running) is not sent those again.
 //   - Conditions: while a pull failure is active for a sandbox (the latest
 //     failure of a container not superseded by a Pulled of that container,
 //     or of the workload's agent container for the workload pod), every
