@@ -44,7 +44,7 @@ func startCollector(t *testing.T) string {
 func startCollectorAt(t *testing.T, dir, listen string) (addr string, stop func()) {
 	t.Helper()
 	tokens := filepath.Join(dir, "tokens.yaml")
-	if err := os.WriteFile(tokens, []byte(`- {token: `+agentToken+`, name: agent, role: agent}
+	if err := os.WriteFile(tokens, []byte(`- {token: `+agentToken+`, name: agent, role: agent, clusters: [test]}
 - {token: `+readerRepro+`, name: reader-repro, role: reader, workspaces: [repro]}
 - {token: `+readerOther+`, name: reader-other, role: reader, workspaces: [other]}
 `), 0o600); err != nil {

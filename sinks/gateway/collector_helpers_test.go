@@ -131,7 +131,7 @@ func (tc *testCollector) ship(t testing.TB, occs ...*eventpipev1.Occurrence) {
 const (
 	agentToken     = "agent-token-0123456789"
 	readerToken    = "reader-repro-0123456789"
-	tokensFileYAML = `- {token: agent-token-0123456789, name: agent, role: agent}
+	tokensFileYAML = `- {token: agent-token-0123456789, name: agent, role: agent, clusters: ["*"]}
 - {token: reader-repro-0123456789, name: gateway-proxy, role: reader, workspaces: [repro]}
 `
 )

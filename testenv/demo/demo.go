@@ -294,7 +294,7 @@ func (d *demo) startCollector() error {
 	if d.readerTok, err = randomToken(); err != nil {
 		return err
 	}
-	tokens := fmt.Sprintf("- {token: %s, name: demo-agent, role: agent}\n- {token: %s, name: demo-reader, role: reader, workspaces: [\"*\"]}\n", agentTok, d.readerTok)
+	tokens := fmt.Sprintf("- {token: %s, name: demo-agent, role: agent, clusters: [local, make-run]}\n- {token: %s, name: demo-reader, role: reader, workspaces: [\"*\"]}\n", agentTok, d.readerTok)
 	for name, content := range map[string]string{"tokens.yaml": tokens, "agent.token": agentTok + "\n", "reader.token": d.readerTok + "\n"} {
 		if err := os.WriteFile(filepath.Join(d.dir, name), []byte(content), 0o600); err != nil {
 			return fmt.Errorf("write %s: %w", name, err)
