@@ -7,6 +7,8 @@ import (
 	"crypto/x509"
 	"debug/elf"
 	"io"
+	"log"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,10 +18,12 @@ import (
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 )
 
@@ -127,6 +131,21 @@ func TestImage(t *testing.T) {
 	}
 	if m, err := img.Manifest(); err != nil || len(m.Layers) != 1 {
 		t.Errorf("manifest %+v (%v): want one layer on an empty base", m, err)
+	}
+
+	// Push to a registry on loopback (go-containerregistry's registry
+	// implementation) and pull the manifest back by tag.
+	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	defer srv.Close()
+	ref, err := name.ParseReference(strings.TrimPrefix(srv.URL, "http://")+"/eventpipe:"+o.Version, name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := push(ctx, ref, first); err != nil {
+		t.Fatal(err)
+	}
+	if desc, err := remote.Head(ref, remote.WithContext(ctx)); err != nil || desc.Digest != d1 {
+		t.Errorf("pushed image: %+v (%v), want digest %s", desc, err, d1)
 	}
 
 	files := extract(t, img)

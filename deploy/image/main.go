@@ -20,6 +20,7 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
@@ -37,7 +38,7 @@ func run() error {
 	var (
 		out      = flag.String("out", "", "write the image tarball here (docker load / podman load)")
 		layoutTo = flag.String("layout", "", "also write an OCI image layout into this directory")
-		push     = flag.String("push", "", "push to this reference, e.g. registry.example.com/eventpipe:0.1.0")
+		pushTo   = flag.String("push", "", "push to this reference, e.g. registry.example.com/eventpipe:0.1.0")
 		repo     = flag.String("repo", "ghcr.io/eventpipe/eventpipe", "repository named in the tarball")
 		arch     = flag.String("arch", "amd64", "GOARCH of the binary and the image")
 		ver      = flag.String("version", "", "version (default: the chart's appVersion)")
@@ -85,16 +86,24 @@ func run() error {
 		}
 		fmt.Printf("wrote OCI layout %s\n", *layoutTo)
 	}
-	if *push != "" {
-		ref, err := name.ParseReference(*push)
+	if *pushTo != "" {
+		ref, err := name.ParseReference(*pushTo)
 		if err != nil {
 			return err
 		}
-		if err := remote.Write(ref, img, remote.WithAuthFromKeychain(authn.DefaultKeychain), remote.WithContext(ctx)); err != nil {
-			return fmt.Errorf("push %s: %w", ref, err)
+		if err := push(ctx, ref, img); err != nil {
+			return err
 		}
 		fmt.Printf("pushed %s@%s\n", ref.Context(), digest)
 	}
 	fmt.Printf("eventpipe %s revision %s created %s\ndigest %s\n", o.Version, o.Revision, o.Created.Format("2006-01-02T15:04:05Z"), digest)
+	return nil
+}
+
+// push writes img to ref with the docker config's credentials.
+func push(ctx context.Context, ref name.Reference, img v1.Image) error {
+	if err := remote.Write(ref, img, remote.WithAuthFromKeychain(authn.DefaultKeychain), remote.WithContext(ctx)); err != nil {
+		return fmt.Errorf("push %s: %w", ref, err)
+	}
 	return nil
 }
