@@ -110,7 +110,7 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer, opts ...Opt
 			return nil, err
 		}
 	}
-	c.ready = &readiness{log: c.store, window: cfg.Readiness.LossWindow, logger: logger, since: map[string]lossMark{}}
+	c.ready = &readiness{log: c.store}
 
 	if err := c.buildGRPC(); err != nil {
 		return nil, err
@@ -309,7 +309,6 @@ func (c *Collector) Run(ctx context.Context) error {
 		early("http server", err)
 		return nil
 	})
-	frontG.Go(func() error { c.ready.run(frontCtx); return nil })
 	if c.configPath != "" {
 		frontG.Go(func() error {
 			if err := c.watchConfig(frontCtx); err != nil {

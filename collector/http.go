@@ -1,12 +1,8 @@
 package collector
 
 import (
-	"context"
 	"fmt"
-	"log/slog"
 	"net/http"
-	"sort"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -42,78 +38,25 @@ func (c *Collector) buildHTTP() {
 // readinessLog is what /readyz asks the store.
 type readinessLog interface {
 	Writable() error
-	Lost() map[string]uint64
 }
 
-type lossMark struct {
-	count uint64
-	at    time.Time // when count last grew
-}
-
-// readiness remembers when each consumer last lost records to retention, so
-// /readyz can fail for window after a loss and name the consumer.
+// readiness answers /readyz: ready means "can acknowledge ingest", i.e. the
+// store accepts appends. A sink that loses records to retention does not
+// make the collector unready: with one replica that would remove the
+// Service's only endpoint and turn a Loki outage into an outage of every
+// agent and consumer. Sink loss is a metric and an alert instead
+// (eventpipe_sink_lost_records_total, docs/operations.md), and so is
+// acknowledged data found lost in the log
+// (eventpipe_collector_log_data_loss_records_total; at start-up the store
+// refuses such a log unless store.accept_data_loss is set).
 type readiness struct {
-	log    readinessLog
-	window time.Duration
-	logger *slog.Logger
-
-	mu    sync.Mutex
-	since map[string]lossMark
+	log readinessLog
 }
 
-// observe records growth of the store's per-consumer loss counters. A
-// consumer seen with losses for the first time counts as a fresh loss: the
-// collector cannot tell how old it is, so it says so rather than hide it.
-func (r *readiness) observe(now time.Time) {
-	lost := r.log.Lost()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for name, n := range lost {
-		prev, ok := r.since[name]
-		if n > prev.count || (!ok && n > 0) {
-			r.since[name] = lossMark{count: n, at: now}
-			if ok {
-				r.logger.Error("consumer lost records to retention", "consumer", name, "lost_total", n, "new", n-prev.count)
-			}
-		}
-	}
-}
-
-func (r *readiness) check(now time.Time) []string {
+func (r *readiness) check(time.Time) []string {
 	var problems []string
 	if err := r.log.Writable(); err != nil {
 		problems = append(problems, "store not writable: "+err.Error())
 	}
-	r.observe(now)
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var names []string
-	for name, m := range r.since {
-		if m.count > 0 && now.Sub(m.at) < r.window {
-			names = append(names, name)
-		}
-	}
-	sort.Strings(names)
-	for _, name := range names {
-		m := r.since[name]
-		problems = append(problems, fmt.Sprintf("consumer %q lost records to retention %s ago (%d lost in total); it stays not ready for %s after a loss",
-			name, now.Sub(m.at).Truncate(time.Second), m.count, r.window))
-	}
 	return problems
-}
-
-// run polls the loss counters so a loss is noticed (and logged) even when
-// nobody asks /readyz.
-func (r *readiness) run(ctx context.Context) {
-	t := time.NewTicker(5 * time.Second)
-	defer t.Stop()
-	r.observe(time.Now())
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case now := <-t.C:
-			r.observe(now)
-		}
-	}
 }

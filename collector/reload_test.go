@@ -191,33 +191,3 @@ func TestHealthReadyMetrics(t *testing.T) {
 		t.Errorf("/metrics lacks the store's series (eventpipe_collector_log_*)")
 	}
 }
-
-// fakeReadinessLog stands in for the store in a unit test of /readyz logic.
-type fakeReadinessLog struct {
-	writable error
-	lost     map[string]uint64
-}
-
-func (f *fakeReadinessLog) Writable() error         { return f.writable }
-func (f *fakeReadinessLog) Lost() map[string]uint64 { return f.lost }
-
-func TestReadinessNamesTheProblem(t *testing.T) {
-	log := &fakeReadinessLog{lost: map[string]uint64{"archive": 0, "loki": 0}}
-	r := &readiness{log: log, window: 10 * time.Minute, logger: testLogger(t), since: map[string]lossMark{}}
-	t0 := time.Unix(1_800_000_000, 0)
-	if p := r.check(t0); len(p) != 0 {
-		t.Fatalf("ready store: %v", p)
-	}
-	log.lost["loki"] = 42
-	p := r.check(t0.Add(time.Minute))
-	if len(p) != 1 || !strings.Contains(p[0], `consumer "loki" lost records to retention`) || !strings.Contains(p[0], "42 lost") {
-		t.Fatalf("after a loss: %v", p)
-	}
-	if p := r.check(t0.Add(12 * time.Minute)); len(p) != 0 {
-		t.Fatalf("loss older than the window still reported: %v", p)
-	}
-	log.writable = fmt.Errorf("fsync: input/output error")
-	if p := r.check(t0.Add(13 * time.Minute)); len(p) != 1 || !strings.Contains(p[0], "store not writable: fsync") {
-		t.Fatalf("unwritable store: %v", p)
-	}
-}

@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -158,10 +159,14 @@ func (a *agentRun) ship(ctx context.Context, t *testing.T, addr string, firstBat
 }
 
 // TestSIGKILLMidIngest kills the real collector process with SIGKILL while
-// an agent streams, restarts it, and checks the promise: every acknowledged
-// occurrence is in the log exactly once and reaches the file sink, the
-// agent's re-sent unacknowledged batches are not stored twice, and
-// GetCursor returns (at least) the last acknowledged resourceVersion.
+// an agent streams with batches in flight (it tries again until at least one
+// sent batch was not acknowledged at the kill), restarts it, and checks the
+// promise: every acknowledged occurrence is in the log exactly once and
+// reaches the file sink, the agent's re-sent unacknowledged batches are not
+// stored twice, GetCursor returns (at least) the last acknowledged
+// resourceVersion, and the file sink's duplicates (at-least-once) are
+// counted and bounded by what it had delivered past its committed cursor at
+// each kill.
 func TestSIGKILLMidIngest(t *testing.T) {
 	dir := t.TempDir()
 	bin := buildEventpipe(t, dir)
@@ -187,28 +192,61 @@ sinks:
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 
-	first := startChild(t, bin, config, httpAddr)
 	agent := &agentRun{sent: map[uint64]*eventpipev1.Batch{}, acked: map[uint64]bool{}}
-	const perBatch = 50
-	shipErr := make(chan error, 1)
-	go func() { shipErr <- agent.ship(ctx, t, grpcAddr, 1, perBatch, nil) }()
-	// Let a steady stream run, then kill mid-stream.
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	counts := func() (sent, acked int) {
 		agent.mu.Lock()
-		n := len(agent.acked)
-		agent.mu.Unlock()
-		if n >= 200 || time.Now().After(deadline) {
+		defer agent.mu.Unlock()
+		return len(agent.sent), len(agent.acked)
+	}
+	const perBatch = 50
+	var (
+		proc     = startChild(t, bin, config, httpAddr)
+		inflight int    // batches sent but not acknowledged at the kill
+		dupBound uint64 // records the sink may deliver twice: past its committed cursor at each kill
+		kills    int
+	)
+	for attempt := 1; ; attempt++ {
+		if attempt > 8 {
+			t.Fatalf("no batch was in flight at the kill in %d attempts", attempt-1)
+		}
+		sent0, acked0 := counts()
+		shipErr := make(chan error, 1)
+		go func() { shipErr <- agent.ship(ctx, t, grpcAddr, sent0+1, perBatch, nil) }()
+		// A steady stream (long enough for the sink to commit its cursor
+		// once: commit_interval), then the kill at a moment when batches
+		// are sent and not yet acknowledged.
+		cursorFile := filepath.Join(dir, "log", "cursors", "archive")
+		committed0 := readCursorFile(t, cursorFile)
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			sent, acked := counts()
+			if (acked-acked0 >= 200 && sent > acked && readCursorFile(t, cursorFile) > committed0) || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+		if err := proc.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		<-proc.done
+		kills++
+		if err := <-shipErr; err == nil {
+			t.Fatal("the stream survived SIGKILL?")
+		}
+		committed := readCursorFile(t, cursorFile)
+		proc = startChild(t, bin, config, httpAddr)
+		last := uint64(scrapeGauge(t, httpAddr, "eventpipe_collector_log_last_offset"))
+		if last > committed {
+			dupBound += last - committed
+		}
+		sent, acked := counts()
+		if sent > acked {
+			inflight = sent - acked
+			t.Logf("kill %d: %d batches sent, %d acknowledged: %d in flight; the sink had committed %d of %d",
+				kills, sent, acked, inflight, committed, last)
 			break
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if err := first.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	<-first.done
-	if err := <-shipErr; err == nil {
-		t.Fatal("the stream survived SIGKILL?")
+		t.Logf("kill %d: every sent batch (%d) was acknowledged before the kill; again", kills, sent)
 	}
 	agent.mu.Lock()
 	var lastAcked uint64
@@ -222,15 +260,11 @@ sinks:
 	}
 	sentCount, ackedCount := len(agent.sent), len(agent.acked)
 	agent.mu.Unlock()
-	t.Logf("before SIGKILL: %d batches sent, %d acknowledged (last %d)", sentCount, ackedCount, lastAcked)
 	if ackedCount == 0 {
 		t.Fatal("nothing acknowledged before the kill")
 	}
-	if sentCount == ackedCount {
-		t.Logf("note: every sent batch was acknowledged before the kill")
-	}
 
-	second := startChild(t, bin, config, httpAddr)
+	second := proc
 	conn := dial(t, grpcAddr, agentToken)
 	cur, err := eventpipev1.NewIngestClient(conn).GetCursor(ctx, &eventpipev1.GetCursorRequest{Cluster: "prod", Stream: DefaultStream})
 	if err != nil || !cur.GetFound() {
@@ -278,7 +312,9 @@ sinks:
 	}
 	total := sentCount * perBatch
 
-	// Every occurrence reaches the file sink.
+	// Every occurrence reaches the file sink; after de-duplication by
+	// event_id it holds each exactly once, nothing else, and the copies
+	// beyond the first are counted and bounded.
 	var inFile map[string]int
 	for deadline := time.Now().Add(60 * time.Second); ; {
 		inFile = readJSONL(t, jsonl)
@@ -287,15 +323,33 @@ sinks:
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	known := map[string]bool{}
 	agent.mu.Lock()
 	for seq, b := range agent.sent {
 		for _, o := range b.GetOccurrences() {
+			known[o.GetEventId()] = true
 			if inFile[o.GetEventId()] == 0 {
+				agent.mu.Unlock()
 				t.Fatalf("occurrence %s (batch %d, acked %v) never reached the file sink", o.GetEventId(), seq, agent.acked[seq])
 			}
 		}
 	}
 	agent.mu.Unlock()
+	var duplicated uint64
+	for id, n := range inFile {
+		if !known[id] {
+			t.Fatalf("the file sink holds %s, which the agent never sent", id)
+		}
+		duplicated += uint64(n - 1)
+	}
+	if len(inFile) != total {
+		t.Fatalf("file sink: %d distinct occurrences after dedupe, want %d", len(inFile), total)
+	}
+	if duplicated > dupBound {
+		t.Fatalf("file sink: %d duplicated lines, more than the %d records it had delivered past its committed cursor at the kills", duplicated, dupBound)
+	}
+	t.Logf("drill collector-sigkill (file sink): created %d, acknowledged %d, in flight at the kill %d batches, delivered %d distinct, duplicated %d (bound %d), lost 0",
+		total, ackedCount*perBatch, inflight, len(inFile), duplicated, dupBound)
 
 	// Stop cleanly (SIGTERM) and read the log itself: each occurrence once.
 	if err := second.cmd.Process.Signal(syscall.SIGTERM); err != nil {
@@ -362,4 +416,44 @@ func readJSONL(t *testing.T, path string) map[string]int {
 		fh.Close()
 	}
 	return out
+}
+
+// readCursorFile reads a consumer cursor file of the store (0 if absent).
+func readCursorFile(t *testing.T, path string) uint64 {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil {
+		t.Fatalf("cursor file %s: %v", path, err)
+	}
+	return n
+}
+
+// scrapeGauge reads one unlabelled series from the collector's /metrics.
+func scrapeGauge(t *testing.T, httpAddr, name string) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + httpAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			return f
+		}
+	}
+	t.Fatalf("%s not in /metrics", name)
+	return 0
 }

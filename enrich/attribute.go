@@ -60,6 +60,16 @@ func imageRoles(r Rules) map[string]string {
 	return m
 }
 
+// eventImageRole is imageRole for the image an event names: the image of
+// a FailedCreatePodSandBox event (no container) is the pod sandbox
+// ("pause") image, which no container of the pod runs.
+func (r *compiledRules) eventImageRole(reason, container string, pod *Pod) string {
+	if container == "" && reason == "FailedCreatePodSandBox" {
+		return eventpipev1.ImageRolePodSandbox
+	}
+	return r.imageRole(container, pod)
+}
+
 // imageRole says which image a container runs. pod may be nil.
 func (r *compiledRules) imageRole(container string, pod *Pod) string {
 	if container == "" {

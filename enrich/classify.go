@@ -46,7 +46,8 @@ func candidateReason(reason string) bool {
 }
 
 // pullMarkers in a (lower-cased) message make an event of another reason
-// (Failed, BackOff, FailedSync, FailedCreatePodSandBox, ...) a pull failure.
+// (Failed, BackOff, FailedSync, FailedCreatePodSandBox, InspectFailed, ...)
+// a pull failure.
 var pullMarkers = []string{
 	"failed to pull image",
 	"back-off pulling image",
@@ -55,11 +56,18 @@ var pullMarkers = []string{
 	"imagepullbackoff",
 	"invalidimagename",
 	"errimageneverpull",
+	"imageinspecterror",
 	"failed to apply default image tag",
 	"pull policy of never",
 	"signaturevalidationfailed",
 	"pull access denied",
 	"failed to pull and unpack image",
+	"failed to inspect image",
+	"failed to inspect sandbox image",
+	"failed to get sandbox image",
+	"failed pulling image",
+	"image pull failed for",
+	"pull qps exceeded",
 	// Runtime wordings that only a pull produces, for events that carry
 	// just the cause.
 	"reading manifest",
@@ -71,13 +79,29 @@ var pullMarkers = []string{
 	"failed to resolve reference",
 	"error pulling image configuration",
 	"manifest unknown",
+	"not found in repository",
+	"short name mode is enforcing",
+	"did not resolve to an alias",
+	"error unpacking image",
+	"unpack image on snapshotter",
 }
 
 // rule maps message fragments to a category; rules are tried in order, the
 // first with a matching fragment wins. The order resolves messages that
-// name several things (a TLS handshake timeout is a timeout; "pull access
-// denied ... may require docker login" is not_found_or_unauthorized, not
-// unauthorized).
+// name several things:
+//   - the node's own limits and stores (disk full, the kubelet's pull QPS,
+//     the snapshotter) before what the registry said, so a store's "content
+//     digest ...: not found" is not an image that does not exist;
+//   - the network (DNS, connect, "connection timed out", "i/o timeout",
+//     "TLS handshake timeout") before timeout: a registry that cannot be
+//     reached is registry_unreachable whatever word for time appears;
+//     timeout is left for a pull that ran past its deadline or was
+//     cancelled;
+//   - "pull access denied ... may require docker login" is
+//     not_found_or_unauthorized, not unauthorized.
+//
+// Bare status numbers ("401", "503") are never fragments: they occur in
+// digests and account ids.
 type rule struct {
 	category  string
 	fragments []string
@@ -96,62 +120,93 @@ var rules = []rule{
 		"signaturevalidationfailed", "source image rejected", "rejected by policy", "signature",
 		"policy requirements", "not allowed by policy", "blocked by policy", "denied by policy",
 		"image is not allowed", "is not in the allowed",
+		// CRI-O / Podman short-name policy (registries.conf).
+		"short name mode is enforcing", "returns ambiguous list", "did not resolve to an alias",
+		"no unqualified-search registries",
 	}},
 	{eventpipev1.CategoryPlatformMismatch, []string{
 		"no match for platform", "does not match the specified platform", "no matching manifest for",
 		"no image found in manifest list for architecture", "image operating system", "cannot be used on this platform",
 		"not supported on this platform", "no matching platform", "platform mismatch",
+		// Windows containerd unpacking a Linux layer.
+		"hcsshim::processbaselayer",
 	}},
 	{eventpipev1.CategoryNodeStorage, []string{
 		"no space left on device", "disk quota exceeded", "not enough space", "insufficient space",
 		"read-only file system", "disk pressure", "out of disk", "quota exceeded for",
 	}},
+	{eventpipev1.CategoryKubeletThrottled, []string{"pull qps exceeded"}},
 	{eventpipev1.CategoryRateLimited, []string{
 		"toomanyrequests", "too many requests", "rate limit", "ratelimit", "status 429", "429 too many",
 		"code=429", "status code 429",
 	}},
+	{eventpipev1.CategoryRuntimeStore, []string{
+		"failed to extract layer", "failed to prepare extraction snapshot", "unpack image on snapshotter",
+		"error unpacking image", "content store", "failed to register layer", "parent snapshot",
+		"/var/lib/docker/overlay2", "nil pointer to a runtime api image", "locking ref", "failed to unpack image",
+	}},
+	{eventpipev1.CategoryRegistryUnreachable, []string{
+		"i/o timeout", "tls handshake timeout", "connection timed out", "connection refused", "no such host",
+		"no route to host", "network is unreachable", "dial tcp", "dial udp", "server misbehaving",
+		"temporary failure in name resolution", "name resolution", "request canceled while waiting for connection",
+		"awaiting headers", "unable to ping registry endpoint", "connection reset", "proxyconnect",
+		// A registry request (not the whole pull) that got no answer in time.
+		`": context deadline exceeded`,
+	}},
 	{eventpipev1.CategoryTimeout, []string{
-		"deadline exceeded", "deadlineexceeded", "i/o timeout", "tls handshake timeout", "timeout exceeded",
-		"timed out", "timeout awaiting", "request canceled while waiting for connection",
-		"slow image pulling", "image pull progress", "context canceled",
+		"deadline exceeded", "deadlineexceeded", "timeout exceeded", "timed out", "timeout awaiting",
+		"slow image pulling", "image pull progress", "context canceled", "request canceled", "code = canceled",
 	}},
 	{eventpipev1.CategoryTLSError, []string{
 		"x509:", "tls:", "certificate", "server gave http response to https client", "ssl", "handshake failure",
 	}},
 	{eventpipev1.CategoryRegistryUnreachable, []string{
-		"connection refused", "no such host", "no route to host", "network is unreachable",
-		"connection reset", "server misbehaving", "temporary failure in name resolution",
-		"dial tcp", "dial udp", "unexpected eof", "broken pipe", "service unavailable", "bad gateway",
-		"internal server error", "503", "502", "500 internal", "unavailable desc", "registryunavailable",
-		"cannot connect", "could not connect", "couldn't connect", "connection closed", "name resolution",
-		"pinging container registry", "pinging docker registry",
+		"unexpected eof", "broken pipe", "service unavailable", "bad gateway", "gateway timeout",
+		"internal server error", "unavailable desc", "registryunavailable", "cannot connect", "could not connect",
+		"couldn't connect", "connection closed", "pinging container registry", "pinging docker registry",
+		"failed to do request", "api error (500)", "api error (502)", "api error (503)",
+		"status: 502", "status: 503", "status 502", "status 503", ": 502 ", ": 503 ",
 	}},
 	{eventpipev1.CategoryNotFoundOrUnauthorized, []string{
 		"pull access denied", "requested access to the resource is denied", "may require 'docker login'",
 		"may require \"docker login\"", "may require authorization", "repository does not exist or may require",
 		"insufficient_scope", "not found or unauthorized", "does not exist or no pull access",
+		// Quay answers so for a repository that does not exist as well.
+		"access to the requested resource is not authorized",
 	}},
 	{eventpipev1.CategoryUnauthorized, []string{
-		"unauthorized", "authentication required", "no basic auth credentials", "401", "403 forbidden",
+		"unauthorized", "authentication required", "no basic auth credentials", "403 forbidden",
 		"forbidden", "failed to authorize", "access denied", "access to the resource is denied",
 		"invalid username/password", "incorrect username or password", "authorization failed",
 		"denied: permission", "permission \"", "permissiondenied", "permission denied", "unauthenticated",
-		"credentials", "authentication failed", "denied:",
+		"credentials", "authentication failed", "denied:", "status 401", "status 403", "status: 401", "status: 403",
+		": 401 ", ": 403 ", "(401)", "(403)",
 	}},
 	{eventpipev1.CategoryNotFound, []string{
 		"not found", "manifest unknown", "code = notfound", "name unknown", "does not exist",
-		"no such image", "404", "blob unknown", "unknown manifest", "notfound",
+		"no such image", "blob unknown", "unknown manifest", "notfound", "status 404", "status: 404",
+		": 404 ", "(404)",
 	}},
 }
 
-// markerBit tags pullMarkers in the matcher; rule i has bit 1<<i.
-const markerBit = 1 << 31
+// detailsMarker: old Docker messages put a guess first ("this may be
+// because there are no credentials on this request") and the registry's
+// answer after it; the answer decides.
+const detailsMarker = "details: ("
+
+// markerBit tags pullMarkers in the matcher, detailsBit detailsMarker;
+// rule i has bit 1<<i.
+const (
+	markerBit  = 1 << 31
+	detailsBit = 1 << 30
+)
 
 var pullMatcher = func() *matcher {
 	var frags []fragment
 	for _, f := range pullMarkers {
 		frags = append(frags, fragment{f, markerBit})
 	}
+	frags = append(frags, fragment{detailsMarker, detailsBit})
 	for i, r := range rules {
 		for _, f := range r.fragments {
 			frags = append(frags, fragment{f, 1 << uint(i)})
@@ -163,8 +218,9 @@ var pullMatcher = func() *matcher {
 // ClassifyPull classifies one (reason, message) pair from an Event or a
 // container waiting state; ok=false when it is not an image-pull failure.
 // category is one of the Category* constants; image is the reference the
-// message names (may be empty); detail is the runtime's own words for the
-// cause (empty when the message names none).
+// message names, normalised (NormalizeImage; empty when it names none);
+// detail is the runtime's own words for the cause (empty when the message
+// names none).
 func ClassifyPull(reason, message string) (category, image, detail string, ok bool) {
 	if len(message) > maxClassifyBytes {
 		message = message[:maxClassifyBytes]
@@ -172,7 +228,8 @@ func ClassifyPull(reason, message string) (category, image, detail string, ok bo
 	return classifyPull(reason, message, imageFromMessage(message))
 }
 
-// classifyPull is ClassifyPull with the message's image already extracted.
+// classifyPull is ClassifyPull with the kubelet's quoted image
+// (imageFromMessage) already extracted.
 func classifyPull(reason, message, image string) (category, img, detail string, ok bool) {
 	isPullReason := pullReason(reason)
 	if !isPullReason && (successReason(reason) || !candidateReason(reason)) {
@@ -188,14 +245,29 @@ func classifyPull(reason, message, image string) (category, img, detail string, 
 	if !isPullReason && bits&markerBit == 0 {
 		return "", "", "", false
 	}
-	img = image
-	category = eventpipev1.CategoryUnknown
-	for i, r := range rules {
-		if bits&(1<<uint(i)) != 0 {
-			category = r.category
-			break
+	if image == "" {
+		// The kubelet quoted no image: take it from the runtime's words,
+		// and scan again without it (it must not classify).
+		if image = imageFromCause(message); image != "" {
+			if s := shortImage(image); s != image {
+				short = s
+			}
+			bits = pullMatcher.scan(message, image, short)
 		}
 	}
+	img = NormalizeImage(image)
+	if bits&detailsBit != 0 {
+		// The registry's answer after "details: (" wins over the guess
+		// before it, when it names a cause.
+		i := strings.Index(message, detailsMarker)
+		if i < 0 {
+			i = pullIndexFold(message, detailsMarker)
+		}
+		if d := pullMatcher.scan(message[i:], image, short) &^ (markerBit | detailsBit); d != 0 {
+			bits = d
+		}
+	}
+	category = ruleCategory(bits)
 	if category == eventpipev1.CategoryUnknown {
 		switch reason {
 		case "InvalidImageName":
@@ -212,6 +284,26 @@ func classifyPull(reason, message, image string) (category, img, detail string, 
 		detail = pullDetail(message)
 	}
 	return category, img, detail, true
+}
+
+// ruleCategory is the category of the first rule whose bit is set.
+func ruleCategory(bits uint32) string {
+	for i, r := range rules {
+		if bits&(1<<uint(i)) != 0 {
+			return r.category
+		}
+	}
+	return eventpipev1.CategoryUnknown
+}
+
+// pullIndexFold is strings.Index for an ASCII lower-case sep, ignoring case.
+func pullIndexFold(s, sep string) int {
+	for i := 0; i+len(sep) <= len(s); i++ {
+		if strings.EqualFold(s[i:i+len(sep)], sep) {
+			return i
+		}
+	}
+	return -1
 }
 
 // shortImage strips docker.io/ and library/ as Docker's messages do.

@@ -2,6 +2,7 @@ package enrich
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -9,8 +10,11 @@ import (
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
 )
 
-// pullMessage is one entry of testdata/pull_messages.json: a real kubelet /
-// runtime pull-failure message from a public source.
+// pullMessage is one entry of testdata/pull_messages.json, the first
+// classifier's 79 real messages. They are the corpus's R001-R079
+// (testdata/pullcorpus/prior.jsonl, which TestPullCorpus checks);
+// the file stays for the tests that read it, and TestPullMessagesMatchPrior
+// keeps the two the same.
 type pullMessage struct {
 	Runtime  string `json:"runtime"`
 	Category string `json:"category"`
@@ -33,63 +37,37 @@ func loadJSON[T any](t testing.TB, path string) []T {
 	return out
 }
 
+// The old test files and the corpus's R and RL entries say the same.
+func TestPullMessagesMatchPrior(t *testing.T) {
+	prior := map[string]corpusMessage{}
+	for _, m := range loadCorpus(t) {
+		prior[m.ID] = m
+	}
+	msgs := loadJSON[pullMessage](t, "testdata/pull_messages.json")
+	if len(msgs) != 79 {
+		t.Fatalf("%d messages in pull_messages.json, want 79", len(msgs))
+	}
+	for i, m := range msgs {
+		p := prior[fmt.Sprintf("R%03d", i+1)]
+		if p.Message != m.Message || p.Reason != m.Reason || p.Category != m.Category || p.Source != m.Source {
+			t.Errorf("pull_messages.json entry %d differs from %s in prior.jsonl", i, fmt.Sprintf("R%03d", i+1))
+		}
+	}
+	type neg struct{ Reason, Message, Source string }
+	for i, m := range loadJSON[neg](t, "testdata/not_pull_messages.json") {
+		p := prior[fmt.Sprintf("RL%02d", i+1)]
+		if p.Message != m.Message || p.Reason != m.Reason || p.Kind != "lookalike" {
+			t.Errorf("not_pull_messages.json entry %d differs from RL%02d in prior.jsonl", i, i+1)
+		}
+	}
+}
+
 var allCategories = []string{
 	eventpipev1.CategoryNotFound, eventpipev1.CategoryUnauthorized, eventpipev1.CategoryNotFoundOrUnauthorized,
 	eventpipev1.CategoryRegistryUnreachable, eventpipev1.CategoryTLSError, eventpipev1.CategoryRateLimited,
-	eventpipev1.CategoryInvalidReference, eventpipev1.CategoryNeverPull, eventpipev1.CategoryPlatformMismatch,
-	eventpipev1.CategoryNodeStorage, eventpipev1.CategoryPolicyRejected, eventpipev1.CategoryTimeout,
-	eventpipev1.CategoryUnknown,
-}
-
-func TestClassifyPullRealMessages(t *testing.T) {
-	msgs := loadJSON[pullMessage](t, "testdata/pull_messages.json")
-	if len(msgs) < 60 {
-		t.Fatalf("want at least 60 real messages, have %d", len(msgs))
-	}
-	cats := map[string]int{}
-	runtimes := map[string]int{}
-	for i, m := range msgs {
-		if m.Source == "" || m.Runtime == "" {
-			t.Errorf("entry %d: source and runtime are required", i)
-		}
-		cats[m.Category]++
-		runtimes[m.Runtime]++
-		cat, img, detail, ok := ClassifyPull(m.Reason, m.Message)
-		if !ok {
-			t.Errorf("entry %d (%s): not recognised as a pull failure: %q", i, m.Source, m.Message)
-			continue
-		}
-		if cat != m.Category {
-			t.Errorf("entry %d (%s): category %q, want %q\n  message: %q", i, m.Source, cat, m.Category, m.Message)
-		}
-		if cat != eventpipev1.CategoryUnknown && detail == "" {
-			t.Errorf("entry %d: empty detail for category %s", i, cat)
-		}
-		if strings.Contains(m.Message, `image "`) && img == "" {
-			t.Errorf("entry %d: image not extracted from %q", i, m.Message)
-		}
-	}
-	for _, c := range allCategories {
-		if cats[c] == 0 {
-			t.Errorf("no real message for category %s", c)
-		}
-	}
-	for _, r := range []string{"containerd", "cri-o", "docker"} {
-		if runtimes[r] == 0 {
-			t.Errorf("no real message from runtime %s", r)
-		}
-	}
-}
-
-func TestClassifyPullNegative(t *testing.T) {
-	type neg struct {
-		Reason, Message, Source string
-	}
-	for i, m := range loadJSON[neg](t, "testdata/not_pull_messages.json") {
-		if cat, _, _, ok := ClassifyPull(m.Reason, m.Message); ok {
-			t.Errorf("entry %d (%s): classified as pull failure %q: %q", i, m.Source, cat, m.Message)
-		}
-	}
+	eventpipev1.CategoryKubeletThrottled, eventpipev1.CategoryInvalidReference, eventpipev1.CategoryNeverPull,
+	eventpipev1.CategoryPlatformMismatch, eventpipev1.CategoryNodeStorage, eventpipev1.CategoryRuntimeStore,
+	eventpipev1.CategoryPolicyRejected, eventpipev1.CategoryTimeout, eventpipev1.CategoryUnknown,
 }
 
 func TestClassifyPullImageAndDetail(t *testing.T) {
@@ -100,10 +78,10 @@ func TestClassifyPullImageAndDetail(t *testing.T) {
 			"docker.io/library/busybox:0.0.0-does-not-exist", "docker.io/library/busybox:0.0.0-does-not-exist: not found"},
 		{"InvalidImageName", `Failed to apply default image tag "None:None": couldn't parse image reference "None:None": invalid reference format: repository name must be lowercase`,
 			"None:None", "invalid reference format: repository name must be lowercase"},
-		{"ErrImageNeverPull", `Container image "nginx:latest" is not present with pull policy of Never`, "nginx:latest", `Container image "nginx:latest" is not present with pull policy of Never`},
-		{"BackOff", `Back-off pulling image "selenium/hub"`, "selenium/hub", ""},
-		{"FailedSync", `Error syncing pod, skipping: failed to "StartContainer" for "nginx" with ImagePullBackOff: "Back-off pulling image \"nginx\""`, "nginx", ""},
-		{"Failed", `Failed to pull image "x/y:1": rpc error: code = Unknown desc = Error response from daemon: toomanyrequests: You have reached your pull rate limit.`, "x/y:1", "toomanyrequests: You have reached your pull rate limit."},
+		{"ErrImageNeverPull", `Container image "nginx:latest" is not present with pull policy of Never`, "docker.io/library/nginx:latest", `Container image "nginx:latest" is not present with pull policy of Never`},
+		{"BackOff", `Back-off pulling image "selenium/hub"`, "docker.io/selenium/hub:latest", ""},
+		{"FailedSync", `Error syncing pod, skipping: failed to "StartContainer" for "nginx" with ImagePullBackOff: "Back-off pulling image \"nginx\""`, "docker.io/library/nginx:latest", ""},
+		{"Failed", `Failed to pull image "x/y:1": rpc error: code = Unknown desc = Error response from daemon: toomanyrequests: You have reached your pull rate limit.`, "docker.io/x/y:1", "toomanyrequests: You have reached your pull rate limit."},
 	}
 	for _, tt := range tests {
 		_, img, detail, ok := ClassifyPull(tt.reason, tt.msg)
@@ -136,5 +114,127 @@ func TestClassifyPullStaleLifecycleSeed(t *testing.T) {
 				t.Errorf("ClassifyPull(%q) = %q %v, want %q", msg, cat, ok, tt.want)
 			}
 		}
+	}
+}
+
+func TestNormalizeImage(t *testing.T) {
+	for _, tt := range []struct{ in, want string }{
+		{"", ""},
+		{"nginx", "docker.io/library/nginx:latest"},
+		{"nginx:1.25", "docker.io/library/nginx:1.25"},
+		{"library/nginx", "docker.io/library/nginx:latest"},
+		{"bitnami/redis:7", "docker.io/bitnami/redis:7"},
+		{"docker.io/nginx", "docker.io/library/nginx:latest"},
+		{"index.docker.io/jaegertracing/all-in-one@sha256:8d0bff43db3ce5c528cb6f957520511d263d7cceee012696e4afdc9087919bb9",
+			"docker.io/jaegertracing/all-in-one@sha256:8d0bff43db3ce5c528cb6f957520511d263d7cceee012696e4afdc9087919bb9"},
+		{"nginx@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+			"docker.io/library/nginx@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"},
+		{"nginx:1.25@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+			"docker.io/library/nginx:1.25@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"},
+		{"localhost/app", "localhost/app:latest"},
+		{"localhost:5000/app", "localhost:5000/app:latest"},
+		{"kind-registry:5000/test-operator/catalog:v4.10s", "kind-registry:5000/test-operator/catalog:v4.10s"},
+		{"ghcr.io/nvidia/openshell/supervisor:0.0.0", "ghcr.io/nvidia/openshell/supervisor:0.0.0"},
+		{"registry.k8s.io/pause:3.9", "registry.k8s.io/pause:3.9"},
+		{"quay.io/app:Tag_With.Upper-1", "quay.io/app:Tag_With.Upper-1"},
+		// Not references: left as written.
+		{"None:None", "None:None"},
+		{"registry.internal.renku.ch/GaRaLi/renku-challenge:e75f5d6", "registry.internal.renku.ch/GaRaLi/renku-challenge:e75f5d6"},
+		{"${REPOSITORY_PREFIX}/vets-service:latest", "${REPOSITORY_PREFIX}/vets-service:latest"},
+		{"https://harbor.k8s.mybank/release/name:1.1.0", "https://harbor.k8s.mybank/release/name:1.1.0"},
+		{"/cloudfoundry/x:1", "/cloudfoundry/x:1"},
+		{"registry.example/app:", "registry.example/app:"},
+		{"gcr.io/a/b:gcr.io/a/b:1", "gcr.io/a/b:gcr.io/a/b:1"},
+		{"app@sha256", "app@sha256"},
+		{"a b", "a b"},
+	} {
+		if got := NormalizeImage(tt.in); got != tt.want {
+			t.Errorf("NormalizeImage(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+	// Already normalised: the same string back, no allocation.
+	ref := "ghcr.io/nvidia/openshell/supervisor:0.0.0"
+	if n := testing.AllocsPerRun(100, func() { _ = NormalizeImage(ref) }); n != 0 {
+		t.Errorf("NormalizeImage of a normalised reference allocates %v times", n)
+	}
+}
+
+func TestImageFromCause(t *testing.T) {
+	for _, tt := range []struct{ msg, want string }{
+		{`Failed to inspect image "": rpc error: code = Unknown desc = short name mode is enforcing, but image name alpine:latest returns ambiguous list`, "alpine:latest"},
+		{`Failed to inspect image "": rpc error: code = Unknown desc = short-name "kong:3.9" did not resolve to an alias`, "kong:3.9"},
+		{`initializing source docker://quay.io/crio/redis:alpine: unexpected http code: 500`, "quay.io/crio/redis:alpine"},
+		{`Error reading manifest latest-armh in docker.io/haugene/transmission-openvpn: manifest unknown`, "docker.io/haugene/transmission-openvpn:latest-armh"},
+		{`reading manifest sha256:0123 in quay.io/a/b: manifest unknown`, "quay.io/a/b@sha256:0123"},
+		{`with ErrImagePull: "Tag v1 not found in repository docker.io/a/b"`, "docker.io/a/b:v1"},
+		{`Error response from daemon: manifest for quay.io/a/b:latest not found: manifest unknown`, "quay.io/a/b:latest"},
+		{`image pull failed for quay.io/a/b:1, this may be because`, "quay.io/a/b:1"},
+		{`Error: image library/toto:latest not found`, "library/toto:latest"},
+		{`Error: ImagePullBackOff`, ""},
+		{`Failed to pull image "": image pull failed for unknown error`, ""},
+		{`image name "x" returns`, ""},
+	} {
+		if got := imageFromCause(tt.msg); got != tt.want {
+			t.Errorf("imageFromCause(%q) = %q, want %q", tt.msg, got, tt.want)
+		}
+	}
+}
+
+// Old Docker messages: the registry's answer after "details: (" wins over
+// the guess before it.
+func TestClassifyPullDetailsWin(t *testing.T) {
+	msg := `image pull failed for quay.io/a/b:1, this may be because there are no credentials on this request.  details: (Tag 1 not found in repository quay.io/a/b)`
+	cat, img, _, ok := ClassifyPull("Failed", msg)
+	if !ok || cat != eventpipev1.CategoryNotFound || img != "quay.io/a/b:1" {
+		t.Fatalf("got %q %q %v, want not_found quay.io/a/b:1", cat, img, ok)
+	}
+	// Details that name no cause leave the preamble's.
+	cat, _, _, _ = ClassifyPull("Failed", `image pull failed for quay.io/a/b:1, this may be because there are no credentials on this request.  details: (x)`)
+	if cat != eventpipev1.CategoryUnauthorized {
+		t.Fatalf("got %q, want unauthorized", cat)
+	}
+}
+
+// A FailedCreatePodSandBox event names the pod sandbox ("pause") image: the
+// occurrence says so (image role pod_sandbox), with the normalised image
+// and the network cause.
+func TestEnrichPodSandboxImage(t *testing.T) {
+	e := mustNew(t, NewDefaultConfig(), seedWorld().lookups())
+	ev := podEvent("img-missing", "", "FailedCreatePodSandBox",
+		`Failed to create pod sandbox: rpc error: code = Unknown desc = failed to get sandbox image "rancher/mirrored-pause:3.6": failed to pull image "rancher/mirrored-pause:3.6": failed to pull and unpack image "docker.io/rancher/mirrored-pause:3.6": failed to resolve reference "docker.io/rancher/mirrored-pause:3.6": failed to do request: Head "https://registry-1.docker.io/v2/rancher/mirrored-pause/manifests/3.6": dial tcp 103.252.115.53:443: connect: connection refused`)
+	ev.Type = "Warning"
+	o := e.Enrich(ev, t0).Occurrence
+	if o.ImageRole != eventpipev1.ImageRolePodSandbox || o.Image != "rancher/mirrored-pause:3.6" {
+		t.Errorf("image %q role %q, want rancher/mirrored-pause:3.6 pod_sandbox", o.Image, o.ImageRole)
+	}
+	pf := o.PullFailure
+	if pf == nil || pf.Category != eventpipev1.CategoryRegistryUnreachable || pf.Image != "docker.io/rancher/mirrored-pause:3.6" {
+		t.Fatalf("pull failure %+v, want registry_unreachable docker.io/rancher/mirrored-pause:3.6", pf)
+	}
+	// A container's own pull keeps its role.
+	ev = podEvent("img-missing", "spec.containers{agent}", "Failed", `Failed to pull image "nginx": pull QPS exceeded`)
+	o = e.Enrich(ev, t0).Occurrence
+	if o.ImageRole == eventpipev1.ImageRolePodSandbox || o.PullFailure == nil || o.PullFailure.Category != eventpipev1.CategoryKubeletThrottled {
+		t.Errorf("container pull: role %q pull %+v", o.ImageRole, o.PullFailure)
+	}
+}
+
+// A pull failure whose message names no image takes the pod spec's image,
+// normalised like one the message names, on both paths (Event and pod
+// status).
+func TestPullFailureImageFromSpecNormalised(t *testing.T) {
+	w := seedWorld()
+	pod := seedPod()
+	pod.Name, pod.UID = "short-image", "short-image-uid"
+	pod.Containers = []Container{{Name: "agent", Image: "busybox", WaitingReason: "ErrImagePull", WaitingMessage: "Error: ErrImagePull"}}
+	w.addPod(pod)
+	e := mustNew(t, NewDefaultConfig(), w.lookups())
+	o := e.Enrich(podEvent("short-image", "spec.containers{agent}", "Failed", "Error: ErrImagePull"), t0).Occurrence
+	if o.PullFailure == nil || o.PullFailure.Image != "docker.io/library/busybox:latest" {
+		t.Errorf("event: pull failure %+v, want image docker.io/library/busybox:latest", o.PullFailure)
+	}
+	occ := e.DiagnosePod(pod, t0)
+	if len(occ) != 1 || occ[0].PullFailure == nil || occ[0].PullFailure.Image != "docker.io/library/busybox:latest" {
+		t.Errorf("pod status: %+v, want one pull failure of docker.io/library/busybox:latest", occ)
 	}
 }

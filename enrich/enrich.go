@@ -231,13 +231,13 @@ func (e *Enricher) fill(o *eventpipev1.Occurrence, a *attribution, ev *Event, c 
 	o.Container = clean(container)
 	o.Image = cleanImage(image)
 	if o.Image != "" {
-		o.ImageRole = e.rules.imageRole(container, a.pod)
+		o.ImageRole = e.rules.eventImageRole(ev.Reason, container, a.pod)
 	}
 
 	if c.pull {
 		img := c.image
 		if img == "" {
-			img = image
+			img = NormalizeImage(image) // from the pod spec
 		}
 		key := podKey(ev, a.pod, container)
 		signal := ev.UID
@@ -262,7 +262,7 @@ func (e *Enricher) fill(o *eventpipev1.Occurrence, a *attribution, ev *Event, c 
 		}
 		if o.Image == "" && st.image != "" {
 			o.Image = cleanImage(st.image)
-			o.ImageRole = e.rules.imageRole(container, a.pod)
+			o.ImageRole = e.rules.eventImageRole(ev.Reason, container, a.pod)
 		}
 		pa := c.pa
 		if pa == nil {

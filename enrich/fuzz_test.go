@@ -21,10 +21,11 @@ func validCategory(c string) bool {
 	return false
 }
 
-// FuzzClassifyPull: no panic; a category is always one of the 13; the
-// matcher agrees with the plain reference implementation.
+// FuzzClassifyPull: no panic; a category is always one of the 15; the
+// image is normalised; the matcher agrees with the plain reference
+// implementation.
 func FuzzClassifyPull(f *testing.F) {
-	for _, m := range loadJSON[pullMessage](f, "testdata/pull_messages.json") {
+	for _, m := range loadCorpus(f) {
 		f.Add(m.Reason, m.Message)
 	}
 	f.Add("Failed", "")
@@ -39,24 +40,27 @@ func FuzzClassifyPull(f *testing.F) {
 			return
 		}
 		if !validCategory(cat) {
-			t.Fatalf("category %q is not one of the 13", cat)
+			t.Fatalf("category %q is not one of the 15", cat)
+		}
+		if NormalizeImage(img) != img {
+			t.Fatalf("image %q is not normalised", img)
 		}
 		if !utf8.ValidString(detail) || len(detail) > 512 {
 			t.Fatalf("detail not bounded valid UTF-8: %q", detail)
 		}
 		if len(message) <= maxClassifyBytes {
+			raw := pullImageFromMessage(message)
 			scan := strings.ToLower(message)
-			if img != "" {
-				scan = strings.ReplaceAll(scan, strings.ToLower(img), "\x00")
-				if s := strings.ToLower(shortImage(img)); s != strings.ToLower(img) {
+			if raw != "" {
+				scan = strings.ReplaceAll(scan, strings.ToLower(raw), "\x00")
+				if s := strings.ToLower(shortImage(raw)); s != strings.ToLower(raw) {
 					scan = strings.ReplaceAll(scan, s, "\x00")
 				}
 			}
-			want := eventpipev1.CategoryUnknown
-			for _, r := range rules {
-				if containsAny(scan, r.fragments) {
-					want = r.category
-					break
+			want := referenceCategory(scan)
+			if i := strings.Index(scan, detailsMarker); i >= 0 {
+				if d := referenceCategory(scan[i:]); d != eventpipev1.CategoryUnknown {
+					want = d
 				}
 			}
 			// Case-folding of the image can differ between the two (the
@@ -67,6 +71,16 @@ func FuzzClassifyPull(f *testing.F) {
 			}
 		}
 	})
+}
+
+// referenceCategory is the first rule with a fragment in the lower-cased s.
+func referenceCategory(s string) string {
+	for _, r := range rules {
+		if containsAny(s, r.fragments) {
+			return r.category
+		}
+	}
+	return eventpipev1.CategoryUnknown
 }
 
 // FuzzEnrich: any event, any cache content: no panic, and the occurrence

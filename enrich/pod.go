@@ -54,7 +54,7 @@ func (e *Enricher) DiagnosePod(p *Pod, observedAt time.Time) []*eventpipev1.Occu
 		r := e.enrich(ev, at, eventpipev1.PullSourcePodStatus, c.WaitingReason == "ImagePullBackOff")
 		r.Event = &eventpipev1.EventRef{Uid: clean(p.UID), ResourceVersion: clean(p.ResourceVersion), ApiVersion: "v1"}
 		if c.Image != "" && r.PullFailure != nil && r.PullFailure.Image == "" {
-			r.PullFailure.Image = cleanImage(c.Image)
+			r.PullFailure.Image = cleanImage(NormalizeImage(c.Image))
 		}
 		out = append(out, r)
 	}

@@ -23,7 +23,7 @@ const (
 // with its sink label.
 type metrics struct {
 	sent, failed, pushErrors, filtered, lost *prometheus.CounterVec
-	commits                                  *prometheus.CounterVec
+	commits, cursorAhead                     *prometheus.CounterVec
 	lagRecords, lagSeconds                   *prometheus.GaugeVec
 	pushDuration, batchRecords               *prometheus.HistogramVec
 }
@@ -49,6 +49,10 @@ func newMetrics() *metrics {
 		lost: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "eventpipe_sink_lost_records_total",
 			Help: "Records removed by log retention before the sink read them.",
+		}, []string{"sink"}),
+		cursorAhead: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "eventpipe_sink_cursor_beyond_log_total",
+			Help: "Starts at which the sink's committed cursor was beyond the end of the log (records gone from the log, or another log); the sink resumed from the log's end.",
 		}, []string{"sink"}),
 		commits: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "eventpipe_sink_cursor_commits_total",
@@ -89,6 +93,7 @@ func (m *metrics) register(reg prometheus.Registerer) error {
 	m.filtered = registerVec(reg, m.filtered, &err)
 	m.lost = registerVec(reg, m.lost, &err)
 	m.commits = registerVec(reg, m.commits, &err)
+	m.cursorAhead = registerVec(reg, m.cursorAhead, &err)
 	m.lagRecords = registerVec(reg, m.lagRecords, &err)
 	m.lagSeconds = registerVec(reg, m.lagSeconds, &err)
 	m.pushDuration = registerVec(reg, m.pushDuration, &err)
@@ -114,6 +119,7 @@ func registerVec[T prometheus.Collector](reg prometheus.Registerer, c T, errp *e
 // sinkMetrics are the vectors curried with one sink's label.
 type sinkMetrics struct {
 	sent, filtered, lost, commits      prometheus.Counter
+	cursorAhead                        prometheus.Counter
 	failedPermanent, failedPartial     prometheus.Counter
 	errRetryable, errThrottle, errPerm prometheus.Counter
 	lagRecords, lagSeconds             prometheus.Gauge
@@ -130,6 +136,7 @@ func (m *metrics) forSink(name string) *sinkMetrics {
 		filtered:        m.filtered.WithLabelValues(name),
 		lost:            m.lost.WithLabelValues(name),
 		commits:         m.commits.WithLabelValues(name),
+		cursorAhead:     m.cursorAhead.WithLabelValues(name),
 		failedPermanent: m.failed.WithLabelValues(name, FailedPermanent),
 		failedPartial:   m.failed.WithLabelValues(name, FailedPartial),
 		errRetryable:    m.pushErrors.WithLabelValues(name, ClassRetryable),

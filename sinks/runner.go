@@ -77,6 +77,10 @@ type Runner struct {
 	// lastCommit is when the cursor was last committed (Run's goroutine
 	// only).
 	lastCommit time.Time
+	// lostThrough is the highest offset counted as lost (under mu): a loss
+	// seen early (while a push is retried) is not counted again when the
+	// read reaches it.
+	lostThrough uint64
 }
 
 // NewRunner checks cfg and builds a runner. logger and reg may be nil.
@@ -161,6 +165,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("sink %q: load cursor: %w", r.cfg.Name, err)
 	}
+	committed = r.checkCursorBeyondLog(committed)
 	r.mu.Lock()
 	r.st.Cursor, r.st.Handled = committed, committed
 	r.mu.Unlock()
@@ -202,6 +207,7 @@ func (r *Runner) Run(ctx context.Context) error {
 		if len(recs) == 0 {
 			next += skipped
 		}
+
 		f := r.filter.Load()
 		var filtered uint64
 		for _, rec := range recs {
@@ -229,7 +235,7 @@ func (r *Runner) Run(ctx context.Context) error {
 		r.observeHead(next - 1)
 
 		if len(batch) >= maxRecords || (len(batch) > 0 && time.Since(first) >= r.cfg.Batch.MaxWait) {
-			if err := r.deliver(ctx, batch); err != nil {
+			if err := r.deliver(ctx, batch, next); err != nil {
 				return nil // ctx ended: nothing undelivered is committed
 			}
 			clear(batch)
@@ -272,6 +278,7 @@ func (r *Runner) Run(ctx context.Context) error {
 				commitBy = r.lastCommit.Add(r.cfg.CommitInterval)
 			}
 		}
+		r.detectLoss(next)
 		wctx, cancel := ctx, context.CancelFunc(func() {})
 		switch {
 		case len(batch) > 0:
@@ -295,8 +302,10 @@ func (r *Runner) Run(ctx context.Context) error {
 }
 
 // deliver pushes batch until the push ends (delivered or refused for good).
-// It returns an error only when ctx ended first.
-func (r *Runner) deliver(ctx context.Context, batch []Record) error {
+// It returns an error only when ctx ended first. next is the offset the
+// runner reads after the batch: while the push is retried, records from
+// there on that retention removes are counted lost right away.
+func (r *Runner) deliver(ctx context.Context, batch []Record, next uint64) error {
 	backoff := r.cfg.Retry.Initial
 	r.m.batchRecords.Observe(float64(len(batch)))
 	for attempt := 1; ; attempt++ {
@@ -339,6 +348,7 @@ func (r *Runner) deliver(ctx context.Context, batch []Record) error {
 		}
 		r.setError(err)
 		r.observeHead(0)
+		r.detectLoss(next)
 		r.log.Warn("sink push failed; retrying", "class", class, "attempt", attempt, "records", len(batch),
 			"first_offset", batch[0].Offset, "retry_in", wait, "err", err)
 		if err := r.sleep(ctx, wait); err != nil {
@@ -420,13 +430,65 @@ func (r *Runner) countSent(n int) {
 	r.mu.Unlock()
 }
 
+// countLost counts records [from, from+n) removed by retention before the
+// runner read them, once each, and tells a LossCursor.
 func (r *Runner) countLost(from, n uint64) {
-	r.log.Error("sink lost records: removed by retention before being delivered",
-		"from_offset", from, "to_offset", from+n-1, "records", n)
-	r.m.lost.Add(float64(n))
+	to := from + n - 1
 	r.mu.Lock()
+	if to <= r.lostThrough {
+		r.mu.Unlock()
+		return
+	}
+	from = max(from, r.lostThrough+1)
+	n = to - from + 1
+	r.lostThrough = to
 	r.st.Lost += n
 	r.mu.Unlock()
+	r.log.Error("sink lost records: removed by retention before being delivered",
+		"from_offset", from, "to_offset", to, "records", n)
+	r.m.lost.Add(float64(n))
+	if lc, ok := r.cur.(LossCursor); ok {
+		lc.Lost(from, n)
+	}
+}
+
+// detectLoss counts as lost, as soon as retention removed them, the records
+// from next (the runner's next read) up to the log's first retained offset:
+// a runner stuck retrying a push, or waiting, says so now rather than when
+// its next read reaches them. Run's goroutine only.
+func (r *Runner) detectLoss(next uint64) {
+	b, ok := r.src.(sourceBounds)
+	if !ok {
+		return
+	}
+	if first, _ := b.Bounds(); first > next {
+		r.countLost(next, first-next)
+	}
+}
+
+// checkCursorBeyondLog reports a committed cursor beyond the end of the
+// log (the log lost records, or is another one) and resumes from the log's
+// end: new records then get offsets at or below the old cursor, and
+// resuming from it would skip them silently.
+func (r *Runner) checkCursorBeyondLog(committed uint64) uint64 {
+	var last uint64
+	switch h := r.src.(type) {
+	case SourceHead:
+		last = h.LastOffset()
+	case sourceBounds:
+		_, last = h.Bounds()
+	default:
+		return committed
+	}
+	if committed <= last {
+		return committed
+	}
+	err := fmt.Errorf("committed cursor %d is beyond the end of the log (%d): records the sink delivered are gone from the log, or the log was replaced; resuming after %d so that no new record is skipped",
+		committed, last, last)
+	r.log.Error("sink cursor beyond the end of the log", "cursor", committed, "log_last", last, "resume_after", last)
+	r.m.cursorAhead.Inc()
+	r.setError(err)
+	return last
 }
 
 func (r *Runner) setError(err error) {

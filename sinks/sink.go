@@ -70,11 +70,19 @@ type Cursor interface {
 
 // ProgressCursor is optionally implemented by a Cursor that wants to know,
 // between commits, how far its consumer has handled the log (in memory, not
-// durable). collector/store uses it so that retention does not count as
-// lost the records a sink delivered but has not committed yet
-// (commit_interval).
+// durable).
 type ProgressCursor interface {
 	Handled(offset uint64)
+}
+
+// LossCursor is optionally implemented by a Cursor whose owner counts, per
+// consumer, the records lost to retention (collector/store does:
+// eventpipe_collector_log_consumer_lost_records_total). The Runner is the
+// only one that knows which records it read before retention removed them,
+// so it reports each loss once, when it counts it itself
+// (eventpipe_sink_lost_records_total): the two counts agree by construction.
+type LossCursor interface {
+	Lost(from, n uint64)
 }
 
 // PermanentError marks a failure that retrying cannot fix (bad request,

@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// Config is what a user writes under the collector's `storage:` key.
+// Config is what a user writes under the collector's `store:` key.
 type Config struct {
 	// Dir is the data directory (log segments, checkpoints, cursors).
 	Dir string `json:"dir" yaml:"dir"`
@@ -26,6 +26,14 @@ type Config struct {
 	// MaxInflightBytes bounds the bytes of batches waiting for their group
 	// commit; Append blocks above it (the collector's flow control).
 	MaxInflightBytes int64 `json:"max_inflight_bytes" yaml:"max_inflight_bytes"`
+	// AcceptDataLoss lets the store open a log in which acknowledged
+	// records are damaged or missing (a flipped byte, a disk that lost
+	// fsynced data): the intact records are kept, the lost ones counted
+	// (eventpipe_collector_log_data_loss_records_total) and logged at ERROR.
+	// When false (the default) the store refuses to open such a log and
+	// leaves it untouched, so the operator can copy it before deciding. Set
+	// it for one start, then remove it again.
+	AcceptDataLoss bool `json:"accept_data_loss" yaml:"accept_data_loss"`
 }
 
 // RetentionConfig bounds the log. Zero means no bound of that kind.

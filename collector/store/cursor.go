@@ -25,8 +25,8 @@ type consumerCursor struct {
 }
 
 var (
-	_ sinks.Cursor         = (*consumerCursor)(nil)
-	_ sinks.ProgressCursor = (*consumerCursor)(nil)
+	_ sinks.Cursor     = (*consumerCursor)(nil)
+	_ sinks.LossCursor = (*consumerCursor)(nil)
 )
 
 // Cursor returns the persisted cursor of one named consumer (a sink).
@@ -104,13 +104,13 @@ func (c *consumerCursor) Commit(offset uint64) error {
 	return nil
 }
 
-// Handled records, in memory only, that the consumer has handled every
-// record up to offset: retention then does not count those records as lost
-// for it even before its next Commit.
-func (c *consumerCursor) Handled(offset uint64) {
+// Lost counts n records from offset from that retention removed before the
+// consumer read them. The sink runner reports each loss once, as it counts
+// it itself (sinks.LossCursor), so the store's per-consumer count and the
+// sink's agree.
+func (c *consumerCursor) Lost(from, n uint64) {
 	c.s.mu.Lock()
-	if offset > c.s.handled[c.name] {
-		c.s.handled[c.name] = offset
-	}
+	c.s.lost[c.name] += n
 	c.s.mu.Unlock()
+	c.s.m.consumerLost.WithLabelValues(c.name).Add(float64(n))
 }

@@ -21,10 +21,22 @@
 //     only; checkpoints live in their own file (see FORMAT.md).
 //   - Read and Wait implement sinks.Source; Cursor returns a sinks.Cursor
 //     persisted atomically under <dir>/cursors/<name>.
-//   - Retention removes whole segments by size and age; a consumer whose
-//     cursor was behind the removed records loses them loudly: counted per
-//     consumer (Lost, eventpipe_collector_log_consumer_lost_records_total)
-//     and logged.
+//   - Retention removes whole segments by size and age; a consumer that had
+//     not read the removed records loses them loudly: its sink runner counts
+//     and logs them (eventpipe_sink_lost_records_total) and reports them to
+//     its cursor, which counts the same number per consumer (Lost,
+//     eventpipe_collector_log_consumer_lost_records_total). Records a runner
+//     read before they were removed (a batch it is still pushing) are not
+//     lost for it.
+//   - Open verifies the log (collector/wal, FORMAT.md there). Acknowledged
+//     records found damaged or missing (a flipped byte, a disk that lost
+//     fsynced data, a consumer cursor beyond the log's end) make Open fail
+//     with ErrDataLoss and leave the data directory untouched, unless
+//     Config.AcceptDataLoss (store.accept_data_loss) is set for that start:
+//     then every intact record is kept, the loss is logged at ERROR and
+//     counted in eventpipe_collector_log_data_loss_records_total, and the
+//     offsets concerned are never handed out again. The committed consumer
+//     cursors are the evidence of what was acknowledged (Options.AckedThrough).
 //   - After a failed write or fsync, Append fails with an error wrapping
 //     ErrNotWritable (retryable) until the store repairs itself by reopening
 //     the log (attempted on the next Append and by Run). The reopen fsyncs

@@ -7,6 +7,7 @@ import (
 	"hash/maphash"
 	"log/slog"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -31,6 +32,9 @@ var (
 	// occurrence, oversized occurrence, missing cluster or stream): not
 	// retryable (gRPC InvalidArgument).
 	ErrInvalid = errors.New("invalid batch")
+	// ErrDataLoss is wrapped by Open's error when acknowledged records are
+	// damaged or missing and Config.AcceptDataLoss is false.
+	ErrDataLoss = wal.ErrDataLoss
 )
 
 const defaultTick = 30 * time.Second
@@ -61,7 +65,6 @@ type Store struct {
 	evicted   bool               // logged the first eviction
 	cursors   map[streamKey]string
 	consumers map[string]uint64 // committed offset per known consumer
-	handled   map[string]uint64 // offset handled but maybe not committed yet (sinks.ProgressCursor)
 	lost      map[string]uint64
 	notify    chan struct{}
 	closed    bool
@@ -156,7 +159,6 @@ func openWith(cfg Config, logger *slog.Logger, reg prometheus.Registerer, o opti
 		cfg: cfg, log: logger, m: m, walm: walm, fs: o.fs, now: o.now, tick: o.tick,
 		sem:       semaphore.NewWeighted(cfg.MaxInflightBytes),
 		consumers: map[string]uint64{},
-		handled:   map[string]uint64{},
 		lost:      map[string]uint64{},
 		notify:    make(chan struct{}),
 	}
@@ -174,6 +176,12 @@ func openWith(cfg Config, logger *slog.Logger, reg prometheus.Registerer, o opti
 	}
 	if err := s.openLocked(); err != nil {
 		s.lock.release()
+		if errors.Is(err, ErrDataLoss) {
+			s.log.Error("REFUSING TO START: acknowledged records in the log are damaged or missing; the log was not modified. "+
+				"Copy the data directory if you want to keep the evidence, then set store.accept_data_loss: true for one start "+
+				"to keep every intact record and count the loss (eventpipe_collector_log_data_loss_records_total)",
+				"dir", cfg.Dir, "err", err)
+		}
 		return nil, err
 	}
 	first, last := s.w.Bounds()
@@ -182,13 +190,47 @@ func openWith(cfg Config, logger *slog.Logger, reg prometheus.Registerer, o opti
 	return s, nil
 }
 
+// ackedThrough returns the highest offset a consumer committed (on disk or,
+// after a repair in this process, in memory): evidence that every offset up
+// to it was acknowledged and seen.
+func (s *Store) ackedThrough() (uint64, error) {
+	var hi uint64
+	dir := filepath.Join(s.cfg.Dir, "cursors")
+	entries, err := s.fs.ReadDir(dir)
+	if err != nil {
+		return 0, fmt.Errorf("list consumer cursors: %w", err)
+	}
+	for _, e := range entries {
+		name := e.Name()
+		if e.IsDir() || strings.HasSuffix(name, ".tmp") || !consumerName.MatchString(name) {
+			continue
+		}
+		off, err := (&consumerCursor{s: s, name: name, path: filepath.Join(dir, name)}).Load()
+		if err != nil {
+			return 0, err
+		}
+		hi = max(hi, off)
+	}
+	s.mu.Lock()
+	for _, off := range s.consumers {
+		hi = max(hi, off)
+	}
+	s.mu.Unlock()
+	return hi, nil
+}
+
 // openLocked (re)opens the log and the checkpoint and rebuilds the dedupe
 // index, keeping reservations of batches still waiting to commit. Callers
 // hold commitMu (or are in Open).
 func (s *Store) openLocked() error {
+	acked, err := s.ackedThrough()
+	if err != nil {
+		return err
+	}
 	w, err := wal.Open(filepath.Join(s.cfg.Dir, "log"), wal.Options{
 		SegmentBytes: s.cfg.SegmentBytes, MaxRecordBytes: envelopeSize + maxOccurrenceLen,
 		FS: s.fs, Logger: s.log.With("part", "wal"), Metrics: s.walm, NoSync: !s.cfg.Fsync, Now: s.now,
+		AckedThrough: acked, AcceptDataLoss: s.cfg.AcceptDataLoss,
 	})
 	if err != nil {
 		return fmt.Errorf("open log: %w", err)
@@ -200,6 +242,13 @@ func (s *Store) openLocked() error {
 		return err
 	}
 	index, order, err := s.rebuildIndex(w)
+	if err == nil && !s.cfg.AcceptDataLoss {
+		// Rebuilding read sealed segments: damage found there refuses the
+		// start as well.
+		if lost := w.Lost(); len(lost) > 0 {
+			err = fmt.Errorf("open log: %w", &wal.DataLossError{Dir: filepath.Join(s.cfg.Dir, "log"), Lost: lost})
+		}
+	}
 	if err != nil {
 		w.Close()
 		ckpt.close()
@@ -690,18 +739,13 @@ func (s *Store) Read(ctx context.Context, from uint64, max int) ([]sinks.Record,
 	if from == 0 {
 		from = 1
 	}
+	// skipped counts retention only: offsets a repair skipped hold no
+	// record and were counted when the log was opened.
 	s.walMu.RLock()
-	entries, err := s.w.Read(from, max)
-	first, _ := s.w.Bounds()
+	entries, skipped, err := s.w.ReadSkip(from, max)
 	s.walMu.RUnlock()
 	if err != nil && len(entries) == 0 {
 		return nil, 0, fmt.Errorf("read log at %d: %w", from, err)
-	}
-	var skipped uint64
-	if len(entries) > 0 {
-		skipped = entries[0].Offset - from
-	} else if from < first {
-		skipped = first - from
 	}
 	out := make([]sinks.Record, 0, len(entries))
 	for _, e := range entries {
@@ -733,7 +777,7 @@ func (s *Store) Wait(ctx context.Context, after uint64) error {
 		if closed {
 			return ErrClosed
 		}
-		if _, last := s.Bounds(); last > after {
+		if s.wal().LastRecord() > after {
 			return nil
 		}
 		select {
@@ -749,7 +793,8 @@ func (s *Store) Wait(ctx context.Context, after uint64) error {
 func (s *Store) Bounds() (first, last uint64) { return s.wal().Bounds() }
 
 // Lost reports, per consumer, records removed by retention before that
-// consumer read them (since Open; every known consumer is listed).
+// consumer read them, as its sink runner counted them (since Open; every
+// known consumer is listed).
 func (s *Store) Lost() map[string]uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -760,10 +805,15 @@ func (s *Store) Lost() map[string]uint64 {
 	return out
 }
 
-// Repaired reports what the last open or repair of the log dropped from a
-// torn or corrupt tail (also logged and counted in
-// eventpipe_collector_log_repaired_records_total).
+// Repaired reports what the last open or repair of the log found: the torn
+// tail it dropped (eventpipe_collector_log_repaired_records_total) and any
+// acknowledged data found lost (eventpipe_collector_log_data_loss_records_total).
 func (s *Store) Repaired() wal.Repair { return s.wal().Repaired() }
+
+// DataLoss lists the acknowledged data found damaged or missing since the
+// log was opened: at open (accepted with AcceptDataLoss) and when a sealed
+// segment was first read.
+func (s *Store) DataLoss() []wal.Loss { return s.wal().Lost() }
 
 // Writable returns nil when the log accepts appends.
 func (s *Store) Writable() error {
@@ -818,21 +868,10 @@ func (s *Store) ApplyRetention() (uint64, error) {
 		n := seg.Last - seg.First + 1
 		total += n
 		s.log.Info("retention removed a segment", "segment", seg.Name, "first", seg.First, "last", seg.Last, "bytes", seg.Bytes)
-		s.mu.Lock()
-		for name, pos := range s.consumers {
-			// A sink that handled records but commits them later
-			// (commit_interval) has not lost them.
-			pos = max(pos, s.handled[name])
-			if pos >= seg.Last {
-				continue
-			}
-			lost := seg.Last - max(pos, seg.First-1)
-			s.lost[name] += lost
-			s.m.consumerLost.WithLabelValues(name).Add(float64(lost))
-			s.log.Error("consumer fell behind retention: records lost", "consumer", name,
-				"cursor", pos, "lost", lost, "first", seg.First, "last", seg.Last)
-		}
-		s.mu.Unlock()
+		// Which consumer lost which of these records only the consumer
+		// knows (it may hold records it read but has not delivered yet):
+		// the sink runner counts them and reports them to its cursor
+		// (consumerCursor.Lost).
 	}
 	s.m.retention.Add(float64(total))
 	s.updateOffsetGauges()

@@ -7,10 +7,18 @@
 //     that append concurrently share one write and one fsync (group commit).
 //     First/last offsets are dense: a batch of n records gets n consecutive
 //     offsets.
-//   - Open repairs a torn or corrupt tail of the last segment (a truncated
-//     frame, a bad checksum, garbage after the last good frame) by truncating
-//     to the last good record, and reports what it dropped (Repair, a log
-//     line and eventpipe_collector_wal_repaired_*).
+//   - Every frame carries its offset and checksum. Open verifies the last
+//     segment, resynchronises after a damaged frame so that one bad record
+//     costs that record only, and tells a torn write (the last, never
+//     acknowledged round: repaired, WARN, eventpipe_collector_log_repaired_*)
+//     from acknowledged data lost (fsynced data damaged or missing: refused
+//     with ErrDataLoss and left untouched unless Options.AcceptDataLoss,
+//     then ERROR and eventpipe_collector_log_data_loss_*). A torn tail cannot
+//     hold an acknowledged record (FORMAT.md proves it).
+//   - Offsets are never handed out twice: offsets a repair dropped, or that
+//     a consumer committed beyond the log's end (Options.AckedThrough), are
+//     skipped (Bounds counts them, readers step over them, LastRecord is the
+//     newest record).
 //   - After a failed write or fsync the WAL refuses every further append with
 //     an error wrapping ErrNotWritable (retryable) until it is closed and
 //     opened again, which repairs whatever the failure left behind. It never

@@ -14,6 +14,8 @@ type Metrics struct {
 	fsync           prometheus.Histogram
 	repairedRecords prometheus.Counter
 	repairedBytes   prometheus.Counter
+	lostRecords     prometheus.Counter
+	lostBytes       prometheus.Counter
 	failures        prometheus.Counter
 	segments        prometheus.Gauge
 	bytes           prometheus.Gauge
@@ -29,11 +31,19 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}),
 		repairedRecords: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "eventpipe_collector_log_repaired_records_total",
-			Help: "Records dropped from a torn or corrupt tail when the log was opened.",
+			Help: "Unacknowledged records dropped from the torn tail of the last write when the log was opened.",
 		}),
 		repairedBytes: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "eventpipe_collector_log_repaired_bytes_total",
-			Help: "Bytes truncated from a torn or corrupt tail when the log was opened.",
+			Help: "Bytes dropped from the torn tail of the last write when the log was opened.",
+		}),
+		lostRecords: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "eventpipe_collector_log_data_loss_records_total",
+			Help: "Acknowledged records found damaged or missing in the log (corruption, or a disk that lost fsynced data); each region is logged at ERROR.",
+		}),
+		lostBytes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "eventpipe_collector_log_data_loss_bytes_total",
+			Help: "Bytes of damaged acknowledged data found in the log (see eventpipe_collector_log_data_loss_records_total).",
 		}),
 		failures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "eventpipe_collector_log_write_failures_total",
@@ -51,7 +61,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.fsync, m.repairedRecords, m.repairedBytes, m.failures, m.segments, m.bytes} {
+	for _, c := range []prometheus.Collector{m.fsync, m.repairedRecords, m.repairedBytes, m.lostRecords, m.lostBytes, m.failures, m.segments, m.bytes} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register wal metrics: %w", err)
 		}

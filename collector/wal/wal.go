@@ -1,7 +1,6 @@
 package wal
 
 import (
-	"bufio"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -26,10 +25,7 @@ const (
 	// treated as corruption.
 	DefaultMaxRecordBytes = 16 << 20
 
-	headerSize      = 16
-	frameHeaderSize = 8
-	formatVersion   = 1
-	segmentSuffix   = ".seg"
+	segmentSuffix = ".seg"
 	// indexStride: one file position is remembered every indexStride
 	// records, so a read seeks to within indexStride frames of its offset.
 	indexStride = 64
@@ -69,13 +65,15 @@ type Options struct {
 	Metrics *Metrics
 	// Now is the clock used for segment ages (default time.Now).
 	Now func() time.Time
-}
-
-// Repair reports what Open dropped from a torn or corrupt tail.
-type Repair struct {
-	Segment string // file name of the repaired segment, empty if none
-	Records int    // records (frames) dropped, see FORMAT.md
-	Bytes   int64  // bytes dropped
+	// AckedThrough is evidence from the caller that every offset up to it
+	// was acknowledged (a consumer committed it). Open treats a tail record
+	// it must drop at or below it, or a log that ends before it, as lost
+	// acknowledged data, and never hands out an offset up to it again.
+	AckedThrough uint64
+	// AcceptDataLoss lets Open repair a log in which acknowledged data is
+	// damaged or missing (counted and logged at ERROR). When false, Open
+	// refuses such a log with a *DataLossError and leaves it untouched.
+	AcceptDataLoss bool
 }
 
 // Entry is one record read back.
@@ -94,17 +92,31 @@ type SegmentInfo struct {
 
 type segment struct {
 	first   uint64
-	count   uint64 // records written (durable for sealed segments)
+	version byte
+	count   uint64 // offsets spanned (records and holes): the last is first+count-1
 	size    int64  // bytes written, header included
 	dsize   int64  // bytes durable (fsynced)
-	dcount  uint64 // records durable
+	dcount  uint64 // offsets spanned by durable frames
+	frames  uint64 // frames in the segment (for the index stride)
+	last    uint64 // offset of the last frame written, first-1 if none (the active segment's)
 	modTime time.Time
 	path    string
 
-	mu      sync.Mutex // guards rf, index, indexed
+	mu      sync.Mutex // guards rf, index, skips, lastFrame, indexed
 	rf      File       // read handle, opened lazily
-	index   []int64    // position of record first+i*indexStride
+	index   []indexEntry
+	skips   []damaged // damaged byte ranges readers jump over
 	indexed bool
+	// lastFrame is the offset of the last intact frame (first-1: none),
+	// known once indexed.
+	lastFrame uint64
+}
+
+// indexEntry: the frame at file position pos has offset off. One frame in
+// indexStride is indexed.
+type indexEntry struct {
+	off uint64
+	pos int64
 }
 
 // WAL is an append-only log of opaque records. Safe for concurrent use.
@@ -119,13 +131,20 @@ type WAL struct {
 	writeMu sync.Mutex
 	active  File // write handle of the last segment
 	failed  error
+	// synced: nothing was written to the active segment since its last
+	// fsync; the next frame written is flagged as a round start.
+	synced bool
 
 	// mu guards the segment list and the durable boundary. Readers hold it
 	// shared while they read; writers take it exclusively only to publish.
 	mu      sync.RWMutex
 	segs    []*segment
-	durable uint64 // last durable offset
+	durable uint64 // last durable offset (skipped offsets included)
+	lastRec uint64 // offset of the newest durable record
 	closed  bool
+
+	lossMu sync.Mutex
+	lost   []Loss
 
 	// group commit for Append.
 	gmu      sync.Mutex
@@ -142,7 +161,8 @@ type request struct {
 	wake  chan bool // false: done; true: you lead the next round
 }
 
-// Open opens (creating if needed) the WAL in dir and repairs its tail.
+// Open opens (creating if needed) the WAL in dir, verifies its last segment
+// and repairs it (see FORMAT.md, "Repair on open").
 func Open(dir string, opts Options) (*WAL, error) {
 	if opts.SegmentBytes <= 0 {
 		opts.SegmentBytes = DefaultSegmentBytes
@@ -176,10 +196,13 @@ func Open(dir string, opts Options) (*WAL, error) {
 		return nil, err
 	}
 	if w.repair.Bytes > 0 {
-		w.log.Warn("wal tail repaired: dropped torn or corrupt records",
+		w.log.Warn("wal tail repaired: dropped the torn, unacknowledged tail of the last write",
 			"segment", w.repair.Segment, "records", w.repair.Records, "bytes", w.repair.Bytes)
 		w.m.repairedRecords.Add(float64(w.repair.Records))
 		w.m.repairedBytes.Add(float64(w.repair.Bytes))
+	}
+	if w.repair.Through > 0 {
+		w.log.Warn("wal: offsets of dropped records are never handed out again", "next_offset", w.repair.Through+1)
 	}
 	w.updateGauges()
 	return w, nil
@@ -194,6 +217,13 @@ func (w *WAL) load() error {
 	}
 	for _, e := range entries {
 		name := e.Name()
+		if strings.HasSuffix(name, segmentSuffix+".repair") {
+			// A rewrite interrupted before its rename: the original is intact.
+			if err := w.fs.Remove(filepath.Join(w.dir, name)); err != nil {
+				return fmt.Errorf("remove interrupted repair: %w", err)
+			}
+			continue
+		}
 		if e.IsDir() || !strings.HasSuffix(name, segmentSuffix) {
 			continue
 		}
@@ -215,12 +245,13 @@ func (w *WAL) load() error {
 		s.count = w.segs[i+1].first - s.first
 		s.dcount = s.count
 	}
+	var sc scan
 	for {
 		if len(w.segs) == 0 {
 			return w.createSegment(1)
 		}
 		last := w.segs[len(w.segs)-1]
-		ok, err := w.scanLast(last)
+		ok, err := w.scanLast(last, &sc)
 		if err != nil {
 			return err
 		}
@@ -242,21 +273,14 @@ func (w *WAL) load() error {
 			break
 		}
 	}
-	last := w.segs[len(w.segs)-1]
-	f, err := w.fs.OpenFile(last.path, os.O_WRONLY|os.O_APPEND, 0)
-	if err != nil {
-		return fmt.Errorf("open active segment: %w", err)
-	}
-	w.active = f
-	w.durable = last.first + last.count - 1
-	return nil
+	return w.repairLast(sc)
 }
 
-// scanLast checks the header and every frame of the last segment, truncates
-// a torn or corrupt tail and builds the segment's index. It returns false
-// when the segment has no valid header (and should be dropped).
-func (w *WAL) scanLast(s *segment) (bool, error) {
-	f, err := w.fs.OpenFile(s.path, os.O_RDWR, 0)
+// scanLast checks the header and scans every frame of the last segment. It
+// returns false when the segment has no valid header (and should be
+// dropped).
+func (w *WAL) scanLast(s *segment, sc *scan) (bool, error) {
+	f, err := w.fs.OpenFile(s.path, os.O_RDONLY, 0)
 	if err != nil {
 		return false, fmt.Errorf("open last segment: %w", err)
 	}
@@ -265,74 +289,192 @@ func (w *WAL) scanLast(s *segment) (bool, error) {
 	if n, err := f.ReadAt(hdr[:], 0); n < headerSize || err != nil && !errors.Is(err, io.EOF) {
 		return false, nil
 	}
-	if !validHeader(hdr, s.first) {
+	ver, ok := parseHeader(hdr, s.first)
+	if !ok {
 		return false, nil
 	}
-	var (
-		pos   int64 = headerSize
-		count uint64
-		index []int64
-	)
-	r := bufio.NewReaderSize(io.NewSectionReader(f, headerSize, s.size-headerSize), 1<<20)
-	buf := make([]byte, 0, 4096)
-	for {
-		n, ferr := readFrame(r, &buf, w.opts.MaxRecordBytes)
-		if ferr != nil {
-			break
-		}
-		if count%indexStride == 0 {
-			index = append(index, pos)
-		}
-		pos += int64(n)
-		count++
+	s.version = ver
+	*sc, err = scanSegment(f, ver, s.first, s.size, w.opts.MaxRecordBytes)
+	if err != nil {
+		return false, fmt.Errorf("scan segment %s: %w", filepath.Base(s.path), err)
 	}
-	if pos == s.size && !w.opts.NoSync {
-		// Whatever is readable now may only sit in the page cache (a
-		// write whose fsync failed before a restart of this process):
-		// make it durable before anything builds on it.
-		if err := f.Sync(); err != nil {
-			return false, fmt.Errorf("sync last segment: %w", err)
-		}
-	}
-	if pos < s.size {
-		dropped := s.size - pos
-		w.repair.Segment = filepath.Base(s.path)
-		w.repair.Bytes += dropped
-		w.repair.Records += countDropped(f, pos, s.size, w.opts.MaxRecordBytes)
-		if err := f.Truncate(pos); err != nil {
-			return false, fmt.Errorf("truncate torn segment: %w", err)
-		}
-		if err := f.Sync(); err != nil {
-			return false, fmt.Errorf("sync repaired segment: %w", err)
-		}
-		s.size, s.dsize = pos, pos
-	}
-	s.count, s.dcount = count, count
-	s.index, s.indexed = index, true
 	return true, nil
 }
 
-// countDropped counts frames in [from, end) by following length prefixes.
-func countDropped(f File, from, end int64, maxRec int) int {
-	n := 0
-	var h [frameHeaderSize]byte
-	for from < end {
-		if _, err := f.ReadAt(h[:], from); err != nil {
-			return n + 1
+// repairLast decides what the scan of the last segment means, refuses or
+// repairs it, opens it for appends and makes sure that no offset up to the
+// highest one the log may have handed out is handed out again.
+func (w *WAL) repairLast(sc scan) error {
+	s := w.segs[len(w.segs)-1]
+	name := filepath.Base(s.path)
+	acked := w.opts.AckedThrough
+	var lost []Loss
+	var tornRecords uint64
+	var tornBytes int64
+	for _, d := range sc.damage {
+		// A later round-start frame proves the damaged bytes were fsynced
+		// before it was written: they held acknowledged data.
+		switch {
+		case sc.lastRoundStart >= d.to:
+			lost = append(lost, Loss{Segment: name, From: d.offFrom, To: d.offTo, Bytes: d.to - d.from,
+				Reason: "damaged record(s) followed by later writes (the disk lost or altered fsynced data)"})
+		case d.offTo >= d.offFrom && d.offFrom <= acked:
+			lost = append(lost, Loss{Segment: name, From: d.offFrom, To: d.offTo, Bytes: d.to - d.from,
+				Reason: fmt.Sprintf("damaged record(s) a consumer already committed (cursor %d)", acked)})
+		default: // inside the last, unacknowledged write
+			tornRecords += d.offTo + 1 - d.offFrom
+			tornBytes += d.to - d.from
 		}
-		l := int64(binary.LittleEndian.Uint32(h[0:4]))
-		if l == 0 || l > int64(maxRec) || from+frameHeaderSize+l > end {
-			return n + 1
-		}
-		n++
-		from += frameHeaderSize + l
 	}
-	return n
+	highest := sc.lastOff
+	if t := sc.tail; t != nil {
+		highest = max(highest, t.offTo)
+		if t.offFrom <= acked {
+			lost = append(lost, Loss{Segment: name, From: t.offFrom, To: min(t.offTo, max(acked, t.offFrom)), Bytes: t.to - t.from,
+				Reason: fmt.Sprintf("torn tail holding record(s) a consumer already committed (cursor %d): the disk lost fsynced data", acked)})
+			if t.offTo > acked {
+				tornRecords += t.offTo - acked
+			}
+		} else {
+			tornRecords += t.offTo + 1 - t.offFrom
+			tornBytes += t.to - t.from
+		}
+	}
+	if acked > highest {
+		lost = append(lost, Loss{Segment: name, From: highest + 1, To: acked,
+			Reason: fmt.Sprintf("the log ends at offset %d but a consumer committed cursor %d: records are missing at the end (the disk lost fsynced data, or the log belongs to another collector)", highest, acked)})
+		highest = acked
+	}
+	if len(lost) > 0 && !w.opts.AcceptDataLoss {
+		return &DataLossError{Dir: w.dir, Lost: lost}
+	}
+
+	if len(sc.damage) > 0 || sc.tail != nil {
+		f, err := w.fs.OpenFile(s.path, os.O_RDWR, 0)
+		if err != nil {
+			return fmt.Errorf("open last segment for repair: %w", err)
+		}
+		if len(sc.damage) > 0 {
+			err = w.rewriteSegment(f, s.path, sc)
+		} else {
+			err = f.Truncate(sc.end)
+			if err == nil {
+				err = f.Sync()
+			}
+		}
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("repair segment %s: %w", name, err)
+		}
+		if tornBytes > 0 || tornRecords > 0 {
+			w.repair.Segment = name
+			w.repair.Records += int(tornRecords)
+			w.repair.Bytes += tornBytes
+		}
+		// Positions moved: scan the repaired file again for the index.
+		rf, err := w.fs.OpenFile(s.path, os.O_RDONLY, 0)
+		if err != nil {
+			return fmt.Errorf("open repaired segment: %w", err)
+		}
+		st, err := rf.Stat()
+		if err == nil {
+			s.size = st.Size()
+			sc, err = scanSegment(rf, s.version, s.first, s.size, w.opts.MaxRecordBytes)
+		}
+		rf.Close()
+		if err == nil && (len(sc.damage) > 0 || sc.tail != nil) {
+			err = fmt.Errorf("still damaged after the repair")
+		}
+		if err != nil {
+			return fmt.Errorf("rescan repaired segment %s: %w", name, err)
+		}
+	} else if !w.opts.NoSync {
+		// Whatever is readable now may only sit in the page cache (a write
+		// whose fsync failed before a restart of this process): make it
+		// durable before anything builds on it.
+		f, err := w.fs.OpenFile(s.path, os.O_RDWR, 0)
+		if err != nil {
+			return fmt.Errorf("open last segment: %w", err)
+		}
+		err = f.Sync()
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("sync last segment: %w", err)
+		}
+	}
+	w.recordLoss(lost, true)
+	w.repair.Lost = lost
+	s.dsize = s.size
+	s.count = sc.lastOff + 1 - s.first
+	s.dcount, s.last = s.count, sc.lastOff
+	s.index, s.indexed, s.lastFrame, s.frames = sc.index, true, sc.lastOff, sc.frames
+
+	f, err := w.fs.OpenFile(s.path, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		return fmt.Errorf("open active segment: %w", err)
+	}
+	w.active = f
+	w.synced = true
+	switch {
+	case highest > sc.lastOff:
+		// Offsets up to highest may have been seen (or were burned by the
+		// torn write): start a new segment after them. The repaired
+		// segment ends in a hole readers step over.
+		s.count, s.dcount = highest+1-s.first, highest+1-s.first
+		w.repair.Through = highest
+		if err := w.createSegment(highest + 1); err != nil {
+			return err
+		}
+	case s.version == formatV1:
+		// New frames are version 2: they go to a segment of their own.
+		if sc.frames == 0 {
+			w.active.Close()
+			w.active = nil
+			if err := w.fs.Remove(s.path); err != nil {
+				return fmt.Errorf("remove empty v1 segment: %w", err)
+			}
+			w.segs = w.segs[:len(w.segs)-1]
+		}
+		if err := w.createSegment(s.first + s.count); err != nil {
+			return err
+		}
+	}
+	last := w.segs[len(w.segs)-1]
+	w.durable = last.first + last.count - 1
+	return w.findLastRecord()
 }
 
-func validHeader(hdr [headerSize]byte, first uint64) bool {
-	return [4]byte(hdr[0:4]) == magic && hdr[4] == formatVersion &&
+// findLastRecord sets lastRec: the last frame of the newest segment that
+// has one (sealed segments are indexed as needed).
+func (w *WAL) findLastRecord() error {
+	for i := len(w.segs) - 1; i >= 0; i-- {
+		s := w.segs[i]
+		s.mu.Lock()
+		err := w.ensureIndexedLocked(s)
+		lf := s.lastFrame
+		s.mu.Unlock()
+		if err != nil {
+			return err
+		}
+		if lf >= s.first {
+			w.lastRec = lf
+			break
+		}
+		w.lastRec = s.first - 1
+	}
+	if !w.opts.AcceptDataLoss {
+		if lost := w.Lost(); len(lost) > 0 {
+			return &DataLossError{Dir: w.dir, Lost: lost}
+		}
+	}
+	return nil
+}
+
+// parseHeader returns the segment's format version.
+func parseHeader(hdr [headerSize]byte, first uint64) (byte, bool) {
+	ok := [4]byte(hdr[0:4]) == magic && (hdr[4] == formatV1 || hdr[4] == formatV2) &&
 		binary.LittleEndian.Uint64(hdr[8:16]) == first
+	return hdr[4], ok
 }
 
 func encodeHeader(first uint64) []byte {
@@ -341,39 +483,6 @@ func encodeHeader(first uint64) []byte {
 	hdr[4] = formatVersion
 	binary.LittleEndian.PutUint64(hdr[8:16], first)
 	return hdr[:]
-}
-
-// readFrame reads one frame into *buf and returns its total size.
-func readFrame(r *bufio.Reader, buf *[]byte, maxRec int) (int, error) {
-	var h [frameHeaderSize]byte
-	if _, err := io.ReadFull(r, h[:]); err != nil {
-		return 0, err
-	}
-	l := binary.LittleEndian.Uint32(h[0:4])
-	if l == 0 || int64(l) > int64(maxRec) {
-		return 0, fmt.Errorf("%w: implausible length %d", ErrCorrupt, l)
-	}
-	if cap(*buf) < int(l) {
-		*buf = make([]byte, l)
-	}
-	*buf = (*buf)[:l]
-	if _, err := io.ReadFull(r, *buf); err != nil {
-		return 0, err
-	}
-	crc := crc32.Update(crc32.Checksum(h[0:4], castagnol), castagnol, *buf)
-	if crc != binary.LittleEndian.Uint32(h[4:8]) {
-		return 0, fmt.Errorf("%w: checksum mismatch", ErrCorrupt)
-	}
-	return frameHeaderSize + int(l), nil
-}
-
-func appendFrame(dst, rec []byte) []byte {
-	var h [frameHeaderSize]byte
-	binary.LittleEndian.PutUint32(h[0:4], uint32(len(rec)))
-	crc := crc32.Update(crc32.Checksum(h[0:4], castagnol), castagnol, rec)
-	binary.LittleEndian.PutUint32(h[4:8], crc)
-	dst = append(dst, h[:]...)
-	return append(dst, rec...)
 }
 
 // createSegment creates and syncs an empty segment starting at first and
@@ -396,8 +505,8 @@ func (w *WAL) createSegment(first uint64) error {
 		f.Close()
 		return fmt.Errorf("sync wal dir: %w", err)
 	}
-	s := &segment{first: first, size: headerSize, dsize: headerSize, modTime: w.opts.Now(),
-		path: path, indexed: true}
+	s := &segment{first: first, version: formatVersion, size: headerSize, dsize: headerSize, modTime: w.opts.Now(),
+		path: path, indexed: true, last: first - 1, lastFrame: first - 1}
 	w.mu.Lock()
 	w.segs = append(w.segs, s)
 	w.mu.Unlock()
@@ -405,6 +514,7 @@ func (w *WAL) createSegment(first uint64) error {
 		w.active.Close()
 	}
 	w.active = f
+	w.synced = true
 	return nil
 }
 
@@ -534,13 +644,14 @@ func (w *WAL) Write(batches [][][]byte) ([]uint64, error) {
 	var total int
 	for _, b := range batches {
 		for _, rec := range b {
-			total += frameHeaderSize + len(rec)
+			total += frameHeaderV2 + len(rec)
 		}
 	}
 	var (
-		buf    = make([]byte, 0, min(total, int(w.opts.SegmentBytes)+frameHeaderSize))
-		index  []int64
+		buf    = make([]byte, 0, min(total, int(w.opts.SegmentBytes)+frameHeaderV2))
+		index  []indexEntry
 		count  = cur.count
+		frames = cur.frames
 		firsts = make([]uint64, len(batches))
 	)
 	flush := func() error {
@@ -550,8 +661,9 @@ func (w *WAL) Write(batches [][][]byte) ([]uint64, error) {
 		if err := writeFull(w.active, buf); err != nil {
 			return w.fail("write", err)
 		}
+		w.synced = false
 		w.mu.Lock()
-		cur.size, cur.count = size, count
+		cur.size, cur.count, cur.frames, cur.last = size, count, frames, cur.first+count-1
 		cur.mu.Lock()
 		cur.index = append(cur.index, index...)
 		cur.mu.Unlock()
@@ -566,7 +678,7 @@ func (w *WAL) Write(batches [][][]byte) ([]uint64, error) {
 		}
 		var bsize int64
 		for _, rec := range b {
-			bsize += int64(frameHeaderSize + len(rec))
+			bsize += int64(frameHeaderV2 + len(rec))
 		}
 		if count > 0 && size+bsize > w.opts.SegmentBytes {
 			if err := flush(); err != nil {
@@ -578,16 +690,17 @@ func (w *WAL) Write(batches [][][]byte) ([]uint64, error) {
 			w.mu.RLock()
 			cur = w.segs[len(w.segs)-1]
 			w.mu.RUnlock()
-			size, count = cur.size, 0
+			size, count, frames = cur.size, 0, 0
 		}
 		firsts[bi] = next
 		for _, rec := range b {
-			if count%indexStride == 0 {
-				index = append(index, size)
+			if frames%indexStride == 0 {
+				index = append(index, indexEntry{off: next, pos: size})
 			}
-			buf = appendFrame(buf, rec)
-			size += int64(frameHeaderSize + len(rec))
+			buf = appendFrame(buf, next, rec, len(buf) == 0 && w.synced)
+			size += int64(frameHeaderV2 + len(rec))
 			count++
+			frames++
 			next++
 		}
 	}
@@ -627,11 +740,16 @@ func (w *WAL) syncActive() error {
 			return w.fail("fsync", err)
 		}
 	}
+	w.synced = true
 	now := w.opts.Now()
 	w.mu.Lock()
 	cur := w.segs[len(w.segs)-1]
 	if cur.size != cur.dsize {
 		cur.modTime = now // the time of the segment's last write
+		w.lastRec = cur.last
+		cur.mu.Lock()
+		cur.lastFrame = cur.last
+		cur.mu.Unlock()
 	}
 	cur.dsize, cur.dcount = cur.size, cur.count
 	w.durable = cur.first + cur.count - 1
@@ -662,107 +780,151 @@ func (w *WAL) Segments() []SegmentInfo {
 
 // Read returns up to max durable records with offsets >= from, in order.
 // Offsets before the first retained record are skipped (the caller compares
-// the first returned offset with from). Returned Data is owned by the caller.
+// the first returned offset with from), and so are offsets that hold no
+// record (skipped by a repair, FORMAT.md). Returned Data is owned by the
+// caller.
 func (w *WAL) Read(from uint64, max int) ([]Entry, error) {
+	out, _, err := w.ReadSkip(from, max)
+	return out, err
+}
+
+// ReadSkip is Read that also returns how many offsets in [from, first
+// retained) retention removed, taken under the same lock as the read.
+func (w *WAL) ReadSkip(from uint64, limit int) ([]Entry, uint64, error) {
 	w.mu.RLock()
 	defer w.mu.RUnlock()
 	if w.closed {
-		return nil, ErrClosed
+		return nil, 0, ErrClosed
 	}
-	if max <= 0 || from > w.durable {
-		return nil, nil
+	var skipped uint64
+	if first := w.segs[0].first; from < first {
+		skipped = first - max(from, 1)
+		from = first
 	}
-	if from < w.segs[0].first {
-		from = w.segs[0].first
+	if limit <= 0 || from > w.durable {
+		return nil, skipped, nil
 	}
 	i := sort.Search(len(w.segs), func(i int) bool { return w.segs[i].first > from }) - 1
 	var out []Entry
-	for ; i < len(w.segs) && len(out) < max && from <= w.durable; i++ {
+	for ; i < len(w.segs) && len(out) < limit && from <= w.durable; i++ {
 		s := w.segs[i]
 		if s.dcount == 0 {
 			continue
 		}
-		got, err := w.readSegment(s, from, max-len(out))
-		if err != nil {
-			return out, err
-		}
+		got, err := w.readSegment(s, from, limit-len(out))
 		out = append(out, got...)
+		if err != nil {
+			return out, skipped, err
+		}
 		from = s.first + s.dcount
 	}
-	return out, nil
+	return out, skipped, nil
 }
 
-// readSegment reads up to limit durable records of s starting at from.
+// LastRecord returns the offset of the newest durable record (offsets after
+// it, up to Bounds' last, were skipped by a repair and hold none).
+func (w *WAL) LastRecord() uint64 {
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	return w.lastRec
+}
+
+// readSegment reads up to limit durable records of s with offsets >= from.
 // Callers hold w.mu shared.
 func (w *WAL) readSegment(s *segment, from uint64, limit int) ([]Entry, error) {
 	s.mu.Lock()
-	if s.rf == nil {
-		f, err := w.fs.OpenFile(s.path, os.O_RDONLY, 0)
-		if err != nil {
-			s.mu.Unlock()
-			return nil, fmt.Errorf("open segment for read: %w", err)
-		}
-		s.rf = f
+	if err := w.ensureIndexedLocked(s); err != nil {
+		s.mu.Unlock()
+		return nil, err
 	}
-	if !s.indexed {
-		if err := w.buildIndex(s); err != nil {
-			s.mu.Unlock()
-			return nil, err
-		}
+	pos, next := int64(headerSize), s.first
+	if k := sort.Search(len(s.index), func(k int) bool { return s.index[k].off > from }) - 1; k >= 0 {
+		pos, next = s.index[k].pos, s.index[k].off
 	}
-	rel := from - s.first
-	pos := s.index[rel/indexStride]
-	skip := rel % indexStride
-	rf := s.rf
+	rf, skips := s.rf, s.skips
 	s.mu.Unlock()
 
+	lastOff := s.first + s.dcount - 1
 	// A follower at the tail reads a few bytes; a catching-up reader gets
 	// large reads. Size the buffer to what can be read at most.
-	r := bufio.NewReaderSize(io.NewSectionReader(rf, pos, s.dsize-pos), int(min(256<<10, max(s.dsize-pos, 4096))))
-	var buf []byte
-	for ; skip > 0; skip-- {
-		if _, err := readFrame(r, &buf, w.opts.MaxRecordBytes); err != nil {
-			return nil, fmt.Errorf("segment %s: skip to offset %d: %w", filepath.Base(s.path), from, err)
+	fr := newFrameReader(rf, s.version, pos, s.dsize, next, w.opts.MaxRecordBytes, 256<<10)
+	out := make([]Entry, 0, min(uint64(limit), lastOff-from+1))
+	for len(out) < limit {
+		for _, d := range skips {
+			if fr.pos == d.from {
+				fr.seek(d.to)
+			}
 		}
-	}
-	n := s.first + s.dcount - from
-	if uint64(limit) < n {
-		n = uint64(limit)
-	}
-	out := make([]Entry, 0, n)
-	for k := uint64(0); k < n; k++ {
-		buf = nil
-		if _, err := readFrame(r, &buf, w.opts.MaxRecordBytes); err != nil {
-			return out, fmt.Errorf("segment %s: read offset %d: %w", filepath.Base(s.path), from+k, err)
+		var buf []byte
+		fm, err := fr.read(&buf)
+		if errors.Is(err, io.EOF) {
+			break
 		}
-		out = append(out, Entry{Offset: from + k, Data: buf})
+		if err != nil {
+			return out, fmt.Errorf("segment %s: read at offset %d: %w", filepath.Base(s.path), max(from, next), err)
+		}
+		next = fm.off + 1
+		if fm.off > lastOff {
+			break
+		}
+		if fm.off >= from {
+			out = append(out, Entry{Offset: fm.off, Data: buf})
+		}
 	}
 	return out, nil
 }
 
-// buildIndex scans a sealed segment once. Callers hold s.mu.
-func (w *WAL) buildIndex(s *segment) error {
-	var hdr [headerSize]byte
-	if _, err := s.rf.ReadAt(hdr[:], 0); err != nil || !validHeader(hdr, s.first) {
-		return fmt.Errorf("segment %s: %w: bad header", filepath.Base(s.path), ErrCorrupt)
-	}
-	r := bufio.NewReaderSize(io.NewSectionReader(s.rf, headerSize, s.dsize-headerSize), 1<<20)
-	var (
-		pos   int64 = headerSize
-		index []int64
-		buf   []byte
-	)
-	for k := uint64(0); k < s.dcount; k++ {
-		if k%indexStride == 0 {
-			index = append(index, pos)
-		}
-		n, err := readFrame(r, &buf, w.opts.MaxRecordBytes)
+// ensureIndexedLocked opens the read handle and, for a sealed segment not
+// read yet, scans it once: intact frames are indexed, damaged ranges are
+// skipped by readers and counted as lost acknowledged data (a sealed
+// segment was fsynced before its successor existed). Callers hold s.mu.
+func (w *WAL) ensureIndexedLocked(s *segment) error {
+	if s.rf == nil {
+		f, err := w.fs.OpenFile(s.path, os.O_RDONLY, 0)
 		if err != nil {
-			return fmt.Errorf("segment %s: index record %d of %d: %w", filepath.Base(s.path), k, s.dcount, err)
+			return fmt.Errorf("open segment for read: %w", err)
 		}
-		pos += int64(n)
+		s.rf = f
 	}
-	s.index, s.indexed = index, true
+	if s.indexed {
+		return nil
+	}
+	name := filepath.Base(s.path)
+	var hdr [headerSize]byte
+	if _, err := s.rf.ReadAt(hdr[:], 0); err != nil {
+		return fmt.Errorf("segment %s: %w: header unreadable: %v", name, ErrCorrupt, err)
+	}
+	ver, ok := parseHeader(hdr, s.first)
+	if !ok {
+		return fmt.Errorf("segment %s: %w: bad header", name, ErrCorrupt)
+	}
+	s.version = ver
+	sc, err := scanSegment(s.rf, ver, s.first, s.dsize, w.opts.MaxRecordBytes)
+	if err != nil {
+		return fmt.Errorf("segment %s: %w", name, err)
+	}
+	last := s.first + s.dcount - 1
+	var lost []Loss
+	for _, d := range sc.damage {
+		lost = append(lost, Loss{Segment: name, From: d.offFrom, To: d.offTo, Bytes: d.to - d.from,
+			Reason: "damaged record(s) in a sealed segment (fsynced before the next segment was created)"})
+	}
+	skips := sc.damage
+	if t := sc.tail; t != nil {
+		if ver == formatV1 && t.offFrom <= last {
+			// No offsets in v1 frames: what follows cannot be placed.
+			return fmt.Errorf("segment %s: %w at offset %d (format version 1 cannot be resynchronised)", name, ErrCorrupt, t.offFrom)
+		}
+		lost = append(lost, Loss{Segment: name, From: t.offFrom, To: last, Bytes: t.to - t.from,
+			Reason: "damaged end of a sealed segment"})
+		skips = append(skips, *t)
+	}
+	if sc.lastOff > last {
+		return fmt.Errorf("segment %s: %w: holds offset %d beyond its end %d", name, ErrCorrupt, sc.lastOff, last)
+	}
+	s.index, s.skips, s.lastFrame, s.indexed = sc.index, skips, sc.lastOff, true
+	s.frames = sc.frames
+	w.recordLoss(lost, w.opts.AcceptDataLoss)
 	return nil
 }
 

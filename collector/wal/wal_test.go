@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -199,44 +201,57 @@ func lastSeg(t *testing.T, dir string) string {
 }
 
 func TestRepairTail(t *testing.T) {
-	// 10 records of known size each: rec(i) is 14 + i%37 bytes.
+	// 10 records of known size each, written in rounds of 3: [1-3] [4-6]
+	// [7-9] [10]. rec(i) is 14 + i%37 bytes.
 	frameEnd := func(n int) int64 { // file offset after n records
 		p := int64(headerSize)
 		for i := 1; i <= n; i++ {
-			p += int64(frameHeaderSize + len(rec(i)))
+			p += int64(frameHeaderV2 + len(rec(i)))
 		}
 		return p
 	}
 	cases := []struct {
-		name        string
-		damage      func(t *testing.T, path string)
-		wantLast    uint64
-		wantRecords int
-		wantBytes   int64
+		name    string
+		damage  func(t *testing.T, path string)
+		acked   uint64 // Options.AckedThrough: a consumer's cursor
+		records int    // torn (unacknowledged) records dropped
+		bytes   int64
+		through uint64   // offsets skipped up to here (0: none)
+		lost    []uint64 // acknowledged offsets lost (refused without AcceptDataLoss)
+		lastRec uint64   // last record left
 	}{
-		{"intact", func(*testing.T, string) {}, 10, 0, 0},
+		{"intact", func(*testing.T, string) {}, 10, 0, 0, 0, nil, 10},
 		{"truncated last record", func(t *testing.T, p string) {
 			os.Truncate(p, frameEnd(10)-3)
-		}, 9, 1, frameEnd(10) - 3 - frameEnd(9)},
+		}, 0, 1, frameEnd(10) - 3 - frameEnd(9), 10, nil, 9},
 		{"truncated inside frame header", func(t *testing.T, p string) {
 			os.Truncate(p, frameEnd(9)+5)
-		}, 9, 1, 5},
+		}, 0, 1, 5, 10, nil, 9},
 		{"bad checksum in last record", func(t *testing.T, p string) {
 			flip(t, p, frameEnd(10)-1)
-		}, 9, 1, frameEnd(10) - frameEnd(9)},
-		{"bad checksum in record 7 of 10", func(t *testing.T, p string) {
-			flip(t, p, frameEnd(6)+frameHeaderSize+2)
-		}, 6, 4, frameEnd(10) - frameEnd(6)},
+		}, 0, 1, frameEnd(10) - frameEnd(9), 10, nil, 9},
+		{"truncated last record a consumer committed", func(t *testing.T, p string) {
+			os.Truncate(p, frameEnd(10)-5)
+		}, 10, 0, 0, 10, []uint64{10}, 9},
+		{"whole records missing at the end, consumer ahead", func(t *testing.T, p string) {
+			os.Truncate(p, frameEnd(8))
+		}, 10, 0, 0, 10, []uint64{9, 10}, 8},
+		{"bad checksum in record 7 of 10 (written before record 10's round)", func(t *testing.T, p string) {
+			flip(t, p, frameEnd(6)+frameHeaderV2+2)
+		}, 0, 0, 0, 0, []uint64{7}, 10},
+		{"corrupt length of record 5", func(t *testing.T, p string) {
+			flip(t, p, frameEnd(4)+1)
+		}, 0, 0, 0, 0, []uint64{5}, 10},
 		{"garbage tail", func(t *testing.T, p string) {
 			f, _ := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
 			f.Write([]byte{0xde, 0xad, 0xbe, 0xef, 1, 2, 3, 4, 5, 6, 7, 8, 9})
 			f.Close()
-		}, 10, 1, 13},
+		}, 0, 1, 13, 11, nil, 10},
 		{"zeroed tail (preallocated blocks)", func(t *testing.T, p string) {
 			f, _ := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
 			f.Write(make([]byte, 4096))
 			f.Close()
-		}, 10, 1, 4096},
+		}, 0, 1, 4096, 11, nil, 10},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -245,29 +260,103 @@ func TestRepairTail(t *testing.T) {
 			appendN(t, w, 1, 10, 3)
 			w.Close()
 			tc.damage(t, lastSeg(t, dir))
-			reg := prometheus.NewRegistry()
-			w2 := mustOpen(t, dir, Options{Registerer: reg})
-			r := w2.Repaired()
-			if r.Records != tc.wantRecords || r.Bytes != tc.wantBytes {
-				t.Fatalf("repair = %+v, want %d records %d bytes", r, tc.wantRecords, tc.wantBytes)
+			before := snapshot(t, dir)
+			if len(tc.lost) > 0 {
+				_, err := Open(dir, Options{AckedThrough: tc.acked})
+				var dl *DataLossError
+				if !errors.As(err, &dl) || !errors.Is(err, ErrDataLoss) || lostRecords(dl.Lost) != uint64(len(tc.lost)) {
+					t.Fatalf("open without AcceptDataLoss: %v, want a DataLossError for %d records", err, len(tc.lost))
+				}
+				if after := snapshot(t, dir); after != before {
+					t.Fatalf("a refused open modified the log:\n%s\n%s", before, after)
+				}
 			}
-			if got := counterValue(w2.m.repairedRecords); got != float64(tc.wantRecords) {
+			reg := prometheus.NewRegistry()
+			w2 := mustOpen(t, dir, Options{Registerer: reg, AckedThrough: tc.acked, AcceptDataLoss: true})
+			r := w2.Repaired()
+			if r.Records != tc.records || r.Bytes != tc.bytes || r.Through != tc.through || r.LostRecords() != uint64(len(tc.lost)) {
+				t.Fatalf("repair = %+v, want %d torn records, %d bytes, through %d, %d lost", r, tc.records, tc.bytes, tc.through, len(tc.lost))
+			}
+			if got := counterValue(w2.m.repairedRecords); got != float64(tc.records) {
 				t.Fatalf("repaired_records_total = %v", got)
 			}
-			if _, last := w2.Bounds(); last != tc.wantLast {
-				t.Fatalf("last after repair = %d, want %d", last, tc.wantLast)
+			if got := counterValue(w2.m.lostRecords); got != float64(len(tc.lost)) {
+				t.Fatalf("data_loss_records_total = %v", got)
 			}
-			checkAll(t, w2, 1, int(tc.wantLast))
-			// Appends continue right after the last good record.
-			appendN(t, w2, int(tc.wantLast)+1, 5, 5)
-			checkAll(t, w2, 1, int(tc.wantLast)+5)
+			gone := map[uint64]bool{}
+			for _, o := range tc.lost {
+				gone[o] = true
+			}
+			_, last := w2.Bounds()
+			for o := tc.lastRec + 1; o <= tc.through; o++ {
+				gone[o] = true // skipped offsets hold no record
+			}
+			if want := max(tc.lastRec, tc.through); last != want {
+				t.Fatalf("last after repair = %d, want %d", last, want)
+			}
+			if w2.LastRecord() != tc.lastRec {
+				t.Fatalf("LastRecord = %d, want %d", w2.LastRecord(), tc.lastRec)
+			}
+			checkExcept(t, w2, 1, tc.lastRec, gone)
+			// Appends continue after every offset the log may have handed out.
+			appendN(t, w2, int(last)+1, 5, 5)
+			if got, _ := w2.Read(tc.lastRec+1, 10); len(got) != 5 || got[0].Offset != last+1 {
+				t.Fatalf("read after the repaired end: %v", got)
+			}
 			w2.Close()
-			w3 := mustOpen(t, dir, Options{})
-			if r := w3.Repaired(); r.Bytes != 0 {
+			w3 := mustOpen(t, dir, Options{AckedThrough: tc.acked})
+			if r := w3.Repaired(); r.Bytes != 0 || len(r.Lost) != 0 || r.Through != 0 {
 				t.Fatalf("second reopen repaired again: %+v", r)
 			}
+			checkExcept(t, w3, 1, last+5, gone)
 		})
 	}
+}
+
+// checkExcept reads first..last and wants every record but the gone ones
+// (and offsets above the last record of a repaired tail), each intact.
+func checkExcept(t *testing.T, w *WAL, first, last uint64, gone map[uint64]bool) {
+	t.Helper()
+	got, err := w.Read(first, int(last-first)+10)
+	if err != nil {
+		t.Fatalf("read: %v", err)
+	}
+	i := 0
+	for o := first; o <= last; o++ {
+		if gone[o] {
+			continue
+		}
+		for i < len(got) && got[i].Offset < o {
+			if !bytes.Equal(got[i].Data, rec(int(got[i].Offset))) {
+				t.Fatalf("record %d is not the original", got[i].Offset)
+			}
+			i++
+		}
+		if i >= len(got) || got[i].Offset != o || !bytes.Equal(got[i].Data, rec(int(o))) {
+			t.Fatalf("offset %d missing or altered (read %d records)", o, len(got))
+		}
+		i++
+	}
+	for _, e := range got {
+		if gone[e.Offset] {
+			t.Fatalf("lost offset %d was read", e.Offset)
+		}
+	}
+}
+
+// snapshot describes every file of dir (names, sizes, contents' checksum).
+func snapshot(t *testing.T, dir string) string {
+	t.Helper()
+	m, _ := filepath.Glob(filepath.Join(dir, "*"))
+	var b strings.Builder
+	for _, p := range m {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(&b, "%s %d %x\n", filepath.Base(p), len(data), crc32.ChecksumIEEE(data))
+	}
+	return b.String()
 }
 
 func flip(t *testing.T, path string, at int64) {
@@ -316,16 +405,27 @@ func TestRepairEmptySegments(t *testing.T) {
 	})
 }
 
-func TestCorruptSealedSegmentIsAReadError(t *testing.T) {
+// A damaged record in a sealed segment (found when the segment is first
+// read) is skipped, counted and logged as lost acknowledged data; the
+// records after it are read.
+func TestCorruptSealedSegmentLosesOnlyTheDamagedRecord(t *testing.T) {
 	dir := t.TempDir()
 	w := mustOpen(t, dir, Options{SegmentBytes: 256})
 	appendN(t, w, 1, 50, 1)
 	w.Close()
 	segs, _ := filepath.Glob(filepath.Join(dir, "*.seg"))
-	flip(t, segs[0], headerSize+frameHeaderSize+1)
+	flip(t, segs[0], headerSize+frameHeaderV2+1) // payload of record 1
 	w2 := mustOpen(t, dir, Options{SegmentBytes: 256})
-	if _, err := w2.Read(1, 10); !errors.Is(err, ErrCorrupt) {
-		t.Fatalf("read of a corrupt sealed segment: %v, want ErrCorrupt", err)
+	got, err := w2.Read(1, 100)
+	if err != nil || len(got) != 49 || got[0].Offset != 2 {
+		t.Fatalf("read after a corrupt record in a sealed segment: %d records from %v: %v", len(got), got[0].Offset, err)
+	}
+	checkExcept(t, w2, 1, 50, map[uint64]bool{1: true})
+	if l := w2.Lost(); len(l) != 1 || l[0].From != 1 || l[0].To != 1 {
+		t.Fatalf("lost = %+v", l)
+	}
+	if got := counterValue(w2.m.lostRecords); got != 1 {
+		t.Fatalf("data_loss_records_total = %v", got)
 	}
 }
 
@@ -432,9 +532,10 @@ func counterValue(c prometheus.Counter) float64 {
 	return m.GetCounter().GetValue()
 }
 
-// Any truncation or byte flip in the last segment opens cleanly and keeps a
-// prefix of the original records, each byte-identical, never garbage.
-func TestRepairRandomDamageKeepsAnIntactPrefix(t *testing.T) {
+// Any truncation, byte flip or junk in the last segment opens (with
+// AcceptDataLoss) and keeps every record that was not damaged, each
+// byte-identical at its original offset, never garbage.
+func TestRepairRandomDamageKeepsEveryIntactRecord(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	src := t.TempDir()
 	w := mustOpen(t, src, Options{})
@@ -444,49 +545,85 @@ func TestRepairRandomDamageKeepsAnIntactPrefix(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for iter := range 200 {
+	// ends[i]: file position after record i+1.
+	var ends []int
+	for p, i := headerSize, 1; i <= 40; i++ {
+		p += frameHeaderV2 + len(rec(i))
+		ends = append(ends, p)
+	}
+	for iter := range 300 {
 		dir := t.TempDir()
 		b := append([]byte(nil), orig...)
+		var touched []int // damaged positions
 		switch iter % 3 {
 		case 0:
-			b = b[:rng.IntN(len(b)+1)]
+			n := rng.IntN(len(b) + 1)
+			b = b[:n]
+			touched = append(touched, n)
 		case 1:
 			for range 1 + rng.IntN(3) {
-				b[headerSize+rng.IntN(len(b)-headerSize)] ^= byte(1 + rng.IntN(255))
+				at := headerSize + rng.IntN(len(b)-headerSize)
+				b[at] ^= byte(1 + rng.IntN(255))
+				touched = append(touched, at)
 			}
 		case 2:
 			junk := make([]byte, rng.IntN(100))
 			for i := range junk {
 				junk[i] = byte(rng.IntN(256))
 			}
-			b = append(b[:headerSize+rng.IntN(len(b)-headerSize)], junk...)
+			at := headerSize + rng.IntN(len(b)-headerSize)
+			b = append(b[:at], junk...)
+			touched = append(touched, at)
 		}
 		if err := os.WriteFile(filepath.Join(dir, segmentName(1)), b, 0o640); err != nil {
 			t.Fatal(err)
 		}
-		w, err := Open(dir, Options{})
+		w, err := Open(dir, Options{AcceptDataLoss: true, NoSync: true})
 		if err != nil {
 			t.Fatalf("iteration %d: open: %v", iter, err)
 		}
-		_, last := w.Bounds()
 		got, err := w.Read(1, 100)
-		if err != nil || uint64(len(got)) != last {
+		if err != nil {
 			w.Close()
-			t.Fatalf("iteration %d: read %d of %d: %v", iter, len(got), last, err)
+			t.Fatalf("iteration %d: read: %v", iter, err)
 		}
+		have := map[uint64]bool{}
 		for _, e := range got {
 			if !bytes.Equal(e.Data, rec(int(e.Offset))) {
 				w.Close()
 				t.Fatalf("iteration %d: record %d is not the original", iter, e.Offset)
 			}
+			have[e.Offset] = true
 		}
-		if r := w.Repaired(); int64(len(b))-r.Bytes < headerSize && len(b) >= headerSize {
-			w.Close()
-			t.Fatalf("iteration %d: repair dropped into the header: %+v", iter, r)
+		// A record is intact when no damage touched its bytes and, for a
+		// cut or junk, it ends before the cut.
+		for i, end := range ends {
+			start := headerSize
+			if i > 0 {
+				start = ends[i-1]
+			}
+			intact := end <= len(b)
+			for _, at := range touched {
+				if at >= start && at < end {
+					intact = false
+				}
+			}
+			if iter%3 == 2 && end > touched[0] {
+				intact = false
+			}
+			if intact && !have[uint64(i+1)] {
+				w.Close()
+				t.Fatalf("iteration %d: intact record %d lost (damage at %v)", iter, i+1, touched)
+			}
 		}
+		_, last := w.Bounds()
 		if _, _, err := w.Append([][]byte{rec(int(last) + 1)}); err != nil {
 			w.Close()
 			t.Fatalf("iteration %d: append after repair: %v", iter, err)
+		}
+		if got, _ := w.Read(last+1, 1); len(got) != 1 || got[0].Offset != last+1 {
+			w.Close()
+			t.Fatalf("iteration %d: appended record not read back: %v", iter, got)
 		}
 		w.Close()
 	}

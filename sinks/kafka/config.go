@@ -18,8 +18,9 @@ type Config struct {
 	ClientID string `yaml:"client_id" json:"client_id"`
 	// Compression: none, snappy, lz4, zstd or gzip.
 	Compression string `yaml:"compression" json:"compression"`
-	// ValueFormat: json (the versioned JSON documented in README.md) or
-	// protobuf (the eventpipe.v1.Occurrence wire encoding).
+	// ValueFormat: json (the versioned JSON documented in README.md),
+	// protobuf (the eventpipe.v1.Occurrence wire encoding) or ocsf (an OCSF
+	// 1.8.0 Application Lifecycle event, docs/ocsf.md).
 	ValueFormat string `yaml:"value_format" json:"value_format"`
 	// MaxMessageBytes is the largest record the sink produces (key, value
 	// and headers); keep it at or below the topic's max.message.bytes. A
@@ -79,6 +80,7 @@ const (
 
 	FormatJSON     = "json"
 	FormatProtobuf = "protobuf"
+	FormatOCSF     = "ocsf"
 
 	MechanismPlain       = "PLAIN"
 	MechanismSCRAMSHA256 = "SCRAM-SHA-256"
@@ -140,9 +142,9 @@ func (c Config) Validate() error {
 		add("compression", "%q is not one of none, snappy, lz4, zstd, gzip", c.Compression)
 	}
 	switch c.ValueFormat {
-	case FormatJSON, FormatProtobuf:
+	case FormatJSON, FormatProtobuf, FormatOCSF:
 	default:
-		add("value_format", "%q is not one of json, protobuf", c.ValueFormat)
+		add("value_format", "%q is not one of json, protobuf, ocsf", c.ValueFormat)
 	}
 	if c.MaxMessageBytes < MinMaxMessageBytes {
 		add("max_message_bytes", "must be at least %d, got %d", MinMaxMessageBytes, c.MaxMessageBytes)

@@ -20,7 +20,7 @@ func TestBadConfigFiles(t *testing.T) {
 			`brokers[0]: "kafka-0.kafka" is not host:port`,
 			`topic: "audit events" is not a valid Kafka topic name`,
 			`compression: "brotli" is not one of none, snappy, lz4, zstd, gzip`,
-			`value_format: "avro" is not one of json, protobuf`,
+			`value_format: "avro" is not one of json, protobuf, ocsf`,
 			"max_message_bytes: must be at least 16384, got 100",
 		},
 		"tls-off-with-files.bad.yaml": {

@@ -7,7 +7,8 @@
 //     Java client);
 //   - value = versioned JSON of the occurrence in one stable field order
 //     (value_format: json), or the eventpipe.v1.Occurrence protobuf
-//     encoding (value_format: protobuf);
+//     encoding (value_format: protobuf), or an OCSF 1.8.0 Application
+//     Lifecycle event for audit archives (value_format: ocsf, docs/ocsf.md);
 //   - CloudEvents binary-mode headers: ce_specversion, ce_id (= event_id),
 //     ce_source, ce_type, ce_time, ce_subject (= sandbox id), content-type;
 //   - a record over max_message_bytes has its message truncated (on a UTF-8

@@ -245,7 +245,7 @@ func TestBrokerOutageUnderSteadyTraffic(t *testing.T) {
 // counted, never a crash.
 func TestHostileInput(t *testing.T) {
 	b := startBroker(t)
-	for _, format := range []string{FormatJSON, FormatProtobuf} {
+	for _, format := range []string{FormatJSON, FormatProtobuf, FormatOCSF} {
 		t.Run(format, func(t *testing.T) {
 			cfg := testConfig(b.addr(), "hostile-"+format)
 			cfg.ValueFormat = format
@@ -284,7 +284,11 @@ func TestHostileInput(t *testing.T) {
 					t.Errorf("record of %d bytes over max_message_bytes", len(m.Key)+len(m.Value))
 				}
 				var o eventpipev1.Occurrence
-				if format == FormatJSON {
+				if format == FormatOCSF {
+					if err := decodeOCSF(m.Value, &o); err != nil {
+						t.Fatal(err)
+					}
+				} else if format == FormatJSON {
 					if !json.Valid(m.Value) {
 						t.Fatalf("invalid JSON value for %s", header(m, "ce_id"))
 					}
@@ -317,6 +321,31 @@ func TestHostileInput(t *testing.T) {
 			}
 		})
 	}
+}
+
+// decodeOCSF reads an OCSF value back into an Occurrence (the subset this
+// test checks).
+func decodeOCSF(b []byte, o *eventpipev1.Occurrence) error {
+	var v struct {
+		Message  string `json:"message"`
+		Metadata struct {
+			UID string `json:"uid"`
+		} `json:"metadata"`
+		Unmapped struct {
+			MessageTruncated bool `json:"message_truncated"`
+			Sandbox          *struct {
+				ID string `json:"id"`
+			} `json:"sandbox"`
+		} `json:"unmapped"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	o.EventId, o.Message, o.MessageTruncated = v.Metadata.UID, v.Message, v.Unmapped.MessageTruncated
+	if v.Unmapped.Sandbox != nil {
+		o.Sandbox = &eventpipev1.Sandbox{Id: v.Unmapped.Sandbox.ID}
+	}
+	return nil
 }
 
 // decodeJSON reads the documented JSON value back into an Occurrence (the

@@ -75,6 +75,7 @@ var (
 	hdrType        = []byte(EventType)
 	hdrJSON        = []byte(ContentJSON)
 	hdrProtobuf    = []byte(ContentProtobuf)
+	hdrOCSF        = []byte(ContentOCSF)
 )
 
 // start prepares the arena for n messages: the spare one when it is large
@@ -193,6 +194,12 @@ func (e *encoder) build(o *eventpipev1.Occurrence) (kafka.Message, error) {
 			return kafka.Message{}, err
 		}
 		e.arena, ct = b, hdrProtobuf
+	case FormatOCSF:
+		b, err := AppendOCSF(e.arena, o)
+		if err != nil {
+			return kafka.Message{}, err
+		}
+		e.arena, ct = b, hdrOCSF
 	default:
 		e.arena, ct = AppendJSON(e.arena, o), hdrJSON
 	}

@@ -588,18 +588,36 @@ func (p *slowPusher) Push(ctx context.Context, batch []sinks.Record) error {
 // trimmer is implemented by logs that can emulate retention (MemLog).
 type trimmer interface{ Trim(upTo uint64) }
 
+// Retainer is implemented by a real log adapted to Log (the collector's
+// store): Retain applies the log's own retention so that records up to at
+// most upTo are removed, and returns the offset of the last record removed
+// (whole segments go, so that can be less than upTo).
+type Retainer interface {
+	Retain(upTo uint64) (removedThrough uint64)
+}
+
+// LossCounter is implemented by a log that counts, per consumer, the
+// records its consumers lost to retention; the contract checks that its
+// count agrees with the runner's.
+type LossCounter interface {
+	LostBy(consumer string) uint64
+}
+
 func scenarioRetention(t *testing.T, h Harness) {
 	e := newEnv(t, h, 6)
-	tr, ok := e.log.(trimmer)
-	if !ok {
-		// A real log's retention is tested by its own package; here the
-		// contract runs the retention scenario over an in-memory log.
-		e.log = NewMemLog()
-		tr = e.log.(trimmer)
-	}
 	e.append(e.gen.Batch(h.Records))
 	lost := uint64(h.Records / 4)
-	tr.Trim(lost)
+	switch l := e.log.(type) {
+	case Retainer: // a real log: its own retention, whole segments
+		lost = l.Retain(lost)
+		if lost == 0 {
+			t.Fatal("the log's retention removed nothing: the scenario cannot test a loss")
+		}
+	case trimmer:
+		l.Trim(lost)
+	default:
+		t.Fatalf("sinktest: the log %T can neither Trim nor Retain", e.log)
+	}
 	rn := e.start(nil)
 	e.waitHandled(rn, uint64(h.Records))
 	e.assertAllDelivered(e.ids[lost:])
@@ -609,6 +627,11 @@ func scenarioRetention(t *testing.T, h Harness) {
 	}
 	if m := e.metric("eventpipe_sink_lost_records_total"); m != float64(lost) {
 		t.Errorf("eventpipe_sink_lost_records_total = %v, want %d", m, lost)
+	}
+	if lc, ok := e.log.(LossCounter); ok {
+		if n := lc.LostBy(h.Name); n != lost {
+			t.Errorf("the log counts %d records lost by %q, the runner %d", n, h.Name, lost)
+		}
 	}
 }
 

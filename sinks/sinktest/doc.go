@@ -9,7 +9,11 @@
 // counted in Status and in the metrics. A sink's test provides a Harness: a
 // Target builds its Pusher against a real destination, reads back what was
 // delivered (by event_id) and induces a real outage. The log defaults to
-// MemLog; Harness.NewLog lets the collector run the contract over its store.
+// MemLog; Harness.NewLog runs the contract over another log:
+// collector/store's TestSinkContractOverTheStore runs it over the real
+// store and the real file sink, with the store's own retention (Retainer)
+// and a check that the store's per-consumer loss count agrees with the
+// runner's (LossCounter).
 //
 // Generator makes realistic occurrences (the seed sandbox
 // 2ff21e26-1a7b-49a2-a640-14ae153f93ea in openshell-openshell-repro, kubelet

@@ -76,7 +76,9 @@ type Occurrence struct {
 	Container string `protobuf:"bytes,23,opt,name=container,proto3" json:"container,omitempty"`
 	// Image the event is about: from the message, else the pod spec.
 	Image string `protobuf:"bytes,24,opt,name=image,proto3" json:"image,omitempty"`
-	// workload, supervisor, bootstrap, init, unknown (empty when no image).
+	// workload, supervisor, bootstrap, init, pod_sandbox (the pod sandbox or
+	// "pause" image of a FailedCreatePodSandBox event), unknown (empty when no
+	// image).
 	ImageRole string `protobuf:"bytes,25,opt,name=image_role,json=imageRole,proto3" json:"image_role,omitempty"`
 	// Present only for image-pull failures.
 	PullFailure *PullFailure `protobuf:"bytes,26,opt,name=pull_failure,json=pullFailure,proto3" json:"pull_failure,omitempty"`
@@ -531,9 +533,19 @@ func (x *Sandbox) GetCrName() string {
 // PullFailure is the diagnosis of an image-pull failure.
 type PullFailure struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// One of the Category* constants in values.go.
+	// One of the Category* constants in values.go: not_found, unauthorized,
+	// not_found_or_unauthorized, registry_unreachable (DNS, connect, TLS
+	// handshake or connection timeouts), tls_error, rate_limited (the
+	// registry's 429), kubelet_throttled (the kubelet's own pull QPS limit),
+	// invalid_reference, never_pull, platform_mismatch, node_storage (disk
+	// full), runtime_store (snapshotter, unpack, content store or image
+	// inspect failure on the node), policy_rejected (signature policy,
+	// CRI-O/Podman short-name policy), timeout (a pull that ran past its
+	// deadline or was cancelled), unknown.
 	Category string `protobuf:"bytes,1,opt,name=category,proto3" json:"category,omitempty"`
-	// The image reference that failed to pull.
+	// The image reference that failed to pull, normalised as the runtime
+	// resolves it (docker.io/, library/ and :latest where implied; digests
+	// kept; a reference that does not parse is left as the message names it).
 	Image string `protobuf:"bytes,2,opt,name=image,proto3" json:"image,omitempty"`
 	// "retrying" or "persistent" (advisory; eventpipe never acts on it).
 	Disposition string `protobuf:"bytes,3,opt,name=disposition,proto3" json:"disposition,omitempty"`

@@ -18,6 +18,9 @@ const (
 	ImageRoleSupervisor = "supervisor"
 	ImageRoleBootstrap  = "bootstrap"
 	ImageRoleInit       = "init"
+	// ImageRolePodSandbox: the pod sandbox ("pause") image the runtime
+	// needs before any container of the pod (FailedCreatePodSandBox).
+	ImageRolePodSandbox = "pod_sandbox"
 	ImageRoleUnknown    = "unknown"
 )
 
@@ -50,7 +53,16 @@ const (
 	CategoryNodeStorage            = "node_storage"
 	CategoryPolicyRejected         = "policy_rejected"
 	CategoryTimeout                = "timeout"
-	CategoryUnknown                = "unknown"
+	// CategoryKubeletThrottled: the kubelet's own pull rate limit
+	// (registryPullQPS/registryBurst, "pull QPS exceeded"); no request
+	// reached a registry. A registry's 429 is CategoryRateLimited.
+	CategoryKubeletThrottled = "kubelet_throttled"
+	// CategoryRuntimeStore: the node's image store failed (snapshotter,
+	// layer unpack, content store, overlay2 metadata, image inspect): the
+	// image exists and was fetched or is present, the node cannot use it.
+	// Disk full is CategoryNodeStorage.
+	CategoryRuntimeStore = "runtime_store"
+	CategoryUnknown      = "unknown"
 )
 
 // Values of PullFailure.disposition.
