@@ -199,8 +199,8 @@ func TestQueryCheckCanFail(t *testing.T) {
 var requiredAlerts = []string{
 	"EventpipeAgentDown", "EventpipeAgentNoLeader", "EventpipeAgentWatchStale", "EventpipeAgentCursorAgeHigh",
 	"EventpipeCollectorNotAcknowledging", "EventpipeCollectorDown", "EventpipeCollectorAppendFailing",
-	"EventpipeLogRepaired", "EventpipeLogDiskNearlyFull", "EventpipeFollowSubscribersCutOff",
-	"EventpipeSinkLagging", "EventpipeSinkRecordsLost", "EventpipeSinkRecordsRefused",
+	"EventpipeLogRepaired", "EventpipeLogDataLoss", "EventpipeLogDiskNearlyFull", "EventpipeFollowSubscribersCutOff",
+	"EventpipeSinkLagging", "EventpipeSinkRecordsLost", "EventpipeSinkRecordsRefused", "EventpipeSinkCursorBeyondLog",
 }
 
 // TestPrometheusRule: every alert of the chart's PrometheusRule parses with

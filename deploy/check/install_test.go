@@ -37,6 +37,11 @@ func TestHelmInstallKeepsTokens(t *testing.T) {
 		}
 		return s.Data
 	}
+	// A wrong value fails the install itself, before anything is created.
+	out, err := HelmKube(ctx, root, cluster.Kubeconfig(), "install", "bad", ChartDir(root), "--namespace", ns, "--create-namespace", "--set", "collector.config.grpc.shutdown_grace=20")
+	if err == nil || !strings.Contains(err.Error(), "/collector/config/grpc/shutdown_grace") {
+		t.Errorf("helm install with a duration without unit: %v\n%s", err, out)
+	}
 	helm("install", release, ChartDir(root), "--create-namespace", "--set", "cluster=install-test", "--set", "auth.readers[0].name=team-a", "--set", "auth.readers[0].workspaces[0]=team-a")
 	first := tokens()
 	for _, k := range []string{"agent.token", "reader-team-a.token", "tokens.yaml"} {
