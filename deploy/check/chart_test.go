@@ -208,7 +208,7 @@ func checkConfigs(t *testing.T, v variant, docs []Doc) {
 		}
 	}
 	if tokens == nil {
-		tokens = []byte("- {token: a-token-of-the-right-length-0123, name: agent, role: agent}\n")
+		tokens = []byte("- {token: a-token-of-the-right-length-0123, name: agent, role: agent, clusters: [prod-eu-1]}\n")
 	}
 	write := func(rel string, b []byte) {
 		p := filepath.Join(dir, rel)
@@ -235,6 +235,13 @@ func checkConfigs(t *testing.T, v variant, docs []Doc) {
 		data, _ := d.Object["data"].(map[string]any)
 		if s, ok := data["agent.yaml"].(string); ok {
 			seen++
+			s = placeholder(t, v, s, func(b []byte) error {
+				cfg, err := agent.ParseConfig(b)
+				if err == nil {
+					err = cfg.Validate()
+				}
+				return err
+			})
 			cfg, err := agent.ParseConfig([]byte(rewrite(s)))
 			if err != nil {
 				t.Errorf("agent.yaml: %v\n%s", err, s)
@@ -249,6 +256,13 @@ func checkConfigs(t *testing.T, v variant, docs []Doc) {
 		}
 		if s, ok := data["collector.yaml"].(string); ok {
 			seen++
+			s = placeholder(t, v, s, func(b []byte) error {
+				cfg, err := collector.ParseConfig([]byte(rewrite(string(b))))
+				if err == nil {
+					err = cfg.Validate()
+				}
+				return err
+			})
 			cfg, err := collector.ParseConfig([]byte(rewrite(s)))
 			if err != nil {
 				t.Errorf("collector.yaml: %v\n%s", err, s)
@@ -475,3 +489,18 @@ func TestServerSideDryRun(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// placeholder: the plain manifests carry cluster CHANGE-ME, which the
+// binaries refuse until the operator names the cluster. For that variant it
+// checks the refusal and returns the config with a real name; others are
+// returned as they are.
+func placeholder(t *testing.T, v variant, config string, validate func([]byte) error) string {
+	t.Helper()
+	if v.name != "manifests" {
+		return config
+	}
+	if err := validate([]byte(config)); err == nil || !strings.Contains(err.Error(), "CHANGE-ME") {
+		t.Errorf("the manifests' config with cluster CHANGE-ME: got %v, want the placeholder refused", err)
+	}
+	return strings.ReplaceAll(config, "CHANGE-ME", "prod-eu-1")
+}

@@ -54,10 +54,14 @@ func TestHelmInstallKeepsTokens(t *testing.T) {
 	}
 	helm("upgrade", release, ChartDir(root), "--set", "cluster=install-test-2", "--set", "auth.readers[0].name=team-a", "--set", "auth.readers[0].workspaces[0]=team-a")
 	second := tokens()
-	for k, v := range first {
-		if string(second[k]) != string(v) {
+	for _, k := range []string{"agent.token", "reader-team-a.token"} {
+		if string(second[k]) != string(first[k]) {
 			t.Errorf("upgrade changed %s of the tokens Secret", k)
 		}
+	}
+	// The tokens file follows the values (the agent's cluster), with the same tokens.
+	if tf := string(second["tokens.yaml"]); !strings.Contains(tf, "install-test-2") || !strings.Contains(tf, string(first["agent.token"])) {
+		t.Errorf("tokens.yaml after the upgrade:\n%s", tf)
 	}
 	dep, err := cs.AppsV1().Deployments(ns).Get(ctx, release+"-eventpipe-agent", metav1.GetOptions{})
 	if err != nil || *dep.Spec.Replicas != 2 {

@@ -163,7 +163,7 @@ podAntiAffinity:
 {{- $tls := dict "cert_file" "/var/run/secrets/eventpipe/tls/tls.crt" "key_file" "/var/run/secrets/eventpipe/tls/tls.key" -}}
 {{- $ids := list -}}
 {{- if .Values.tls.mutualTLS -}}
-{{- $ids = append $ids (dict "name" (include "eventpipe.agentName" .) "role" "agent") -}}
+{{- $ids = append $ids (dict "name" (include "eventpipe.agentName" .) "role" "agent" "clusters" (list .Values.cluster)) -}}
 {{- end -}}
 {{- range .Values.collector.identities }}{{ $ids = append $ids . }}{{ end -}}
 {{- if $ids -}}
