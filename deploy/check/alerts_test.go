@@ -2,9 +2,16 @@ package check
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
+	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -55,8 +62,17 @@ func buildCatalogue(dir string) (*Catalogue, error) {
 	cfg := collector.NewDefaultConfig()
 	cfg.GRPC.Listen = "127.0.0.1:0"
 	cfg.HTTP.Listen = "127.0.0.1:0"
-	cfg.Auth.Insecure = true
 	cfg.Store.Dir = filepath.Join(dir, "log")
+	// TLS on, so the certificate reload metrics are registered too.
+	certFile, keyFile, err := selfSignedCert(dir)
+	if err != nil {
+		return nil, err
+	}
+	cfg.GRPC.TLS = collector.TLSConfig{CertFile: certFile, KeyFile: keyFile}
+	cfg.Auth.TokensFile = filepath.Join(dir, "tokens.yaml")
+	if err := os.WriteFile(cfg.Auth.TokensFile, []byte("- {token: check-agent-token-0123456789, name: check, role: agent, clusters: [check]}\n"), 0o600); err != nil {
+		return nil, err
+	}
 	d := sinks.NewDefaultRunnerConfig("")
 	fc := file.NewDefaultConfig()
 	fc.Path = filepath.Join(dir, "events.jsonl")
@@ -105,6 +121,39 @@ func buildCatalogue(dir string) (*Catalogue, error) {
 		return nil, fmt.Errorf("the binary's /metrics had only %d families", n)
 	}
 	return c, nil
+}
+
+// selfSignedCert writes a loopback certificate and its key into dir.
+func selfSignedCert(dir string) (certFile, keyFile string, err error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return "", "", err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1),
+		Subject:      pkix.Name{CommonName: "eventpipe-collector"},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(24 * time.Hour),
+		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return "", "", err
+	}
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return "", "", err
+	}
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		return "", "", err
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
+		return "", "", err
+	}
+	return certFile, keyFile, nil
 }
 
 // scrapeBinary builds cmd/eventpipe, runs `eventpipe collector` on loopback
