@@ -90,8 +90,10 @@ type FollowConfig struct {
 
 // ReadinessConfig shapes /readyz.
 type ReadinessConfig struct {
-	// LossWindow: /readyz fails while a consumer lost records to retention
-	// within this window.
+	// LossWindow is kept so that older config files still load; it has no
+	// effect. /readyz means "can acknowledge ingest": a consumer that lost
+	// records to retention is an alert (eventpipe_sink_lost_records_total),
+	// not a reason to take the collector out of its Service.
 	LossWindow time.Duration `yaml:"loss_window"`
 }
 
