@@ -71,7 +71,7 @@ created/started); the others when an event shows the pod got past that
 stage (Scheduled; the claim provisioned or the pod scheduled or its
 containers pulled; the pod created; a crashed container started and up for
 a minute with no new crash). With several, supervisor image first, then by
-stage: creation, scheduling, volumes, images, containers.
+stage: creation, claims, scheduling, volume mounts, images, containers.
 eventpipe reports; it never stops, deletes or replaces a sandbox.
 
 Examples:

@@ -1,6 +1,7 @@
 package diagnosis
 
 import (
+	"strings"
 	"time"
 
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
@@ -196,21 +197,25 @@ func (f *Folder) settle() {
 	}
 }
 
-// stage orders blockers by how far the pod got: creation, scheduling,
-// volumes, image pulls, containers. The earliest stage is what to fix
-// first: the later ones cannot even be tried before it.
-func stage(kind string) int {
-	switch kind {
+// stage orders blockers by how far the pod got: creation, its claims bound,
+// scheduling, volumes attached and mounted, image pulls, containers. The
+// earliest stage is what to fix first: the later ones cannot even be tried
+// before it (a pod whose claim is unbound is unschedulable because of it).
+func stage(b Blocker) int {
+	switch b.Kind {
 	case eventpipev1.BlockerKindCreateRefused:
 		return 0
-	case eventpipev1.BlockerKindUnschedulable:
-		return 1
 	case eventpipev1.BlockerKindVolume:
+		if strings.HasPrefix(b.Involved, "PersistentVolumeClaim/") {
+			return 1
+		}
+		return 3
+	case eventpipev1.BlockerKindUnschedulable:
 		return 2
 	case KindImagePull:
-		return 3
-	case eventpipev1.BlockerKindContainer:
 		return 4
+	case eventpipev1.BlockerKindContainer:
+		return 5
 	}
-	return 5
+	return 6
 }

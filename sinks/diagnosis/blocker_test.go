@@ -313,6 +313,16 @@ func TestFoldImageAndOtherBlockers(t *testing.T) {
 	if got, want := kinds(db), "volume/secret_not_found image_pull/not_found container/exit_error"; got != want {
 		t.Errorf("%s: %s, want %s", b.name, got, want)
 	}
+	// A pod whose claim is unbound is unschedulable because of it: the
+	// claim comes first, though it was seen last.
+	c := newSandbox(0x62, "claim-first", workloadImage, supervisorGood)
+	fx2 := newFixture(t, c)
+	fd2 := &feed{f: NewFolder()}
+	fd2.add(one(fx2.scheduler(c, false, "FailedScheduling", "0/1 nodes are available: 1 pod has unbound immediate PersistentVolumeClaims. preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling.", 1)))
+	fd2.add(one(fx2.claim(c, "FailedBinding", "no persistent volumes available for this claim and no storage class is set", 1)))
+	if got, want := kinds(mustSandbox(t, fd2.f, c.id)), "volume/no_storage_class unschedulable/unbound_pvc"; got != want {
+		t.Errorf("%s: %s, want %s", c.name, got, want)
+	}
 	if groups := Supervisor(f.Sandboxes()); len(groups) != 1 || len(groups[0].Sandboxes) != 1 || groups[0].Sandboxes[0].ID != a.id {
 		t.Errorf("supervisor groups take other blockers: %+v", groups)
 	}

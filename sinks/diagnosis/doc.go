@@ -47,9 +47,10 @@
 //     diagnosis is read.
 //   - Several blockers of a sandbox are all shown: a supervisor image first
 //     (it blocks every sandbox of the gateway), then by stage: creation,
-//     scheduling, volumes, image pulls, containers (the earliest stage is
-//     the one to fix first: the later ones cannot even be tried before it),
-//     then oldest first.
+//     the pod's claims bound, scheduling, volumes attached and mounted,
+//     image pulls, containers (the earliest stage is the one to fix first:
+//     the later ones cannot even be tried before it; a pod whose claim is
+//     unbound is unschedulable because of it), then oldest first.
 //   - Memory is bounded: at most MaxSandboxes sandboxes and
 //     maxBlockersPerSandbox blockers per sandbox are kept; what does not
 //     fit is counted (Folder.Dropped) and reported by the renderers, never

@@ -89,8 +89,8 @@ type Diagnosis struct {
 	GatewayID string `json:"gateway_id,omitempty"`
 	Namespace string `json:"namespace,omitempty"`
 	State     string `json:"state"`
-	// Blockers, supervisor image first, then by stage (creation,
-	// scheduling, volumes, image pulls, containers), then by Since.
+	// Blockers, supervisor image first, then by stage (creation, claims,
+	// scheduling, volume mounts, image pulls, containers), then by Since.
 	Blockers []Blocker `json:"blockers"`
 	// Progress is the last gateway progress step the events moved
 	// ("pulling_image", "starting_sandbox", ...).
@@ -306,8 +306,8 @@ func sortBlockers(bs []Blocker) {
 		if (a.ImageRole == eventpipev1.ImageRoleSupervisor) != (b.ImageRole == eventpipev1.ImageRoleSupervisor) {
 			return a.ImageRole == eventpipev1.ImageRoleSupervisor
 		}
-		if stage(a.Kind) != stage(b.Kind) {
-			return stage(a.Kind) < stage(b.Kind)
+		if stage(a) != stage(b) {
+			return stage(a) < stage(b)
 		}
 		if !a.Since.Equal(b.Since) {
 			return a.Since.Before(b.Since)

@@ -259,13 +259,17 @@ func TestMakeRun(t *testing.T) {
 	c.waitFor(t, "both seed diagnoses, persistent", 3*time.Minute, func(out string) bool {
 		return rowHas(out, "img-missing", "BLOCKED", "workload", scenario.ImageMissing, "not_found", "persistent") &&
 			rowHas(out, "sup-bad", "BLOCKED", "supervisor", scenario.SupervisorImageBad, "not_found", "persistent") &&
-			rowHas(out, "healthy", "clear")
+			rowHas(out, "healthy", "clear") &&
+			// Not an image: the pod waits for its claim, which has no class.
+			rowHas(out, "pvc-unbound", "BLOCKED", "unschedulable", "unbound_pvc") &&
+			strings.Contains(out, " volume ") && strings.Contains(out, " no_storage_class ")
 	})
 	c.waitFor(t, "where the data went", time.Minute, func(out string) bool { return strings.Contains(out, "where the data went:") })
 	out := c.output()
 	for _, want := range []string{
 		"fix sup-bad (supervisor image): tag 0.0.0-does-not-exist does not exist in ghcr.io/nvidia/openshell/supervisor: check the supervisor image setting of the gateway",
 		"fix img-missing (workload image): tag 0.0.0-does-not-exist does not exist in docker.io/library/busybox",
+		"fix pvc-unbound (volume): ", "fix pvc-unbound (unschedulable): ",
 		"file sink", filepath.Join(dataDir, "events.jsonl"), "/metrics", "agent       ",
 	} {
 		if !strings.Contains(out, want) {
