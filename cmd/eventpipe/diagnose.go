@@ -129,6 +129,9 @@ type diagnoseOptions struct {
 	watch      bool
 }
 
+// diagnoseWatchTick: how often --watch looks again without a new event.
+const diagnoseWatchTick = 5 * time.Second
+
 // diagnoseNow is the clock (tests pin it).
 var diagnoseNow = time.Now
 
@@ -286,6 +289,10 @@ func (d *diagnoser) watch(ctx context.Context, req *eventpipev1.FollowRequest) i
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
 	code, last, connected := diagnoseUnknown, "", true
+	// A crashed container's blocker ends by time (it stays up): look again
+	// now and then, not only when an event arrives.
+	tick := time.NewTicker(diagnoseWatchTick)
+	defer tick.Stop()
 	for {
 		select {
 		case err := <-done:
@@ -294,6 +301,7 @@ func (d *diagnoser) watch(ctx context.Context, req *eventpipev1.FollowRequest) i
 			}
 			return code
 		case <-w.Changed():
+		case <-tick.C:
 		}
 		st := w.Status()
 		if st.Connected != connected {
