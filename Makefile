@@ -80,3 +80,8 @@ bench-agent: tools
 
 bench-collector:
 	$(GO) run ./bench/collector $(ARGS)
+
+## bench-gateway: the driver proxy harness (see bench/gateway.md).
+.PHONY: bench-gateway
+bench-gateway: tools
+	$(GO) run ./bench/gateway $(ARGS)
