@@ -182,6 +182,26 @@ func rowOf(out, name string) string {
 	return ""
 }
 
+// lineHas: some line of out has every word as a field.
+func lineHas(out string, words ...string) bool {
+	for _, l := range strings.Split(out, "\n") {
+		f := strings.Fields(l)
+		n := 0
+		for _, w := range words {
+			for _, x := range f {
+				if x == w {
+					n++
+					break
+				}
+			}
+		}
+		if n == len(words) {
+			return true
+		}
+	}
+	return false
+}
+
 func rowHas(out, name string, words ...string) bool {
 	row := rowOf(out, name)
 	if row == "" {
@@ -260,9 +280,10 @@ func TestMakeRun(t *testing.T) {
 		return rowHas(out, "img-missing", "BLOCKED", "workload", scenario.ImageMissing, "not_found", "persistent") &&
 			rowHas(out, "sup-bad", "BLOCKED", "supervisor", scenario.SupervisorImageBad, "not_found", "persistent") &&
 			rowHas(out, "healthy", "clear") &&
-			// Not an image: the pod waits for its claim, which has no class.
-			rowHas(out, "pvc-unbound", "BLOCKED", "unschedulable", "unbound_pvc") &&
-			strings.Contains(out, " volume ") && strings.Contains(out, " no_storage_class ")
+			// Not an image: the claim has no class (shown first), so the
+			// pod cannot be scheduled (the row below it).
+			rowHas(out, "pvc-unbound", "BLOCKED", "volume", "PersistentVolumeClaim/workspace-pvc-unbound", "no_storage_class", "persistent") &&
+			lineHas(out[strings.LastIndex(out, "== "):], "unschedulable", "Pod/pvc-unbound", "unbound_pvc")
 	})
 	c.waitFor(t, "where the data went", time.Minute, func(out string) bool { return strings.Contains(out, "where the data went:") })
 	out := c.output()
