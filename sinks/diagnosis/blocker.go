@@ -38,8 +38,6 @@ func (s *sandboxState) openBlocker(cursor uint64, o *eventpipev1.Occurrence, bl 
 		setIf(&b.Object, bl.GetObject())
 		setIf(&b.Remedy, bl.GetFix())
 	}
-	setIf(&b.Object, bl.GetObject())
-	setIf(&b.Remedy, bl.GetFix())
 	setIf(&b.Role, o.GetRole())
 	if o.GetReportingComponent() == "kubelet" {
 		setIf(&b.Node, o.GetReportingInstance())
@@ -123,8 +121,9 @@ func (s *sandboxState) closeBlockers(o *eventpipev1.Occurrence, at time.Time) bo
 			case eventpipev1.BlockerKindUnschedulable:
 				return samePod(k)
 			case eventpipev1.BlockerKindCreateRefused:
-				// The sandbox has a pod again: its creation went through.
-				return true
+				// The sandbox has its workload pod: its creation went
+				// through (the supervisor pod is not the refused one).
+				return o.GetRole() != eventpipev1.RoleSupervisor
 			case eventpipev1.BlockerKindVolume:
 				// The scheduler binds a pod only once its claims are bound;
 				// the workspace claim is the workload pod's.

@@ -176,11 +176,22 @@ func TestFoldOtherBlockers(t *testing.T) {
 			Involved: "Sandbox/quota", Object: "ResourceQuota/compute", Role: eventpipev1.RoleSandbox},
 		wantExit: -1,
 		stillOpen: func(fx *fixture, s sandbox) []*eventpipev1.Occurrence {
-			return fx.start(s, true, "supervisor", s.supervisorImage)
+			return append(one(fx.scheduled(s, true)), fx.start(s, true, "supervisor", s.supervisorImage)...)
 		},
 		end: func(fx *fixture, s sandbox) []*eventpipev1.Occurrence {
 			return one(fx.controller(s, "PodCreated", "Created Pod "+s.name, 1))
 		},
+	}, {
+		name: "quota-pod-scheduled",
+		open: func(fx *fixture, s sandbox) []*eventpipev1.Occurrence {
+			return one(fx.controller(s, "FailedCreate", fmt.Sprintf(quotaMsg, s.name), 1))
+		},
+		want: Blocker{Kind: eventpipev1.BlockerKindCreateRefused, Cause: eventpipev1.BlockerQuotaExceeded,
+			Involved: "Sandbox/quota-pod-scheduled", Object: "ResourceQuota/compute", Role: eventpipev1.RoleSandbox},
+		wantExit:  -1,
+		stillOpen: func(fx *fixture, s sandbox) []*eventpipev1.Occurrence { return one(fx.scheduled(s, true)) },
+		// A controller that says nothing on success: its pod got scheduled.
+		end: func(fx *fixture, s sandbox) []*eventpipev1.Occurrence { return one(fx.scheduled(s, false)) },
 	}, {
 		name: "oom-crash-loop",
 		open: func(fx *fixture, s sandbox) []*eventpipev1.Occurrence {

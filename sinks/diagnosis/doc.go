@@ -37,7 +37,7 @@
 //     creating or starting a container of it (it mounts the volumes
 //     first);
 //     create_refused: SuccessfulCreate or PodCreated of the same
-//     controller, or Scheduled of a pod of the sandbox;
+//     controller, or Scheduled of the sandbox's workload pod;
 //     container: Started of that container. For a container that
 //     started and died (crash_loop, oom_killed, exit_error, unknown)
 //     Started is not enough, since the kubelet starts a crash-looping
