@@ -146,6 +146,13 @@ func TestBlockerScenariosReachCollector(t *testing.T) {
 			if !found {
 				t.Errorf("no pod_status blocker exit_error for the crash-loop agent container among %d", len(status))
 			}
+			// The last termination's exit code (the scenario's kubelet: 1
+			// for Error) travels from the pod status to the collector.
+			for _, o := range status {
+				if b := o.GetBlocker(); o.GetSandbox().GetName() == "crash-loop" && (!b.GetHasExitCode() || b.GetExitCode() != 1) {
+					t.Errorf("pod_status blocker %s/%s of %s: exit code %d (has %v), want 1", b.GetKind(), b.GetCause(), b.GetContainer(), b.GetExitCode(), b.GetHasExitCode())
+				}
+			}
 		})
 	}
 }

@@ -22,7 +22,7 @@ import (
 
 func init() {
 	register("diagnose", command{
-		summary: "say what blocks a sandbox (image, cause, since when, the fix) from the collector",
+		summary: "say what blocks a sandbox (image, scheduling, volume, creation, crashing container; cause, since when, the fix) from the collector",
 		run:     runDiagnose,
 	})
 }
@@ -36,9 +36,12 @@ const diagnoseUsage = `Usage:
 Says what keeps a sandbox from starting, from the collector alone (no
 kubectl: only the collector's address and a reader token): which image
 cannot be pulled and whether it is the sandbox's own (workload) image or the
-gateway's supervisor image, the cause, how many attempts since when, whether
-the kubelet's retries may still help (retrying) or not (persistent), and the
-fix for that cause:
+gateway's supervisor image, or what else blocks it (kind: unschedulable,
+volume, create_refused, container; the cause, e.g. insufficient_resources,
+secret_not_found, quota_exceeded, oom_killed; the object the cause names and
+the container's last exit code), how many attempts since when, whether
+retrying may still help (retrying) or not (persistent), and the fix for that
+cause:
 
   sandbox sup-bad  workspace repro  id 2ff21e26-1a7b-49a2-a640-14ae153f93ea  gateway openshell
   BLOCKED by 1 image pull failure:
@@ -54,8 +57,21 @@ workspace: with -w it is looked up there, without it across the sandboxes of
 --supervisor groups the supervisor-image failures of every sandbox of a
 gateway, so a bad supervisor tag shows from the first failed sandbox on.
 
-The diagnosis folds the last --tail events of the selection; a blocker ends
-when the container's image is pulled (or the container is created/started).
+  sandbox crash-loop  workspace repro  id 0c6f5a7e-...  gateway openshell
+  BLOCKED by 1 blocker:
+    container: oom_killed (Pod/crash-loop)
+      pod openshell-openshell-repro/crash-loop, container agent, node worker-1
+      3 attempts since 2026-12-01T14:02:11Z (1m05s ago), persistent: retrying will not fix it
+      last exit code 137
+      fix: container agent was killed for exceeding its memory limit: raise the sandbox's memory limit
+
+The diagnosis folds the last --tail events of the selection; an image
+blocker ends when the container's image is pulled (or the container is
+created/started); the others when an event shows the pod got past that
+stage (Scheduled; the claim provisioned or the pod scheduled or its
+containers pulled; the pod created; a crashed container started and up for
+a minute with no new crash). With several, supervisor image first, then by
+stage: creation, claims, scheduling, volume mounts, images, containers.
 eventpipe reports; it never stops, deletes or replaces a sandbox.
 
 Examples:
@@ -67,8 +83,10 @@ Examples:
 
 Output (-o json): one object; one sandbox: the diagnosis {id, name,
 workspace, gateway_id, state, blockers: [{kind, cause, image, image_role,
-pod, container, node, disposition, attempts, since, last_seen, detail,
-remedy, event_id, cursor}], progress, last_event, ...}; a workspace or
+object, involved, exit_code, pod, container, node, disposition, attempts,
+since, last_seen, detail, remedy, event_id, cursor}], progress,
+last_event, ...} (image and image_role for image pulls; object, involved
+and exit_code for the other kinds, when known); a workspace or
 gateway: {"sandboxes": [...]}; --supervisor: {"gateway_id", "supervisor_failures":
 [{image, cause, disposition, attempts, since, last_seen, remedy, sandboxes}]}.
 
@@ -80,7 +98,8 @@ diagnosis printed.
 Exit status:
   0  nothing blocks the sandbox (every sandbox of the selection; with
      --supervisor: no supervisor image fails to pull)
-  1  blocked: at least one blocker (with --supervisor: a supervisor image fails)
+  1  blocked: at least one blocker of any kind (with --supervisor: a
+     supervisor image fails)
   2  bad flags, the collector cannot be reached, or it refused the credentials
   3  the collector has no events of that sandbox (unknown name or id, or its
      workspace is not granted to the token)
@@ -109,6 +128,9 @@ type diagnoseOptions struct {
 	timeout    time.Duration
 	watch      bool
 }
+
+// diagnoseWatchTick: how often --watch looks again without a new event.
+const diagnoseWatchTick = 5 * time.Second
 
 // diagnoseNow is the clock (tests pin it).
 var diagnoseNow = time.Now
@@ -267,6 +289,10 @@ func (d *diagnoser) watch(ctx context.Context, req *eventpipev1.FollowRequest) i
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
 	code, last, connected := diagnoseUnknown, "", true
+	// A crashed container's blocker ends by time (it stays up): look again
+	// now and then, not only when an event arrives.
+	tick := time.NewTicker(diagnoseWatchTick)
+	defer tick.Stop()
 	for {
 		select {
 		case err := <-done:
@@ -275,6 +301,7 @@ func (d *diagnoser) watch(ctx context.Context, req *eventpipev1.FollowRequest) i
 			}
 			return code
 		case <-w.Changed():
+		case <-tick.C:
 		}
 		st := w.Status()
 		if st.Connected != connected {
@@ -329,7 +356,11 @@ func watchKey(ds []diagnosis.Diagnosis) string {
 	for _, s := range ds {
 		fmt.Fprintf(&b, "%s|%s|%s;", s.ID, s.Name, s.State)
 		for _, bl := range s.Blockers {
-			fmt.Fprintf(&b, "%s|%s|%s|%s|%d,", bl.Image, bl.ImageRole, bl.Cause, bl.Disposition, bl.Attempts)
+			fmt.Fprintf(&b, "%s|%s|%s|%s|%s|%s|%s|%s|%d", bl.Kind, bl.Image, bl.ImageRole, bl.Object, bl.Container, bl.Remedy, bl.Cause, bl.Disposition, bl.Attempts)
+			if bl.ExitCode != nil {
+				fmt.Fprintf(&b, "|%d", *bl.ExitCode)
+			}
+			b.WriteByte(',')
 		}
 	}
 	return b.String()

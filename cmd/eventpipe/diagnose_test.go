@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
+	"github.com/eventpipe/eventpipe/enrich"
 )
 
 const (
@@ -221,5 +222,81 @@ func TestDiagnoseCommandWatch(t *testing.T) {
 	code := runDiagnose(context.Background(), []string{"--collector", f.addr, "--insecure", "--token-file", f.token("other"), "--watch", "-w", "repro"}, nil, io.Discard, &errb2)
 	if code != 2 || !strings.Contains(errb2.String(), "does not allow these credentials") {
 		t.Errorf("refused --watch: exit %d: %s", code, errb2.String())
+	}
+}
+
+const crashID = "7f2e9b80-ad3c-4e5f-9a4b-2c3d4e5f6071"
+
+// crashLoop is a sandbox whose agent container is OOM-killed again and
+// again, as the agent diagnoses it from the pod status (the fix is
+// enrich's own).
+func crashLoop(n int, restarts uint32, disp string) *eventpipev1.Occurrence {
+	o := fOcc(n, time.Duration(n)*time.Second, "Warning", "CrashLoopBackOff", "eventpipe-agent", "agent",
+		"back-off 40s restarting failed container=agent pod=crash-loop_"+fNamespace+"(9a8b7c6d-0000-4000-8000-000000000000)")
+	o.EventId = fmt.Sprintf("9a8b7c6d-0000-4000-8000-000000000000/%d/agent", 8000+n)
+	o.InvolvedObject = &eventpipev1.ObjectRef{Kind: "Pod", ApiVersion: "v1", Namespace: fNamespace, Name: "crash-loop",
+		Uid: "9a8b7c6d-0000-4000-8000-000000000000", FieldPath: "spec.containers{agent}"}
+	o.Sandbox = &eventpipev1.Sandbox{Id: crashID, Name: "crash-loop", Workspace: "repro", GatewayId: "openshell", CrNamespace: fNamespace, CrName: "crash-loop"}
+	o.Blocker = &eventpipev1.Blocker{Kind: eventpipev1.BlockerKindContainer, Cause: eventpipev1.BlockerOOMKilled, Object: "Pod/crash-loop",
+		Container: "agent", Disposition: disp, Attempts: restarts, FirstSeen: timestamppb.New(fT0.Add(time.Second)), LastSeen: o.OccurredAt,
+		Detail: "back-off 40s restarting failed container", Source: eventpipev1.PullSourcePodStatus, ExitCode: 137, HasExitCode: true}
+	o.Blocker.Fix = enrich.BlockerFix(o.Blocker)
+	return o
+}
+
+// Blockers other than images: text and JSON name the kind, cause, object,
+// container, exit code and fix; the exit status is 1.
+func TestDiagnoseCommandOtherBlockers(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	old := diagnoseNow
+	diagnoseNow = func() time.Time { return fT0.Add(5 * time.Minute) }
+	defer func() { diagnoseNow = old }()
+	f := startFollowCollector(t, t.TempDir(), "127.0.0.1:0")
+	defer f.stop(t)
+	f.ingest(t, 1, "100", crashLoop(40, 2, eventpipev1.DispositionRetrying), crashLoop(41, 4, eventpipev1.DispositionPersistent))
+	conn := []string{"--collector", f.addr, "--insecure", "--token-file", f.token("repro")}
+	fix := crashLoop(0, 4, eventpipev1.DispositionPersistent).GetBlocker().GetFix()
+	if fix == "" {
+		t.Fatal("enrich has no fix for oom_killed")
+	}
+
+	code, out, errs := runDiagnoseCmd(append(append([]string{}, conn...), "crash-loop", "-w", "repro")...)
+	if code != 1 {
+		t.Errorf("exit %d, want 1: %s", code, errs)
+	}
+	for _, w := range []string{"BLOCKED by 1 blocker:\n", "  container: oom_killed (Pod/crash-loop)\n",
+		"    pod openshell-openshell-repro/crash-loop, container agent\n", "4 attempts since", "persistent: retrying will not fix it",
+		"    last exit code 137\n", "    fix: " + fix + "\n"} {
+		if !strings.Contains(out, w) {
+			t.Errorf("text lacks %q:\n%s", w, out)
+		}
+	}
+	code, out, _ = runDiagnoseCmd(append(append([]string{}, conn...), "-w", "repro")...)
+	if code != 1 || !strings.Contains(out, "fix crash-loop (container, container agent): "+fix) || !strings.Contains(out, "container agent exit 137") {
+		t.Errorf("table (exit %d):\n%s", code, out)
+	}
+
+	code, out, errs = runDiagnoseCmd(append(append([]string{}, conn...), crashID, "-o", "json")...)
+	if code != 1 {
+		t.Fatalf("json: exit %d: %s", code, errs)
+	}
+	var d struct {
+		State    string
+		Blockers []struct {
+			Kind, Cause, Object, Container, Remedy, Disposition string
+			ExitCode                                            *int32 `json:"exit_code"`
+			Image                                               *string
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &d); err != nil {
+		t.Fatalf("decode %q: %v", out, err)
+	}
+	if d.State != "blocked" || len(d.Blockers) != 1 {
+		t.Fatalf("json: %+v", d)
+	}
+	b := d.Blockers[0]
+	if b.Kind != "container" || b.Cause != "oom_killed" || b.Object != "Pod/crash-loop" || b.Container != "agent" ||
+		b.ExitCode == nil || *b.ExitCode != 137 || b.Remedy != fix || b.Disposition != "persistent" || b.Image != nil {
+		t.Errorf("json blocker: %+v", b)
 	}
 }

@@ -317,13 +317,18 @@ type containerStatus struct {
 			Reason  string `json:"reason"`
 			Message string `json:"message"`
 		} `json:"waiting"`
+		Terminated *terminatedState `json:"terminated"`
 	} `json:"state"`
 	LastState struct {
-		Terminated *struct {
-			Reason string `json:"reason"`
-		} `json:"terminated"`
+		Terminated *terminatedState `json:"terminated"`
 	} `json:"lastState"`
 	RestartCount int32 `json:"restartCount"`
+}
+
+// terminatedState is a container's ContainerStateTerminated.
+type terminatedState struct {
+	Reason   string `json:"reason"`
+	ExitCode int32  `json:"exitCode"`
 }
 
 type kubePod struct {
@@ -356,8 +361,11 @@ func (s *snapshot) addPod(raw json.RawMessage) error {
 				if w := st.State.Waiting; w != nil {
 					ct.WaitingReason, ct.WaitingMessage = w.Reason, w.Message
 				}
-				if t := st.LastState.Terminated; t != nil {
-					ct.TerminatedReason = t.Reason
+				// The current termination, else the last one (as the agent).
+				if t := st.State.Terminated; t != nil {
+					ct.TerminatedReason, ct.TerminatedExitCode = t.Reason, t.ExitCode
+				} else if t := st.LastState.Terminated; t != nil {
+					ct.TerminatedReason, ct.TerminatedExitCode = t.Reason, t.ExitCode
 				}
 				ct.RestartCount = st.RestartCount
 			}

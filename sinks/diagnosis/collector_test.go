@@ -313,3 +313,55 @@ func TestWatcherResumesAfterCollectorRestart(t *testing.T) {
 		t.Errorf("after the restart: %+v", d)
 	}
 }
+
+// The other blockers go through a real collector too: the blocker field
+// (kind, cause, object, exit code, fix) survives the durable log and the
+// Follow stream, and an ended one stays ended.
+func TestBlockersFromCollector(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	addr := startCollector(t)
+	unsched := newSandbox(0x20, "unschedulable", workloadImage, supervisorGood)
+	crash := newSandbox(0x21, "crash-loop", workloadImage, supervisorGood)
+	mounted := newSandbox(0x22, "mounted", workloadImage, supervisorGood)
+	fx := newFixture(t, unsched, crash, mounted)
+	batch := [][]*eventpipev1.Occurrence{
+		one(fx.scheduler(unsched, false, "FailedScheduling", "0/1 nodes are available: 1 Insufficient memory.", 3)),
+		fx.crashRound(crash, 1, "OOMKilled", 137), fx.crashRound(crash, 2, "OOMKilled", 137),
+		one(fx.objEvent(mounted, mounted.podRef(false), "Warning", "FailedMount",
+			`MountVolume.SetUp failed for volume "proxy-auth" : secret "proxy-auth" not found`, 2, "kubelet", nodeName)),
+		fx.start(mounted, false, "workspace-init", workloadImage),
+	}
+	var wantFix string
+	for _, o := range batch[2] {
+		if b := o.GetBlocker(); b != nil {
+			wantFix = b.GetFix()
+		}
+	}
+	ship(t, ctx, addr, 1, batch...)
+
+	client := eventpipev1.NewFollowClient(dial(t, addr, readerRepro))
+	f, _, err := Read(ctx, client, &eventpipev1.FollowRequest{GatewayId: gatewayID, Tail: 1000})
+	if err != nil {
+		t.Fatalf("Read gateway: %v", err)
+	}
+	if f.Len() != 3 {
+		t.Fatalf("read %d sandboxes, want 3", f.Len())
+	}
+	d, _ := f.Sandbox(unsched.id)
+	if len(d.Blockers) != 1 || d.Blockers[0].Kind != eventpipev1.BlockerKindUnschedulable ||
+		d.Blockers[0].Cause != eventpipev1.BlockerInsufficientResources || d.Blockers[0].Pod != unsched.name || d.Blockers[0].Remedy == "" {
+		t.Errorf("unschedulable: %+v", d.Blockers)
+	}
+	d, _ = f.Sandbox(crash.id)
+	if len(d.Blockers) != 1 {
+		t.Fatalf("crash-loop: %+v", d.Blockers)
+	}
+	if b := d.Blockers[0]; b.Kind != eventpipev1.BlockerKindContainer || b.Cause != eventpipev1.BlockerOOMKilled || b.Container != "agent" ||
+		b.ExitCode == nil || *b.ExitCode != 137 || b.Remedy != wantFix || b.Attempts < 2 {
+		t.Errorf("crash-loop blocker: %+v (exit %v), want oom_killed exit 137 fix %q", b, b.ExitCode, wantFix)
+	}
+	if d, _ = f.Sandbox(mounted.id); d.State != StateClear {
+		t.Errorf("mounted: the kubelet went on to pull, yet %+v", d.Blockers)
+	}
+}

@@ -1,7 +1,10 @@
 // Package diagnosis answers "what blocks this sandbox?" from the collector's
 // Follow stream alone: it folds the occurrences of each sandbox into a
-// Diagnosis (its blockers: which image, workload or supervisor, the cause,
-// attempts, since when, retrying or persistent, and the fix) and groups
+// Diagnosis (its blockers: an image that cannot be pulled, workload or
+// supervisor, or one of the other blockers of Occurrence.blocker: the pod is
+// unschedulable, a volume is not bound or mounted, its creation is refused,
+// a container keeps dying; with the cause, the object it names, attempts,
+// since when, retrying or persistent, and the fix) and groups
 // supervisor-image failures across the sandboxes of a gateway. It is what
 // `eventpipe diagnose` prints and what `make run` shows live; it needs only
 // the collector's address and a reader token, no kubectl.
@@ -20,6 +23,34 @@
 //     older than the failure closes it. A container that pulls another
 //     image replaces its blocker. Occurrences without a sandbox id are
 //     ignored (the collector never sends them).
+//   - An occurrence with a blocker opens or updates the blocker of its
+//     (kind, involved object, container), with the occurrence's
+//     blocker.fix as the fix and the last exit code when the pod status had
+//     one. It ends on an event, not older than its last sighting, that
+//     shows the pod got past that stage:
+//     unschedulable: Scheduled of that pod, or the kubelet pulling,
+//     creating or starting a container of it;
+//     volume: on a claim, ProvisioningSucceeded of that claim or Scheduled
+//     of the sandbox's workload pod (the scheduler binds a pod only once
+//     its claims are bound); on a pod, SuccessfulAttachVolume (attach
+//     failures), SuccessfulMountVolume, or the kubelet pulling,
+//     creating or starting a container of it (it mounts the volumes
+//     first);
+//     create_refused: SuccessfulCreate or PodCreated of the same
+//     controller, or Scheduled of the sandbox's workload pod;
+//     container: Started of that container. For a container that
+//     started and died (crash_loop, oom_killed, exit_error, unknown)
+//     Started is not enough, since the kubelet starts a crash-looping
+//     container again and again: the blocker ends once the container
+//     has stayed up Folder.CrashSettle (a minute) after Started with no
+//     later crash reported. It is judged by Folder.Now when the
+//     diagnosis is read.
+//   - Several blockers of a sandbox are all shown: a supervisor image first
+//     (it blocks every sandbox of the gateway), then by stage: creation,
+//     the pod's claims bound, scheduling, volumes attached and mounted,
+//     image pulls, containers (the earliest stage is the one to fix first:
+//     the later ones cannot even be tried before it; a pod whose claim is
+//     unbound is unschedulable because of it), then oldest first.
 //   - Memory is bounded: at most MaxSandboxes sandboxes and
 //     maxBlockersPerSandbox blockers per sandbox are kept; what does not
 //     fit is counted (Folder.Dropped) and reported by the renderers, never

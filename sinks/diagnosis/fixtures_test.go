@@ -29,6 +29,12 @@ type lookups struct {
 	pods      map[string]*enrich.Pod
 	sandboxes map[string]*enrich.Sandbox
 	ns        map[string]*enrich.Namespace
+	pvcs      map[string]*enrich.PVC
+}
+
+func (l *lookups) PVC(ns, name string) (*enrich.PVC, bool) {
+	p, ok := l.pvcs[ns+"/"+name]
+	return p, ok
 }
 
 func (l *lookups) Pod(ns, name string) (*enrich.Pod, bool) {
@@ -58,6 +64,9 @@ type sandbox struct {
 
 func (s sandbox) supervisorPod() string { return "os-supervisor-" + s.id }
 
+// pvc is the sandbox's workspace claim.
+func (s sandbox) pvc() string { return "workspace-" + s.name }
+
 // fixture builds the caches for sandboxes and an Enricher over them.
 type fixture struct {
 	t   testing.TB
@@ -68,7 +77,8 @@ type fixture struct {
 }
 
 func newFixture(t testing.TB, sbs ...sandbox) *fixture {
-	lk := &lookups{pods: map[string]*enrich.Pod{}, sandboxes: map[string]*enrich.Sandbox{}, ns: map[string]*enrich.Namespace{}}
+	lk := &lookups{pods: map[string]*enrich.Pod{}, sandboxes: map[string]*enrich.Sandbox{}, ns: map[string]*enrich.Namespace{},
+		pvcs: map[string]*enrich.PVC{}}
 	for _, s := range sbs {
 		lk.ns[s.ns] = &enrich.Namespace{Meta: enrich.Meta{Name: s.ns, UID: "ns-" + s.id, Labels: enrich.PairsOf(map[string]string{
 			"openshell.ai/managed-by": "openshell", "openshell.ai/gateway-id": gatewayID, "openshell.ai/sandbox-workspace": workspace})}}
@@ -90,6 +100,7 @@ func newFixture(t testing.TB, sbs ...sandbox) *fixture {
 				{Name: "workspace-init", Image: s.image, Init: true},
 				{Name: "agent", Image: s.image},
 			}}
+		lk.pvcs[s.ns+"/"+s.pvc()] = &enrich.PVC{Meta: enrich.Meta{Namespace: s.ns, Name: s.pvc(), UID: "v" + s.podUID[1:], Owners: owner}}
 		supOwner := []enrich.Owner{{APIVersion: "agents.x-k8s.io/v1beta1", Kind: "Sandbox", Name: s.name, UID: s.crUID}}
 		lk.pods[s.ns+"/"+s.supervisorPod()] = &enrich.Pod{NodeName: nodeName, Phase: "Pending",
 			Meta: enrich.Meta{Namespace: s.ns, Name: s.supervisorPod(), UID: s.supervisorID, Owners: supOwner,
@@ -101,7 +112,7 @@ func newFixture(t testing.TB, sbs ...sandbox) *fixture {
 	}
 	cfg := enrich.NewDefaultConfig()
 	cfg.Cluster = "test"
-	en, err := enrich.New(cfg, enrich.Lookups{Pods: lk, PVCs: nil, Namespaces: lk, Sandboxes: lk})
+	en, err := enrich.New(cfg, enrich.Lookups{Pods: lk, PVCs: lk, Namespaces: lk, Sandboxes: lk})
 	if err != nil {
 		t.Fatal(err)
 	}

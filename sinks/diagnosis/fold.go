@@ -17,20 +17,39 @@ const (
 	StateClear = "clear"
 )
 
-// Kinds of blocker.
+// Kinds of blocker: KindImagePull for a pull failure; the other kinds are
+// Occurrence.blocker's (eventpipe.v1 BlockerKind*: unschedulable, volume,
+// create_refused, container).
 const (
 	KindImagePull = "image_pull"
 )
 
+// DefaultCrashSettle is how long a container must stay up after Started,
+// with no later crash, before its crash-loop blocker ends.
+const DefaultCrashSettle = time.Minute
+
 // Blocker is one thing that keeps a sandbox from starting.
 type Blocker struct {
+	// Kind is KindImagePull or a blocker kind (eventpipe.v1 BlockerKind*).
 	Kind string `json:"kind"`
-	// Cause is the pull-failure category (eventpipe.v1 Category*).
+	// Cause is the pull-failure category (eventpipe.v1 Category*) or the
+	// blocker cause (eventpipe.v1 Blocker*).
 	Cause string `json:"cause"`
-	Image string `json:"image"`
+	// Image and ImageRole: image pulls only.
+	Image string `json:"image,omitempty"`
 	// ImageRole says whose image it is: workload (the sandbox's own),
 	// supervisor (the gateway's supervisor image), bootstrap, init, unknown.
-	ImageRole string `json:"image_role"`
+	ImageRole string `json:"image_role,omitempty"`
+	// Object is what the cause names for the other kinds ("Secret/x",
+	// "StorageClass/fast", "ResourceQuota/compute", else the involved
+	// object, "<Kind>/<name>").
+	Object string `json:"object,omitempty"`
+	// Involved is the involved object when it is not a pod ("<Kind>/<name>":
+	// the claim of an unbound volume, the controller refused a pod).
+	Involved string `json:"involved,omitempty"`
+	// ExitCode is the container's last exit code from the pod status, when
+	// known (container blockers only).
+	ExitCode *int32 `json:"exit_code,omitempty"`
 	// Role of the pod: workload or supervisor (the supervisor pod).
 	Role      string `json:"role,omitempty"`
 	Namespace string `json:"namespace,omitempty"`
@@ -44,7 +63,8 @@ type Blocker struct {
 	LastSeen    time.Time `json:"last_seen"`
 	// Detail is the runtime's own words for the cause.
 	Detail string `json:"detail,omitempty"`
-	// Remedy is the next step (enrich.Remedy).
+	// Remedy is the next step (enrich.Remedy; the occurrence's blocker.fix
+	// for the other kinds).
 	Remedy string `json:"remedy"`
 	// EventID and Cursor name the latest occurrence behind the blocker.
 	EventID string `json:"event_id"`
@@ -69,7 +89,8 @@ type Diagnosis struct {
 	GatewayID string `json:"gateway_id,omitempty"`
 	Namespace string `json:"namespace,omitempty"`
 	State     string `json:"state"`
-	// Blockers, supervisor image first, then by Since.
+	// Blockers, supervisor image first, then by stage (creation, claims,
+	// scheduling, volume mounts, image pulls, containers), then by Since.
 	Blockers []Blocker `json:"blockers"`
 	// Progress is the last gateway progress step the events moved
 	// ("pulling_image", "starting_sandbox", ...).
@@ -99,11 +120,15 @@ const DefaultMaxSandboxes = 100_000
 // maxBlockersPerSandbox: a sandbox has a handful of containers.
 const maxBlockersPerSandbox = 32
 
-type blockerKey struct{ namespace, pod, container string }
+// blockerKey: one blocker per kind, involved object and container. objKind
+// is "Pod" for pulls and for pod-level blockers.
+type blockerKey struct{ kind, namespace, objKind, pod, container string }
 
 type sandboxState struct {
 	d        Diagnosis
 	blockers map[blockerKey]*Blocker
+	// started: a crashing container's Started, not yet settled.
+	started map[blockerKey]time.Time
 }
 
 // Folder folds occurrences into one Diagnosis per sandbox. Not safe for
@@ -111,13 +136,19 @@ type sandboxState struct {
 type Folder struct {
 	// MaxSandboxes bounds the sandboxes kept (default DefaultMaxSandboxes).
 	MaxSandboxes int
-	sandboxes    map[string]*sandboxState
-	dropped      int
+	// CrashSettle: a container that crashed ends its blocker once it has
+	// been up this long after Started with no later crash (default
+	// DefaultCrashSettle).
+	CrashSettle time.Duration
+	// Now is the clock the settling is judged by (default time.Now).
+	Now       func() time.Time
+	sandboxes map[string]*sandboxState
+	dropped   int
 }
 
 // NewFolder returns an empty Folder.
 func NewFolder() *Folder {
-	return &Folder{MaxSandboxes: DefaultMaxSandboxes, sandboxes: map[string]*sandboxState{}}
+	return &Folder{MaxSandboxes: DefaultMaxSandboxes, CrashSettle: DefaultCrashSettle, Now: time.Now, sandboxes: map[string]*sandboxState{}}
 }
 
 // Dropped is how many occurrences were not folded because the Folder held
@@ -142,7 +173,7 @@ func (f *Folder) Add(cursor uint64, o *eventpipev1.Occurrence) bool {
 			f.dropped++
 			return false
 		}
-		s = &sandboxState{d: Diagnosis{ID: sb.GetId(), State: StateClear}, blockers: map[blockerKey]*Blocker{}}
+		s = &sandboxState{d: Diagnosis{ID: sb.GetId(), State: StateClear}, blockers: map[blockerKey]*Blocker{}, started: map[blockerKey]time.Time{}}
 		f.sandboxes[sb.GetId()] = s
 		isNew = true
 	}
@@ -174,15 +205,21 @@ func (f *Folder) Add(cursor uint64, o *eventpipev1.Occurrence) bool {
 	}
 
 	obj := o.GetInvolvedObject()
-	key := blockerKey{obj.GetNamespace(), obj.GetName(), o.GetContainer()}
+	key := blockerKey{KindImagePull, obj.GetNamespace(), "Pod", obj.GetName(), o.GetContainer()}
 	changed := false
-	if pf := o.GetPullFailure(); pf != nil {
-		changed = s.openPull(key, cursor, o, pf)
-	} else if closesPull(o.GetReason()) {
-		if b := s.blockers[key]; b != nil && !at.Before(b.LastSeen) {
-			delete(s.blockers, key)
-			changed = true
+	switch {
+	case o.GetPullFailure() != nil:
+		changed = s.openPull(key, cursor, o, o.GetPullFailure())
+	case o.GetBlocker() != nil:
+		changed = s.openBlocker(cursor, o, o.GetBlocker())
+	default:
+		if closesPull(o.GetReason()) {
+			if b := s.blockers[key]; b != nil && !at.Before(b.LastSeen) {
+				delete(s.blockers, key)
+				changed = true
+			}
 		}
+		changed = s.closeBlockers(o, at) || changed
 	}
 	if changed {
 		s.refresh()
@@ -269,6 +306,9 @@ func sortBlockers(bs []Blocker) {
 		if (a.ImageRole == eventpipev1.ImageRoleSupervisor) != (b.ImageRole == eventpipev1.ImageRoleSupervisor) {
 			return a.ImageRole == eventpipev1.ImageRoleSupervisor
 		}
+		if stage(a) != stage(b) {
+			return stage(a) < stage(b)
+		}
 		if !a.Since.Equal(b.Since) {
 			return a.Since.Before(b.Since)
 		}
@@ -284,6 +324,7 @@ func setIf(dst *string, v string) {
 
 // Sandbox returns the diagnosis of one sandbox by id.
 func (f *Folder) Sandbox(id string) (Diagnosis, bool) {
+	f.settle()
 	s := f.sandboxes[id]
 	if s == nil {
 		return Diagnosis{}, false
@@ -294,6 +335,12 @@ func (f *Folder) Sandbox(id string) (Diagnosis, bool) {
 func (s *sandboxState) copy() Diagnosis {
 	d := s.d
 	d.Blockers = append([]Blocker(nil), s.d.Blockers...)
+	for i := range d.Blockers {
+		if c := d.Blockers[i].ExitCode; c != nil {
+			v := *c
+			d.Blockers[i].ExitCode = &v
+		}
+	}
 	if d.Blockers == nil {
 		d.Blockers = []Blocker{}
 	}
@@ -306,6 +353,7 @@ func (s *sandboxState) copy() Diagnosis {
 
 // Sandboxes returns every diagnosis, by workspace then name then id.
 func (f *Folder) Sandboxes() []Diagnosis {
+	f.settle()
 	out := make([]Diagnosis, 0, len(f.sandboxes))
 	for _, s := range f.sandboxes {
 		out = append(out, s.copy())

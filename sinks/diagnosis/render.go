@@ -101,8 +101,17 @@ func WriteText(w io.Writer, d Diagnosis, now time.Time) error {
 		}
 		b.WriteByte('\n')
 	} else {
-		n := len(d.Blockers)
-		fmt.Fprintf(&b, "BLOCKED by %d image pull failure%s:\n", n, plural(n))
+		n, pulls := len(d.Blockers), 0
+		for _, bl := range d.Blockers {
+			if bl.Kind == KindImagePull {
+				pulls++
+			}
+		}
+		if pulls == n {
+			fmt.Fprintf(&b, "BLOCKED by %d image pull failure%s:\n", n, plural(n))
+		} else {
+			fmt.Fprintf(&b, "BLOCKED by %d blocker%s:\n", n, plural(n))
+		}
 		for _, bl := range d.Blockers {
 			writeBlocker(&b, bl, now)
 		}
@@ -115,8 +124,19 @@ func WriteText(w io.Writer, d Diagnosis, now time.Time) error {
 }
 
 func writeBlocker(b *strings.Builder, bl Blocker, now time.Time) {
-	fmt.Fprintf(b, "  %s image %s: %s\n", roleWord(bl.ImageRole), clean(bl.Image), clean(bl.Cause))
+	if bl.Kind == KindImagePull {
+		fmt.Fprintf(b, "  %s image %s: %s\n", roleWord(bl.ImageRole), clean(bl.Image), clean(bl.Cause))
+	} else {
+		fmt.Fprintf(b, "  %s: %s", orDash(bl.Kind), orDash(bl.Cause))
+		if bl.Object != "" {
+			fmt.Fprintf(b, " (%s)", clean(bl.Object))
+		}
+		b.WriteByte('\n')
+	}
 	where := []string{}
+	if bl.Involved != "" {
+		where = append(where, clean(bl.Namespace)+"/"+clean(bl.Involved))
+	}
 	if bl.Pod != "" {
 		where = append(where, "pod "+clean(bl.Namespace)+"/"+clean(bl.Pod))
 	}
@@ -131,17 +151,26 @@ func writeBlocker(b *strings.Builder, bl Blocker, now time.Time) {
 	}
 	fmt.Fprintf(b, "    %d attempt%s since %s (%s ago), %s\n", bl.Attempts, plural(int(bl.Attempts)),
 		bl.Since.UTC().Format(time.RFC3339), Ago(now, bl.Since), DispositionText(bl.Disposition))
+	if bl.ExitCode != nil {
+		fmt.Fprintf(b, "    last exit code %d\n", *bl.ExitCode)
+	}
 	if bl.Detail != "" {
-		fmt.Fprintf(b, "    runtime: %s\n", clean(bl.Detail))
+		word := "runtime"
+		if bl.Kind != KindImagePull {
+			word = "detail"
+		}
+		fmt.Fprintf(b, "    %s: %s\n", word, clean(bl.Detail))
 	}
 	fmt.Fprintf(b, "    fix: %s\n", clean(bl.Remedy))
 }
 
-// WriteTable writes one line per sandbox (the first blocker when blocked)
-// and, below, the fix of every blocker.
+// WriteTable writes one line per sandbox when clear, one per blocker when
+// blocked (BLOCKER: the image role for an image pull, else the blocker kind;
+// WHAT: the image, else the object the cause names and the container) and,
+// below, the fix of every blocker.
 func WriteTable(w io.Writer, ds []Diagnosis, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SANDBOX\tWORKSPACE\tSTATE\tIMAGE ROLE\tIMAGE\tCAUSE\tATTEMPTS\tSINCE\tDISPOSITION")
+	fmt.Fprintln(tw, "SANDBOX\tWORKSPACE\tSTATE\tBLOCKER\tWHAT\tCAUSE\tATTEMPTS\tSINCE\tDISPOSITION")
 	for _, d := range ds {
 		if !d.Blocked() {
 			last := "-"
@@ -156,8 +185,8 @@ func WriteTable(w io.Writer, ds []Diagnosis, now time.Time) error {
 			if i > 0 {
 				name, ws, state = "", "", ""
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s ago\t%s\n", name, ws, state, roleWord(bl.ImageRole),
-				clean(bl.Image), clean(bl.Cause), bl.Attempts, Ago(now, bl.Since), orDash(bl.Disposition))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s ago\t%s\n", name, ws, state, blockerWord(bl),
+				what(bl), clean(bl.Cause), bl.Attempts, Ago(now, bl.Since), orDash(bl.Disposition))
 		}
 	}
 	if err := tw.Flush(); err != nil {
@@ -166,7 +195,7 @@ func WriteTable(w io.Writer, ds []Diagnosis, now time.Time) error {
 	var b strings.Builder
 	for _, d := range ds {
 		for _, bl := range d.Blockers {
-			fmt.Fprintf(&b, "fix %s (%s image): %s\n", clean(d.DisplayName()), roleWord(bl.ImageRole), clean(bl.Remedy))
+			fmt.Fprintf(&b, "fix %s (%s): %s\n", clean(d.DisplayName()), fixLabel(bl), clean(bl.Remedy))
 		}
 	}
 	_, err := io.WriteString(w, b.String())
@@ -206,6 +235,46 @@ func WriteSupervisor(w io.Writer, gs []SupervisorFailure, now time.Time) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// blockerWord is the BLOCKER column: whose image, or the blocker kind.
+func blockerWord(bl Blocker) string {
+	if bl.Kind == KindImagePull {
+		return roleWord(bl.ImageRole)
+	}
+	return orDash(bl.Kind)
+}
+
+// what is the WHAT column: the image, or the object and the container.
+func what(bl Blocker) string {
+	if bl.Kind == KindImagePull {
+		return orDash(bl.Image)
+	}
+	w := bl.Object
+	if w == "" {
+		w = bl.Involved
+	}
+	if bl.Container != "" {
+		if w != "" {
+			w += " "
+		}
+		w += "container " + bl.Container
+	}
+	if bl.ExitCode != nil {
+		w += " exit " + strconv.Itoa(int(*bl.ExitCode))
+	}
+	return orDash(w)
+}
+
+// fixLabel names the blocker on a fix line.
+func fixLabel(bl Blocker) string {
+	switch {
+	case bl.Kind == KindImagePull:
+		return roleWord(bl.ImageRole) + " image"
+	case bl.Container != "":
+		return clean(bl.Kind) + ", container " + clean(bl.Container)
+	}
+	return clean(bl.Kind)
 }
 
 func orDash(s string) string {

@@ -29,8 +29,10 @@ import (
 	"github.com/eventpipe/eventpipe/testenv/scenario"
 )
 
-// DefaultScenarios are the seed scenarios plus a healthy sandbox.
-var DefaultScenarios = []string{"img-missing", "sup-bad", "healthy"}
+// DefaultScenarios are the seed scenarios, a blocker other than an image
+// (pvc-unbound: the workspace claim has no StorageClass) and a healthy
+// sandbox.
+var DefaultScenarios = []string{"img-missing", "sup-bad", "pvc-unbound", "healthy"}
 
 // Config says what to run.
 type Config struct {

@@ -9,10 +9,12 @@
 // shipped RBAC grants, and the scenario player of testenv/scenario (a
 // kubelet/scheduler/controller simulator) playing the seed scenarios:
 // img-missing (the workload image's tag does not exist), sup-bad (the
-// supervisor image's tag does not exist) and a healthy sandbox. A live view
-// shows each sandbox's diagnosis as `eventpipe diagnose` would print it
-// (which image, workload or supervisor, the cause, retrying then
-// persistent, the fix) and where the data went (file sink path, occurrences
+// supervisor image's tag does not exist), pvc-unbound (the workspace claim
+// names no StorageClass and the cluster has none by default, so the pod
+// cannot be scheduled) and a healthy sandbox. A live view shows each
+// sandbox's diagnosis as `eventpipe diagnose` would print it (which image,
+// workload or supervisor, or which other blocker and the object it names,
+// the cause, retrying then persistent, the fix) and where the data went (file sink path, occurrences
 // per stage and sink, metrics addresses).
 //
 // Cluster mode (Config.Kubeconfig set): no control plane and no scenarios;

@@ -76,7 +76,11 @@ func diagKey(sbs []diagnosis.Diagnosis) string {
 	for _, s := range sbs {
 		fmt.Fprintf(&b, "%s|%s|%s|%s;", s.ID, s.Name, s.State, s.Progress)
 		for _, bl := range s.Blockers {
-			fmt.Fprintf(&b, "%s|%s|%s|%s|%d,", bl.Image, bl.ImageRole, bl.Cause, bl.Disposition, bl.Attempts)
+			fmt.Fprintf(&b, "%s|%s|%s|%s|%s|%s|%s|%d", bl.Kind, bl.Image, bl.ImageRole, bl.Object, bl.Container, bl.Cause, bl.Disposition, bl.Attempts)
+			if bl.ExitCode != nil {
+				fmt.Fprintf(&b, "|%d", *bl.ExitCode)
+			}
+			b.WriteByte(',')
 		}
 	}
 	return b.String()

@@ -80,6 +80,20 @@ type cstate struct {
 	exitCode                      int32
 	restarts                      int32
 	lastTerminatedReason          string
+	// lastExitCode of the last termination; 0 means the kubelet's usual
+	// code for lastTerminatedReason (137 for OOMKilled, else 1).
+	lastExitCode int32
+}
+
+// exitCodeFor is the last termination's exit code of st.
+func (st cstate) exitCodeFor() int32 {
+	switch {
+	case st.lastExitCode != 0:
+		return st.lastExitCode
+	case st.lastTerminatedReason == "OOMKilled":
+		return 137
+	}
+	return 1
 }
 
 // podStatus builds a pod status: containers not in states are init
@@ -165,7 +179,7 @@ func containerStatus(c corev1.Container, st cstate, at metav1.Time) corev1.Conta
 		cs.ContainerID = "containerd://" + strings.Repeat("ab", 32)
 	}
 	if st.lastTerminatedReason != "" {
-		cs.LastTerminationState.Terminated = &corev1.ContainerStateTerminated{Reason: st.lastTerminatedReason, ExitCode: 1,
+		cs.LastTerminationState.Terminated = &corev1.ContainerStateTerminated{Reason: st.lastTerminatedReason, ExitCode: st.exitCodeFor(),
 			StartedAt: metav1.NewTime(at.Add(-5 * time.Second)), FinishedAt: metav1.NewTime(at.Add(-4 * time.Second)),
 			ContainerID: "containerd://" + strings.Repeat("cd", 32)}
 	}

@@ -228,6 +228,18 @@ func podFixtures() map[string]*corev1.Pod {
 				{Name: "c", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 2}},
 					LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "OOMKilled"}}}}},
 		},
+		"exit-codes": {
+			// A negative exit code (Windows' STATUS_CONTROL_C_EXIT) is a
+			// 10-byte varint; a running container keeps its last one.
+			ObjectMeta: podMeta("x", "x-uid", "5", nil, nil, nil),
+			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "neg", Image: "i"}, {Name: "run", Image: "i"}, {Name: "big", Image: "i"}}},
+			Status: corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{
+				{Name: "neg", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: -1073741510, Reason: "Error"}}},
+				{Name: "run", RestartCount: 3, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}},
+					LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 137, Reason: "OOMKilled"}}},
+				{Name: "big", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}},
+					LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 255, Reason: "Error"}}}}},
+		},
 		"no-status": {
 			ObjectMeta: podMeta("n", "n-uid", "4", map[string]string{"openshell.ai/sandbox-id": ""}, nil, nil),
 			Spec:       corev1.PodSpec{InitContainers: []corev1.Container{{Name: "i"}}, Containers: []corev1.Container{{Name: "c", Image: "i"}}},

@@ -372,6 +372,7 @@ type containerStatus struct {
 	setWaiting, setTerm, setLastTerm bool
 	waitReason, waitMsg, termReason  []byte
 	lastTermReason                   []byte
+	termExit, lastTermExit           int32
 }
 
 // statusName returns the name of a ContainerStatus message (last wins).
@@ -434,10 +435,11 @@ func applyStatus(b []byte, ct *enrich.Container, o *MetaOptions) (bool, error) {
 	}
 	// Terminated reasons are a handful of values (Completed, Error,
 	// OOMKilled, ...): shared copies.
+	// The exit code is that same termination's.
 	if st.setTerm {
-		ct.TerminatedReason = o.intern(st.termReason)
+		ct.TerminatedReason, ct.TerminatedExitCode = o.intern(st.termReason), st.termExit
 	} else if st.setLastTerm {
-		ct.TerminatedReason = o.intern(st.lastTermReason)
+		ct.TerminatedReason, ct.TerminatedExitCode = o.intern(st.lastTermReason), st.lastTermExit
 	}
 	return waiting, nil
 }
@@ -480,10 +482,18 @@ func decodeState(b []byte, st *containerStatus, last bool) error {
 				return at(err, "terminated")
 			}
 			var reason []byte
+			var exit int32
 			hasReason := false
 			g := newFields(v)
 			for g.next() {
-				if g.num == 3 {
+				switch g.num {
+				case 1: // exitCode (int32: negative codes are 10-byte varints)
+					x, err := g.varintField()
+					if err != nil {
+						return at(err, "terminated.exitCode")
+					}
+					exit = int32(x)
+				case 3:
 					if reason, err = g.bytesField(); err != nil {
 						return at(err, "terminated")
 					}
@@ -494,12 +504,12 @@ func decodeState(b []byte, st *containerStatus, last bool) error {
 				return at(g.err, "terminated")
 			}
 			if last {
-				st.setLastTerm = true
+				st.setLastTerm, st.lastTermExit = true, exit
 				if hasReason {
 					st.lastTermReason = reason
 				}
 			} else {
-				st.setTerm = true
+				st.setTerm, st.termExit = true, exit
 				if hasReason {
 					st.termReason = reason
 				}

@@ -101,11 +101,16 @@ func TestDecodePodValues(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c := p.Containers[0]; c.TerminatedReason != "OOMKilled" || c.RestartCount != 5 || c.WaitingReason != "CrashLoopBackOff" {
+	if c := p.Containers[0]; c.TerminatedReason != "OOMKilled" || c.TerminatedExitCode != 137 || c.RestartCount != 5 || c.WaitingReason != "CrashLoopBackOff" {
 		t.Errorf("app: %+v", c)
 	}
-	if c := p.Containers[1]; c.TerminatedReason != "Error" {
+	if c := p.Containers[1]; c.TerminatedReason != "Error" || c.TerminatedExitCode != 1 {
 		t.Errorf("sidecar: state wins over lastState: %+v", c)
+	}
+	if p, _, err := DecodePod(marshal(t, fx["exit-codes"]), o); err != nil {
+		t.Fatal(err)
+	} else if got := [3]int32{p.Containers[0].TerminatedExitCode, p.Containers[1].TerminatedExitCode, p.Containers[2].TerminatedExitCode}; got != [3]int32{-1073741510, 137, 255} {
+		t.Errorf("exit codes %v", got)
 	}
 	if p.Labels != nil || p.Annotations != nil || len(p.Owners) != 2 || p.Owners[1].Controller {
 		t.Errorf("crashloop meta %+v", p.Meta)

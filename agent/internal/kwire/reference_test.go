@@ -68,9 +68,9 @@ func (c refConv) pod(o *corev1.Pod) (*enrich.Pod, bool) {
 					waiting = waiting || w.Reason != ""
 				}
 				if t := st.State.Terminated; t != nil {
-					ct.TerminatedReason = t.Reason
+					ct.TerminatedReason, ct.TerminatedExitCode = t.Reason, t.ExitCode
 				} else if t := st.LastTerminationState.Terminated; t != nil {
-					ct.TerminatedReason = t.Reason
+					ct.TerminatedReason, ct.TerminatedExitCode = t.Reason, t.ExitCode
 				}
 			}
 			p.Containers = append(p.Containers, ct)

@@ -36,7 +36,8 @@ Without --kubeconfig: starts a control plane of its own on 127.0.0.1 (etcd +
 kube-apiserver, built into .bin/ on first use), a collector (durable log,
 file sink, Follow stream) and the agent under its least-privilege token,
 plays the seed scenarios (workload image missing, supervisor image with a bad
-tag) and a healthy sandbox, and shows each sandbox's live diagnosis and where
+tag), an unbound workspace claim (no StorageClass) and a healthy sandbox, and
+shows each sandbox's live diagnosis and where
 the data went. It never touches any other cluster ($KUBECONFIG is ignored).
 
 With --kubeconfig FILE: the same collector and agent against that cluster,

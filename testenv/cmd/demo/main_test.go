@@ -182,6 +182,26 @@ func rowOf(out, name string) string {
 	return ""
 }
 
+// lineHas: some line of out has every word as a field.
+func lineHas(out string, words ...string) bool {
+	for _, l := range strings.Split(out, "\n") {
+		f := strings.Fields(l)
+		n := 0
+		for _, w := range words {
+			for _, x := range f {
+				if x == w {
+					n++
+					break
+				}
+			}
+		}
+		if n == len(words) {
+			return true
+		}
+	}
+	return false
+}
+
 func rowHas(out, name string, words ...string) bool {
 	row := rowOf(out, name)
 	if row == "" {
@@ -259,13 +279,18 @@ func TestMakeRun(t *testing.T) {
 	c.waitFor(t, "both seed diagnoses, persistent", 3*time.Minute, func(out string) bool {
 		return rowHas(out, "img-missing", "BLOCKED", "workload", scenario.ImageMissing, "not_found", "persistent") &&
 			rowHas(out, "sup-bad", "BLOCKED", "supervisor", scenario.SupervisorImageBad, "not_found", "persistent") &&
-			rowHas(out, "healthy", "clear")
+			rowHas(out, "healthy", "clear") &&
+			// Not an image: the claim has no class (shown first), so the
+			// pod cannot be scheduled (the row below it).
+			rowHas(out, "pvc-unbound", "BLOCKED", "volume", "PersistentVolumeClaim/workspace-pvc-unbound", "no_storage_class", "persistent") &&
+			lineHas(out[strings.LastIndex(out, "== "):], "unschedulable", "Pod/pvc-unbound", "unbound_pvc")
 	})
 	c.waitFor(t, "where the data went", time.Minute, func(out string) bool { return strings.Contains(out, "where the data went:") })
 	out := c.output()
 	for _, want := range []string{
 		"fix sup-bad (supervisor image): tag 0.0.0-does-not-exist does not exist in ghcr.io/nvidia/openshell/supervisor: check the supervisor image setting of the gateway",
 		"fix img-missing (workload image): tag 0.0.0-does-not-exist does not exist in docker.io/library/busybox",
+		"fix pvc-unbound (volume): ", "fix pvc-unbound (unschedulable): ",
 		"file sink", filepath.Join(dataDir, "events.jsonl"), "/metrics", "agent       ",
 	} {
 		if !strings.Contains(out, want) {
