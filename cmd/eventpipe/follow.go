@@ -4,14 +4,11 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -20,15 +17,13 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
 	"github.com/eventpipe/eventpipe/collector"
+	"github.com/eventpipe/eventpipe/sinks/collectorclient"
 )
 
 func init() {
@@ -201,78 +196,13 @@ func (o *followOptions) connProblems() []string {
 // collector: TLS unless --insecure, optional mTLS, bearer token re-read from
 // its file on every call. grpc.NewClient does not connect yet.
 func (o *followOptions) dial() (*grpc.ClientConn, error) {
-	var opts []grpc.DialOption
-	if o.insecure {
-		opts = append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	} else {
-		tc := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: o.serverName}
-		if o.caFile != "" {
-			pem, err := os.ReadFile(o.caFile)
-			if err != nil {
-				return nil, fmt.Errorf("--ca: %w", err)
-			}
-			pool := x509.NewCertPool()
-			if !pool.AppendCertsFromPEM(pem) {
-				return nil, fmt.Errorf("--ca %s: no PEM certificate", o.caFile)
-			}
-			tc.RootCAs = pool
-		}
-		if o.certFile != "" {
-			c, err := tls.LoadX509KeyPair(o.certFile, o.keyFile)
-			if err != nil {
-				return nil, fmt.Errorf("--cert/--key: %w", err)
-			}
-			tc.Certificates = []tls.Certificate{c}
-		}
-		opts = append(opts, grpc.WithTransportCredentials(credentials.NewTLS(tc)))
-	}
-	if o.tokenFile != "" {
-		if _, err := readToken(o.tokenFile); err != nil {
-			return nil, err
-		}
-		opts = append(opts, grpc.WithPerRPCCredentials(followToken{path: o.tokenFile, secure: !o.insecure}))
-	}
-	// Keepalive finds a silently dead connection (a vanished node, a
-	// dropped port-forward) while following a quiet sandbox; 30s stays
-	// above the collector's ping enforcement (10s).
-	opts = append(opts,
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(collector.DefaultMaxSendBytes)),
-		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}))
-	conn, err := grpc.NewClient(o.addr, opts...)
-	if err != nil {
-		return nil, fmt.Errorf("--collector %s: %w", o.addr, err)
-	}
-	return conn, nil
+	return collectorclient.Dial(collectorclient.Options{
+		Address: o.addr, CAFile: o.caFile, CertFile: o.certFile, KeyFile: o.keyFile,
+		ServerName: o.serverName, TokenFile: o.tokenFile, Insecure: o.insecure,
+		MaxRecvBytes: collector.DefaultMaxSendBytes,
+		Names:        collectorclient.Names{Address: "--collector", CA: "--ca", CertKey: "--cert/--key", Token: "--token-file"},
+	})
 }
-
-func readToken(path string) (string, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "", fmt.Errorf("--token-file: %w", err)
-	}
-	tok := strings.TrimSpace(string(b))
-	if tok == "" {
-		return "", fmt.Errorf("--token-file %s is empty", path)
-	}
-	return tok, nil
-}
-
-// followToken sends "authorization: Bearer <token>", re-reading the file on
-// every call so a rotated token is used after a reconnect.
-type followToken struct {
-	path   string
-	secure bool
-}
-
-func (t followToken) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
-	tok, err := readToken(t.path)
-	if err != nil {
-		return nil, err
-	}
-	return map[string]string{"authorization": "Bearer " + tok}, nil
-}
-
-func (t followToken) RequireTransportSecurity() bool { return t.secure }
 
 // follower runs one eventpipe follow: subscribe, print, and on a broken
 // stream resume from the last cursor.

@@ -2,8 +2,6 @@ package gateway
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -17,13 +15,11 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
+	"github.com/eventpipe/eventpipe/sinks/collectorclient"
 )
 
 // headerLastCursor is the collector's Follow response header holding the
@@ -145,75 +141,14 @@ func (f *follower) once(ctx context.Context, c eventpipev1.FollowClient) (got bo
 // mTLS, the bearer token re-read from its file on every call).
 func (f *follower) dial() (*grpc.ClientConn, error) {
 	c := f.cfg.Collector
-	var opts []grpc.DialOption
-	if c.Insecure {
-		opts = append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	} else {
-		tc := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: c.ServerName}
-		if c.CAFile != "" {
-			pem, err := os.ReadFile(c.CAFile)
-			if err != nil {
-				return nil, fmt.Errorf("collector.ca_file: %w", err)
-			}
-			pool := x509.NewCertPool()
-			if !pool.AppendCertsFromPEM(pem) {
-				return nil, fmt.Errorf("collector.ca_file %s: no PEM certificate", c.CAFile)
-			}
-			tc.RootCAs = pool
-		}
-		if c.CertFile != "" {
-			kp, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
-			if err != nil {
-				return nil, fmt.Errorf("collector.cert_file/key_file: %w", err)
-			}
-			tc.Certificates = []tls.Certificate{kp}
-		}
-		opts = append(opts, grpc.WithTransportCredentials(credentials.NewTLS(tc)))
-	}
-	if c.TokenFile != "" {
-		if _, err := readToken(c.TokenFile); err != nil {
-			return nil, err
-		}
-		opts = append(opts, grpc.WithPerRPCCredentials(tokenCreds{path: c.TokenFile, secure: !c.Insecure}))
-	}
-	opts = append(opts,
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMsgBytes)),
-		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}))
-	conn, err := grpc.NewClient(c.Address, opts...)
-	if err != nil {
-		return nil, fmt.Errorf("collector.address %s: %w", c.Address, err)
-	}
-	return conn, nil
+	return collectorclient.Dial(collectorclient.Options{
+		Address: c.Address, CAFile: c.CAFile, CertFile: c.CertFile, KeyFile: c.KeyFile,
+		ServerName: c.ServerName, TokenFile: c.TokenFile, Insecure: c.Insecure,
+		MaxRecvBytes: maxMsgBytes,
+		Names: collectorclient.Names{Address: "collector.address", CA: "collector.ca_file",
+			CertKey: "collector.cert_file/key_file", Token: "collector.token_file"},
+	})
 }
-
-func readToken(path string) (string, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "", fmt.Errorf("collector.token_file: %w", err)
-	}
-	tok := strings.TrimSpace(string(b))
-	if tok == "" {
-		return "", fmt.Errorf("collector.token_file %s is empty", path)
-	}
-	return tok, nil
-}
-
-// tokenCreds sends "authorization: Bearer <token>", re-reading the file so
-// a rotated token is used on the next call.
-type tokenCreds struct {
-	path   string
-	secure bool
-}
-
-func (t tokenCreds) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
-	tok, err := readToken(t.path)
-	if err != nil {
-		return nil, err
-	}
-	return map[string]string{"authorization": "Bearer " + tok}, nil
-}
-
-func (t tokenCreds) RequireTransportSecurity() bool { return t.secure }
 
 func mdUint(md metadata.MD, key string) uint64 {
 	v := md.Get(key)
