@@ -76,3 +76,13 @@ bench-agent: tools
 
 bench-collector:
 	$(GO) run ./bench/collector $(ARGS)
+
+## drills: the fault-drill suite, full form (10-minute sink outages, a subscriber
+## 100,000 behind, ...; about 30 minutes), results into bench/drills.md. The short
+## form runs in make test (bench/drills TestDrillsShort); drills-short runs it alone.
+.PHONY: drills drills-short
+drills: tools
+	$(GO) run ./bench/drills -full -out bench/drills.md $(ARGS)
+
+drills-short: tools
+	$(GO) run ./bench/drills -short -out bench/drills.md $(ARGS)
