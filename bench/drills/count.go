@@ -22,15 +22,22 @@ type copies map[string][]string
 type line struct {
 	EventID    string `json:"event_id"`
 	ObservedAt string `json:"observed_at"`
+	Namespace  string `json:"namespace"`
 }
 
-func (c copies) addJSON(b []byte) error {
+func (c copies) addJSON(b []byte) error { return c.addJSONNS(b, "") }
+
+// addJSONNS adds the line when ns is empty or its namespace is ns.
+func (c copies) addJSONNS(b []byte, ns string) error {
 	var l line
 	if err := json.Unmarshal(b, &l); err != nil {
 		return fmt.Errorf("decode %q: %w", truncate(b, 120), err)
 	}
 	if l.EventID == "" {
 		return fmt.Errorf("no event_id in %q", truncate(b, 120))
+	}
+	if ns != "" && l.Namespace != ns {
+		return nil
 	}
 	c[l.EventID] = append(c[l.EventID], l.ObservedAt)
 	return nil
@@ -44,7 +51,10 @@ func truncate(b []byte, n int) string {
 }
 
 // readFileSink reads the file sink's active and rotated files.
-func readFileSink(path string) (copies, error) {
+func readFileSink(path string) (copies, error) { return readFileSinkNS(path, "") }
+
+// readFileSinkNS reads the lines of namespace ns only (all when empty).
+func readFileSinkNS(path, ns string) (copies, error) {
 	out := copies{}
 	files, _ := filepath.Glob(path + "*")
 	for _, f := range files {
@@ -61,7 +71,7 @@ func readFileSink(path string) (copies, error) {
 			if len(sc.Bytes()) == 0 {
 				continue
 			}
-			if err := out.addJSON(sc.Bytes()); err != nil {
+			if err := out.addJSONNS(sc.Bytes(), ns); err != nil {
 				fh.Close()
 				return nil, fmt.Errorf("%s: %w", f, err)
 			}

@@ -37,6 +37,7 @@ type env struct {
 	bin   string
 	vl    *vlProc
 	kafka *kfake.Cluster
+	k     *kubeEnv // started by the first agent drill
 	// kafkaDown makes the broker drop every request (connections closed).
 	kafkaDown atomic.Bool
 }
@@ -92,6 +93,9 @@ func newEnv(ctx context.Context, opts Options) (*env, error) {
 }
 
 func (e *env) close() {
+	if e.k != nil {
+		_ = e.k.c.Stop()
+	}
 	if e.kafka != nil {
 		e.kafka.Close()
 	}

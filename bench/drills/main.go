@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -92,21 +93,45 @@ func Run(ctx context.Context, opts Options) ([]SinkResult, error) {
 		return nil, err
 	}
 	defer e.close()
-	var out []SinkResult
-	for _, d := range drills {
+	// Lanes run concurrently in the short form (sequentially in the full
+	// form, for clean recovery times): drills that share a server stay in
+	// one lane (VictoriaLogs and kfake: lane 0; the control plane: lane 2).
+	results := make([][]SinkResult, len(drills))
+	lanes := map[int][]int{}
+	for i, d := range drills {
 		if len(want) > 0 && !want[d.name] {
 			continue
 		}
-		e.logf("drill %s: %s", d.name, d.what)
-		start := time.Now()
-		rs, err := d.run(ctx, e)
-		if err != nil {
-			rs = append(rs, SinkResult{Drill: d.name, Sink: "-", Err: err.Error()})
+		lane := d.lane
+		if opts.Full {
+			lane = 0
 		}
-		for _, r := range rs {
-			e.logf("  %s", r.line())
-		}
-		e.logf("drill %s done in %s", d.name, time.Since(start).Round(time.Millisecond))
+		lanes[lane] = append(lanes[lane], i)
+	}
+	var wg sync.WaitGroup
+	for _, idx := range lanes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for _, i := range idx {
+				d := drills[i]
+				e.logf("drill %s: %s", d.name, d.what)
+				start := time.Now()
+				rs, err := d.run(ctx, e)
+				if err != nil {
+					rs = append(rs, SinkResult{Drill: d.name, Sink: "-", Err: err.Error()})
+				}
+				for _, r := range rs {
+					e.logf("  %s", r.line())
+				}
+				e.logf("drill %s done in %s", d.name, time.Since(start).Round(time.Millisecond))
+				results[i] = rs
+			}
+		}()
+	}
+	wg.Wait()
+	var out []SinkResult
+	for _, rs := range results {
 		out = append(out, rs...)
 	}
 	return out, nil

@@ -167,8 +167,14 @@ func (c *collectorProc) ready() bool {
 // metric sums the samples of a metric whose label set contains every
 // "k=\"v\"" in labels. A missing metric is 0.
 func (c *collectorProc) metric(name string, labels ...string) (float64, error) {
+	return scrape(c.httpAddr, name, labels...)
+}
+
+// scrape sums the samples of a metric on http://addr/metrics whose label
+// set contains every "k=\"v\"" in labels. A missing metric is 0.
+func scrape(addr, name string, labels ...string) (float64, error) {
 	client := &http.Client{Timeout: 5 * time.Second}
-	resp, err := client.Get("http://" + c.httpAddr + "/metrics")
+	resp, err := client.Get("http://" + addr + "/metrics")
 	if err != nil {
 		return 0, fmt.Errorf("scrape: %w", err)
 	}
