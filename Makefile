@@ -21,9 +21,13 @@ all: build
 build:
 	$(GO) build -o $(BIN)/eventpipe ./cmd/eventpipe
 
-## run: build eventpipe and run the main job on the bundled seed scenario.
-run: build
-	$(BIN)/eventpipe enrich --demo --output table
+## run: the whole pipeline on this machine (testenv/cmd/demo): a control plane of
+## its own (etcd + kube-apiserver, built into $(BIN) on first use), a collector, the
+## agent, the seed scenarios and the live diagnosis; Ctrl-C stops everything.
+## It never touches another cluster (see README: the command for a real cluster).
+run:
+	$(GO) build -o $(BIN)/eventpipe-demo ./testenv/cmd/demo
+	$(BIN)/eventpipe-demo $(ARGS)
 
 ## test: build every test server, then run all tests (what .ci/run calls).
 test: tools

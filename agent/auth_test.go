@@ -25,7 +25,7 @@ import (
 func TestCollectorTokenAuth(t *testing.T) {
 	dir := t.TempDir()
 	tokens := filepath.Join(dir, "tokens.yaml")
-	if err := os.WriteFile(tokens, []byte("- {token: agent-token-0123456789abc, name: agent-a, role: agent}\n"), 0o600); err != nil {
+	if err := os.WriteFile(tokens, []byte("- {token: agent-token-0123456789abc, name: agent-a, role: agent, clusters: [\"*\"]}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	cfg := collector.NewDefaultConfig()
@@ -95,7 +95,7 @@ func TestCollectorMTLS(t *testing.T) {
 	cfg.HTTP.Listen = "127.0.0.1:0"
 	cfg.GRPC.ShutdownGrace = 2 * time.Second
 	cfg.GRPC.TLS = collector.TLSConfig{CertFile: filepath.Join(dir, "srv.pem"), KeyFile: filepath.Join(dir, "srv-key.pem"), ClientCAFile: filepath.Join(dir, "ca.pem")}
-	cfg.Auth.Identities = []collector.Identity{{Name: "eventpipe-agent", Role: "agent"}}
+	cfg.Auth.Identities = []collector.Identity{{Name: "eventpipe-agent", Role: "agent", Clusters: []string{"*"}}}
 	cfg.Store.Dir = filepath.Join(dir, "log")
 	c, err := collector.New(cfg, nil, prometheus.NewRegistry())
 	if err != nil {

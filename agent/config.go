@@ -11,6 +11,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/eventpipe/eventpipe/api/config"
 	"github.com/eventpipe/eventpipe/enrich"
 )
 
@@ -18,6 +19,9 @@ import (
 // from code (logger, registerer, Kubernetes client config) are passed to New.
 type Config struct {
 	// Cluster is stamped on every occurrence and names the collector cursor.
+	// The collector binds the agent's credentials to the cluster names it
+	// may write (auth clusters), so it must be this cluster's real name:
+	// PlaceholderCluster, the value the shipped manifests carry, is refused.
 	Cluster        string               `yaml:"cluster"`
 	Collector      CollectorConfig      `yaml:"collector"`
 	Watch          WatchConfig          `yaml:"watch"`
@@ -211,9 +215,19 @@ func LoadConfig(path string) (Config, error) {
 	return cfg, nil
 }
 
+// PlaceholderCluster is the cluster name of deploy/agent/deployment.yaml,
+// to be replaced by the operator; the agent refuses to start with it.
+const PlaceholderCluster = config.PlaceholderCluster
+
 // ParseConfig decodes YAML over NewDefaultConfig. It does not validate.
+// Durations need a unit (package api/config: "30s", "7d"); a bare number is
+// refused with its YAML path.
 func ParseConfig(b []byte) (Config, error) {
 	cfg := NewDefaultConfig()
+	b, err := config.NormalizeDurations(b, &cfg)
+	if err != nil {
+		return Config{}, fmt.Errorf("parse agent config:\n%w", err)
+	}
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
 	if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
@@ -239,12 +253,21 @@ func (c Config) Validate() error {
 		}
 	}
 	if strings.TrimSpace(c.Cluster) == "" {
-		add("cluster", "must be set")
+		add("cluster", "must be set (this cluster's name; the collector's auth clusters must grant it)")
+	} else if strings.EqualFold(strings.TrimSpace(c.Cluster), PlaceholderCluster) {
+		add("cluster", "%q is the placeholder of the shipped manifests: set this cluster's real name (and grant it to this agent's token or certificate in the collector's auth clusters)", c.Cluster)
+	} else if strings.TrimSpace(c.Cluster) != c.Cluster {
+		add("cluster", "%q has leading or trailing spaces", c.Cluster)
 	}
 	if c.Collector.Address == "" {
 		add("collector.address", "must be set (host:port)")
-	} else if i := strings.LastIndex(c.Collector.Address, ":"); i <= 0 && !strings.HasPrefix(c.Collector.Address, "unix:") {
-		add("collector.address", "must be host:port, got %q", c.Collector.Address)
+	} else if err := checkTarget(c.Collector.Address); err != nil {
+		add("collector.address", "%v", err)
+	}
+	if c.HTTP.Listen != "" {
+		if err := config.ListenAddr(c.HTTP.Listen); err != nil {
+			add("http.listen", "%v", err)
+		}
 	}
 	if c.Collector.Stream == "" {
 		add("collector.stream", "must be set")
@@ -347,6 +370,28 @@ func (c Config) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// checkTarget checks collector.address: host:port, or a gRPC target with
+// a scheme (unix:PATH, dns:///host:port).
+func checkTarget(addr string) error {
+	switch {
+	case strings.HasPrefix(addr, "unix:") || strings.HasPrefix(addr, "unix-abstract:"):
+		if _, path, _ := strings.Cut(addr, ":"); strings.TrimLeft(path, "/") == "" {
+			return fmt.Errorf("%q names no socket", addr)
+		}
+		return nil
+	case strings.HasPrefix(addr, "dns:"):
+		rest := strings.TrimPrefix(addr, "dns:")
+		if strings.HasPrefix(rest, "//") {
+			// dns://[authority]/host:port
+			if i := strings.Index(rest[2:], "/"); i >= 0 {
+				rest = rest[2+i+1:]
+			}
+		}
+		return config.DialAddr(rest)
+	}
+	return config.DialAddr(addr)
 }
 
 func unjoin(err error) []error {

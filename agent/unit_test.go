@@ -37,7 +37,7 @@ func TestConfigFiles(t *testing.T) {
 	cases := map[string][]string{
 		"many.bad.yaml": {
 			"cluster: must be set",
-			`collector.address: must be host:port, got "no-port"`,
+			`collector.address: "no-port" is not host:port`,
 			"collector.cert_file: cert_file and key_file must be set together",
 			"collector.cert_file: stat /nonexistent/cert.pem",
 			"watch.queue_capacity: must be at least 1, got 0",
@@ -51,6 +51,18 @@ func TestConfigFiles(t *testing.T) {
 		},
 		"unknown-key.bad.yaml": {"field adress not found"},
 		"types.bad.yaml":       {"soon"},
+		"durations.bad.yaml": {
+			"collector.dial_timeout: 10 is a bare number, which would be read as nanoseconds; write the unit: if 10 seconds were meant, write 10s",
+			"watch.stale_after: 900 is a bare number, which would be read as nanoseconds; write the unit: if 900 seconds were meant, write 15m",
+			"hold.max_age: 0.5 is a bare number",
+			"leader_election.lease_duration: 15 is a bare number",
+			"enrich.persistent_window: 1us is below 1ms",
+		},
+		"placeholder.bad.yaml": {`cluster: "CHANGE-ME" is the placeholder of the shipped manifests`},
+		"addresses.bad.yaml": {
+			`collector.address: "256.1.1.1:7070": host "256.1.1.1" is not a valid IPv4 address`,
+			`http.listen: ":99999": port 99999 is out of range 0-65535`,
+		},
 	}
 	for file, wants := range cases {
 		t.Run(file, func(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -23,6 +24,7 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
+	"github.com/eventpipe/eventpipe/api/config"
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
 )
 
@@ -35,6 +37,10 @@ const (
 // AllWorkspaces in a reader's workspaces grants every workspace.
 const AllWorkspaces = "*"
 
+// AllClusters in an agent's clusters lets it write every cluster (one
+// agent credential shared by several clusters; logged at start).
+const AllClusters = "*"
+
 // Reasons of eventpipe_collector_auth_failures_total (a fixed list).
 const (
 	authMissing         = "missing_credentials"
@@ -42,9 +48,10 @@ const (
 	authUnknownIdentity = "unknown_identity"
 	authWrongRole       = "wrong_role"
 	authWorkspace       = "workspace_not_granted"
+	authCluster         = "cluster_not_granted"
 )
 
-var authReasons = []string{authMissing, authBadToken, authUnknownIdentity, authWrongRole, authWorkspace}
+var authReasons = []string{authMissing, authBadToken, authUnknownIdentity, authWrongRole, authWorkspace, authCluster}
 
 // Principal is an authenticated caller.
 type Principal struct {
@@ -52,6 +59,9 @@ type Principal struct {
 	Role string
 	// Workspaces a reader may follow; AllWorkspaces grants every one.
 	Workspaces []string
+	// Clusters an agent may write (occurrences, its resume cursor) and
+	// read the cursor of; AllClusters grants every one.
+	Clusters []string
 	// Insecure marks the anonymous caller of insecure dev mode: any role,
 	// every workspace.
 	Insecure bool
@@ -68,29 +78,44 @@ func (p *Principal) mayRead(ws string) bool {
 	return slices.Contains(p.Workspaces, AllWorkspaces) || slices.Contains(p.Workspaces, ws)
 }
 
+// mayWrite reports whether p may ingest for cluster, and read or move its
+// cursor.
+func (p *Principal) mayWrite(cluster string) bool {
+	if p.Insecure {
+		return true
+	}
+	return slices.Contains(p.Clusters, AllClusters) || slices.Contains(p.Clusters, cluster)
+}
+
 func (p *Principal) allWorkspaces() bool {
 	return p.Insecure || slices.Contains(p.Workspaces, AllWorkspaces)
 }
 
-// TokenEntry is one line of the tokens file.
+// TokenEntry is one line of the tokens file. An agent lists the clusters
+// it may write, a reader the workspaces it may follow.
 type TokenEntry struct {
 	Token      string   `yaml:"token"`
 	Name       string   `yaml:"name"`
 	Role       string   `yaml:"role"`
 	Workspaces []string `yaml:"workspaces,omitempty"`
+	Clusters   []string `yaml:"clusters,omitempty"`
 }
 
 // Identity maps a client certificate (its subject CN, or one of its DNS /
-// URI SANs) to a role.
+// URI SANs) to a role: an agent with its clusters, a reader with its
+// workspaces.
 type Identity struct {
 	Name       string   `yaml:"name"`
 	Role       string   `yaml:"role"`
 	Workspaces []string `yaml:"workspaces,omitempty"`
+	Clusters   []string `yaml:"clusters,omitempty"`
 }
 
 // LoadTokens reads a tokens file: YAML (a list of {token, name, role,
-// workspaces}) or, when its name ends in .csv, CSV lines
-// "token,name,role[,workspace;workspace...]". Every problem is reported.
+// clusters | workspaces}) or, when its name ends in .csv, CSV lines
+// "token,name,role,scope;scope..." where the scopes are an agent's
+// clusters or a reader's workspaces. Every problem is reported; a file
+// without any token is refused too (it would lock every caller out).
 func LoadTokens(path string) ([]TokenEntry, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -112,20 +137,29 @@ func LoadTokens(path string) ([]TokenEntry, error) {
 			}
 			if len(rec) < 3 || len(rec) > 4 {
 				line, _ := r.FieldPos(0)
-				return nil, fmt.Errorf("parse tokens file %s: line %d: want token,name,role[,workspaces] (got %d fields)", path, line, len(rec))
+				return nil, fmt.Errorf("parse tokens file %s: line %d: want token,name,role,clusters-or-workspaces (got %d fields)", path, line, len(rec))
 			}
 			e := TokenEntry{Token: strings.TrimSpace(rec[0]), Name: strings.TrimSpace(rec[1]), Role: strings.TrimSpace(rec[2])}
 			if len(rec) == 4 {
+				var scopes []string
 				for _, w := range strings.Split(rec[3], ";") {
 					if w = strings.TrimSpace(w); w != "" {
-						e.Workspaces = append(e.Workspaces, w)
+						scopes = append(scopes, w)
 					}
+				}
+				if e.Role == RoleAgent {
+					e.Clusters = scopes
+				} else {
+					e.Workspaces = scopes
 				}
 			}
 			entries = append(entries, e)
 		}
 	} else if err := yaml.UnmarshalStrict(data, &entries); err != nil {
 		return nil, fmt.Errorf("parse tokens file %s: %w", path, err)
+	}
+	if len(entries) == 0 {
+		return nil, fmt.Errorf("tokens file %s holds no token: every caller would be refused; add one, or remove auth.tokens_file", path)
 	}
 	var errs []error
 	names := map[string]bool{}
@@ -147,7 +181,7 @@ func LoadTokens(path string) ([]TokenEntry, error) {
 			errs = append(errs, fmt.Errorf("%s.name: duplicate name %q", at, e.Name))
 		}
 		names[e.Name] = true
-		errs = append(errs, validateRole(at, e.Role, e.Workspaces)...)
+		errs = append(errs, validateRole(at, e.Role, e.Workspaces, e.Clusters)...)
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
@@ -155,14 +189,34 @@ func LoadTokens(path string) ([]TokenEntry, error) {
 	return entries, nil
 }
 
-func validateRole(at, role string, workspaces []string) []error {
+func validateRole(at, role string, workspaces, clusters []string) []error {
 	var errs []error
 	switch role {
 	case RoleAgent:
 		if len(workspaces) > 0 {
 			errs = append(errs, fmt.Errorf("%s.workspaces: only a reader has workspaces", at))
 		}
+		if len(clusters) == 0 {
+			errs = append(errs, fmt.Errorf("%s.clusters: an agent needs the clusters it may write (its agent's cluster name; %q = any cluster)", at, AllClusters))
+		}
+		seen := map[string]bool{}
+		for j, c := range clusters {
+			switch {
+			case strings.TrimSpace(c) == "":
+				errs = append(errs, fmt.Errorf("%s.clusters[%d]: must not be empty", at, j))
+			case strings.TrimSpace(c) != c:
+				errs = append(errs, fmt.Errorf("%s.clusters[%d]: %q has leading or trailing spaces", at, j, c))
+			case strings.EqualFold(c, config.PlaceholderCluster):
+				errs = append(errs, fmt.Errorf("%s.clusters[%d]: %q is the placeholder of the shipped manifests: write the cluster's real name (the agent's cluster)", at, j, c))
+			case seen[c]:
+				errs = append(errs, fmt.Errorf("%s.clusters[%d]: duplicate %q", at, j, c))
+			}
+			seen[c] = true
+		}
 	case RoleReader:
+		if len(clusters) > 0 {
+			errs = append(errs, fmt.Errorf("%s.clusters: only an agent has clusters (a reader is scoped by workspaces)", at))
+		}
 		if len(workspaces) == 0 {
 			errs = append(errs, fmt.Errorf("%s.workspaces: a reader needs at least one workspace (or %q)", at, AllWorkspaces))
 		}
@@ -189,7 +243,7 @@ func newTokenTable(entries []TokenEntry) *tokenTable {
 	t := &tokenTable{}
 	for _, e := range entries {
 		t.hashes = append(t.hashes, sha256.Sum256([]byte(e.Token)))
-		t.ps = append(t.ps, &Principal{Name: e.Name, Role: e.Role, Workspaces: e.Workspaces})
+		t.ps = append(t.ps, &Principal{Name: e.Name, Role: e.Role, Workspaces: e.Workspaces, Clusters: e.Clusters})
 	}
 	return t
 }
@@ -213,17 +267,21 @@ type authState struct {
 	insecure   bool
 }
 
-// authenticator authenticates every gRPC call and checks its role. Its state
-// is swapped atomically on reload, so open streams keep running.
+// authenticator authenticates every gRPC call and checks its role, and
+// for an agent the cluster of every request (GetCursor, each Batch of a
+// Ship stream and its occurrences). Its state is swapped atomically on
+// reload, so open streams keep running with the principal they started
+// with.
 type authenticator struct {
 	state    atomic.Pointer[authState]
 	failures func(reason string)
+	logger   *slog.Logger
 }
 
 func newAuthState(cfg AuthConfig, tokens []TokenEntry) *authState {
 	s := &authState{tokens: newTokenTable(tokens), identities: map[string]*Principal{}, insecure: cfg.Insecure}
 	for _, id := range cfg.Identities {
-		s.identities[id.Name] = &Principal{Name: id.Name, Role: id.Role, Workspaces: id.Workspaces}
+		s.identities[id.Name] = &Principal{Name: id.Name, Role: id.Role, Workspaces: id.Workspaces, Clusters: id.Clusters}
 	}
 	return s
 }
@@ -322,20 +380,95 @@ func (a *authenticator) unary(ctx context.Context, req any, info *grpc.UnaryServ
 	if err != nil {
 		return nil, err
 	}
+	if err := a.checkClusters(principalFrom(ctx), info.FullMethod, req); err != nil {
+		return nil, err
+	}
 	return handler(ctx, req)
+}
+
+// clusterScoped is a request naming the cluster it reads or writes
+// (GetCursorRequest, Batch).
+type clusterScoped interface{ GetCluster() string }
+
+// checkClusters refuses a request of an agent for a cluster it was not
+// granted: the request's cluster, and for a Batch every occurrence that
+// names its own. Refusals are counted (cluster_not_granted) and logged.
+func (a *authenticator) checkClusters(p *Principal, method string, req any) error {
+	if p == nil || p.Insecure || p.Role != RoleAgent {
+		return nil
+	}
+	cs, ok := req.(clusterScoped)
+	if !ok {
+		return nil
+	}
+	refuse := func(cluster string) error {
+		if a.logger != nil {
+			a.logger.Warn("refused: agent wrote a cluster it was not granted", "caller", p.Name, "cluster", cluster, "granted", p.Clusters, "method", method)
+		}
+		return a.fail(authCluster, codes.PermissionDenied,
+			fmt.Sprintf("agent %q may not write cluster %q (granted: %s)", p.Name, cluster, strings.Join(p.Clusters, ", ")))
+	}
+	// An empty cluster is left to the handler (InvalidArgument).
+	if c := cs.GetCluster(); c != "" && !p.mayWrite(c) {
+		return refuse(c)
+	}
+	if b, ok := req.(*eventpipev1.Batch); ok {
+		for _, o := range b.GetOccurrences() {
+			if c := o.GetCluster(); c != "" && c != b.GetCluster() && !p.mayWrite(c) {
+				return refuse(c)
+			}
+		}
+	}
+	return nil
+}
+
+// warnWildcards logs the agents that may write every cluster.
+func (a *authenticator) warnWildcards(cfg AuthConfig, tokens []TokenEntry) {
+	if a.logger == nil {
+		return
+	}
+	var names []string
+	for _, e := range tokens {
+		if slices.Contains(e.Clusters, AllClusters) {
+			names = append(names, e.Name)
+		}
+	}
+	for _, id := range cfg.Identities {
+		if slices.Contains(id.Clusters, AllClusters) {
+			names = append(names, id.Name)
+		}
+	}
+	if len(names) > 0 {
+		a.logger.Warn("agents granted every cluster (clusters: [\"*\"]): each may write any cluster's occurrences and move its cursor", "agents", names)
+	}
 }
 
 type authedStream struct {
 	grpc.ServerStream
-	ctx context.Context
+	ctx    context.Context
+	auth   *authenticator
+	method string
 }
 
 func (s *authedStream) Context() context.Context { return s.ctx }
+
+// RecvMsg checks every message an agent sends (each Batch) against its
+// clusters; a refused one ends the stream with PermissionDenied, after the
+// acks of the batches before it.
+func (s *authedStream) RecvMsg(m any) error {
+	if err := s.ServerStream.RecvMsg(m); err != nil {
+		return err
+	}
+	if s.auth == nil {
+		return nil
+	}
+	return s.auth.checkClusters(principalFrom(s.ctx), s.method, m)
+}
 
 func (a *authenticator) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	ctx, err := a.authorize(ss.Context(), info.FullMethod)
 	if err != nil {
 		return err
 	}
-	return handler(srv, &authedStream{ServerStream: ss, ctx: ctx})
+	return handler(srv, &authedStream{ServerStream: ss, ctx: ctx, auth: a, method: info.FullMethod})
 }

@@ -1,6 +1,7 @@
 package collector
 
 import (
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -9,13 +10,18 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"fmt"
+	"log/slog"
 	"math/big"
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -102,7 +108,7 @@ func TestMTLSAuthorization(t *testing.T) {
 		ClientCAFile: writeFile(t, filepath.Join(dir, "ca.pem"), ca.pem),
 	}
 	cfg.Auth.Identities = []Identity{
-		{Name: "agent.prod.example", Role: RoleAgent},
+		{Name: "agent.prod.example", Role: RoleAgent, Clusters: []string{"prod"}},
 		{Name: "proxy.ws1.example", Role: RoleReader, Workspaces: []string{"ws1"}},
 	}
 	r := startCollector(t, cfg)
@@ -197,5 +203,185 @@ func TestInsecureModeAllowsAnonymous(t *testing.T) {
 	got, err := follow(t, ctx, conn, &eventpipev1.FollowRequest{Workspace: "ws9", Tail: 1, NoFollow: true}, 0)
 	if err != nil || ids(got) != "i/1" {
 		t.Fatalf("insecure follow: %q, %v", ids(got), err)
+	}
+}
+
+// lockedBuffer collects log output written by the collector's goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// An agent credential writes only the clusters it was granted: agent B can
+// neither ship occurrences for cluster A (as the batch's cluster, or as an
+// occurrence's own cluster inside its batch) nor read or move cluster A's
+// resume cursor. Each refusal is PermissionDenied, counted and logged, and
+// stores nothing. Real collector, real gRPC on loopback.
+func TestAgentTokenBoundToItsClusters(t *testing.T) {
+	dir := t.TempDir()
+	cfg := testConfig(t, dir)
+	cfg.Auth.TokensFile = writeFile(t, filepath.Join(dir, "bound-tokens.yaml"), []byte(
+		`- {token: agent-a-token-0123456789, name: agent-a, role: agent, clusters: [cluster-a]}
+- {token: agent-b-token-0123456789, name: agent-b, role: agent, clusters: [cluster-b]}
+`))
+	var logs lockedBuffer
+	reg := prometheus.NewRegistry()
+	c, err := New(cfg, slog.New(slog.NewTextHandler(&logs, nil)), reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(runCtx) }()
+	defer func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	a := dial(t, c.GRPCAddr(), "agent-a-token-0123456789")
+	b := dial(t, c.GRPCAddr(), "agent-b-token-0123456789")
+	cursor := func(conn *grpc.ClientConn, cluster string) (string, error) {
+		resp, err := eventpipev1.NewIngestClient(conn).GetCursor(ctx, &eventpipev1.GetCursorRequest{Cluster: cluster, Stream: DefaultStream})
+		return resp.GetResourceVersion(), err
+	}
+
+	if _, err := ship(t, ctx, a, batch(1, "cluster-a", "10", occ("a/1", "sb-a", "ws1", "n", "gw"))); err != nil {
+		t.Fatalf("agent A writing cluster A: %v", err)
+	}
+	if rv, err := cursor(a, "cluster-a"); err != nil || rv != "10" {
+		t.Fatalf("agent A reading its cursor: %q, %v", rv, err)
+	}
+
+	// B's batch for cluster A.
+	if _, err := ship(t, ctx, b, batch(1, "cluster-a", "999", occ("forged/1", "sb-a", "ws1", "n", "gw"))); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("agent B writing cluster A: %v, want PermissionDenied", err)
+	}
+	// B's own batch first (acknowledged), then one for cluster A on the same
+	// stream: the stream ends there.
+	acks, err := ship(t, ctx, b,
+		batch(1, "cluster-b", "20", occ("b/1", "sb-b", "ws1", "n", "gw")),
+		batch(2, "cluster-a", "1000", occ("forged/2", "sb-a", "ws1", "n", "gw")))
+	if status.Code(err) != codes.PermissionDenied || len(acks) != 1 || acks[0].GetSeq() != 1 {
+		t.Fatalf("agent B, own batch then cluster A's: acks %v, %v; want one ack then PermissionDenied", acks, err)
+	}
+	// An occurrence naming cluster A inside B's batch for cluster B.
+	smuggled := occ("forged/3", "sb-a", "ws1", "n", "gw")
+	smuggled.Cluster = "cluster-a"
+	if _, err := ship(t, ctx, b, batch(1, "cluster-b", "21", smuggled)); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("agent B smuggling a cluster A occurrence: %v, want PermissionDenied", err)
+	}
+	// B may not read A's cursor either.
+	if _, err := cursor(b, "cluster-a"); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("agent B reading cluster A's cursor: %v, want PermissionDenied", err)
+	}
+
+	// Nothing of B's reached cluster A: its cursor did not move, the log
+	// holds only A's occurrence and B's first.
+	if rv, err := cursor(a, "cluster-a"); err != nil || rv != "10" {
+		t.Fatalf("cluster A's cursor after B's attempts: %q, %v; want 10", rv, err)
+	}
+	if rv, err := cursor(b, "cluster-b"); err != nil || rv != "20" {
+		t.Fatalf("cluster B's cursor: %q, %v; want 20", rv, err)
+	}
+	recs, _, err := c.Store().Read(ctx, 1, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stored []string
+	for _, r := range recs {
+		stored = append(stored, r.Occurrence.GetEventId()+"@"+r.Occurrence.GetCluster())
+	}
+	if strings.Join(stored, ",") != "a/1@cluster-a,b/1@cluster-b" {
+		t.Fatalf("log holds %v, want only a/1@cluster-a and b/1@cluster-b", stored)
+	}
+	if got := counterValue(t, reg, "eventpipe_collector_auth_failures_total", map[string]string{"reason": authCluster}); got != 4 {
+		t.Errorf("cluster_not_granted refusals = %v, want 4", got)
+	}
+	if n := strings.Count(logs.String(), "refused: agent wrote a cluster it was not granted"); n != 4 || !strings.Contains(logs.String(), "caller=agent-b cluster=cluster-a") {
+		t.Errorf("%d refusals logged, want 4 naming agent-b and cluster-a:\n%s", n, logs.String())
+	}
+}
+
+// An mTLS identity is bound the same way as a token.
+func TestIdentityClustersValidated(t *testing.T) {
+	cfg := NewDefaultConfig()
+	cfg.Store.Dir = "/tmp/x"
+	cfg.GRPC.TLS = TLSConfig{CertFile: "testdata/ca.pem", KeyFile: "testdata/ca.pem", ClientCAFile: "testdata/ca.pem"}
+	cfg.Auth.Identities = []Identity{
+		{Name: "agent-1", Role: RoleAgent},
+		{Name: "agent-2", Role: RoleAgent, Clusters: []string{"CHANGE-ME", "", "prod", "prod"}},
+		{Name: "reader", Role: RoleReader, Workspaces: []string{"*"}, Clusters: []string{"prod"}},
+	}
+	err := cfg.Validate()
+	for _, want := range []string{
+		`auth.identities[0].clusters: an agent needs the clusters it may write`,
+		`auth.identities[1].clusters[0]: "CHANGE-ME" is the placeholder of the shipped manifests`,
+		`auth.identities[1].clusters[1]: must not be empty`,
+		`auth.identities[1].clusters[3]: duplicate "prod"`,
+		`auth.identities[2].clusters: only an agent has clusters`,
+	} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("missing %q in:\n%v", want, err)
+		}
+	}
+}
+
+// A tokens file without a token locks every caller out: refused at start
+// like a malformed file, and refused at reload (the running tokens stay).
+func TestEmptyTokensFileRefused(t *testing.T) {
+	dir := t.TempDir()
+	for name, content := range map[string]string{
+		"empty.yaml": "", "comments.yaml": "# nothing yet\n", "list.yaml": "[]\n", "empty.csv": "# token,name,role,scopes\n",
+	} {
+		path := writeFile(t, filepath.Join(dir, name), []byte(content))
+		if _, err := LoadTokens(path); err == nil || !strings.Contains(err.Error(), "holds no token: every caller would be refused") {
+			t.Errorf("%s: %v", name, err)
+		}
+		cfg := testConfig(t, dir)
+		cfg.Auth.TokensFile = path
+		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "auth.tokens_file: tokens file "+path+" holds no token") {
+			t.Errorf("%s: Validate: %v", name, err)
+		}
+	}
+
+	// Hot reload: the file is emptied under a running collector.
+	cfg := testConfig(t, dir)
+	cfgPath := writeFile(t, filepath.Join(dir, "collector.yaml"), []byte(fmt.Sprintf(
+		"grpc: {listen: \"127.0.0.1:0\", shutdown_grace: 2s}\nhttp: {listen: \"127.0.0.1:0\"}\nauth: {tokens_file: %q}\nstore: {dir: %q}\n",
+		cfg.Auth.TokensFile, cfg.Store.Dir)))
+	loaded, err := LoadConfig(cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := startCollector(t, loaded, WithConfigPath(cfgPath))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// Rewritten every half second: the watcher may not be set up yet when
+	// Run has just started, and the debounce needs a quiet 250ms.
+	var last time.Time
+	eventually(t, "refused tokens reload", func() bool {
+		if time.Since(last) > 500*time.Millisecond {
+			renameWrite(t, cfg.Auth.TokensFile, "# rotated: nothing here yet\n")
+			last = time.Now()
+		}
+		return counterValue(t, r.reg, "eventpipe_collector_config_reloads_total", map[string]string{"result": "failed"}) >= 1
+	})
+	if _, err := eventpipev1.NewIngestClient(dial(t, r.c.GRPCAddr(), agentToken)).GetCursor(ctx, &eventpipev1.GetCursorRequest{Cluster: "prod"}); err != nil {
+		t.Fatalf("the running tokens were dropped by an empty tokens file: %v", err)
 	}
 }

@@ -3,14 +3,12 @@ package collector
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math"
 	"net"
 	"net/http"
-	"os"
 	"sync"
 	"time"
 
@@ -20,6 +18,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/eventpipe/eventpipe/api/config"
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
 	"github.com/eventpipe/eventpipe/collector/store"
 	"github.com/eventpipe/eventpipe/sinks"
@@ -92,11 +91,15 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer, opts ...Opt
 			return nil, err
 		}
 	}
-	c.auth = &authenticator{failures: func(r string) { c.m.authFailures.WithLabelValues(r).Inc() }}
+	c.auth = &authenticator{failures: func(r string) { c.m.authFailures.WithLabelValues(r).Inc() }, logger: logger.With("part", "auth")}
 	c.auth.state.Store(newAuthState(cfg.Auth, tokens))
 	if cfg.Auth.Insecure {
-		logger.Warn("INSECURE MODE: auth.insecure is true; unauthenticated callers may ingest and follow every workspace. Use only for local development.")
+		logger.Warn("INSECURE MODE: auth.insecure is true; unauthenticated callers may ingest and follow every workspace. Use only for local development.", "grpc_listen", cfg.GRPC.Listen)
+		if !config.IsLoopback(cfg.GRPC.Listen) {
+			logger.Warn("INSECURE MODE ON A NON-LOOPBACK ADDRESS (auth.allow_insecure_non_loopback): anyone who can reach this address may ingest any cluster and follow every workspace, unauthenticated and in plaintext", "grpc_listen", cfg.GRPC.Listen)
+		}
 	}
+	c.auth.warnWildcards(cfg.Auth, tokens)
 	if cfg.Auth.TokensFile != "" && !cfg.GRPC.TLS.Enabled() {
 		logger.Warn("bearer tokens are accepted over plaintext gRPC; set grpc.tls unless the network is trusted")
 	}
@@ -174,28 +177,18 @@ func (c *Collector) buildGRPC() error {
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 	}
 	if cfg.TLS.Enabled() {
-		cert, err := tls.LoadX509KeyPair(cfg.TLS.CertFile, cfg.TLS.KeyFile)
+		clientAuth := tls.RequireAndVerifyClientCert
+		if c.cfg.Auth.TokensFile != "" {
+			// Token holders connect without a certificate.
+			clientAuth = tls.VerifyClientCertIfGiven
+		}
+		// Certificate and client CA are re-read when their files change
+		// (reload.go): new handshakes use the new ones.
+		tr, err := newTLSReloader(cfg.TLS, clientAuth, c.logger.With("part", "tls"), c.reg)
 		if err != nil {
-			return fmt.Errorf("grpc.tls: load key pair: %w", err)
+			return err
 		}
-		tc := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
-		if cfg.TLS.ClientCAFile != "" {
-			pem, err := os.ReadFile(cfg.TLS.ClientCAFile)
-			if err != nil {
-				return fmt.Errorf("grpc.tls.client_ca_file: %w", err)
-			}
-			pool := x509.NewCertPool()
-			if !pool.AppendCertsFromPEM(pem) {
-				return fmt.Errorf("grpc.tls.client_ca_file: no PEM certificate in %s", cfg.TLS.ClientCAFile)
-			}
-			tc.ClientCAs = pool
-			tc.ClientAuth = tls.RequireAndVerifyClientCert
-			if c.cfg.Auth.TokensFile != "" {
-				// Token holders connect without a certificate.
-				tc.ClientAuth = tls.VerifyClientCertIfGiven
-			}
-		}
-		opts = append(opts, grpc.Creds(credentials.NewTLS(tc)))
+		opts = append(opts, grpc.Creds(credentials.NewTLS(tr.serverConfig())))
 	}
 	c.grpc = grpc.NewServer(opts...)
 	eventpipev1.RegisterIngestServer(c.grpc, &ingestServer{

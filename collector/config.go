@@ -3,7 +3,6 @@ package collector
 import (
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +10,7 @@ import (
 
 	yaml "go.yaml.in/yaml/v2"
 
+	"github.com/eventpipe/eventpipe/api/config"
 	"github.com/eventpipe/eventpipe/collector/store"
 	"github.com/eventpipe/eventpipe/sinks"
 	"github.com/eventpipe/eventpipe/sinks/file"
@@ -63,8 +63,12 @@ type AuthConfig struct {
 	// Identities maps client-certificate names (CN or SAN) to roles (mTLS).
 	Identities []Identity `yaml:"identities"`
 	// Insecure allows unauthenticated plaintext calls with every right.
-	// Local development only; logged loudly.
+	// Local development only; logged loudly. Refused when grpc.listen is
+	// not a loopback address unless AllowInsecureNonLoopback is set too.
 	Insecure bool `yaml:"insecure"`
+	// AllowInsecureNonLoopback accepts Insecure on an address other hosts
+	// can reach (a throw-away test cluster); the address is logged at start.
+	AllowInsecureNonLoopback bool `yaml:"allow_insecure_non_loopback"`
 }
 
 // HTTPConfig is the metrics / health listener.
@@ -163,6 +167,13 @@ const (
 	DefaultMaxTailScan    = 2_000_000
 	DefaultLossWindow     = 15 * time.Minute
 	minSendBytes          = 5 << 20
+	// Below these a setting cannot do its job: a grace shorter than a
+	// second cuts every stream, a retention under a minute deletes data
+	// before a sink can read it, a dedupe window under a second dedupes
+	// nothing (an agent re-sends after seconds).
+	minShutdownGrace = time.Second
+	minRetentionAge  = time.Minute
+	minDedupeWindow  = time.Second
 )
 
 // NewDefaultConfig returns the defaults: loopback listeners, no sinks, no
@@ -206,9 +217,15 @@ func LoadConfig(path string) (Config, error) {
 	return ParseConfig(data)
 }
 
-// ParseConfig parses YAML over the defaults. Unknown keys are errors.
+// ParseConfig parses YAML over the defaults. Unknown keys are errors, and
+// so is a duration without a unit (see package api/config: "7d" and "168h"
+// are a week, 604800 is refused rather than read as nanoseconds).
 func ParseConfig(data []byte) (Config, error) {
 	c := NewDefaultConfig()
+	data, err := config.NormalizeDurations(data, &c)
+	if err != nil {
+		return Config{}, fmt.Errorf("parse config:\n%w", err)
+	}
 	if err := yaml.UnmarshalStrict(data, &c); err != nil {
 		return Config{}, fmt.Errorf("parse config: %w", err)
 	}
@@ -230,12 +247,18 @@ func (c Config) Validate() error {
 		}
 	}
 	checkAddr := func(path, addr string) {
-		if addr == "" {
-			add(path, "must not be empty (host:port)")
-			return
+		if err := config.ListenAddr(addr); err != nil {
+			add(path, "%v", err)
 		}
-		if _, _, err := net.SplitHostPort(addr); err != nil {
-			add(path, "%q is not host:port: %v", addr, err)
+	}
+	// atLeast refuses a duration that is set but too small to mean what
+	// the key is for (zeroOK: 0 is a documented "off" or "unbounded").
+	atLeast := func(path string, d, min time.Duration, zeroOK bool) {
+		if d == 0 && zeroOK || d < 0 {
+			return // negative values have their own message
+		}
+		if d < min {
+			add(path, "%s is too short for this setting (at least %s; was another unit meant?)", d, config.FormatDuration(min))
 		}
 	}
 	checkFile := func(path, name string) {
@@ -274,8 +297,15 @@ func (c Config) Validate() error {
 	if c.GRPC.ShutdownGrace <= 0 {
 		add("grpc.shutdown_grace", "must be positive, got %s", c.GRPC.ShutdownGrace)
 	}
+	atLeast("grpc.shutdown_grace", c.GRPC.ShutdownGrace, minShutdownGrace, false)
 
 	a := c.Auth
+	if a.Insecure && !a.AllowInsecureNonLoopback && config.ListenAddr(c.GRPC.Listen) == nil && !config.IsLoopback(c.GRPC.Listen) {
+		add("auth.insecure", "refused on grpc.listen %q, which other hosts can reach: anyone there could ingest and follow every workspace unauthenticated; listen on 127.0.0.1, or set auth.allow_insecure_non_loopback: true for a throw-away test setup", c.GRPC.Listen)
+	}
+	if a.AllowInsecureNonLoopback && !a.Insecure {
+		add("auth.allow_insecure_non_loopback", "has no meaning without auth.insecure: true")
+	}
 	if !a.Insecure && a.TokensFile == "" && t.ClientCAFile == "" {
 		add("auth", "no authentication configured: set auth.tokens_file, or grpc.tls.client_ca_file with auth.identities (mTLS), or auth.insecure: true for local development")
 	}
@@ -294,7 +324,7 @@ func (c Config) Validate() error {
 			add(at+".name", "duplicate %q", id.Name)
 		}
 		seen[id.Name] = true
-		errs = append(errs, validateRole(at, id.Role, id.Workspaces)...)
+		errs = append(errs, validateRole(at, id.Role, id.Workspaces, id.Clusters)...)
 	}
 	if a.TokensFile != "" {
 		if _, err := LoadTokens(a.TokensFile); err != nil {
@@ -307,6 +337,8 @@ func (c Config) Validate() error {
 		add("http.listen", "must differ from grpc.listen")
 	}
 	prefixed("store", c.Store.Validate())
+	atLeast("store.retention.max_age", c.Store.Retention.MaxAge, minRetentionAge, true)
+	atLeast("store.dedupe_window", c.Store.DedupeWindow, minDedupeWindow, false)
 	if c.Follow.MaxTail < 1 || c.Follow.MaxTail > 1_000_000 {
 		add("follow.max_tail", "must be between 1 and 1000000, got %d", c.Follow.MaxTail)
 	}
@@ -319,6 +351,7 @@ func (c Config) Validate() error {
 	if c.Readiness.LossWindow <= 0 {
 		add("readiness.loss_window", "must be positive, got %s", c.Readiness.LossWindow)
 	}
+	atLeast("readiness.loss_window", c.Readiness.LossWindow, time.Second, false)
 
 	names := map[string]bool{}
 	for i, s := range c.Sinks {

@@ -24,6 +24,10 @@ func TestConfigExampleIsValid(t *testing.T) {
 	if err := c.Validate(); err != nil {
 		t.Fatalf("testdata/collector.yaml: %v", err)
 	}
+	// "7d" is a week (day units are accepted and documented).
+	if c.Store.Retention.MaxAge != 168*time.Hour {
+		t.Errorf("store.retention.max_age: 7d read as %s", c.Store.Retention.MaxAge)
+	}
 	// Partial sections keep their defaults.
 	if c.GRPC.ShutdownGrace != 15*time.Second || c.GRPC.MaxSendBytes != DefaultMaxSendBytes {
 		t.Errorf("grpc = %+v", c.GRPC)
@@ -78,6 +82,31 @@ func TestConfigBadFiles(t *testing.T) {
 			"auth.identities[1].name: duplicate \"agent.prod.example\"",
 			"auth.identities[1].workspaces: a reader needs at least one workspace",
 		},
+		"durations.bad.yaml": {
+			"grpc.shutdown_grace: 20 is a bare number, which would be read as nanoseconds; write the unit: if 20 seconds were meant, write 20s",
+			"store.retention.max_age: 604800 is a bare number, which would be read as nanoseconds; write the unit: if 604800 seconds were meant, write 168h or 7d",
+			"store.dedupe_window: 3600 is a bare number, which would be read as nanoseconds; write the unit: if 3600 seconds were meant, write 1h",
+			`readiness.loss_window: "15 minutes" is not a duration; write a number with a unit: ms, s, m, h or d (e.g. 500ms, 30s, 5m, 1h, 7d)`,
+			"sinks[0].loki.timeout: 10 is a bare number",
+			"sinks[0].batch.max_wait: 0.5 is a bare number, which would be read as nanoseconds; write the unit, e.g. 30s, 5m, 1h or 7d",
+			"sinks[0].commit_interval: 1ns is below 1ms, the smallest duration eventpipe takes",
+		},
+		"short-durations.bad.yaml": {
+			"grpc.shutdown_grace: 20ms is too short for this setting (at least 1s; was another unit meant?)",
+			"store.retention.max_age: 30s is too short for this setting (at least 1m; was another unit meant?)",
+			"store.dedupe_window: 500ms is too short for this setting (at least 1s; was another unit meant?)",
+			"readiness.loss_window: 100ms is too short for this setting (at least 1s; was another unit meant?)",
+		},
+		"addresses.bad.yaml": {
+			`grpc.listen: "127.0.0.1:99999": port 99999 is out of range 0-65535`,
+			`http.listen: ":70x": port "70x" is neither a number (0-65535) nor a known service name`,
+			`sinks[0].kafka.brokers[0]: "256.1.1.1:1": host "256.1.1.1" is not a valid IPv4 address`,
+			`sinks[0].kafka.brokers[2]: "kafka-1:0": port 0 cannot be dialled`,
+			`sinks[1].loki.url: "127.0.0.1:99999": port 99999 is out of range 0-65535`,
+		},
+		"insecure-exposed.bad.yaml": {
+			`auth.insecure: refused on grpc.listen "0.0.0.0:7070", which other hosts can reach: anyone there could ingest and follow every workspace unauthenticated; listen on 127.0.0.1, or set auth.allow_insecure_non_loopback: true for a throw-away test setup`,
+		},
 		"many.bad.yaml": {
 			"grpc.listen: \"7070\" is not host:port",
 			"grpc.tls: cert_file and key_file go together",
@@ -86,7 +115,7 @@ func TestConfigBadFiles(t *testing.T) {
 			"grpc.ingest_pipeline: must be between 1 and 1024, got 0",
 			"auth.identities: need grpc.tls.client_ca_file",
 			"auth.identities[0].role: must be \"agent\" or \"reader\", got \"admin\"",
-			"http.listen: must not be empty (host:port)",
+			"http.listen: must be set (host:port)",
 			"store.dir: must be set",
 			"store.segment_bytes: 10 is below the minimum",
 			"follow.max_tail: must be between 1 and 1000000, got 0",
@@ -116,7 +145,7 @@ func TestConfigBadFiles(t *testing.T) {
 			if err == nil {
 				t.Fatal("accepted")
 			}
-			msg := err.Error()
+			msg := strings.TrimPrefix(err.Error(), "parse config:\n")
 			for _, w := range want {
 				if !strings.Contains(msg, w) {
 					t.Errorf("missing %q in:\n%s", w, msg)
@@ -128,6 +157,32 @@ func TestConfigBadFiles(t *testing.T) {
 				t.Errorf("%d problems reported, want %d:\n%s", lines, len(want), msg)
 			}
 		})
+	}
+}
+
+// auth.insecure on an address other hosts reach is accepted only with the
+// explicit opt-in, which means nothing on its own.
+func TestConfigInsecureNonLoopbackOptIn(t *testing.T) {
+	for _, c := range []struct {
+		yaml, want string
+	}{
+		{"grpc: {listen: \"127.0.0.1:7070\"}\nauth: {insecure: true}\n", ""},
+		{"grpc: {listen: \"localhost:7070\"}\nauth: {insecure: true}\n", ""},
+		{"grpc: {listen: \":7070\"}\nauth: {insecure: true}\n", `auth.insecure: refused on grpc.listen ":7070"`},
+		{"grpc: {listen: \"10.1.2.3:7070\"}\nauth: {insecure: true}\n", `auth.insecure: refused on grpc.listen "10.1.2.3:7070"`},
+		{"grpc: {listen: \"0.0.0.0:7070\"}\nauth: {insecure: true, allow_insecure_non_loopback: true}\n", ""},
+		{"auth: {tokens_file: testdata/tokens.yaml, allow_insecure_non_loopback: true}\n", "auth.allow_insecure_non_loopback: has no meaning without auth.insecure: true"},
+	} {
+		cfg, err := ParseConfig([]byte(c.yaml + "store: {dir: /tmp/x}\n"))
+		if err == nil {
+			err = cfg.Validate()
+		}
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%q: %v", c.yaml, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%q: %v, want %q", c.yaml, err, c.want)
+		}
 	}
 }
 
@@ -162,6 +217,20 @@ func TestDeployConfigIsValid(t *testing.T) {
 	c.GRPC.TLS.KeyFile = writeFile(t, filepath.Join(dir, "tls.key"), sk)
 	c.GRPC.TLS.ClientCAFile = writeFile(t, filepath.Join(dir, "ca.crt"), ca.pem)
 	c.Auth.TokensFile = "../deploy/collector/tokens.example.yaml"
+	// As shipped, the agent's cluster is the placeholder: refused in both
+	// the identities and the tokens file until the operator names it.
+	err = c.Validate()
+	for _, want := range []string{
+		`auth.identities[0].clusters[0]: "CHANGE-ME" is the placeholder of the shipped manifests`,
+		`tokens.example.yaml[0].clusters[0]: "CHANGE-ME" is the placeholder of the shipped manifests`,
+	} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("shipped placeholder cluster: missing %q in %v", want, err)
+		}
+	}
+	named, _ := os.ReadFile(c.Auth.TokensFile)
+	c.Auth.TokensFile = writeFile(t, filepath.Join(dir, "tokens.yaml"), []byte(strings.ReplaceAll(string(named), "[CHANGE-ME]", "[prod-eu-1]")))
+	c.Auth.Identities[0].Clusters = []string{"prod-eu-1"}
 	if err := c.Validate(); err != nil {
 		t.Fatalf("deploy/collector/collector.yaml: %v", err)
 	}

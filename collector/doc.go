@@ -22,9 +22,12 @@
 //     end of the log (the log was reset) is refused with OutOfRange.
 //   - Auth: every RPC needs a bearer token (tokens file) or a verified client
 //     certificate mapped to a role, unless auth.insecure is set. Role agent
-//     may only call Ingest, role reader only Follow, and only for its
-//     workspaces. Unauthenticated calls get Unauthenticated, out-of-scope
-//     ones PermissionDenied; both are counted by reason.
+//     may only call Ingest, and only for the clusters it was granted (every
+//     Batch, every occurrence's cluster, GetCursor); role reader only
+//     Follow, and only for its workspaces. Unauthenticated calls get
+//     Unauthenticated, out-of-scope ones PermissionDenied; both are counted
+//     by reason. The TLS certificate and client CA reload when their files
+//     change (new handshakes only; open connections keep theirs).
 //     A tail replay scans backwards at most follow.max_tail_scan records and
 //     says where it stopped (eventpipe-tail-scanned-from header).
 //     Subscribers at the same position share one read and decode of each

@@ -147,6 +147,9 @@ func (f *followServer) follow(ctx context.Context, req *eventpipev1.FollowReques
 		// Cursors come from this log, so one beyond its end means the log
 		// was replaced (data directory lost or another collector): waiting
 		// for the log to catch up would silently skip what comes before.
+		f.m.followCursorAhead.Inc()
+		f.logger.Error("follow subscriber resumed from a cursor beyond the end of the log; refused",
+			"caller", p.Name, "after_cursor", req.GetAfterCursor(), "log_last", last)
 		return status.Errorf(codes.OutOfRange, "after_cursor %d is beyond the end of the log (%d): the log was reset or belongs to another collector; resubscribe with tail or after_cursor <= %d", req.GetAfterCursor(), last, last)
 	case req.GetAfterCursor() > 0:
 		from = req.GetAfterCursor() + 1

@@ -34,7 +34,7 @@ const (
 	readerWS1     = "reader-ws1-0123456789"
 	readerAll     = "reader-all-0123456789"
 	readerWS2     = "reader-ws2-0123456789"
-	tokensFileYML = `- {token: agent-token-0123456789, name: agent-a, role: agent}
+	tokensFileYML = `- {token: agent-token-0123456789, name: agent-a, role: agent, clusters: ["*"]}
 - {token: reader-ws1-0123456789, name: reader-ws1, role: reader, workspaces: [ws1]}
 - {token: reader-all-0123456789, name: reader-all, role: reader, workspaces: ["*"]}
 - {token: reader-ws2-0123456789, name: reader-ws2, role: reader, workspaces: [ws2]}

@@ -20,6 +20,7 @@ type metrics struct {
 	subscribers         prometheus.Gauge
 	followSent          prometheus.Counter
 	followLost          prometheus.Counter
+	followCursorAhead   prometheus.Counter
 	authFailures        *prometheus.CounterVec
 	reloads             *prometheus.CounterVec
 }
@@ -72,6 +73,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "eventpipe_collector_follow_lost_records_total",
 			Help: "Log records removed by retention before a Follow subscriber read them (reported to the subscriber).",
 		}),
+		followCursorAhead: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "eventpipe_collector_follow_cursor_beyond_log_total",
+			Help: "Follow resumes refused because after_cursor was beyond the end of the log (the log lost data or is another collector's).",
+		}),
 		authFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "eventpipe_collector_auth_failures_total",
 			Help: "gRPC calls refused by authentication or authorization, by reason.",
@@ -90,7 +95,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.ingested, m.duplicates, m.batches, m.rejectedBatches, m.rejectedOccurrences,
-			m.appendFailures, m.ackLatency, m.groupBatches, m.subscribers, m.followSent, m.followLost, m.authFailures, m.reloads} {
+			m.appendFailures, m.ackLatency, m.groupBatches, m.subscribers, m.followSent, m.followLost, m.followCursorAhead, m.authFailures, m.reloads} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("register collector metrics: %w", err)
 			}

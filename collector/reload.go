@@ -2,13 +2,22 @@ package collector
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
+	"log/slog"
+	"os"
 	"path/filepath"
 	"reflect"
 	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // reloadDebounce groups the several events an editor's save produces
@@ -183,4 +192,137 @@ func restartNeeded(a, b Config) []string {
 	}
 	sort.Strings(changed)
 	return append(keys, changed...)
+}
+
+// tlsReloader serves grpc.tls: the server certificate and the client CA
+// are re-read when their files change (cert-manager renews them in place;
+// a Secret volume swaps a symlink), checked at every TLS handshake by
+// stat, so new connections get the new certificate and are verified
+// against the new CA while established connections, and their streams,
+// keep the session they negotiated. A pair that does not load (a key not
+// yet matching its renewed certificate, a half-written file) is refused:
+// the previous one keeps serving, the error is logged once per change of
+// the files and counted, and the next handshake tries again.
+type tlsReloader struct {
+	certFile, keyFile, caFile string
+	clientAuth                tls.ClientAuthType
+	logger                    *slog.Logger
+	reloads                   *prometheus.CounterVec
+
+	mu         sync.Mutex
+	stamp      string // of the files the current config was loaded from
+	failed     string // stamp of the files that last failed to load
+	cur        *tls.Config
+	certExpiry atomic.Int64 // unix seconds of the served leaf's NotAfter
+}
+
+// newTLSReloader loads the files once (an error here fails start-up) and
+// registers eventpipe_collector_tls_reloads_total{result} and
+// eventpipe_collector_tls_cert_expiry_timestamp_seconds on reg (nil: none).
+func newTLSReloader(cfg TLSConfig, clientAuth tls.ClientAuthType, logger *slog.Logger, reg prometheus.Registerer) (*tlsReloader, error) {
+	r := &tlsReloader{certFile: cfg.CertFile, keyFile: cfg.KeyFile, caFile: cfg.ClientCAFile, clientAuth: clientAuth, logger: logger}
+	r.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "eventpipe_collector_tls_reloads_total",
+		Help: "Reloads of the gRPC server certificate and client CA after their files changed, by result (applied, failed: the previous ones keep serving).",
+	}, []string{"result"})
+	r.reloads.WithLabelValues("applied")
+	r.reloads.WithLabelValues("failed")
+	expiry := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "eventpipe_collector_tls_cert_expiry_timestamp_seconds",
+		Help: "NotAfter of the gRPC server certificate being served (unix seconds).",
+	}, func() float64 { return float64(r.certExpiry.Load()) })
+	stamp := r.statFiles()
+	tc, err := r.load()
+	if err != nil {
+		return nil, err
+	}
+	r.cur, r.stamp = tc, stamp
+	if reg != nil {
+		for _, c := range []prometheus.Collector{r.reloads, expiry} {
+			if err := reg.Register(c); err != nil {
+				return nil, fmt.Errorf("register tls metrics: %w", err)
+			}
+		}
+	}
+	return r, nil
+}
+
+// serverConfig is the tls.Config given to gRPC: everything comes from
+// GetConfigForClient, per handshake.
+func (r *tlsReloader) serverConfig() *tls.Config {
+	return &tls.Config{MinVersion: tls.VersionTLS12, GetConfigForClient: r.forClient}
+}
+
+func (r *tlsReloader) forClient(*tls.ClientHelloInfo) (*tls.Config, error) {
+	stamp := r.statFiles()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if stamp == r.stamp || stamp == r.failed {
+		return r.cur, nil
+	}
+	next, err := r.load()
+	if err != nil {
+		r.failed = stamp
+		r.reloads.WithLabelValues("failed").Inc()
+		r.logger.Error("TLS reload refused; the previous certificate and client CA keep serving", "err", err)
+		return r.cur, nil
+	}
+	r.cur, r.stamp, r.failed = next, stamp, ""
+	r.reloads.WithLabelValues("applied").Inc()
+	leaf := next.Certificates[0].Leaf
+	r.logger.Info("TLS certificate and client CA reloaded; new connections use them, open ones keep theirs",
+		"subject", leaf.Subject.String(), "not_after", leaf.NotAfter.UTC().Format(time.RFC3339))
+	return r.cur, nil
+}
+
+// statFiles identifies the files' current contents without reading them:
+// size, modification time and inode (a Secret update swaps the symlink to
+// a new file).
+func (r *tlsReloader) statFiles() string {
+	var b strings.Builder
+	for _, f := range []string{r.certFile, r.keyFile, r.caFile} {
+		if f == "" {
+			continue
+		}
+		st, err := os.Stat(f)
+		if err != nil {
+			fmt.Fprintf(&b, "%s:%v;", f, err)
+			continue
+		}
+		var ino uint64
+		if sys, ok := st.Sys().(*syscall.Stat_t); ok {
+			ino = sys.Ino
+		}
+		fmt.Fprintf(&b, "%s:%d:%d:%d;", f, st.Size(), st.ModTime().UnixNano(), ino)
+	}
+	return b.String()
+}
+
+func (r *tlsReloader) load() (*tls.Config, error) {
+	cert, err := tls.LoadX509KeyPair(r.certFile, r.keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("grpc.tls: load key pair: %w", err)
+	}
+	if cert.Leaf == nil && len(cert.Certificate) > 0 {
+		if cert.Leaf, err = x509.ParseCertificate(cert.Certificate[0]); err != nil {
+			return nil, fmt.Errorf("grpc.tls: parse certificate: %w", err)
+		}
+	}
+	// gRPC needs HTTP/2 negotiated by ALPN: the per-handshake config must
+	// say so itself (credentials.NewTLS adds it only to the outer one).
+	tc := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12, NextProtos: []string{"h2"}}
+	if r.caFile != "" {
+		pem, err := os.ReadFile(r.caFile)
+		if err != nil {
+			return nil, fmt.Errorf("grpc.tls.client_ca_file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("grpc.tls.client_ca_file: no PEM certificate in %s", r.caFile)
+		}
+		tc.ClientCAs = pool
+		tc.ClientAuth = r.clientAuth
+	}
+	r.certExpiry.Store(cert.Leaf.NotAfter.Unix())
+	return tc, nil
 }

@@ -2,6 +2,10 @@ package collector
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -11,7 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
@@ -109,8 +115,8 @@ func TestHotReload(t *testing.T) {
 	eventually(t, "the Normal event after the reload", func() bool { return readJSONL(t, jsonl)["n/2"] == 1 })
 
 	// Tokens reload: a new agent token works, a removed reader token does not.
-	renameWrite(t, tokens, `- {token: agent-token-0123456789, name: agent-a, role: agent}
-- {token: new-agent-token-0123456789, name: agent-b, role: agent}
+	renameWrite(t, tokens, `- {token: agent-token-0123456789, name: agent-a, role: agent, clusters: ["*"]}
+- {token: new-agent-token-0123456789, name: agent-b, role: agent, clusters: ["*"]}
 - {token: reader-ws1-0123456789, name: reader-ws1, role: reader, workspaces: [ws1]}
 `)
 	eventually(t, "the new token", func() bool {
@@ -190,4 +196,138 @@ func TestHealthReadyMetrics(t *testing.T) {
 	if !strings.Contains(body, "eventpipe_collector_log_") {
 		t.Errorf("/metrics lacks the store's series (eventpipe_collector_log_*)")
 	}
+}
+
+// tlsConn dials addr over TLS trusting roots, presenting cert when given
+// and a bearer token when given.
+func tlsConn(t *testing.T, addr string, roots *x509.CertPool, cert *tls.Certificate, token string) *grpc.ClientConn {
+	t.Helper()
+	tc := &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
+	if cert != nil {
+		tc.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return cert, nil }
+	}
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(tc))}
+	if token != "" {
+		opts = append(opts, grpc.WithPerRPCCredentials(bearer(token)))
+	}
+	conn, err := grpc.NewClient(addr, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+// The server certificate and the client CA are renewed in place (as
+// cert-manager does): new handshakes get the new certificate and are
+// verified against the new CA, an open Ship stream keeps flowing on its
+// connection, and a half-done rotation (a key that does not match the new
+// certificate yet) keeps the previous pair serving.
+func TestTLSReloadKeepsStreams(t *testing.T) {
+	dir := t.TempDir()
+	ca1, ca2 := newCA(t, "ca-2025"), newCA(t, "ca-2026")
+	s1c, s1k := ca1.issue(t, "collector", true)
+	cfg := testConfig(t, dir)
+	certFile := writeFile(t, filepath.Join(dir, "tls.crt"), s1c)
+	keyFile := writeFile(t, filepath.Join(dir, "tls.key"), s1k)
+	caFile := writeFile(t, filepath.Join(dir, "ca.crt"), ca1.pem)
+	cfg.GRPC.TLS = TLSConfig{CertFile: certFile, KeyFile: keyFile, ClientCAFile: caFile}
+	cfg.Auth.Identities = []Identity{{Name: "agent.prod.example", Role: RoleAgent, Clusters: []string{"prod"}}}
+	r := startCollector(t, cfg)
+	addr := r.c.GRPCAddr()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	pool := func(ca *testCA) *x509.CertPool {
+		p := x509.NewCertPool()
+		p.AppendCertsFromPEM(ca.pem)
+		return p
+	}
+	clientCert := func(ca *testCA) *tls.Certificate {
+		c, k := ca.issue(t, "agent.prod.example", false)
+		pair, err := tls.X509KeyPair(c, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &pair
+	}
+	getCursor := func(conn *grpc.ClientConn) error {
+		cctx, ccancel := context.WithTimeout(ctx, 10*time.Second)
+		defer ccancel()
+		_, err := eventpipev1.NewIngestClient(conn).GetCursor(cctx, &eventpipev1.GetCursorRequest{Cluster: "prod"})
+		return err
+	}
+	cert1 := clientCert(ca1)
+
+	// A stream opened with the first certificate and CA.
+	old := tlsConn(t, addr, pool(ca1), cert1, "")
+	stream, err := eventpipev1.NewIngestClient(old).Ship(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := func(seq uint64) {
+		t.Helper()
+		if err := stream.Send(batch(seq, "prod", fmt.Sprint(seq), occ(fmt.Sprintf("tls/%d", seq), "sb", "ws1", "n", "gw"))); err != nil {
+			t.Fatalf("send %d: %v", seq, err)
+		}
+		ack, err := stream.Recv()
+		if err != nil || ack.GetSeq() != seq || ack.GetStored() != 1 {
+			t.Fatalf("ack %d: %v, %v", seq, ack, err)
+		}
+	}
+	send(1)
+
+	// Half a rotation: the new certificate with the old key. Refused; the
+	// old pair keeps serving new handshakes.
+	s2c, s2k := ca2.issue(t, "collector", true)
+	renameWrite(t, certFile, string(s2c))
+	if err := getCursor(tlsConn(t, addr, pool(ca1), cert1, "")); err != nil {
+		t.Fatalf("after a half rotation, the old certificate should still serve: %v", err)
+	}
+	if got := counterValue(t, r.reg, "eventpipe_collector_tls_reloads_total", map[string]string{"result": "failed"}); got != 1 {
+		t.Errorf("tls reloads failed = %v, want 1", got)
+	}
+	send(2)
+
+	// The rotation completes: key, then the client CA.
+	renameWrite(t, keyFile, string(s2k))
+	renameWrite(t, caFile, string(ca2.pem))
+	cert2 := clientCert(ca2)
+	if err := getCursor(tlsConn(t, addr, pool(ca2), cert2, "")); err != nil {
+		t.Fatalf("new certificate and CA: %v", err)
+	}
+	// The old server certificate is no longer presented, and a client
+	// certificate of the old CA no longer verifies.
+	if err := getCursor(tlsConn(t, addr, pool(ca1), cert1, "")); status.Code(err) != codes.Unavailable {
+		t.Fatalf("client trusting only the old CA: %v, want Unavailable (handshake refused)", err)
+	}
+	if err := getCursor(tlsConn(t, addr, pool(ca2), cert1, "")); status.Code(err) != codes.Unavailable {
+		t.Fatalf("client certificate of the old CA: %v, want Unavailable (handshake refused)", err)
+	}
+	if got := counterValue(t, r.reg, "eventpipe_collector_tls_reloads_total", map[string]string{"result": "applied"}); got != 1 {
+		t.Errorf("tls reloads applied = %v, want 1", got)
+	}
+	leaf, _ := x509.ParseCertificate(mustPEMBlock(t, s2c))
+	if got := counterValue(t, r.reg, "eventpipe_collector_tls_cert_expiry_timestamp_seconds", nil); got != float64(leaf.NotAfter.Unix()) {
+		t.Errorf("cert expiry gauge = %v, want %d", got, leaf.NotAfter.Unix())
+	}
+
+	// The stream opened before the rotation still flows, on the same
+	// connection (a reconnect trusting only the old CA would now fail).
+	send(3)
+	send(4)
+	if err := stream.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.Recv(); !errors.Is(err, io.EOF) {
+		t.Fatalf("stream end: %v", err)
+	}
+}
+
+func mustPEMBlock(t *testing.T, data []byte) []byte {
+	t.Helper()
+	b, _ := pem.Decode(data)
+	if b == nil {
+		t.Fatal("no PEM block")
+	}
+	return b.Bytes
 }

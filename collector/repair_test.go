@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
 	"github.com/eventpipe/eventpipe/collector/store"
@@ -88,5 +90,13 @@ func TestTailRepairNewRecordReachesSinkAndFollower(t *testing.T) {
 			t.Fatal("the file sink (cursor 100) never delivered the occurrence stored after the repair")
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+	// A resume cursor beyond the end of the log is refused loudly: an error
+	// for the subscriber, an ERROR log and a metric for the operator.
+	if _, err := follow(t, ctx, reader, &eventpipev1.FollowRequest{SandboxId: "sb-1", AfterCursor: 5000}, 0); status.Code(err) != codes.OutOfRange {
+		t.Fatalf("Follow from cursor 5000: %v, want OutOfRange", err)
+	}
+	if got := counterValue(t, r2.reg, "eventpipe_collector_follow_cursor_beyond_log_total", nil); got != 1 {
+		t.Fatalf("eventpipe_collector_follow_cursor_beyond_log_total = %v, want 1", got)
 	}
 }

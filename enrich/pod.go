@@ -8,11 +8,14 @@ import (
 
 // DiagnosePod turns a pod's container waiting states (ErrImagePull,
 // ImagePullBackOff, InvalidImageName, ErrImageNeverPull, ...) into
-// occurrences with pull_failure.source "pod_status". Their event_id is
+// occurrences with pull_failure.source "pod_status", and the other waiting
+// states that block a container (CrashLoopBackOff with the last
+// termination's reason, CreateContainerConfigError, RunContainerError)
+// into occurrences with blocker.source "pod_status". Their event_id is
 // "<pod UID>/<resourceVersion>/<container>", so re-seeing the same pod
 // version is the same occurrence; reporting_component is "eventpipe-agent";
 // they are attributed like an Event about that pod and container. It
-// returns nil when nothing is waiting on an image.
+// returns nil when nothing is waiting on an image or blocked.
 func (e *Enricher) DiagnosePod(p *Pod, observedAt time.Time) []*eventpipev1.Occurrence {
 	if p == nil {
 		return nil
@@ -24,6 +27,9 @@ func (e *Enricher) DiagnosePod(p *Pod, observedAt time.Time) []*eventpipev1.Occu
 			continue
 		}
 		if _, _, _, ok := ClassifyPull(c.WaitingReason, c.WaitingMessage); !ok {
+			if o := e.diagnoseBlockedContainer(p, c, observedAt); o != nil { // blocker_occurrence.go
+				out = append(out, o)
+			}
 			continue
 		}
 		fp := "spec.containers{" + c.Name + "}"

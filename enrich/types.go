@@ -83,7 +83,9 @@ type Container struct {
 	WaitingMessage string
 	// From status: the last termination reason (e.g. Error, OOMKilled).
 	TerminatedReason string
-	RestartCount     int32
+	// From status: that termination's exit code (0 when unknown).
+	TerminatedExitCode int32
+	RestartCount       int32
 }
 
 // Pod is the subset of a Pod enrich reads.

@@ -89,7 +89,7 @@ func run() error {
 		dir = d
 	}
 	tokens := filepath.Join(dir, "tokens.yaml")
-	if err := os.WriteFile(tokens, []byte(fmt.Sprintf("- {token: %s, name: bench-agent, role: agent}\n- {token: %s, name: bench-reader, role: reader, workspaces: [\"*\"]}\n", agentToken, readerToken)), 0o600); err != nil {
+	if err := os.WriteFile(tokens, []byte(fmt.Sprintf("- {token: %s, name: bench-agent, role: agent, clusters: [\"*\"]}\n- {token: %s, name: bench-reader, role: reader, workspaces: [\"*\"]}\n", agentToken, readerToken)), 0o600); err != nil {
 		return err
 	}
 	cfg := collector.NewDefaultConfig()

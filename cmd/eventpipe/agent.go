@@ -65,7 +65,11 @@ func runAgent(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	if *configPath != "" {
 		var err error
 		if cfg, err = agent.LoadConfig(*configPath); err != nil {
-			fmt.Fprintf(stderr, "eventpipe agent: %v\n", err)
+			lines := strings.Split(err.Error(), "\n")
+			fmt.Fprintf(stderr, "eventpipe agent: %s\n", lines[0])
+			for _, line := range lines[1:] {
+				fmt.Fprintf(stderr, "  %s\n", line)
+			}
 			return 2
 		}
 	}

@@ -41,6 +41,12 @@ current-context: x
 			[]string{"field colector not found"}},
 		{"missing kubeconfig", []string{"--kubeconfig", filepath.Join(dir, "none"), "--cluster", "c", "--collector", "h:1", "--collector-insecure"}, 2,
 			[]string{"kubernetes client config"}},
+		{"placeholder cluster", []string{"--kubeconfig", kc, "--cluster", "CHANGE-ME", "--collector", "h:1", "--collector-insecure", "--check-config"}, 2,
+			[]string{`cluster: "CHANGE-ME" is the placeholder of the shipped manifests`}},
+		{"traps", []string{"--kubeconfig", kc, "--cluster", "c", "--config", writeFile(t, dir, "traps.yaml", "collector: {address: \"256.1.1.1:7070\", dial_timeout: 10}\n"), "--check-config"}, 2,
+			[]string{"collector.dial_timeout: 10 is a bare number, which would be read as nanoseconds; write the unit: if 10 seconds were meant, write 10s"}},
+		{"unbindable", []string{"--kubeconfig", kc, "--cluster", "c", "--collector", "256.1.1.1:7070", "--listen", "127.0.0.1:99999", "--collector-insecure", "--check-config"}, 2,
+			[]string{`collector.address: "256.1.1.1:7070": host "256.1.1.1" is not a valid IPv4 address`, `http.listen: "127.0.0.1:99999": port 99999 is out of range`}},
 		{"check ok", []string{"--kubeconfig", kc, "--cluster", "c", "--collector", "h:1", "--collector-insecure", "--check-config"}, 0,
 			[]string{"configuration ok"}},
 	}

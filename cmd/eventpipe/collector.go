@@ -69,7 +69,11 @@ func runCollector(ctx context.Context, args []string, _ io.Reader, stdout, stder
 	} else {
 		var err error
 		if cfg, err = collector.LoadConfig(*configPath); err != nil {
-			fmt.Fprintf(stderr, "eventpipe collector: %v\n", err)
+			lines := strings.Split(err.Error(), "\n")
+			fmt.Fprintf(stderr, "eventpipe collector: %s\n", lines[0])
+			for _, line := range lines[1:] {
+				fmt.Fprintf(stderr, "  %s\n", line)
+			}
 			return 2
 		}
 	}

@@ -47,6 +47,38 @@ func TestCollectorCommandConfigErrors(t *testing.T) {
 	}
 }
 
+// The traps an operator reported: --check-config refuses durations without
+// a unit (they were nanoseconds) and addresses no listener can bind.
+func TestCollectorCheckConfigRefusesTraps(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct {
+		yaml string
+		want []string
+	}{
+		{"store: {dir: /tmp/x, retention: {max_age: 604800}, dedupe_window: 3600}\ngrpc: {shutdown_grace: 20}\nauth: {insecure: true}\n", []string{
+			"store.retention.max_age: 604800 is a bare number", "write 168h or 7d",
+			"store.dedupe_window: 3600 is a bare number", "grpc.shutdown_grace: 20 is a bare number",
+		}},
+		{"grpc: {listen: \"127.0.0.1:99999\"}\nstore: {dir: /tmp/x}\nauth: {insecure: true}\n", []string{`grpc.listen: "127.0.0.1:99999": port 99999 is out of range`}},
+		{"grpc: {listen: \"256.1.1.1:1\"}\nstore: {dir: /tmp/x}\nauth: {insecure: true, allow_insecure_non_loopback: true}\n", []string{`host "256.1.1.1" is not a valid IPv4 address`}},
+		{"http: {listen: \":70x\"}\nstore: {dir: /tmp/x}\nauth: {insecure: true}\n", []string{`http.listen: ":70x": port "70x" is neither a number`}},
+	} {
+		f := filepath.Join(dir, "c.yaml")
+		if err := os.WriteFile(f, []byte(c.yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		var stdout, stderr bytes.Buffer
+		if code := runCollector(context.Background(), []string{"--config", f, "--check-config"}, nil, &stdout, &stderr); code != 2 {
+			t.Errorf("%q: exit %d, want 2; stdout %q", c.yaml, code, stdout.String())
+		}
+		for _, w := range c.want {
+			if !strings.Contains(stderr.String(), w) {
+				t.Errorf("%q: stderr lacks %q:\n%s", c.yaml, w, stderr.String())
+			}
+		}
+	}
+}
+
 // The command runs a real collector from a config file and stops cleanly
 // when its context ends (SIGTERM in main).
 func TestCollectorCommandRunsAndStops(t *testing.T) {

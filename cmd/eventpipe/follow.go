@@ -102,13 +102,7 @@ func runFollow(ctx context.Context, args []string, _ io.Reader, stdout, stderr i
 	var o followOptions
 	fs := flag.NewFlagSet("eventpipe follow", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&o.addr, "collector", collector.DefaultGRPCListen, "collector gRPC address host:port")
-	fs.StringVar(&o.tokenFile, "token-file", "", "file holding a bearer token with role reader (re-read on every reconnect)")
-	fs.StringVar(&o.caFile, "ca", "", "CA bundle to verify the collector's certificate (default: system roots)")
-	fs.StringVar(&o.certFile, "cert", "", "client certificate for mTLS (with --key)")
-	fs.StringVar(&o.keyFile, "key", "", "client key for mTLS (with --cert)")
-	fs.StringVar(&o.serverName, "server-name", "", "TLS server name of the collector (default: the host of --collector)")
-	fs.BoolVar(&o.insecure, "insecure", false, "plaintext gRPC, no TLS (a local or port-forwarded collector)")
+	o.connFlags(fs)
 	fs.StringVar(&o.sandbox, "sandbox", "", "selector: the sandbox id (UUID)")
 	fs.StringVar(&o.workspace, "workspace", "", "selector: every sandbox of this workspace (or one, with --name)")
 	fs.StringVar(&o.name, "name", "", "with --workspace: the sandbox name")
@@ -173,6 +167,24 @@ func (o *followOptions) validate() []string {
 	if o.tail > 1<<32-1 {
 		p = append(p, fmt.Sprintf("--tail %d is too large", o.tail))
 	}
+	return append(p, o.connProblems()...)
+}
+
+// connFlags registers the flags that say how to reach the collector (shared
+// by follow and diagnose).
+func (o *followOptions) connFlags(fs *flag.FlagSet) {
+	fs.StringVar(&o.addr, "collector", collector.DefaultGRPCListen, "collector gRPC address host:port")
+	fs.StringVar(&o.tokenFile, "token-file", "", "file holding a bearer token with role reader (re-read on every reconnect)")
+	fs.StringVar(&o.caFile, "ca", "", "CA bundle to verify the collector's certificate (default: system roots)")
+	fs.StringVar(&o.certFile, "cert", "", "client certificate for mTLS (with --key)")
+	fs.StringVar(&o.keyFile, "key", "", "client key for mTLS (with --cert)")
+	fs.StringVar(&o.serverName, "server-name", "", "TLS server name of the collector (default: the host of --collector)")
+	fs.BoolVar(&o.insecure, "insecure", false, "plaintext gRPC, no TLS (a local or port-forwarded collector)")
+}
+
+// connProblems reports every problem of the connection flags.
+func (o *followOptions) connProblems() []string {
+	var p []string
 	if o.addr == "" {
 		p = append(p, "--collector must be set (host:port)")
 	}

@@ -51,7 +51,7 @@ const (
 	fAgentToken  = "agent-token-0123456789"
 	fReaderRepro = "reader-repro-0123456789"
 	fReaderOther = "reader-other-0123456789"
-	fTokensYAML  = `- {token: agent-token-0123456789, name: agent-a, role: agent}
+	fTokensYAML  = `- {token: agent-token-0123456789, name: agent-a, role: agent, clusters: ["*"]}
 - {token: reader-repro-0123456789, name: alice, role: reader, workspaces: [repro]}
 - {token: reader-other-0123456789, name: bob, role: reader, workspaces: [other]}
 `

@@ -6,10 +6,12 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/protobuf/proto"
 )
 
 // lastSegment returns the path of the newest log segment.
@@ -184,4 +186,112 @@ func gathered(t *testing.T, g prometheus.Gatherer, name string) float64 {
 	}
 	t.Fatalf("metric %s not registered", name)
 	return 0
+}
+
+// The checkpoint (cluster cursor) is fsynced in parallel with the log. After
+// a power cut during the last round, the checkpoint of that round may be on
+// disk while the round's records are torn. With the resynchronising repair
+// the intact records after the torn one survive, so "the checkpoint is not
+// beyond the last record" is no longer enough: it must also not cover the
+// torn record, or the agent would never re-send it.
+func TestCheckpointDoesNotCoverATornRecord(t *testing.T) {
+	dir := t.TempDir()
+	cfg := testConfig(dir)
+	ctx := context.Background()
+	s := mustOpen(t, cfg, options{})
+	for b := range 10 {
+		if _, err := s.Append(ctx, "c", "events", strconv.Itoa(b+1), occs(b*10, 10)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Round 11: records written, checkpoint written and fsynced, the log's
+	// fsync never happened (the power went out).
+	var recs [][]byte
+	for _, o := range occs(100, 10) {
+		rec := appendEnvelope(nil, time.Now(), kindOccurrence)
+		rec, err := proto.MarshalOptions{}.MarshalAppend(rec, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs = append(recs, rec)
+	}
+	if _, err := s.wal().Write([][][]byte{recs}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ckpt.write(checkpoint{lastOffset: 110, cursors: map[streamKey]string{{"c", "events"}: "11"}}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	// The page holding record 105 did not make it to the disk.
+	seg := lastSegment(t, dir)
+	b, _ := os.ReadFile(seg)
+	at := bytes.Index(b, []byte(occ(104).GetEventId()))
+	b[at] ^= 0xff
+	os.WriteFile(seg, b, 0o640)
+
+	s2 := mustOpen(t, cfg, options{})
+	if r := s2.Repaired(); r.TornFrom != 105 || len(r.Lost) != 0 {
+		t.Fatalf("repair = %+v, want a torn write from 105 and no acknowledged loss", r)
+	}
+	if rv, _ := s2.ClusterCursor("c", "events"); rv != "10" {
+		t.Fatalf("cluster cursor = %q after a torn round 11, want 10 (the agent must re-send batch 11)", rv)
+	}
+	// The agent re-sends batch 11: 105 is stored again, the rest are
+	// duplicates.
+	res, err := s2.Append(ctx, "c", "events", "11", occs(100, 10))
+	if err != nil || res.Stored != 1 || res.Duplicates != 9 {
+		t.Fatalf("re-send of batch 11: %+v %v", res, err)
+	}
+}
+
+// A damaged record in an older (sealed) segment, read while the store
+// opens (the dedupe index is rebuilt from the segments inside the window):
+// the start is refused; accepted, that record only is lost, and the segment
+// is rewritten so the next start (without accepting) is clean.
+func TestSealedSegmentDamageRefusedThenRepairedOnce(t *testing.T) {
+	dir := t.TempDir()
+	cfg := testConfig(dir)
+	cfg.SegmentBytes = 8 << 10
+	ctx := context.Background()
+	s := mustOpen(t, cfg, options{})
+	for b := range 20 {
+		if _, err := s.Append(ctx, "c", "events", "", occs(b*10, 10)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.Close()
+	segs, _ := filepath.Glob(filepath.Join(dir, "log", "*.seg"))
+	if len(segs) < 3 {
+		t.Fatalf("want several segments, got %d", len(segs))
+	}
+	b, _ := os.ReadFile(segs[0])
+	at := bytes.Index(b, []byte(occ(3).GetEventId()))
+	b[at+2] ^= 0x20
+	os.WriteFile(segs[0], b, 0o640)
+
+	if _, err := openWith(cfg, nil, nil, options{}); !errors.Is(err, ErrDataLoss) {
+		t.Fatalf("open with a damaged sealed record: %v, want ErrDataLoss", err)
+	}
+	accept := cfg
+	accept.AcceptDataLoss = true
+	s2, err := openWith(accept, nil, nil, options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := s2.DataLoss(); len(l) != 1 || l[0].From != 4 || l[0].To != 4 {
+		t.Fatalf("DataLoss = %+v, want offset 4", l)
+	}
+	recs, _, err := s2.Read(ctx, 1, 1000)
+	if err != nil || len(recs) != 199 {
+		t.Fatalf("read %d records: %v", len(recs), err)
+	}
+	s2.Close()
+	s3, err := openWith(cfg, nil, nil, options{})
+	if err != nil {
+		t.Fatalf("open after the accepted repair: %v", err)
+	}
+	defer s3.Close()
+	if recs, _, err := s3.Read(ctx, 1, 1000); err != nil || len(recs) != 199 || len(s3.DataLoss()) != 0 {
+		t.Fatalf("after the accepted repair: %d records, loss %v, %v", len(recs), s3.DataLoss(), err)
+	}
 }

@@ -235,18 +235,26 @@ func (s *Store) openLocked() error {
 	if err != nil {
 		return fmt.Errorf("open log: %w", err)
 	}
-	_, last := w.Bounds()
+	// A checkpoint is trusted only up to the newest record and below a torn
+	// write: the agent does not re-send what the cursor says is stored.
+	last := w.LastRecord()
+	if r := w.Repaired(); r.TornFrom > 0 {
+		last = min(last, r.TornFrom-1)
+	}
 	ckpt, cp, err := openCheckpointer(s.fs, s.cfg.Dir, s.cfg.Fsync, last)
 	if err != nil {
 		w.Close()
 		return err
 	}
 	index, order, err := s.rebuildIndex(w)
-	if err == nil && !s.cfg.AcceptDataLoss {
+	if err == nil && len(w.Lost()) > 0 {
 		// Rebuilding read sealed segments: damage found there refuses the
-		// start as well.
-		if lost := w.Lost(); len(lost) > 0 {
-			err = fmt.Errorf("open log: %w", &wal.DataLossError{Dir: filepath.Join(s.cfg.Dir, "log"), Lost: lost})
+		// start as well, or, accepted, is rewritten away so that the next
+		// start does not refuse it again.
+		if s.cfg.AcceptDataLoss {
+			err = w.RewriteDamaged()
+		} else {
+			err = fmt.Errorf("open log: %w", &wal.DataLossError{Dir: filepath.Join(s.cfg.Dir, "log"), Lost: w.Lost()})
 		}
 	}
 	if err != nil {

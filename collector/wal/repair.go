@@ -23,6 +23,10 @@ type Repair struct {
 	Segment string
 	Records int
 	Bytes   int64
+	// TornFrom is the lowest offset the torn write held (0: none): records
+	// from there on were never acknowledged, and a checkpoint written in
+	// parallel with that write must not be trusted.
+	TornFrom uint64
 	// Lost lists acknowledged data found damaged or missing.
 	Lost []Loss
 	// Through is set when Open made sure no offset up to it is ever handed
@@ -275,4 +279,65 @@ func (w *WAL) Lost() []Loss {
 	w.lossMu.Lock()
 	defer w.lossMu.Unlock()
 	return append([]Loss(nil), w.lost...)
+}
+
+// RewriteDamaged rewrites every sealed segment in which damage was found
+// (readers step over it in memory) without the damaged bytes, so that the
+// next Open does not find, count and refuse the same loss again. The store
+// calls it at open when the operator accepted data loss. It blocks readers
+// while it runs.
+func (w *WAL) RewriteDamaged() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return ErrClosed
+	}
+	for _, s := range w.segs[:len(w.segs)-1] {
+		s.mu.Lock()
+		err := w.rewriteSealedLocked(s)
+		s.mu.Unlock()
+		if err != nil {
+			return err
+		}
+	}
+	w.updateGaugesLocked()
+	return nil
+}
+
+// rewriteSealedLocked rewrites s when its scan found damage. Callers hold
+// w.mu and s.mu.
+func (w *WAL) rewriteSealedLocked(s *segment) error {
+	if !s.indexed || len(s.skips) == 0 || s.rf == nil {
+		return nil
+	}
+	name := filepath.Base(s.path)
+	sc, err := scanSegment(s.rf, s.version, s.first, s.dsize, w.opts.MaxRecordBytes)
+	if err != nil {
+		return fmt.Errorf("segment %s: %w", name, err)
+	}
+	if err := w.rewriteSegment(s.rf, s.path, sc); err != nil {
+		return err
+	}
+	s.rf.Close()
+	s.rf = nil
+	f, err := w.fs.OpenFile(s.path, os.O_RDONLY, 0)
+	if err != nil {
+		return fmt.Errorf("open rewritten segment %s: %w", name, err)
+	}
+	s.rf = f
+	st, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("stat rewritten segment %s: %w", name, err)
+	}
+	s.size, s.dsize = st.Size(), st.Size()
+	sc, err = scanSegment(f, s.version, s.first, s.dsize, w.opts.MaxRecordBytes)
+	if err == nil && (len(sc.damage) > 0 || sc.tail != nil) {
+		err = errors.New("still damaged after the rewrite")
+	}
+	if err != nil {
+		return fmt.Errorf("rescan rewritten segment %s: %w", name, err)
+	}
+	s.index, s.skips, s.lastFrame, s.frames = sc.index, nil, sc.lastOff, sc.frames
+	w.log.Warn("wal: damaged sealed segment rewritten without its damaged bytes (the loss was accepted)", "segment", name)
+	return nil
 }

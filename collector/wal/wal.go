@@ -309,8 +309,13 @@ func (w *WAL) repairLast(sc scan) error {
 	name := filepath.Base(s.path)
 	acked := w.opts.AckedThrough
 	var lost []Loss
-	var tornRecords uint64
+	var tornRecords, tornFrom uint64
 	var tornBytes int64
+	torn := func(from uint64) {
+		if tornFrom == 0 || from < tornFrom {
+			tornFrom = from
+		}
+	}
 	for _, d := range sc.damage {
 		// A later round-start frame proves the damaged bytes were fsynced
 		// before it was written: they held acknowledged data.
@@ -324,6 +329,7 @@ func (w *WAL) repairLast(sc scan) error {
 		default: // inside the last, unacknowledged write
 			tornRecords += d.offTo + 1 - d.offFrom
 			tornBytes += d.to - d.from
+			torn(d.offFrom)
 		}
 	}
 	highest := sc.lastOff
@@ -334,10 +340,12 @@ func (w *WAL) repairLast(sc scan) error {
 				Reason: fmt.Sprintf("torn tail holding record(s) a consumer already committed (cursor %d): the disk lost fsynced data", acked)})
 			if t.offTo > acked {
 				tornRecords += t.offTo - acked
+				torn(acked + 1)
 			}
 		} else {
 			tornRecords += t.offTo + 1 - t.offFrom
 			tornBytes += t.to - t.from
+			torn(t.offFrom)
 		}
 	}
 	if acked > highest {
@@ -370,6 +378,7 @@ func (w *WAL) repairLast(sc scan) error {
 			w.repair.Segment = name
 			w.repair.Records += int(tornRecords)
 			w.repair.Bytes += tornBytes
+			w.repair.TornFrom = tornFrom
 		}
 		// Positions moved: scan the repaired file again for the index.
 		rf, err := w.fs.OpenFile(s.path, os.O_RDONLY, 0)

@@ -6,6 +6,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/eventpipe/eventpipe/api/config"
 )
 
 // Config is the Kafka sink's YAML section.
@@ -127,8 +129,8 @@ func (c Config) Validate() error {
 		add("brokers", "at least one broker address is required")
 	}
 	for i, b := range c.Brokers {
-		if host, port, ok := strings.Cut(b, ":"); !ok || host == "" || port == "" {
-			add(fmt.Sprintf("brokers[%d]", i), "%q is not host:port", b)
+		if err := config.DialAddr(b); err != nil {
+			add(fmt.Sprintf("brokers[%d]", i), "%v", err)
 		}
 	}
 	if c.Topic == "" {

@@ -3,12 +3,15 @@ package loki
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"regexp"
 	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/eventpipe/eventpipe/api/config"
 )
 
 // Config is what a user writes for one Loki sink (YAML). Batching, retry and
@@ -160,6 +163,8 @@ func (c Config) Validate() error {
 		add("url", "scheme must be http or https, got %q", u.Scheme)
 	} else if u.Host == "" {
 		add("url", "has no host")
+	} else if err := config.DialAddr(hostPort(u)); err != nil {
+		add("url", "%v", err)
 	}
 	if c.Encoding != EncodingProtobuf && c.Encoding != EncodingJSON {
 		add("encoding", "must be %q or %q, got %q", EncodingProtobuf, EncodingJSON, c.Encoding)
@@ -291,4 +296,16 @@ func checkLabelValue(v string, max int) string {
 		return fmt.Sprintf("value %q must not contain control characters", v)
 	}
 	return ""
+}
+
+// hostPort is the URL's host:port, the scheme's port when it names none.
+func hostPort(u *url.URL) string {
+	if u.Port() != "" || strings.HasSuffix(u.Host, ":") {
+		return u.Host
+	}
+	port := "80"
+	if u.Scheme == "https" {
+		port = "443"
+	}
+	return net.JoinHostPort(u.Hostname(), port)
 }

@@ -50,6 +50,7 @@ func checkExpectation(t *testing.T, where string, e scenario.EventInfo) {
 	case x.PullFailure && !x.CategoryInMessage && category != eventpipev1.CategoryUnknown:
 		t.Errorf("%s: message %q names category %s but CategoryInMessage is false", where, e.Message, category)
 	}
+	checkBlockerExpectation(t, where, e)
 	if ok && image != "" && x.Image != "" && image != x.Image {
 		t.Errorf("%s: image %q, classifier reads %q", where, x.Image, image)
 	}
@@ -101,3 +102,25 @@ func TestNamingRules(t *testing.T) {
 }
 
 func typesUID(s string) types.UID { return types.UID(s) }
+
+// checkBlockerExpectation: the blocker an expectation names is the one the
+// project's classifier reads in the message, and events that name none are
+// no blocker to it.
+func checkBlockerExpectation(t *testing.T, where string, e scenario.EventInfo) {
+	t.Helper()
+	x := e.Expect
+	kind, cause, _, _, ok := enrich.ClassifyBlocker(e.Reason, e.Message)
+	if _, _, _, pull := enrich.ClassifyPull(e.Reason, e.Message); pull {
+		ok = false // the enricher diagnoses a pull, never a blocker too
+	}
+	switch {
+	case x.BlockerKind == "" && ok:
+		t.Errorf("%s: classifier sees a blocker (%s/%s) in %q, expectation does not", where, kind, cause, e.Message)
+	case x.BlockerKind != "" && !ok:
+		t.Errorf("%s: expectation is a %s blocker, classifier disagrees on %q", where, x.BlockerKind, e.Message)
+	case x.BlockerKind != "" && kind != x.BlockerKind:
+		t.Errorf("%s: blocker kind %s, classifier says %s", where, x.BlockerKind, kind)
+	case x.CauseInMessage && cause != x.BlockerCause:
+		t.Errorf("%s: blocker cause %s, classifier says %s for %q", where, x.BlockerCause, cause, e.Message)
+	}
+}

@@ -280,7 +280,8 @@ func Unschedulable(p Params) (*Scenario, error) {
 	}
 	const note = "0/1 nodes are available: 1 Insufficient memory. preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod."
 	b.After(100 * time.Millisecond)
-	fs := b.Scheduler(unbound, TargetWorkloadPod, corev1.EventTypeWarning, "FailedScheduling", "Scheduling", note)
+	fs := b.Scheduler(unbound, TargetWorkloadPod, corev1.EventTypeWarning, "FailedScheduling", "Scheduling", note,
+		Blocks(eventpipev1.BlockerKindUnschedulable, eventpipev1.BlockerInsufficientResources, true))
 	b.PodStatus(unbound, TargetWorkloadPod, func(s *corev1.PodStatus) {
 		s.Phase = corev1.PodPending
 		s.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse,
@@ -305,7 +306,8 @@ func CrashLoop(p Params) (*Scenario, error) {
 	started := b.Kubelet(sb, TargetWorkloadPod, ContainerAgent, corev1.EventTypeNormal, "Started", msgStarted(ContainerAgent))
 	b.After(time.Second)
 	backoff := b.Kubelet(sb, TargetWorkloadPod, ContainerAgent, corev1.EventTypeWarning, "BackOff",
-		fmt.Sprintf("Back-off restarting failed container %s in pod %s_%s($(UID))", ContainerAgent, sb.PodName(), sb.Namespace()))
+		fmt.Sprintf("Back-off restarting failed container %s in pod %s_%s($(UID))", ContainerAgent, sb.PodName(), sb.Namespace()),
+		Blocks(eventpipev1.BlockerKindContainer, eventpipev1.BlockerExitError, false))
 	interval := 10 * time.Second
 	for i := range 3 {
 		b.After(interval).Repeat(pulled).Repeat(created).Repeat(started)

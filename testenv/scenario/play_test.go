@@ -236,6 +236,15 @@ func checkObjects(ctx context.Context, t *testing.T, name string, sc *scenario.S
 		if pod.Spec.NodeName != "" || len(pod.Status.Conditions) != 1 || pod.Status.Conditions[0].Reason != corev1.PodReasonUnschedulable {
 			t.Errorf("unschedulable: node %q conditions %+v", pod.Spec.NodeName, pod.Status.Conditions)
 		}
+	case "pvc-unbound":
+		pvc, err := clients.Kube.CoreV1().PersistentVolumeClaims(sb.Namespace()).Get(ctx, sb.PVCName(), metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("pvc-unbound: %v", err)
+		}
+		if pvc.Spec.StorageClassName != nil || pvc.Status.Phase == corev1.ClaimBound || pod.Spec.NodeName != "" ||
+			len(pod.Status.Conditions) != 1 || pod.Status.Conditions[0].Reason != corev1.PodReasonUnschedulable {
+			t.Errorf("pvc-unbound: class %v phase %s node %q conditions %+v", pvc.Spec.StorageClassName, pvc.Status.Phase, pod.Spec.NodeName, pod.Status.Conditions)
+		}
 	case "crash-loop":
 		cs := pod.Status.ContainerStatuses
 		if len(cs) != 1 || cs[0].State.Waiting == nil || cs[0].State.Waiting.Reason != "CrashLoopBackOff" ||

@@ -48,6 +48,13 @@ type Expectation struct {
 	// or the pod's waiting state).
 	PullCategory      string
 	CategoryInMessage bool
+	// BlockerKind and BlockerCause (eventpipev1.Blocker*): the event reports
+	// what else keeps the pod from running (unschedulable, volume, creation
+	// refused, a container that dies); CauseInMessage says whether this
+	// message alone names the cause (a crash back-off does not: the pod
+	// status's last termination does). See blockers.go.
+	BlockerKind, BlockerCause string
+	CauseInMessage            bool
 }
 
 // Target names the object an Event is about.

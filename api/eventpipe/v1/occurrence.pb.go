@@ -83,7 +83,13 @@ type Occurrence struct {
 	// Present only for image-pull failures.
 	PullFailure *PullFailure `protobuf:"bytes,26,opt,name=pull_failure,json=pullFailure,proto3" json:"pull_failure,omitempty"`
 	// Gateway progress keys (openshell.progress.*), when the event moves one.
-	Progress      *Progress `protobuf:"bytes,27,opt,name=progress,proto3" json:"progress,omitempty"`
+	Progress *Progress `protobuf:"bytes,27,opt,name=progress,proto3" json:"progress,omitempty"`
+	// Present only when the event or pod status says something other than an
+	// image pull keeps the pod from running: it cannot be scheduled, its
+	// volume cannot be bound, attached or mounted, the pod cannot be created,
+	// or a container starts and dies. Image pulls are pull_failure's, never
+	// blocker's: at most one of the two is set.
+	Blocker       *Blocker `protobuf:"bytes,28,opt,name=blocker,proto3" json:"blocker,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -282,6 +288,13 @@ func (x *Occurrence) GetPullFailure() *PullFailure {
 func (x *Occurrence) GetProgress() *Progress {
 	if x != nil {
 		return x.Progress
+	}
+	return nil
+}
+
+func (x *Occurrence) GetBlocker() *Blocker {
+	if x != nil {
+		return x.Blocker
 	}
 	return nil
 }
@@ -718,11 +731,177 @@ func (x *Progress) GetActiveDetail() string {
 	return ""
 }
 
+// Blocker is the diagnosis of what keeps a sandbox's pod from running, other
+// than an image pull: what kind of blocker, its cause, the object and
+// container it is about, whether retrying is likely to fix it, and the next
+// step. Values are the Blocker* constants in values.go.
+type Blocker struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// unschedulable, volume, create_refused or container.
+	Kind string `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	// One of the Blocker* cause constants (e.g. insufficient_resources,
+	// untolerated_taint, no_storage_class, secret_not_found, quota_exceeded,
+	// crash_loop, oom_killed); "unknown" when the kind is clear and the cause
+	// is not.
+	Cause string `protobuf:"bytes,2,opt,name=cause,proto3" json:"cause,omitempty"`
+	// The Kubernetes object the cause names, as "<Kind>/<name>" (e.g.
+	// "Secret/proxy-auth", "StorageClass/fast", "ResourceQuota/compute",
+	// "PersistentVolumeClaim/workspace-x"), else the involved object.
+	Object string `protobuf:"bytes,3,opt,name=object,proto3" json:"object,omitempty"`
+	// The container the blocker is about (empty when it is about the pod or
+	// a controller).
+	Container string `protobuf:"bytes,4,opt,name=container,proto3" json:"container,omitempty"`
+	// "retrying" or "persistent" (advisory, as for pull failures): persistent
+	// once the same cause was seen repeatedly within the window for a cause
+	// that retrying cannot fix (a taint no node tolerates, a missing Secret,
+	// a quota, a container that keeps crashing).
+	Disposition string `protobuf:"bytes,5,opt,name=disposition,proto3" json:"disposition,omitempty"`
+	// Times seen for this object and container within the window (Event
+	// counts; restarts for a crashing container).
+	Attempts  uint32                 `protobuf:"varint,6,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	FirstSeen *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=first_seen,json=firstSeen,proto3" json:"first_seen,omitempty"`
+	LastSeen  *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=last_seen,json=lastSeen,proto3" json:"last_seen,omitempty"`
+	// The most specific words of the message, for humans (e.g. the
+	// scheduler's "0/3 nodes are available: ..." summary).
+	Detail string `protobuf:"bytes,9,opt,name=detail,proto3" json:"detail,omitempty"`
+	// "event" or "pod_status", as PullFailure.source.
+	Source string `protobuf:"bytes,10,opt,name=source,proto3" json:"source,omitempty"`
+	// A short, actionable next step.
+	Fix string `protobuf:"bytes,11,opt,name=fix,proto3" json:"fix,omitempty"`
+	// The container's last exit code from the pod status, when known (0
+	// otherwise; see has_exit_code).
+	ExitCode      int32 `protobuf:"varint,12,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
+	HasExitCode   bool  `protobuf:"varint,13,opt,name=has_exit_code,json=hasExitCode,proto3" json:"has_exit_code,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Blocker) Reset() {
+	*x = Blocker{}
+	mi := &file_eventpipe_v1_occurrence_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Blocker) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Blocker) ProtoMessage() {}
+
+func (x *Blocker) ProtoReflect() protoreflect.Message {
+	mi := &file_eventpipe_v1_occurrence_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Blocker.ProtoReflect.Descriptor instead.
+func (*Blocker) Descriptor() ([]byte, []int) {
+	return file_eventpipe_v1_occurrence_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *Blocker) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *Blocker) GetCause() string {
+	if x != nil {
+		return x.Cause
+	}
+	return ""
+}
+
+func (x *Blocker) GetObject() string {
+	if x != nil {
+		return x.Object
+	}
+	return ""
+}
+
+func (x *Blocker) GetContainer() string {
+	if x != nil {
+		return x.Container
+	}
+	return ""
+}
+
+func (x *Blocker) GetDisposition() string {
+	if x != nil {
+		return x.Disposition
+	}
+	return ""
+}
+
+func (x *Blocker) GetAttempts() uint32 {
+	if x != nil {
+		return x.Attempts
+	}
+	return 0
+}
+
+func (x *Blocker) GetFirstSeen() *timestamppb.Timestamp {
+	if x != nil {
+		return x.FirstSeen
+	}
+	return nil
+}
+
+func (x *Blocker) GetLastSeen() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastSeen
+	}
+	return nil
+}
+
+func (x *Blocker) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
+func (x *Blocker) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+func (x *Blocker) GetFix() string {
+	if x != nil {
+		return x.Fix
+	}
+	return ""
+}
+
+func (x *Blocker) GetExitCode() int32 {
+	if x != nil {
+		return x.ExitCode
+	}
+	return 0
+}
+
+func (x *Blocker) GetHasExitCode() bool {
+	if x != nil {
+		return x.HasExitCode
+	}
+	return false
+}
+
 var File_eventpipe_v1_occurrence_proto protoreflect.FileDescriptor
 
 const file_eventpipe_v1_occurrence_proto_rawDesc = "" +
 	"\n" +
-	"\x1deventpipe/v1/occurrence.proto\x12\feventpipe.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x9d\a\n" +
+	"\x1deventpipe/v1/occurrence.proto\x12\feventpipe.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xce\a\n" +
 	"\n" +
 	"Occurrence\x12%\n" +
 	"\x0eschema_version\x18\x01 \x01(\rR\rschemaVersion\x12\x19\n" +
@@ -752,7 +931,8 @@ const file_eventpipe_v1_occurrence_proto_rawDesc = "" +
 	"\n" +
 	"image_role\x18\x19 \x01(\tR\timageRole\x12<\n" +
 	"\fpull_failure\x18\x1a \x01(\v2\x19.eventpipe.v1.PullFailureR\vpullFailure\x122\n" +
-	"\bprogress\x18\x1b \x01(\v2\x16.eventpipe.v1.ProgressR\bprogress\"|\n" +
+	"\bprogress\x18\x1b \x01(\v2\x16.eventpipe.v1.ProgressR\bprogress\x12/\n" +
+	"\ablocker\x18\x1c \x01(\v2\x15.eventpipe.v1.BlockerR\ablocker\"|\n" +
 	"\bEventRef\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03uid\x18\x02 \x01(\tR\x03uid\x12)\n" +
@@ -791,7 +971,23 @@ const file_eventpipe_v1_occurrence_proto_rawDesc = "" +
 	"\x0ecomplete_label\x18\x02 \x01(\tR\rcompleteLabel\x12\x1f\n" +
 	"\vactive_step\x18\x03 \x01(\tR\n" +
 	"activeStep\x12#\n" +
-	"\ractive_detail\x18\x04 \x01(\tR\factiveDetailB=Z;github.com/eventpipe/eventpipe/api/eventpipe/v1;eventpipev1b\x06proto3"
+	"\ractive_detail\x18\x04 \x01(\tR\factiveDetail\"\x9e\x03\n" +
+	"\aBlocker\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x14\n" +
+	"\x05cause\x18\x02 \x01(\tR\x05cause\x12\x16\n" +
+	"\x06object\x18\x03 \x01(\tR\x06object\x12\x1c\n" +
+	"\tcontainer\x18\x04 \x01(\tR\tcontainer\x12 \n" +
+	"\vdisposition\x18\x05 \x01(\tR\vdisposition\x12\x1a\n" +
+	"\battempts\x18\x06 \x01(\rR\battempts\x129\n" +
+	"\n" +
+	"first_seen\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tfirstSeen\x127\n" +
+	"\tlast_seen\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\blastSeen\x12\x16\n" +
+	"\x06detail\x18\t \x01(\tR\x06detail\x12\x16\n" +
+	"\x06source\x18\n" +
+	" \x01(\tR\x06source\x12\x10\n" +
+	"\x03fix\x18\v \x01(\tR\x03fix\x12\x1b\n" +
+	"\texit_code\x18\f \x01(\x05R\bexitCode\x12\"\n" +
+	"\rhas_exit_code\x18\r \x01(\bR\vhasExitCodeB=Z;github.com/eventpipe/eventpipe/api/eventpipe/v1;eventpipev1b\x06proto3"
 
 var (
 	file_eventpipe_v1_occurrence_proto_rawDescOnce sync.Once
@@ -805,7 +1001,7 @@ func file_eventpipe_v1_occurrence_proto_rawDescGZIP() []byte {
 	return file_eventpipe_v1_occurrence_proto_rawDescData
 }
 
-var file_eventpipe_v1_occurrence_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_eventpipe_v1_occurrence_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_eventpipe_v1_occurrence_proto_goTypes = []any{
 	(*Occurrence)(nil),            // 0: eventpipe.v1.Occurrence
 	(*EventRef)(nil),              // 1: eventpipe.v1.EventRef
@@ -813,23 +1009,27 @@ var file_eventpipe_v1_occurrence_proto_goTypes = []any{
 	(*Sandbox)(nil),               // 3: eventpipe.v1.Sandbox
 	(*PullFailure)(nil),           // 4: eventpipe.v1.PullFailure
 	(*Progress)(nil),              // 5: eventpipe.v1.Progress
-	(*timestamppb.Timestamp)(nil), // 6: google.protobuf.Timestamp
+	(*Blocker)(nil),               // 6: eventpipe.v1.Blocker
+	(*timestamppb.Timestamp)(nil), // 7: google.protobuf.Timestamp
 }
 var file_eventpipe_v1_occurrence_proto_depIdxs = []int32{
-	6, // 0: eventpipe.v1.Occurrence.occurred_at:type_name -> google.protobuf.Timestamp
-	6, // 1: eventpipe.v1.Occurrence.observed_at:type_name -> google.protobuf.Timestamp
-	1, // 2: eventpipe.v1.Occurrence.event:type_name -> eventpipe.v1.EventRef
-	2, // 3: eventpipe.v1.Occurrence.involved_object:type_name -> eventpipe.v1.ObjectRef
-	3, // 4: eventpipe.v1.Occurrence.sandbox:type_name -> eventpipe.v1.Sandbox
-	4, // 5: eventpipe.v1.Occurrence.pull_failure:type_name -> eventpipe.v1.PullFailure
-	5, // 6: eventpipe.v1.Occurrence.progress:type_name -> eventpipe.v1.Progress
-	6, // 7: eventpipe.v1.PullFailure.first_seen:type_name -> google.protobuf.Timestamp
-	6, // 8: eventpipe.v1.PullFailure.last_seen:type_name -> google.protobuf.Timestamp
-	9, // [9:9] is the sub-list for method output_type
-	9, // [9:9] is the sub-list for method input_type
-	9, // [9:9] is the sub-list for extension type_name
-	9, // [9:9] is the sub-list for extension extendee
-	0, // [0:9] is the sub-list for field type_name
+	7,  // 0: eventpipe.v1.Occurrence.occurred_at:type_name -> google.protobuf.Timestamp
+	7,  // 1: eventpipe.v1.Occurrence.observed_at:type_name -> google.protobuf.Timestamp
+	1,  // 2: eventpipe.v1.Occurrence.event:type_name -> eventpipe.v1.EventRef
+	2,  // 3: eventpipe.v1.Occurrence.involved_object:type_name -> eventpipe.v1.ObjectRef
+	3,  // 4: eventpipe.v1.Occurrence.sandbox:type_name -> eventpipe.v1.Sandbox
+	4,  // 5: eventpipe.v1.Occurrence.pull_failure:type_name -> eventpipe.v1.PullFailure
+	5,  // 6: eventpipe.v1.Occurrence.progress:type_name -> eventpipe.v1.Progress
+	6,  // 7: eventpipe.v1.Occurrence.blocker:type_name -> eventpipe.v1.Blocker
+	7,  // 8: eventpipe.v1.PullFailure.first_seen:type_name -> google.protobuf.Timestamp
+	7,  // 9: eventpipe.v1.PullFailure.last_seen:type_name -> google.protobuf.Timestamp
+	7,  // 10: eventpipe.v1.Blocker.first_seen:type_name -> google.protobuf.Timestamp
+	7,  // 11: eventpipe.v1.Blocker.last_seen:type_name -> google.protobuf.Timestamp
+	12, // [12:12] is the sub-list for method output_type
+	12, // [12:12] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_eventpipe_v1_occurrence_proto_init() }
@@ -843,7 +1043,7 @@ func file_eventpipe_v1_occurrence_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_eventpipe_v1_occurrence_proto_rawDesc), len(file_eventpipe_v1_occurrence_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   6,
+			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

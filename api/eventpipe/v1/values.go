@@ -83,3 +83,48 @@ const (
 	StepPullingImage      = "pulling_image"
 	StepStartingSandbox   = "starting_sandbox"
 )
+
+// Values of Blocker.kind: what keeps a sandbox's pod from running, other
+// than an image pull.
+const (
+	BlockerKindUnschedulable = "unschedulable"  // the scheduler finds no node
+	BlockerKindVolume        = "volume"         // a volume is not bound, attached or mounted
+	BlockerKindCreateRefused = "create_refused" // the API server refuses to create the pod
+	BlockerKindContainer     = "container"      // a container cannot start, or starts and dies
+)
+
+// Values of Blocker.cause.
+const (
+	// unschedulable
+	BlockerInsufficientResources = "insufficient_resources" // no node has the CPU, memory, GPU or pods free
+	BlockerUntoleratedTaint      = "untolerated_taint"      // nodes carry a taint the pod does not tolerate
+	BlockerNodeSelectorMismatch  = "node_selector_mismatch" // no node matches the node selector or affinity
+	BlockerPodAffinity           = "pod_affinity"           // pod affinity or anti-affinity rules exclude the nodes
+	BlockerUnboundPVC            = "unbound_pvc"            // a PersistentVolumeClaim the pod needs is not bound
+	BlockerVolumeNodeAffinity    = "volume_node_affinity"   // the pod's volume is tied to other nodes or zones
+	BlockerNodesUnavailable      = "nodes_unavailable"      // nodes are cordoned or not ready
+	// volume
+	BlockerNoStorageClass       = "no_storage_class"        // the claim names no class and the cluster has no default
+	BlockerStorageClassNotFound = "storage_class_not_found" // the claim names a class that does not exist
+	BlockerProvisioningFailed   = "provisioning_failed"     // the provisioner failed to create the volume
+	BlockerAttachFailed         = "attach_failed"           // the volume cannot be attached to the node
+	BlockerMountTimeout         = "mount_timeout"           // kubelet timed out waiting for the volumes
+	BlockerMountFailed          = "mount_failed"            // mounting the volume failed
+	BlockerSecretNotFound       = "secret_not_found"        // a Secret the pod mounts or reads does not exist
+	BlockerConfigMapNotFound    = "configmap_not_found"     // a ConfigMap the pod mounts or reads does not exist
+	// create_refused
+	BlockerQuotaExceeded         = "quota_exceeded"          // a ResourceQuota refuses the pod
+	BlockerWebhookDenied         = "webhook_denied"          // an admission webhook denies the pod
+	BlockerWebhookFailed         = "webhook_failed"          // an admission webhook cannot be called
+	BlockerPodSecurity           = "pod_security"            // Pod Security admission (or PSP) refuses the pod
+	BlockerLimitRange            = "limit_range"             // the pod's requests or limits are outside a LimitRange
+	BlockerServiceAccountMissing = "service_account_missing" // the pod's ServiceAccount does not exist
+	// container
+	BlockerCrashLoop   = "crash_loop"    // the container exits and kubelet backs off restarting it
+	BlockerOOMKilled   = "oom_killed"    // the container was killed for exceeding its memory
+	BlockerExitError   = "exit_error"    // the container exits with a non-zero code
+	BlockerStartFailed = "start_failed"  // the runtime cannot start the container
+	BlockerKeyNotFound = "key_not_found" // a key the container reads is missing from a Secret or ConfigMap
+	// any kind
+	BlockerUnknown = "unknown"
+)

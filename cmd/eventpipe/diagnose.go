@@ -1,0 +1,442 @@
+//go:build !agentonly
+
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"regexp"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
+	"github.com/eventpipe/eventpipe/sinks/diagnosis"
+)
+
+func init() {
+	register("diagnose", command{
+		summary: "say what blocks a sandbox (image, cause, since when, the fix) from the collector",
+		run:     runDiagnose,
+	})
+}
+
+const diagnoseUsage = `Usage:
+  eventpipe diagnose SANDBOX [-w WORKSPACE] [flags]   one sandbox, by name or id
+  eventpipe diagnose -w WORKSPACE [flags]             every sandbox of a workspace
+  eventpipe diagnose --gateway ID [flags]             every sandbox of a gateway
+  eventpipe diagnose --supervisor [--gateway ID]      supervisor-image failures across a gateway
+
+Says what keeps a sandbox from starting, from the collector alone (no
+kubectl: only the collector's address and a reader token): which image
+cannot be pulled and whether it is the sandbox's own (workload) image or the
+gateway's supervisor image, the cause, how many attempts since when, whether
+the kubelet's retries may still help (retrying) or not (persistent), and the
+fix for that cause:
+
+  sandbox sup-bad  workspace repro  id 2ff21e26-1a7b-49a2-a640-14ae153f93ea  gateway openshell
+  BLOCKED by 1 image pull failure:
+    supervisor image ghcr.io/nvidia/openshell/supervisor:0.0.0-does-not-exist: not_found
+      pod openshell-openshell-repro/os-supervisor-2ff21e26-..., container supervisor, node worker-1
+      5 attempts since 2026-12-01T14:02:11Z (3m12s ago), persistent: retrying will not fix it
+      runtime: ghcr.io/nvidia/openshell/supervisor:0.0.0-does-not-exist: not found
+      fix: tag 0.0.0-does-not-exist does not exist in ghcr.io/nvidia/openshell/supervisor: check the supervisor image setting of the gateway
+
+SANDBOX is a sandbox id (UUID) or a name. A name is unique only within a
+workspace: with -w it is looked up there, without it across the sandboxes of
+--gateway (an error lists the workspaces when several have that name).
+--supervisor groups the supervisor-image failures of every sandbox of a
+gateway, so a bad supervisor tag shows from the first failed sandbox on.
+
+The diagnosis folds the last --tail events of the selection; a blocker ends
+when the container's image is pulled (or the container is created/started).
+eventpipe reports; it never stops, deletes or replaces a sandbox.
+
+Examples:
+  eventpipe diagnose --collector collector.eventpipe:7070 --ca ca.pem --token-file reader.token sup-bad -w repro
+  eventpipe diagnose 2ff21e26-1a7b-49a2-a640-14ae153f93ea -o json | jq .blockers
+  eventpipe diagnose --supervisor --gateway openshell --insecure
+  # watch a sandbox being created: a new diagnosis whenever it changes, until Ctrl-C
+  eventpipe diagnose --watch sup-bad -w repro
+
+Output (-o json): one object; one sandbox: the diagnosis {id, name,
+workspace, gateway_id, state, blockers: [{kind, cause, image, image_role,
+pod, container, node, disposition, attempts, since, last_seen, detail,
+remedy, event_id, cursor}], progress, last_event, ...}; a workspace or
+gateway: {"sandboxes": [...]}; --supervisor: {"gateway_id", "supervisor_failures":
+[{image, cause, disposition, attempts, since, last_seen, remedy, sandboxes}]}.
+
+With --watch the diagnosis is printed again (after a "== <time>" line in
+text, as one more JSON object with -o json) whenever it changes, resuming
+after a lost stream, until Ctrl-C; the exit status is then that of the last
+diagnosis printed.
+
+Exit status:
+  0  nothing blocks the sandbox (every sandbox of the selection; with
+     --supervisor: no supervisor image fails to pull)
+  1  blocked: at least one blocker (with --supervisor: a supervisor image fails)
+  2  bad flags, the collector cannot be reached, or it refused the credentials
+  3  the collector has no events of that sandbox (unknown name or id, or its
+     workspace is not granted to the token)
+
+Flags:
+`
+
+// Exit statuses of eventpipe diagnose.
+const (
+	diagnoseClear   = 0
+	diagnoseBlocked = 1
+	diagnoseError   = 2
+	diagnoseUnknown = 3
+)
+
+var uuidRE = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
+
+type diagnoseOptions struct {
+	conn       followOptions
+	workspace  string
+	gateway    string
+	supervisor bool
+	tail       uint
+	output     string
+	sandbox    string
+	timeout    time.Duration
+	watch      bool
+}
+
+// diagnoseNow is the clock (tests pin it).
+var diagnoseNow = time.Now
+
+func runDiagnose(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) int {
+	var o diagnoseOptions
+	fs := flag.NewFlagSet("eventpipe diagnose", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	o.conn.connFlags(fs)
+	fs.StringVar(&o.workspace, "workspace", "", "the sandbox's workspace (or, alone, every sandbox of it)")
+	fs.StringVar(&o.workspace, "w", "", "shorthand for --workspace")
+	fs.StringVar(&o.gateway, "gateway", "", "gateway id: every sandbox of it; where a name without -w and --supervisor look (default openshell there)")
+	fs.BoolVar(&o.supervisor, "supervisor", false, "group supervisor-image failures across the sandboxes of --gateway")
+	fs.UintVar(&o.tail, "tail", 2000, "fold the last N events of the selection")
+	fs.StringVar(&o.output, "output", "text", "output format: text or json")
+	fs.StringVar(&o.output, "o", "text", "shorthand for --output")
+	fs.DurationVar(&o.timeout, "timeout", 30*time.Second, "give up reading from the collector after this long (not with --watch)")
+	fs.BoolVar(&o.watch, "watch", false, "follow live: print the diagnosis again whenever it changes, until Ctrl-C")
+	fs.Usage = func() {
+		fmt.Fprint(stderr, diagnoseUsage)
+		fs.PrintDefaults()
+	}
+	// Flags may follow the sandbox: eventpipe diagnose sup-bad -w repro.
+	var pos []string
+	rest := args
+	for {
+		if err := fs.Parse(rest); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return 0
+			}
+			return diagnoseError
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		pos = append(pos, fs.Arg(0))
+		rest = fs.Args()[1:]
+	}
+	if len(pos) > 1 {
+		fmt.Fprintf(stderr, "eventpipe diagnose: one sandbox at a time, got %q\n", pos)
+		return diagnoseError
+	}
+	if len(pos) == 1 {
+		o.sandbox = pos[0]
+	}
+	if problems := o.validate(); len(problems) > 0 {
+		for _, p := range problems {
+			fmt.Fprintf(stderr, "eventpipe diagnose: %s\n", p)
+		}
+		fmt.Fprintln(stderr, "run 'eventpipe diagnose --help' for usage")
+		return diagnoseError
+	}
+	conn, err := o.conn.dial()
+	if err != nil {
+		fmt.Fprintf(stderr, "eventpipe diagnose: %v\n", err)
+		return diagnoseError
+	}
+	defer conn.Close()
+	d := &diagnoser{opts: o, client: eventpipev1.NewFollowClient(conn), stdout: stdout, stderr: stderr}
+	return d.run(ctx)
+}
+
+func (o *diagnoseOptions) validate() []string {
+	var p []string
+	switch {
+	case o.supervisor && (o.sandbox != "" || o.workspace != ""):
+		p = append(p, "--supervisor looks across a gateway: pass --gateway ID, not a sandbox or -w")
+	case o.sandbox == "" && o.workspace == "" && o.gateway == "" && !o.supervisor:
+		p = append(p, "what to diagnose: pass a SANDBOX (name or id), -w WORKSPACE, --gateway ID or --supervisor")
+	case o.sandbox == "" && o.workspace != "" && o.gateway != "":
+		p = append(p, "-w and --gateway select differently: pass one")
+	case o.sandbox != "" && uuidRE.MatchString(o.sandbox) && o.workspace != "":
+		p = append(p, "a sandbox id needs no -w")
+	}
+	if o.output != "text" && o.output != "json" {
+		p = append(p, fmt.Sprintf("--output must be text or json, got %q", o.output))
+	}
+	if o.tail == 0 || o.tail > 1<<32-1 {
+		p = append(p, fmt.Sprintf("--tail must be between 1 and %d, got %d", uint32(1<<32-1), o.tail))
+	}
+	if o.timeout <= 0 {
+		p = append(p, "--timeout must be positive")
+	}
+	return append(p, o.conn.connProblems()...)
+}
+
+type diagnoser struct {
+	opts   diagnoseOptions
+	client eventpipev1.FollowClient
+	stdout io.Writer
+	stderr io.Writer
+}
+
+func (d *diagnoser) gatewayOrDefault() string {
+	if d.opts.gateway != "" {
+		return d.opts.gateway
+	}
+	return "openshell"
+}
+
+// request is the Follow selection for the options.
+func (d *diagnoser) request() *eventpipev1.FollowRequest {
+	o := d.opts
+	req := &eventpipev1.FollowRequest{Tail: uint32(o.tail)}
+	switch {
+	case o.supervisor:
+		req.GatewayId = d.gatewayOrDefault()
+	case o.sandbox != "" && uuidRE.MatchString(o.sandbox):
+		req.SandboxId = strings.ToLower(o.sandbox)
+	case o.sandbox != "" && o.workspace != "":
+		req.Workspace, req.SandboxName = o.workspace, o.sandbox
+	case o.sandbox != "":
+		req.GatewayId = d.gatewayOrDefault()
+	case o.workspace != "":
+		req.Workspace = o.workspace
+	default:
+		req.GatewayId = o.gateway
+	}
+	return req
+}
+
+func (d *diagnoser) run(ctx context.Context) int {
+	req := d.request()
+	if d.opts.watch {
+		return d.watch(ctx, req)
+	}
+	ctx, cancel := context.WithTimeout(ctx, d.opts.timeout)
+	defer cancel()
+	f, info, err := diagnosis.Read(ctx, d.client, req)
+	if err != nil {
+		return d.failed(err, req)
+	}
+	if info.TailScannedFrom > 0 {
+		fmt.Fprintf(d.stderr, "eventpipe diagnose: note: the collector stopped looking for older events at cursor %d (follow.max_tail_scan); older blockers may be missing\n", info.TailScannedFrom)
+	}
+	if info.Read >= int(d.opts.tail) {
+		fmt.Fprintf(d.stderr, "eventpipe diagnose: note: read the last %d events of the selection (--tail); a blocker whose last event is older is not shown\n", info.Read)
+	}
+	if n := f.Dropped(); n > 0 {
+		fmt.Fprintf(d.stderr, "eventpipe diagnose: WARNING: %d events of further sandboxes were not folded (more than %d sandboxes)\n", n, f.MaxSandboxes)
+	}
+	code, _ := d.report(f.Sandboxes(), req)
+	return code
+}
+
+// watch follows the selection live and prints the diagnosis again whenever
+// it changes, until ctx ends; it returns the status of the last one.
+func (d *diagnoser) watch(ctx context.Context, req *eventpipev1.FollowRequest) int {
+	w, err := diagnosis.NewWatcher(d.client, req, diagnosis.WatchOptions{})
+	if err != nil {
+		fmt.Fprintf(d.stderr, "eventpipe diagnose: %v\n", err)
+		return diagnoseError
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	code, last, connected := diagnoseUnknown, "", true
+	for {
+		select {
+		case err := <-done:
+			if err != nil {
+				return d.failed(err, req)
+			}
+			return code
+		case <-w.Changed():
+		}
+		st := w.Status()
+		if st.Connected != connected {
+			connected = st.Connected
+			if !connected {
+				fmt.Fprintf(d.stderr, "eventpipe diagnose: lost the stream from the collector at %s (%s); resubscribing\n", d.opts.conn.addr, st.LastError)
+			}
+		}
+		if !st.Connected && st.Cursor == 0 {
+			continue // not subscribed yet
+		}
+		all := w.Sandboxes()
+		key := watchKey(d.selected(all, req))
+		if key == last {
+			continue
+		}
+		last = key
+		if d.opts.sandbox != "" && key == "" {
+			fmt.Fprintf(d.stderr, "eventpipe diagnose: no events of sandbox %s yet%s; waiting\n", d.opts.sandbox, d.unknownHint(req))
+			continue
+		}
+		if d.opts.output == "text" {
+			fmt.Fprintf(d.stdout, "== %s\n", diagnoseNow().Format(time.RFC3339))
+		}
+		var stop bool
+		if code, stop = d.report(all, req); stop {
+			cancel()
+			<-done
+			return code
+		}
+	}
+}
+
+// selected is the part of all the options ask about.
+func (d *diagnoser) selected(all []diagnosis.Diagnosis, req *eventpipev1.FollowRequest) []diagnosis.Diagnosis {
+	if d.opts.sandbox == "" {
+		return all
+	}
+	var out []diagnosis.Diagnosis
+	for _, sb := range all {
+		if (req.SandboxId != "" && sb.ID == req.SandboxId) ||
+			(req.SandboxId == "" && sb.Name == d.opts.sandbox && (d.opts.workspace == "" || sb.Workspace == d.opts.workspace)) {
+			out = append(out, sb)
+		}
+	}
+	return out
+}
+
+// watchKey changes when what report prints changes (not with the clock).
+func watchKey(ds []diagnosis.Diagnosis) string {
+	var b strings.Builder
+	for _, s := range ds {
+		fmt.Fprintf(&b, "%s|%s|%s;", s.ID, s.Name, s.State)
+		for _, bl := range s.Blockers {
+			fmt.Fprintf(&b, "%s|%s|%s|%s|%d,", bl.Image, bl.ImageRole, bl.Cause, bl.Disposition, bl.Attempts)
+		}
+	}
+	return b.String()
+}
+
+// report prints the diagnosis of the selection out of all and returns the
+// exit status; stop is set when watching cannot go on (an ambiguous name).
+func (d *diagnoser) report(all []diagnosis.Diagnosis, req *eventpipev1.FollowRequest) (code int, stop bool) {
+	o := d.opts
+	now := diagnoseNow()
+	switch {
+	case o.supervisor:
+		groups := diagnosis.Supervisor(all)
+		if err := d.write(struct {
+			GatewayID          string                        `json:"gateway_id"`
+			SupervisorFailures []diagnosis.SupervisorFailure `json:"supervisor_failures"`
+		}{req.GatewayId, groups}, func(w io.Writer) error { return diagnosis.WriteSupervisor(w, groups, now) }); err != nil {
+			return d.writeFailed(err), true
+		}
+		if len(groups) > 0 {
+			return diagnoseBlocked, false
+		}
+		return diagnoseClear, false
+	case o.sandbox != "":
+		matches := d.selected(all, req)
+		switch len(matches) {
+		case 0:
+			fmt.Fprintf(d.stderr, "eventpipe diagnose: the collector has no events of sandbox %s%s\n", o.sandbox, d.unknownHint(req))
+			return diagnoseUnknown, false
+		case 1:
+		default:
+			var names []string
+			for _, m := range matches {
+				names = append(names, fmt.Sprintf("-w %s (id %s)", m.Workspace, m.ID))
+			}
+			fmt.Fprintf(d.stderr, "eventpipe diagnose: %d sandboxes of gateway %s are named %s: pass one of %s, or the id\n",
+				len(matches), req.GatewayId, o.sandbox, strings.Join(names, ", "))
+			return diagnoseError, true
+		}
+		sb := matches[0]
+		if err := d.write(sb, func(w io.Writer) error { return diagnosis.WriteText(w, sb, now) }); err != nil {
+			return d.writeFailed(err), true
+		}
+		if sb.Blocked() {
+			return diagnoseBlocked, false
+		}
+		return diagnoseClear, false
+	default:
+		if err := d.write(struct {
+			Sandboxes []diagnosis.Diagnosis `json:"sandboxes"`
+		}{all}, func(w io.Writer) error {
+			if len(all) == 0 {
+				_, err := fmt.Fprintln(w, "the collector has no events of this selection")
+				return err
+			}
+			return diagnosis.WriteTable(w, all, now)
+		}); err != nil {
+			return d.writeFailed(err), true
+		}
+		if len(all) == 0 {
+			return diagnoseUnknown, false
+		}
+		for _, sb := range all {
+			if sb.Blocked() {
+				return diagnoseBlocked, false
+			}
+		}
+		return diagnoseClear, false
+	}
+}
+
+func (d *diagnoser) unknownHint(req *eventpipev1.FollowRequest) string {
+	switch {
+	case req.SandboxId != "":
+		return " (is the id right? a reader token sees only the workspaces it was granted)"
+	case req.Workspace != "":
+		return fmt.Sprintf(" in workspace %s (is the name right? pass the id, or check -w)", req.Workspace)
+	}
+	return fmt.Sprintf(" among the sandboxes of gateway %s: pass -w WORKSPACE (or --gateway ID, or the sandbox id)", req.GatewayId)
+}
+
+func (d *diagnoser) write(v any, text func(io.Writer) error) error {
+	if d.opts.output == "json" {
+		enc := json.NewEncoder(d.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(v)
+	}
+	return text(d.stdout)
+}
+
+func (d *diagnoser) writeFailed(err error) int {
+	fmt.Fprintf(d.stderr, "eventpipe diagnose: write output: %v\n", err)
+	return diagnoseError
+}
+
+// failed explains a failed read (reusing follow's wording for refusals).
+func (d *diagnoser) failed(err error, req *eventpipev1.FollowRequest) int {
+	st := status.Convert(err)
+	switch st.Code() {
+	case codes.Unavailable:
+		fmt.Fprintf(d.stderr, "eventpipe diagnose: collector at %s is not reachable: %s%s\n", d.opts.conn.addr, st.Message(), tlsHint(st.Message()))
+	case codes.DeadlineExceeded:
+		fmt.Fprintf(d.stderr, "eventpipe diagnose: no answer from the collector at %s within %s (--timeout)\n", d.opts.conn.addr, d.opts.timeout)
+	default:
+		fo := d.opts.conn
+		fo.sandbox, fo.workspace, fo.gw = req.GetSandboxId(), req.GetWorkspace(), req.GetGatewayId()
+		fmt.Fprintf(d.stderr, "eventpipe diagnose: %s\n", (&follower{opts: fo}).explain(st))
+	}
+	return diagnoseError
+}

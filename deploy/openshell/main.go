@@ -1,0 +1,497 @@
+// Command openshell is a Helm post-renderer for the OpenShell chart: it
+// reads the rendered manifests on stdin and writes them to stdout with the
+// gateway workload running the gateway, eventpipe's driver proxy and
+// openshell-driver-kubernetes as three containers of one pod (one uid,
+// shared emptyDir socket directory), the gateway told to dial the proxy.
+//
+//	helm upgrade --install openshell <chart> -n openshell -f my-values.yaml \
+//	  --post-renderer ./deploy/openshell/post-render.sh \
+//	  --post-renderer-args --collector=eventpipe-collector.eventpipe.svc:7070 \
+//	  --post-renderer-args --proxy-image=ghcr.io/eventpipe/eventpipe:v0.2.0 \
+//	  --post-renderer-args --driver-image=<image with openshell-driver-kubernetes>
+//
+// The patch is gateway-patch.yaml (the same file kustomization.yaml uses),
+// applied as a strategic-merge patch; the driver's settings are copied from
+// the chart's gateway.toml ConfigMap into the driver's environment (the
+// driver binary reads them from there). See README.md.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/strategicpatch"
+	"sigs.k8s.io/yaml"
+)
+
+//go:embed gateway-patch.yaml
+var patchYAML []byte
+
+// Names in gateway-patch.yaml.
+const (
+	gatewayContainer = "openshell-gateway"
+	proxyContainer   = "eventpipe-driver-proxy"
+	driverContainer  = "kubernetes-compute-driver"
+	proxySecret      = "eventpipe-driver-proxy"
+)
+
+type options struct {
+	kind, name  string
+	proxyImage  string
+	driverImage string
+	collector   string
+	gatewayID   string
+	secret      string
+	insecure    bool
+	uid         int64
+	driverEnv   []string
+}
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+type multiFlag []string
+
+func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
+func (m *multiFlag) Set(s string) error { *m = append(*m, s); return nil }
+
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	var o options
+	fs := flag.NewFlagSet("openshell post-renderer", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.kind, "kind", "", "the gateway workload's kind, StatefulSet or Deployment (default: whichever has a container "+gatewayContainer+")")
+	fs.StringVar(&o.name, "name", "", "the gateway workload's name (default: the one with a container "+gatewayContainer+")")
+	fs.StringVar(&o.proxyImage, "proxy-image", "ghcr.io/eventpipe/eventpipe:latest", "eventpipe's image (entrypoint eventpipe)")
+	fs.StringVar(&o.driverImage, "driver-image", "", "an image holding /usr/local/bin/openshell-driver-kubernetes (default: the gateway's image)")
+	fs.StringVar(&o.collector, "collector", "", "the collector's gRPC address host:port (required)")
+	fs.StringVar(&o.gatewayID, "gateway-id", "", "the gateway id (default: gateway_id of the chart's gateway.toml, else openshell)")
+	fs.StringVar(&o.secret, "secret", proxySecret, "Secret with the proxy's reader token (key token) and the collector's CA (key ca.crt)")
+	fs.BoolVar(&o.insecure, "insecure", false, "plaintext gRPC to the collector (no ca.crt)")
+	fs.Int64Var(&o.uid, "uid", 0, "uid of all three containers (default: the gateway container's runAsUser, else 1000)")
+	fs.Var((*multiFlag)(&o.driverEnv), "driver-env", "KEY=VALUE for the driver's environment, over what gateway.toml gives (repeatable)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "openshell post-renderer: unexpected arguments %q\n", fs.Args())
+		return 2
+	}
+	if o.collector == "" {
+		fmt.Fprintln(stderr, "openshell post-renderer: --collector is required (the collector's gRPC address)")
+		return 2
+	}
+	in, err := io.ReadAll(stdin)
+	if err != nil {
+		fmt.Fprintf(stderr, "openshell post-renderer: read stdin: %v\n", err)
+		return 1
+	}
+	out, err := render(in, o)
+	if err != nil {
+		fmt.Fprintf(stderr, "openshell post-renderer: %v\n", err)
+		return 1
+	}
+	if _, err := stdout.Write(out); err != nil {
+		fmt.Fprintf(stderr, "openshell post-renderer: write: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+var docSep = regexp.MustCompile(`(?m)^---[ \t]*(#.*)?$`)
+
+type doc struct {
+	text string
+	obj  map[string]any
+}
+
+// render patches the gateway workload of the manifests in.
+func render(in []byte, o options) ([]byte, error) {
+	var docs []doc
+	for _, part := range docSep.Split(string(in), -1) {
+		if strings.TrimSpace(stripComments(part)) == "" {
+			continue
+		}
+		var obj map[string]any
+		if err := yaml.Unmarshal([]byte(part), &obj); err != nil {
+			return nil, fmt.Errorf("parse a manifest: %w", err)
+		}
+		docs = append(docs, doc{text: part, obj: obj})
+	}
+	toml := gatewayTOML(docs)
+	if mode := toml["openshell.drivers.kubernetes"]["workspace_mode"]; mode == "operator" {
+		return nil, errors.New("workspace_mode is operator: the gateway refuses an out-of-process Kubernetes driver in operator mode; " +
+			"use eventpipe follow / eventpipe diagnose (the collector's Follow stream) instead")
+	}
+	target := -1
+	for i, d := range docs {
+		kind, _ := d.obj["kind"].(string)
+		name, _ := nested(d.obj, "metadata", "name").(string)
+		if kind != "StatefulSet" && kind != "Deployment" {
+			continue
+		}
+		if (o.kind != "" && kind != o.kind) || (o.name != "" && name != o.name) || !hasContainer(d.obj, gatewayContainer) {
+			continue
+		}
+		if target >= 0 {
+			return nil, fmt.Errorf("two gateway workloads (%s and %s %s): pass --kind and --name", describe(docs[target].obj), kind, name)
+		}
+		target = i
+	}
+	if target < 0 {
+		return nil, fmt.Errorf("no StatefulSet or Deployment with a container %q in the manifests (--kind %q --name %q)", gatewayContainer, o.kind, o.name)
+	}
+	patched, err := patchWorkload(docs[target].obj, toml, o)
+	if err != nil {
+		return nil, fmt.Errorf("patch %s: %w", describe(docs[target].obj), err)
+	}
+	var b bytes.Buffer
+	for i, d := range docs {
+		if i > 0 {
+			b.WriteString("---\n")
+		}
+		if i == target {
+			b.Write(patched)
+			continue
+		}
+		b.WriteString(strings.TrimLeft(d.text, "\n"))
+		if !strings.HasSuffix(d.text, "\n") {
+			b.WriteByte('\n')
+		}
+	}
+	return b.Bytes(), nil
+}
+
+func describe(obj map[string]any) string {
+	k, _ := obj["kind"].(string)
+	n, _ := nested(obj, "metadata", "name").(string)
+	return k + " " + n
+}
+
+func stripComments(s string) string {
+	var b strings.Builder
+	for _, l := range strings.Split(s, "\n") {
+		if !strings.HasPrefix(strings.TrimSpace(l), "#") {
+			b.WriteString(l + "\n")
+		}
+	}
+	return b.String()
+}
+
+func nested(obj map[string]any, path ...string) any {
+	var cur any = obj
+	for _, p := range path {
+		m, ok := cur.(map[string]any)
+		if !ok {
+			return nil
+		}
+		cur = m[p]
+	}
+	return cur
+}
+
+func hasContainer(obj map[string]any, name string) bool {
+	cs, _ := nested(obj, "spec", "template", "spec", "containers").([]any)
+	for _, c := range cs {
+		if m, ok := c.(map[string]any); ok && m["name"] == name {
+			return true
+		}
+	}
+	return false
+}
+
+// gatewayTOML reads the flat string keys of every [section] of the chart's
+// gateway.toml (the ConfigMap key gateway.toml): enough for the values the
+// driver needs, which the chart writes as `key = "value"` or bare words.
+func gatewayTOML(docs []doc) map[string]map[string]string {
+	out := map[string]map[string]string{}
+	for _, d := range docs {
+		if d.obj["kind"] != "ConfigMap" {
+			continue
+		}
+		text, _ := nested(d.obj, "data", "gateway.toml").(string)
+		if text == "" {
+			continue
+		}
+		section := ""
+		sc := bufio.NewScanner(strings.NewReader(text))
+		for sc.Scan() {
+			l := strings.TrimSpace(sc.Text())
+			switch {
+			case l == "" || strings.HasPrefix(l, "#"):
+			case strings.HasPrefix(l, "[") && strings.HasSuffix(l, "]"):
+				section = strings.Trim(l, "[] ")
+			default:
+				k, v, ok := strings.Cut(l, "=")
+				if !ok {
+					continue
+				}
+				k, v = strings.TrimSpace(k), strings.TrimSpace(v)
+				if strings.HasPrefix(v, `"`) {
+					uq, err := strconv.Unquote(v)
+					if err != nil {
+						continue // an array or an escaped string: not a value the driver needs
+					}
+					v = uq
+				} else if strings.HasPrefix(v, "[") {
+					// A list of strings (image_pull_secrets) becomes the
+					// comma-separated form the driver's flags take.
+					var list []string
+					if err := json.Unmarshal([]byte(v), &list); err != nil {
+						continue
+					}
+					v = strings.Join(list, ",")
+				}
+				if out[section] == nil {
+					out[section] = map[string]string{}
+				}
+				out[section][k] = v
+			}
+		}
+	}
+	return out
+}
+
+// driverEnvFromTOML maps gateway.toml keys to the environment variables
+// openshell-driver-kubernetes reads (its flags' env names).
+var driverEnvFromTOML = []struct{ section, key, env string }{
+	{"openshell.drivers.kubernetes", "workspace_mode", "OPENSHELL_WORKSPACE_MODE"},
+	{"openshell.drivers.kubernetes", "gateway_id", "OPENSHELL_GATEWAY_ID"},
+	{"openshell.drivers.kubernetes", "grpc_endpoint", "OPENSHELL_GRPC_ENDPOINT"},
+	{"openshell.drivers.kubernetes", "service_account_name", "OPENSHELL_K8S_SANDBOX_SERVICE_ACCOUNT"},
+	{"openshell.drivers.kubernetes", "operator_namespace_label", "OPENSHELL_OPERATOR_NAMESPACE_LABEL"},
+	{"openshell.drivers.kubernetes", "supervisor_sideload_method", "OPENSHELL_SUPERVISOR_SIDELOAD_METHOD"},
+	{"openshell.drivers.kubernetes", "topology", "OPENSHELL_K8S_TOPOLOGY"},
+	{"openshell.drivers.kubernetes", "image_pull_policy", "OPENSHELL_SANDBOX_IMAGE_PULL_POLICY"},
+	{"openshell.drivers.kubernetes", "image_pull_secrets", "OPENSHELL_SANDBOX_IMAGE_PULL_SECRETS"},
+	{"openshell.drivers.kubernetes", "supervisor_image_pull_policy", "OPENSHELL_SUPERVISOR_IMAGE_PULL_POLICY"},
+	{"openshell.gateway", "sandbox_namespace", "OPENSHELL_SANDBOX_NAMESPACE"},
+	{"openshell.gateway", "default_image", "OPENSHELL_SANDBOX_IMAGE"},
+	{"openshell.gateway", "supervisor_image", "OPENSHELL_SUPERVISOR_IMAGE"},
+	{"openshell.gateway", "client_tls_secret_name", "OPENSHELL_CLIENT_TLS_SECRET_NAME"},
+	{"openshell.gateway", "host_gateway_ip", "OPENSHELL_HOST_GATEWAY_IP"},
+}
+
+func patchWorkload(obj map[string]any, toml map[string]map[string]string, o options) ([]byte, error) {
+	kind, _ := obj["kind"].(string)
+	name, _ := nested(obj, "metadata", "name").(string)
+	// The workload as a typed object: its gateway container tells the uid
+	// and the default driver image.
+	orig, err := yaml.Marshal(obj)
+	if err != nil {
+		return nil, err
+	}
+	var spec corev1.PodTemplateSpec
+	switch kind {
+	case "StatefulSet":
+		var s appsv1.StatefulSet
+		if err := yaml.UnmarshalStrict(orig, &s); err != nil {
+			return nil, fmt.Errorf("read the StatefulSet: %w", err)
+		}
+		spec = s.Spec.Template
+	default:
+		var d appsv1.Deployment
+		if err := yaml.UnmarshalStrict(orig, &d); err != nil {
+			return nil, fmt.Errorf("read the Deployment: %w", err)
+		}
+		spec = d.Spec.Template
+	}
+	var gw corev1.Container
+	for _, c := range spec.Spec.Containers {
+		if c.Name == gatewayContainer {
+			gw = c
+		}
+	}
+	uid := o.uid
+	if uid == 0 {
+		uid = 1000
+		if gw.SecurityContext != nil && gw.SecurityContext.RunAsUser != nil {
+			uid = *gw.SecurityContext.RunAsUser
+		} else if spec.Spec.SecurityContext != nil && spec.Spec.SecurityContext.RunAsUser != nil {
+			uid = *spec.Spec.SecurityContext.RunAsUser
+		}
+	}
+	if uid == 0 {
+		return nil, errors.New("the gateway runs as root (runAsUser 0): the driver refuses a socket directory of another uid and the proxy runs as non-root; pass --uid")
+	}
+	driverImage := o.driverImage
+	if driverImage == "" {
+		driverImage = gw.Image
+	}
+	gatewayID := o.gatewayID
+	if gatewayID == "" {
+		gatewayID = toml["openshell.drivers.kubernetes"]["gateway_id"]
+	}
+	if gatewayID == "" {
+		gatewayID = "openshell"
+	}
+
+	// The patch, adjusted to this workload and these options.
+	var p appsv1.StatefulSet
+	if err := yaml.UnmarshalStrict(patchYAML, &p); err != nil {
+		return nil, fmt.Errorf("gateway-patch.yaml: %w", err)
+	}
+	ps := &p.Spec.Template.Spec
+	ps.SecurityContext.FSGroup = &uid
+	for i := range ps.Containers {
+		c := &ps.Containers[i]
+		if c.SecurityContext != nil {
+			c.SecurityContext.RunAsUser, c.SecurityContext.RunAsGroup = &uid, &uid
+		}
+		switch c.Name {
+		case gatewayContainer:
+			// The gateway keeps its own securityContext unless it has none.
+			if gw.SecurityContext == nil || gw.SecurityContext.RunAsUser == nil {
+				nonRoot := true
+				c.SecurityContext = &corev1.SecurityContext{RunAsUser: &uid, RunAsNonRoot: &nonRoot}
+			}
+		case proxyContainer:
+			c.Image = o.proxyImage
+			c.Args = proxyArgs(c.Args, gatewayID, o)
+		case driverContainer:
+			c.Image = driverImage
+			c.Env = driverEnv(toml, gatewayID, o.driverEnv)
+		}
+	}
+	for i := range ps.Volumes {
+		if v := &ps.Volumes[i]; v.Secret != nil && v.Name == proxySecret {
+			v.Secret.SecretName = o.secret
+		}
+	}
+	for _, kv := range o.driverEnv {
+		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+			return nil, fmt.Errorf("--driver-env %q: want KEY=VALUE", kv)
+		}
+	}
+
+	// Only the pod template: the rest of a StatefulSet's spec does not
+	// exist in a Deployment.
+	patchJSON, err := toJSON(p.Spec.Template)
+	if err != nil {
+		return nil, err
+	}
+	patchJSON = []byte(`{"spec":{"template":` + string(patchJSON) + `}}`)
+	origJSON, err := yaml.YAMLToJSON(orig)
+	if err != nil {
+		return nil, err
+	}
+	var schema any = appsv1.StatefulSet{}
+	if kind == "Deployment" {
+		schema = appsv1.Deployment{}
+	}
+	merged, err := strategicpatch.StrategicMergePatch(origJSON, patchJSON, schema)
+	if err != nil {
+		return nil, fmt.Errorf("strategic merge of gateway-patch.yaml into %s %s: %w", kind, name, err)
+	}
+	return yaml.JSONToYAML(merged)
+}
+
+// toJSON marshals the patch's spec without the zero values a typed struct
+// would add (a strategic merge of "replicas: null" would delete it).
+func toJSON(v any) ([]byte, error) {
+	b, err := yaml.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	var m map[string]any
+	if err := yaml.Unmarshal(b, &m); err != nil {
+		return nil, err
+	}
+	prune(m)
+	y, err := yaml.Marshal(m)
+	if err != nil {
+		return nil, err
+	}
+	return yaml.YAMLToJSON(y)
+}
+
+// prune drops the nulls that typed marshalling adds (creationTimestamp:
+// null would be a deletion in a strategic merge); empty maps stay (an
+// emptyDir: {} is the volume's whole source).
+func prune(v any) any {
+	switch t := v.(type) {
+	case map[string]any:
+		for k, x := range t {
+			if x == nil {
+				delete(t, k)
+				continue
+			}
+			t[k] = prune(x)
+		}
+	case []any:
+		for i := range t {
+			t[i] = prune(t[i])
+		}
+	}
+	return v
+}
+
+func proxyArgs(args []string, gatewayID string, o options) []string {
+	var out []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if i+1 < len(args) {
+			switch a {
+			case "--gateway-id":
+				out, i = append(out, a, gatewayID), i+1
+				continue
+			case "--collector":
+				out, i = append(out, a, o.collector), i+1
+				continue
+			case "--ca":
+				if o.insecure {
+					i++
+					continue
+				}
+			}
+		}
+		out = append(out, a)
+	}
+	if o.insecure {
+		out = append(out, "--insecure")
+	}
+	return out
+}
+
+func driverEnv(toml map[string]map[string]string, gatewayID string, overrides []string) []corev1.EnvVar {
+	env := map[string]string{"OPENSHELL_GATEWAY_ID": gatewayID}
+	for _, m := range driverEnvFromTOML {
+		if v := toml[m.section][m.key]; v != "" && m.env != "OPENSHELL_GATEWAY_ID" {
+			env[m.env] = v
+		}
+	}
+	if env["OPENSHELL_WORKSPACE_MODE"] == "" {
+		env["OPENSHELL_WORKSPACE_MODE"] = "shared" // the chart's default
+	}
+	for _, kv := range overrides {
+		if k, v, ok := strings.Cut(kv, "="); ok && k != "" {
+			env[k] = v
+		}
+	}
+	keys := make([]string, 0, len(env))
+	for k := range env {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	out := make([]corev1.EnvVar, 0, len(keys))
+	for _, k := range keys {
+		out = append(out, corev1.EnvVar{Name: k, Value: env[k]})
+	}
+	return out
+}

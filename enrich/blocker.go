@@ -1,0 +1,388 @@
+package enrich
+
+import (
+	"strconv"
+	"strings"
+
+	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
+)
+
+// Blockers are what keeps a pod from running other than an image pull (see
+// Occurrence.blocker): the scheduler finds no node, a volume is not bound,
+// attached or mounted, the API server refuses the pod, or a container cannot
+// start or keeps dying. Classification is by reason first (a switch on a few
+// strings, so ordinary events cost a length compare or two), then by the
+// message's words.
+
+// blockerClass is what one (reason, message) says.
+type blockerClass struct {
+	kind, cause, object, detail string
+	// weak: a restart back-off that names no cause of its own; it inherits
+	// the container's last known cause (OOMKilled, an exit code).
+	weak bool
+}
+
+// ClassifyBlocker classifies one (reason, message) pair from an Event or a
+// container's waiting state; ok=false when it is no blocker. kind and cause
+// are Blocker* constants; object is the Kubernetes object the message names
+// as "<Kind>/<name>" (empty when it names none); detail is the message's
+// most specific words.
+func ClassifyBlocker(reason, message string) (kind, cause, object, detail string, ok bool) {
+	if len(message) > maxClassifyBytes {
+		message = message[:maxClassifyBytes]
+	}
+	b, ok := classifyBlocker(reason, message)
+	return b.kind, b.cause, b.object, b.detail, ok
+}
+
+func classifyBlocker(reason, msg string) (blockerClass, bool) {
+	switch reason {
+	case "FailedScheduling":
+		cause, detail := schedulingCause(msg)
+		return blockerClass{kind: eventpipev1.BlockerKindUnschedulable, cause: cause, detail: detail}, true
+	case "FailedBinding":
+		b := blockerClass{kind: eventpipev1.BlockerKindVolume, cause: eventpipev1.BlockerUnknown, detail: blockerDetail(msg)}
+		if containsFold(msg, "no storage class is set") {
+			b.cause = eventpipev1.BlockerNoStorageClass
+		}
+		return b, true
+	case "ProvisioningFailed":
+		b := blockerClass{kind: eventpipev1.BlockerKindVolume, cause: eventpipev1.BlockerProvisioningFailed, detail: blockerDetail(msg)}
+		if name, ok := quotedAfter(msg, `storageclass.storage.k8s.io "`); ok && containsFold(msg, "not found") {
+			b.cause, b.object = eventpipev1.BlockerStorageClassNotFound, "StorageClass/"+name
+		} else if name, ok := quotedAfter(msg, `StorageClass "`); ok {
+			b.object = "StorageClass/" + name
+		}
+		return b, true
+	case "FailedAttachVolume":
+		return blockerClass{kind: eventpipev1.BlockerKindVolume, cause: eventpipev1.BlockerAttachFailed, detail: blockerDetail(msg)}, true
+	case "FailedMount":
+		b := blockerClass{kind: eventpipev1.BlockerKindVolume, cause: eventpipev1.BlockerMountFailed, detail: blockerDetail(msg)}
+		switch {
+		case missingObject(msg, &b):
+		case containsFold(msg, "timed out waiting for the condition"), containsFold(msg, "timeout expired waiting for volumes"):
+			b.cause = eventpipev1.BlockerMountTimeout
+		}
+		return b, true
+	case "FailedCreate":
+		return createRefused(msg), true
+	case "BackOff":
+		if containsFold(msg, "restarting failed container") {
+			return crashLoop(msg), true
+		}
+	case "CrashLoopBackOff":
+		return crashLoop(msg), true
+	case "FailedSync":
+		// Kubelets before 1.5 wrapped every pod worker error in FailedSync.
+		if containsFold(msg, "crashloopbackoff") {
+			return crashLoop(msg), true
+		}
+		b := blockerClass{kind: eventpipev1.BlockerKindVolume, detail: blockerDetail(msg)}
+		if missingObject(msg, &b) {
+			return b, true
+		}
+	case "Failed", "CreateContainerConfigError", "CreateContainerError", "RunContainerError", "StartError":
+		return containerError(reason, msg)
+	}
+	return blockerClass{}, false
+}
+
+// missingObject sets b's cause and object when msg says a Secret or
+// ConfigMap the pod needs does not exist (kubelet's `secret "x" not found`,
+// `secrets "x" not found` before 1.10, and the same for config maps).
+func missingObject(msg string, b *blockerClass) bool {
+	if !containsFold(msg, "not found") {
+		return false
+	}
+	for _, m := range [...]struct{ prefix, cause, kind string }{
+		{`secret "`, eventpipev1.BlockerSecretNotFound, "Secret/"},
+		{`secrets "`, eventpipev1.BlockerSecretNotFound, "Secret/"},
+		{`configmap "`, eventpipev1.BlockerConfigMapNotFound, "ConfigMap/"},
+		{`configmaps "`, eventpipev1.BlockerConfigMapNotFound, "ConfigMap/"},
+	} {
+		if name, ok := quotedAfter(msg, m.prefix); ok {
+			b.cause, b.object = m.cause, m.kind+name
+			return true
+		}
+	}
+	return false
+}
+
+func crashLoop(msg string) blockerClass {
+	return blockerClass{kind: eventpipev1.BlockerKindContainer, cause: eventpipev1.BlockerCrashLoop, detail: blockerDetail(msg), weak: true}
+}
+
+// containerError: kubelet's Failed "Error: ..." and the waiting reasons of a
+// container that cannot be created or started.
+func containerError(reason, msg string) (blockerClass, bool) {
+	b := blockerClass{kind: eventpipev1.BlockerKindContainer, detail: blockerDetail(msg)}
+	switch {
+	case containsFold(msg, "couldn't find key"):
+		b.cause = eventpipev1.BlockerKeyNotFound
+		for _, in := range [...]struct{ sep, kind string }{{" in Secret ", "Secret/"}, {" in ConfigMap ", "ConfigMap/"}} {
+			if i := strings.Index(msg, in.sep); i >= 0 {
+				ref := firstWord(msg[i+len(in.sep):])
+				if j := strings.LastIndexByte(ref, '/'); j >= 0 {
+					ref = ref[j+1:]
+				}
+				b.object = in.kind + ref
+			}
+		}
+		return b, true
+	case missingObject(msg, &b):
+		return b, true
+	case containsFold(msg, "executable file not found"), containsFold(msg, "exec format error"),
+		containsFold(msg, "failed to create containerd task"), containsFold(msg, "failed to start container"),
+		containsFold(msg, "cannot start container"), containsFold(msg, "oci runtime create failed"),
+		containsFold(msg, "runc create failed"), containsFold(msg, "error during container init"):
+		b.cause = eventpipev1.BlockerStartFailed
+		return b, true
+	}
+	switch reason {
+	case "RunContainerError", "StartError", "CreateContainerError":
+		b.cause = eventpipev1.BlockerStartFailed
+		return b, true
+	case "CreateContainerConfigError":
+		b.cause = eventpipev1.BlockerUnknown
+		return b, true
+	}
+	return blockerClass{}, false
+}
+
+// createRefused: a controller's FailedCreate (replicaset, statefulset,
+// job, the Agent Sandbox controller): the API server refused the pod.
+func createRefused(msg string) blockerClass {
+	b := blockerClass{kind: eventpipev1.BlockerKindCreateRefused, cause: eventpipev1.BlockerUnknown, detail: blockerDetail(msg)}
+	switch {
+	case containsFold(msg, "exceeded quota"), containsFold(msg, "failed quota"), containsFold(msg, " quota is "):
+		b.cause = eventpipev1.BlockerQuotaExceeded
+		for _, p := range [...]string{"exceeded quota: ", "Exceeded quota: ", "failed quota: "} {
+			if i := strings.Index(msg, p); i >= 0 {
+				name := msg[i+len(p):]
+				if j := strings.IndexAny(name, ",: "); j >= 0 {
+					name = name[:j]
+				}
+				if name != "" {
+					b.object = "ResourceQuota/" + name
+				}
+				break
+			}
+		}
+	case containsFold(msg, "violates podsecurity"), containsFold(msg, "pod security policy"), containsFold(msg, "podsecuritypolicy"):
+		b.cause = eventpipev1.BlockerPodSecurity
+	case containsFold(msg, "admission webhook") && containsFold(msg, "denied the request"):
+		b.cause = eventpipev1.BlockerWebhookDenied
+	case containsFold(msg, "failed calling webhook"), containsFold(msg, "failed to call webhook"),
+		containsFold(msg, "request did not complete within"):
+		b.cause = eventpipev1.BlockerWebhookFailed
+	case containsFold(msg, "usage per container"), containsFold(msg, "usage per pod"), containsFold(msg, "limitrange"):
+		b.cause = eventpipev1.BlockerLimitRange
+	case (containsFold(msg, "serviceaccount") || containsFold(msg, "service account")) && containsFold(msg, "not found"):
+		b.cause = eventpipev1.BlockerServiceAccountMissing
+		if name, ok := quotedAfter(msg, `serviceaccount "`); ok {
+			b.object = "ServiceAccount/" + name
+		}
+	}
+	return b
+}
+
+// schedulingCause reads the scheduler's summary ("0/N nodes are available:
+// 3 Insufficient cpu, 2 node(s) had untolerated taint {...}. preemption:
+// ..."; the pre-1.9 "No nodes are available that match all of the
+// following predicates:: Insufficient cpu (9), ..."; the 1.4 "fit failure
+// on node (n): Insufficient cpu" lines) and names the reason that excludes
+// the most nodes (the first of equals), except that a volume node affinity
+// conflict always wins. The preemption part says nothing
+// about the cause and is dropped from the detail.
+func schedulingCause(msg string) (cause, detail string) {
+	s := msg
+	if i := indexFold(s, "preemption:"); i >= 0 {
+		s = s[:i]
+	}
+	s = strings.TrimRight(strings.TrimSpace(s), ". ")
+	detail = blockerDetail(s)
+	body := s
+	if i := strings.Index(body, ": "); i >= 0 && !strings.HasPrefix(strings.TrimSpace(body[i+2:]), "}") {
+		body = body[i+2:]
+	}
+	cause, best := eventpipev1.BlockerUnknown, -1
+	for body != "" {
+		item := body
+		if i := strings.IndexAny(body, ",\n"); i >= 0 {
+			item, body = body[:i], body[i+1:]
+		} else {
+			body = ""
+		}
+		item = strings.TrimSpace(item)
+		if hasPrefixFold(item, "fit failure on node") {
+			if i := strings.Index(item, "): "); i >= 0 {
+				item = item[i+3:]
+			}
+		}
+		c := schedulingItemCause(item)
+		if c == "" {
+			continue
+		}
+		if c == eventpipev1.BlockerVolumeNodeAffinity {
+			// The volume is pinned to its nodes or zone: the pod can only
+			// ever run there, whatever else excludes the other nodes.
+			return c, detail
+		}
+		if n := itemCount(item); n > best {
+			cause, best = c, n
+		}
+	}
+	return cause, detail
+}
+
+// schedulingItemCause maps one reason of the summary to a cause ("" for
+// words that name none, e.g. "that the pod didn't tolerate" after a taint's
+// comma). The order matters: a volume's node affinity is not the pod's.
+func schedulingItemCause(item string) string {
+	switch {
+	case containsFold(item, "volume node affinity"), containsFold(item, "volume zone"),
+		containsFold(item, "nodevolumezoneconflict"):
+		return eventpipev1.BlockerVolumeNodeAffinity
+	case containsFold(item, "unbound immediate persistentvolumeclaims"), containsFold(item, "persistent volumes to bind"),
+		containsFold(item, "unbound persistentvolumeclaim"), containsFold(item, "persistentvolumeclaim") && containsFold(item, "not found"):
+		return eventpipev1.BlockerUnboundPVC
+	case containsFold(item, "insufficient"), containsFold(item, "too many pods"):
+		return eventpipev1.BlockerInsufficientResources
+	case containsFold(item, "taint"):
+		return eventpipev1.BlockerUntoleratedTaint
+	case containsFold(item, "node selector"), containsFold(item, "node affinity"), containsFold(item, "matchnodeselector"),
+		containsFold(item, "nodeaffinity"):
+		return eventpipev1.BlockerNodeSelectorMismatch
+	case containsFold(item, "affinity"):
+		return eventpipev1.BlockerPodAffinity
+	case containsFold(item, "were unschedulable"), containsFold(item, "not ready"), containsFold(item, "unreachable"):
+		return eventpipev1.BlockerNodesUnavailable
+	}
+	return ""
+}
+
+// itemCount is the node count of one summary reason: leading ("3
+// Insufficient cpu") or in parentheses ("MatchNodeSelector (18)"); 1 when
+// none is given.
+func itemCount(item string) int {
+	i := 0
+	for i < len(item) && item[i] >= '0' && item[i] <= '9' {
+		i++
+	}
+	if i > 0 {
+		if n, err := strconv.Atoi(item[:i]); err == nil {
+			return n
+		}
+	}
+	if j := strings.LastIndexByte(item, '('); j >= 0 {
+		if k := strings.IndexByte(item[j:], ')'); k > 1 {
+			if n, err := strconv.Atoi(item[j+1 : j+k]); err == nil {
+				return n
+			}
+		}
+	}
+	return 1
+}
+
+// ClassifyContainerStatus diagnoses a container from its pod status: the
+// waiting reason and message, the last termination's reason and exit code.
+// ok=false when nothing in it blocks the container.
+func ClassifyContainerStatus(waiting, waitingMessage, terminated string, exitCode int32, hasExitCode bool) (cause, detail string, ok bool) {
+	b, ok := classifyContainerStatus(waiting, waitingMessage, terminated, exitCode, hasExitCode)
+	return b.cause, b.detail, ok
+}
+
+func classifyContainerStatus(waiting, waitingMessage, terminated string, exitCode int32, hasExitCode bool) (blockerClass, bool) {
+	if len(waitingMessage) > maxClassifyBytes {
+		waitingMessage = waitingMessage[:maxClassifyBytes]
+	}
+	b := blockerClass{kind: eventpipev1.BlockerKindContainer}
+	if waiting != "" && waiting != "CrashLoopBackOff" {
+		if wb, ok := classifyBlocker(waiting, waitingMessage); ok && wb.kind == eventpipev1.BlockerKindContainer {
+			return wb, true
+		}
+	}
+	switch {
+	case terminated == "OOMKilled":
+		b.cause, b.detail = eventpipev1.BlockerOOMKilled, "OOMKilled"
+	case terminated == "Error" || hasExitCode && exitCode != 0:
+		b.cause, b.detail = eventpipev1.BlockerExitError, terminated
+		if hasExitCode {
+			b.detail = strings.TrimSpace(terminated + " (exit code " + strconv.Itoa(int(exitCode)) + ")")
+		}
+	case waiting == "CrashLoopBackOff":
+		b = crashLoop(waitingMessage)
+		if terminated != "" {
+			b.detail = strings.TrimSpace(b.detail + " (last exit: " + terminated + ")")
+		}
+	default:
+		return blockerClass{}, false
+	}
+	return b, true
+}
+
+// blockerDetail is the message without the wrappers controllers and kubelet
+// add, cleaned and bounded.
+func blockerDetail(msg string) string {
+	s := strings.TrimSpace(msg)
+	for _, p := range [...]string{"(combined from similar events): ", "Error creating: ", "Error: "} {
+		s = strings.TrimPrefix(s, p)
+	}
+	out, _ := truncateUTF8(clean(s), 512)
+	return out
+}
+
+// quotedAfter returns the text between prefix (which ends with a quote)
+// and the next quote.
+func quotedAfter(s, prefix string) (string, bool) {
+	i := indexFold(s, prefix)
+	if i < 0 {
+		return "", false
+	}
+	rest := s[i+len(prefix):]
+	j := strings.IndexByte(rest, '"')
+	if j <= 0 {
+		return "", false
+	}
+	return rest[:j], true
+}
+
+func firstWord(s string) string {
+	if i := strings.IndexAny(s, " \t\n,;:"); i >= 0 {
+		return s[:i]
+	}
+	return s
+}
+
+// containsFold reports whether s contains sub, ASCII case folded; sub is
+// lower case. No allocation: blockers are classified on the hot path.
+func containsFold(s, sub string) bool { return indexFold(s, sub) >= 0 }
+
+func indexFold(s, sub string) int {
+	n := len(sub)
+	if n == 0 {
+		return 0
+	}
+	c0 := lowerASCII(sub[0])
+	for i := 0; i+n <= len(s); i++ {
+		if lowerASCII(s[i]) != c0 {
+			continue
+		}
+		if hasPrefixFold(s[i:], sub) {
+			return i
+		}
+	}
+	return -1
+}
+
+func hasPrefixFold(s, prefix string) bool {
+	if len(s) < len(prefix) {
+		return false
+	}
+	for i := 0; i < len(prefix); i++ {
+		if lowerASCII(s[i]) != lowerASCII(prefix[i]) {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,412 @@
+package diagnosis
+
+import (
+	"sort"
+	"strings"
+	"time"
+
+	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
+	"github.com/eventpipe/eventpipe/enrich"
+)
+
+// States of a sandbox.
+const (
+	// StateBlocked: at least one blocker is active.
+	StateBlocked = "blocked"
+	// StateClear: events were seen and nothing blocks the sandbox now.
+	StateClear = "clear"
+)
+
+// Kinds of blocker.
+const (
+	KindImagePull = "image_pull"
+)
+
+// Blocker is one thing that keeps a sandbox from starting.
+type Blocker struct {
+	Kind string `json:"kind"`
+	// Cause is the pull-failure category (eventpipe.v1 Category*).
+	Cause string `json:"cause"`
+	Image string `json:"image"`
+	// ImageRole says whose image it is: workload (the sandbox's own),
+	// supervisor (the gateway's supervisor image), bootstrap, init, unknown.
+	ImageRole string `json:"image_role"`
+	// Role of the pod: workload or supervisor (the supervisor pod).
+	Role      string `json:"role,omitempty"`
+	Namespace string `json:"namespace,omitempty"`
+	Pod       string `json:"pod,omitempty"`
+	Container string `json:"container,omitempty"`
+	Node      string `json:"node,omitempty"`
+	// Disposition: retrying, or persistent (retrying will not fix it).
+	Disposition string    `json:"disposition"`
+	Attempts    uint32    `json:"attempts"`
+	Since       time.Time `json:"since"`
+	LastSeen    time.Time `json:"last_seen"`
+	// Detail is the runtime's own words for the cause.
+	Detail string `json:"detail,omitempty"`
+	// Remedy is the next step (enrich.Remedy).
+	Remedy string `json:"remedy"`
+	// EventID and Cursor name the latest occurrence behind the blocker.
+	EventID string `json:"event_id"`
+	Cursor  uint64 `json:"cursor"`
+}
+
+// LastEvent is the most recent occurrence of a sandbox, for context.
+type LastEvent struct {
+	Time      time.Time `json:"time"`
+	Type      string    `json:"type"`
+	Reason    string    `json:"reason"`
+	Message   string    `json:"message"`
+	Object    string    `json:"object"`
+	Container string    `json:"container,omitempty"`
+}
+
+// Diagnosis is what the collector's occurrences say about one sandbox.
+type Diagnosis struct {
+	ID        string `json:"id"`
+	Name      string `json:"name"`
+	Workspace string `json:"workspace"`
+	GatewayID string `json:"gateway_id,omitempty"`
+	Namespace string `json:"namespace,omitempty"`
+	State     string `json:"state"`
+	// Blockers, supervisor image first, then by Since.
+	Blockers []Blocker `json:"blockers"`
+	// Progress is the last gateway progress step the events moved
+	// ("pulling_image", "starting_sandbox", ...).
+	Progress string `json:"progress,omitempty"`
+	// Occurrences folded, and the cursor of the last one.
+	Occurrences int        `json:"occurrences"`
+	Cursor      uint64     `json:"cursor"`
+	Last        *LastEvent `json:"last_event,omitempty"`
+	// DroppedBlockers counts blockers not kept (over the per-sandbox bound).
+	DroppedBlockers int `json:"dropped_blockers,omitempty"`
+}
+
+// Blocked reports whether anything blocks the sandbox.
+func (d *Diagnosis) Blocked() bool { return len(d.Blockers) > 0 }
+
+// DisplayName is the sandbox name, else its id.
+func (d *Diagnosis) DisplayName() string {
+	if d.Name != "" {
+		return d.Name
+	}
+	return d.ID
+}
+
+// DefaultMaxSandboxes bounds a Folder (a gateway's worth of sandboxes).
+const DefaultMaxSandboxes = 100_000
+
+// maxBlockersPerSandbox: a sandbox has a handful of containers.
+const maxBlockersPerSandbox = 32
+
+type blockerKey struct{ namespace, pod, container string }
+
+type sandboxState struct {
+	d        Diagnosis
+	blockers map[blockerKey]*Blocker
+}
+
+// Folder folds occurrences into one Diagnosis per sandbox. Not safe for
+// concurrent use (Watcher guards its own).
+type Folder struct {
+	// MaxSandboxes bounds the sandboxes kept (default DefaultMaxSandboxes).
+	MaxSandboxes int
+	sandboxes    map[string]*sandboxState
+	dropped      int
+}
+
+// NewFolder returns an empty Folder.
+func NewFolder() *Folder {
+	return &Folder{MaxSandboxes: DefaultMaxSandboxes, sandboxes: map[string]*sandboxState{}}
+}
+
+// Dropped is how many occurrences were not folded because the Folder held
+// MaxSandboxes sandboxes already.
+func (f *Folder) Dropped() int { return f.dropped }
+
+// Len is the number of sandboxes seen.
+func (f *Folder) Len() int { return len(f.sandboxes) }
+
+// Add folds one occurrence read at cursor. It reports whether what a reader
+// is shown changed: a new sandbox, its progress step, or its blockers (one
+// opened, closed, or a field of one changed).
+func (f *Folder) Add(cursor uint64, o *eventpipev1.Occurrence) bool {
+	sb := o.GetSandbox()
+	if sb.GetId() == "" {
+		return false
+	}
+	s := f.sandboxes[sb.GetId()]
+	isNew := false
+	if s == nil {
+		if len(f.sandboxes) >= f.MaxSandboxes && f.MaxSandboxes > 0 {
+			f.dropped++
+			return false
+		}
+		s = &sandboxState{d: Diagnosis{ID: sb.GetId(), State: StateClear}, blockers: map[blockerKey]*Blocker{}}
+		f.sandboxes[sb.GetId()] = s
+		isNew = true
+	}
+	d := &s.d
+	// Names can arrive late (an event attributed before its CR was cached).
+	setIf(&d.Name, sb.GetName())
+	setIf(&d.Workspace, sb.GetWorkspace())
+	setIf(&d.GatewayID, sb.GetGatewayId())
+	setIf(&d.Namespace, sb.GetCrNamespace())
+	if d.Namespace == "" {
+		d.Namespace = o.GetInvolvedObject().GetNamespace()
+	}
+	d.Occurrences++
+	d.Cursor = max(d.Cursor, cursor)
+	at := o.GetOccurredAt().AsTime()
+	if d.Last == nil || !at.Before(d.Last.Time) {
+		obj := o.GetInvolvedObject()
+		d.Last = &LastEvent{Time: at, Type: o.GetType(), Reason: o.GetReason(), Message: o.GetMessage(),
+			Object: strings.ToLower(obj.GetKind()) + "/" + obj.GetName(), Container: o.GetContainer()}
+	}
+	progress := d.Progress
+	if p := o.GetProgress(); p != nil {
+		switch {
+		case p.GetActiveStep() != "":
+			d.Progress = p.GetActiveStep()
+		case p.GetCompleteStep() != "":
+			d.Progress = p.GetCompleteStep() + " done"
+		}
+	}
+
+	obj := o.GetInvolvedObject()
+	key := blockerKey{obj.GetNamespace(), obj.GetName(), o.GetContainer()}
+	changed := false
+	if pf := o.GetPullFailure(); pf != nil {
+		changed = s.openPull(key, cursor, o, pf)
+	} else if closesPull(o.GetReason()) {
+		if b := s.blockers[key]; b != nil && !at.Before(b.LastSeen) {
+			delete(s.blockers, key)
+			changed = true
+		}
+	}
+	if changed {
+		s.refresh()
+	}
+	return changed || isNew || progress != d.Progress
+}
+
+// closesPull: the container has its image (Pulled, also "already present"),
+// or got past it.
+func closesPull(reason string) bool {
+	return reason == "Pulled" || reason == "Created" || reason == "Started"
+}
+
+func (s *sandboxState) openPull(key blockerKey, cursor uint64, o *eventpipev1.Occurrence, pf *eventpipev1.PullFailure) bool {
+	image := pf.GetImage()
+	if image == "" {
+		image = o.GetImage()
+	}
+	b := s.blockers[key]
+	if b == nil {
+		if len(s.blockers) >= maxBlockersPerSandbox {
+			s.d.DroppedBlockers++
+			return false
+		}
+		b = &Blocker{Kind: KindImagePull, Namespace: key.namespace, Pod: key.pod, Container: key.container}
+		s.blockers[key] = b
+	}
+	old := *b
+	if image != "" && b.Image != "" && image != b.Image {
+		// The pod now pulls another image: the old failure is history.
+		*b = Blocker{Kind: KindImagePull, Namespace: key.namespace, Pod: key.pod, Container: key.container}
+	}
+	setIf(&b.Image, image)
+	setIf(&b.ImageRole, o.GetImageRole())
+	setIf(&b.Role, o.GetRole())
+	if n := o.GetReportingInstance(); n != "" {
+		b.Node = n
+	}
+	// An "unknown" cause never overwrites a known one of the same image.
+	if c := pf.GetCategory(); c != "" && (c != eventpipev1.CategoryUnknown || b.Cause == "") {
+		b.Cause = c
+		setIf(&b.Detail, pf.GetDetail())
+	}
+	setIf(&b.Disposition, pf.GetDisposition())
+	b.Attempts = max(b.Attempts, pf.GetAttempts())
+	if t := pf.GetFirstSeen(); t != nil && (b.Since.IsZero() || t.AsTime().Before(b.Since)) {
+		b.Since = t.AsTime()
+	}
+	last := o.GetOccurredAt().AsTime()
+	if t := pf.GetLastSeen(); t != nil {
+		last = t.AsTime()
+	}
+	if last.After(b.LastSeen) {
+		b.LastSeen = last
+	}
+	if b.Since.IsZero() {
+		b.Since = b.LastSeen
+	}
+	b.EventID = o.GetEventId()
+	b.Cursor = cursor
+	b.Remedy = enrich.Remedy(enrich.RemedyInput{Category: b.Cause, Image: b.Image, ImageRole: b.ImageRole, Node: b.Node, Detail: b.Detail})
+	// The latest event and cursor alone are not a change worth redrawing.
+	cmp := *b
+	cmp.EventID, cmp.Cursor = old.EventID, old.Cursor
+	return cmp != old
+}
+
+// refresh rebuilds the sorted blocker list and the state.
+func (s *sandboxState) refresh() {
+	s.d.Blockers = s.d.Blockers[:0]
+	for _, b := range s.blockers {
+		s.d.Blockers = append(s.d.Blockers, *b)
+	}
+	sortBlockers(s.d.Blockers)
+	s.d.State = StateClear
+	if len(s.d.Blockers) > 0 {
+		s.d.State = StateBlocked
+	}
+}
+
+func sortBlockers(bs []Blocker) {
+	sort.Slice(bs, func(i, j int) bool {
+		a, b := bs[i], bs[j]
+		if (a.ImageRole == eventpipev1.ImageRoleSupervisor) != (b.ImageRole == eventpipev1.ImageRoleSupervisor) {
+			return a.ImageRole == eventpipev1.ImageRoleSupervisor
+		}
+		if !a.Since.Equal(b.Since) {
+			return a.Since.Before(b.Since)
+		}
+		return a.Pod+"/"+a.Container < b.Pod+"/"+b.Container
+	})
+}
+
+func setIf(dst *string, v string) {
+	if v != "" {
+		*dst = v
+	}
+}
+
+// Sandbox returns the diagnosis of one sandbox by id.
+func (f *Folder) Sandbox(id string) (Diagnosis, bool) {
+	s := f.sandboxes[id]
+	if s == nil {
+		return Diagnosis{}, false
+	}
+	return s.copy(), true
+}
+
+func (s *sandboxState) copy() Diagnosis {
+	d := s.d
+	d.Blockers = append([]Blocker(nil), s.d.Blockers...)
+	if d.Blockers == nil {
+		d.Blockers = []Blocker{}
+	}
+	if s.d.Last != nil {
+		l := *s.d.Last
+		d.Last = &l
+	}
+	return d
+}
+
+// Sandboxes returns every diagnosis, by workspace then name then id.
+func (f *Folder) Sandboxes() []Diagnosis {
+	out := make([]Diagnosis, 0, len(f.sandboxes))
+	for _, s := range f.sandboxes {
+		out = append(out, s.copy())
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if a.Workspace != b.Workspace {
+			return a.Workspace < b.Workspace
+		}
+		if a.Name != b.Name {
+			return a.Name < b.Name
+		}
+		return a.ID < b.ID
+	})
+	return out
+}
+
+// Find returns the sandboxes named name (in workspace, when not empty).
+func (f *Folder) Find(name, workspace string) []Diagnosis {
+	var out []Diagnosis
+	for _, d := range f.Sandboxes() {
+		if d.Name == name && (workspace == "" || d.Workspace == workspace) {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// SandboxRef names a sandbox in a group.
+type SandboxRef struct {
+	ID        string `json:"id"`
+	Name      string `json:"name"`
+	Workspace string `json:"workspace"`
+}
+
+// SupervisorFailure is one supervisor image that fails to pull, with every
+// sandbox it blocks: a bad supervisor tag on the gateway shows from the
+// first failed sandbox on.
+type SupervisorFailure struct {
+	GatewayID string `json:"gateway_id,omitempty"`
+	Image     string `json:"image"`
+	Cause     string `json:"cause"`
+	// Disposition is persistent when any sandbox's failure is.
+	Disposition string `json:"disposition"`
+	// Attempts summed over the sandboxes.
+	Attempts  uint32       `json:"attempts"`
+	Since     time.Time    `json:"since"`
+	LastSeen  time.Time    `json:"last_seen"`
+	Detail    string       `json:"detail,omitempty"`
+	Remedy    string       `json:"remedy"`
+	Sandboxes []SandboxRef `json:"sandboxes"`
+}
+
+// Supervisor groups the supervisor-image blockers of ds by gateway, image
+// and cause, most sandboxes first.
+func Supervisor(ds []Diagnosis) []SupervisorFailure {
+	type gkey struct{ gw, image, cause string }
+	groups := map[gkey]*SupervisorFailure{}
+	seen := map[gkey]map[string]bool{}
+	for _, d := range ds {
+		for _, b := range d.Blockers {
+			if b.ImageRole != eventpipev1.ImageRoleSupervisor {
+				continue
+			}
+			k := gkey{d.GatewayID, b.Image, b.Cause}
+			g := groups[k]
+			if g == nil {
+				g = &SupervisorFailure{GatewayID: d.GatewayID, Image: b.Image, Cause: b.Cause,
+					Disposition: b.Disposition, Since: b.Since, LastSeen: b.LastSeen, Detail: b.Detail, Remedy: b.Remedy}
+				groups[k] = g
+				seen[k] = map[string]bool{}
+			}
+			g.Attempts += b.Attempts
+			if b.Disposition == eventpipev1.DispositionPersistent {
+				g.Disposition = b.Disposition
+			}
+			if b.Since.Before(g.Since) {
+				g.Since = b.Since
+			}
+			if b.LastSeen.After(g.LastSeen) {
+				g.LastSeen = b.LastSeen
+			}
+			if !seen[k][d.ID] {
+				seen[k][d.ID] = true
+				g.Sandboxes = append(g.Sandboxes, SandboxRef{ID: d.ID, Name: d.Name, Workspace: d.Workspace})
+			}
+		}
+	}
+	out := make([]SupervisorFailure, 0, len(groups))
+	for _, g := range groups {
+		out = append(out, *g)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if len(a.Sandboxes) != len(b.Sandboxes) {
+			return len(a.Sandboxes) > len(b.Sandboxes)
+		}
+		if !a.Since.Equal(b.Since) {
+			return a.Since.Before(b.Since)
+		}
+		return a.GatewayID+a.Image+a.Cause < b.GatewayID+b.Image+b.Cause
+	})
+	return out
+}

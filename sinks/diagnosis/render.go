@@ -1,0 +1,230 @@
+package diagnosis
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
+)
+
+// Every string below may come from the cluster (untrusted): clean keeps it
+// on one line and out of the terminal's control.
+func clean(s string) string {
+	ok := true
+	for _, r := range s {
+		if unicode.IsControl(r) || r == utf8.RuneError {
+			ok = false
+			break
+		}
+	}
+	if ok {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		switch {
+		case r == '\n' || r == '\t' || r == '\r':
+			b.WriteByte(' ')
+		case unicode.IsControl(r) || r == utf8.RuneError:
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+		default:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+// Ago renders how long ago t was, coarsely ("12s", "4m10s", "2h5m", "3d").
+func Ago(now, t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	d := now.Sub(t)
+	if d < 0 {
+		d = 0
+	}
+	switch {
+	case d < time.Minute:
+		return strconv.Itoa(int(d.Seconds())) + "s"
+	case d < time.Hour:
+		return fmt.Sprintf("%dm%02ds", int(d.Minutes()), int(d.Seconds())%60)
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
+	}
+	return strconv.Itoa(int(d.Hours()/24)) + "d"
+}
+
+// DispositionText explains a disposition in words.
+func DispositionText(disp string) string {
+	switch disp {
+	case eventpipev1.DispositionPersistent:
+		return "persistent: retrying will not fix it"
+	case eventpipev1.DispositionRetrying:
+		return "retrying: the kubelet keeps trying, it may clear on its own"
+	}
+	return clean(disp)
+}
+
+func roleWord(role string) string {
+	if role == "" {
+		return eventpipev1.ImageRoleUnknown
+	}
+	return clean(role)
+}
+
+// WriteText writes one sandbox's diagnosis for a person.
+func WriteText(w io.Writer, d Diagnosis, now time.Time) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "sandbox %s  workspace %s  id %s", clean(d.DisplayName()), orDash(d.Workspace), clean(d.ID))
+	if d.GatewayID != "" {
+		fmt.Fprintf(&b, "  gateway %s", clean(d.GatewayID))
+	}
+	b.WriteByte('\n')
+	if !d.Blocked() {
+		b.WriteString("nothing blocks it")
+		if d.Last != nil {
+			fmt.Fprintf(&b, ": last event %s %s", clean(d.Last.Reason), clean(d.Last.Object))
+			if d.Last.Container != "" {
+				fmt.Fprintf(&b, " (%s)", clean(d.Last.Container))
+			}
+			fmt.Fprintf(&b, " %s ago", Ago(now, d.Last.Time))
+		}
+		if d.Progress != "" {
+			fmt.Fprintf(&b, "; progress %s", clean(d.Progress))
+		}
+		b.WriteByte('\n')
+	} else {
+		n := len(d.Blockers)
+		fmt.Fprintf(&b, "BLOCKED by %d image pull failure%s:\n", n, plural(n))
+		for _, bl := range d.Blockers {
+			writeBlocker(&b, bl, now)
+		}
+	}
+	if d.DroppedBlockers > 0 {
+		fmt.Fprintf(&b, "note: %d further blockers were not kept (more than %d per sandbox)\n", d.DroppedBlockers, maxBlockersPerSandbox)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func writeBlocker(b *strings.Builder, bl Blocker, now time.Time) {
+	fmt.Fprintf(b, "  %s image %s: %s\n", roleWord(bl.ImageRole), clean(bl.Image), clean(bl.Cause))
+	where := []string{}
+	if bl.Pod != "" {
+		where = append(where, "pod "+clean(bl.Namespace)+"/"+clean(bl.Pod))
+	}
+	if bl.Container != "" {
+		where = append(where, "container "+clean(bl.Container))
+	}
+	if bl.Node != "" {
+		where = append(where, "node "+clean(bl.Node))
+	}
+	if len(where) > 0 {
+		fmt.Fprintf(b, "    %s\n", strings.Join(where, ", "))
+	}
+	fmt.Fprintf(b, "    %d attempt%s since %s (%s ago), %s\n", bl.Attempts, plural(int(bl.Attempts)),
+		bl.Since.UTC().Format(time.RFC3339), Ago(now, bl.Since), DispositionText(bl.Disposition))
+	if bl.Detail != "" {
+		fmt.Fprintf(b, "    runtime: %s\n", clean(bl.Detail))
+	}
+	fmt.Fprintf(b, "    fix: %s\n", clean(bl.Remedy))
+}
+
+// WriteTable writes one line per sandbox (the first blocker when blocked)
+// and, below, the fix of every blocker.
+func WriteTable(w io.Writer, ds []Diagnosis, now time.Time) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SANDBOX\tWORKSPACE\tSTATE\tIMAGE ROLE\tIMAGE\tCAUSE\tATTEMPTS\tSINCE\tDISPOSITION")
+	for _, d := range ds {
+		if !d.Blocked() {
+			last := "-"
+			if d.Last != nil {
+				last = clean(d.Last.Reason)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t-\t-\t-\t-\t-\t(last: %s)\n", clean(d.DisplayName()), orDash(d.Workspace), "clear", last)
+			continue
+		}
+		for i, bl := range d.Blockers {
+			name, ws, state := clean(d.DisplayName()), orDash(d.Workspace), "BLOCKED"
+			if i > 0 {
+				name, ws, state = "", "", ""
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s ago\t%s\n", name, ws, state, roleWord(bl.ImageRole),
+				clean(bl.Image), clean(bl.Cause), bl.Attempts, Ago(now, bl.Since), orDash(bl.Disposition))
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	var b strings.Builder
+	for _, d := range ds {
+		for _, bl := range d.Blockers {
+			fmt.Fprintf(&b, "fix %s (%s image): %s\n", clean(d.DisplayName()), roleWord(bl.ImageRole), clean(bl.Remedy))
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// WriteSupervisor writes the supervisor-image failures of a gateway.
+func WriteSupervisor(w io.Writer, gs []SupervisorFailure, now time.Time) error {
+	var b strings.Builder
+	if len(gs) == 0 {
+		b.WriteString("no supervisor image fails to pull\n")
+	}
+	for _, g := range gs {
+		names := make([]string, 0, len(g.Sandboxes))
+		for _, s := range g.Sandboxes {
+			n := s.Name
+			if n == "" {
+				n = s.ID
+			}
+			if s.Workspace != "" {
+				n = s.Workspace + "/" + n
+			}
+			names = append(names, clean(n))
+		}
+		gw := ""
+		if g.GatewayID != "" {
+			gw = " of gateway " + clean(g.GatewayID)
+		}
+		fmt.Fprintf(&b, "supervisor image %s%s: %s\n", clean(g.Image), gw, clean(g.Cause))
+		fmt.Fprintf(&b, "  blocks %d sandbox%s: %s\n", len(names), pluralES(len(names)), strings.Join(names, ", "))
+		fmt.Fprintf(&b, "  %d attempt%s since %s (%s ago), %s\n", g.Attempts, plural(int(g.Attempts)),
+			g.Since.UTC().Format(time.RFC3339), Ago(now, g.Since), DispositionText(g.Disposition))
+		if g.Detail != "" {
+			fmt.Fprintf(&b, "  runtime: %s\n", clean(g.Detail))
+		}
+		fmt.Fprintf(&b, "  fix: %s\n", clean(g.Remedy))
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return clean(s)
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
+}
+
+func pluralES(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "es"
+}

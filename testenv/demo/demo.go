@@ -1,0 +1,435 @@
+package demo
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/eventpipe/eventpipe/agent"
+	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
+	"github.com/eventpipe/eventpipe/collector"
+	"github.com/eventpipe/eventpipe/sinks"
+	"github.com/eventpipe/eventpipe/sinks/diagnosis"
+	"github.com/eventpipe/eventpipe/sinks/file"
+	"github.com/eventpipe/eventpipe/testenv/kube"
+	"github.com/eventpipe/eventpipe/testenv/scenario"
+)
+
+// DefaultScenarios are the seed scenarios plus a healthy sandbox.
+var DefaultScenarios = []string{"img-missing", "sup-bad", "healthy"}
+
+// Config says what to run.
+type Config struct {
+	// Kubeconfig, when set, runs against that cluster (read-only) instead
+	// of starting the loopback control plane; Context picks a context.
+	Kubeconfig string
+	Context    string
+	// Gateway is the gateway id whose sandboxes the view shows (default
+	// "openshell", the Helm chart's default).
+	Gateway string
+	// DataDir holds the collector's log, the file sink, the tokens and the
+	// logs. Default: a temporary directory removed when Run returns.
+	DataDir string
+	// BinDir holds etcd and kube-apiserver (default: $EVENTPIPE_BIN_DIR,
+	// else <repo root>/.bin); missing ones are built there.
+	BinDir string
+	// Scenarios to play (embedded mode; default DefaultScenarios), each in
+	// Mode (default managed), Pace apart between steps (default 150ms, so
+	// the diagnosis is seen to change).
+	Scenarios []string
+	Mode      scenario.Mode
+	Pace      time.Duration
+	// Out receives the view. Terminal redraws it in place every Refresh
+	// (default 1s); otherwise a new view is printed whenever a diagnosis
+	// changes.
+	Out      io.Writer
+	Terminal bool
+	Refresh  time.Duration
+}
+
+func (c *Config) defaults() {
+	if c.Gateway == "" {
+		c.Gateway = scenario.DefaultGateway
+	}
+	if c.Scenarios == nil && c.Kubeconfig == "" {
+		c.Scenarios = DefaultScenarios
+	}
+	if c.Mode == "" {
+		c.Mode = scenario.ModeManaged
+	}
+	if c.Pace == 0 {
+		c.Pace = 150 * time.Millisecond
+	}
+	if c.Refresh <= 0 {
+		c.Refresh = time.Second
+	}
+	if c.Out == nil {
+		c.Out = io.Discard
+	}
+}
+
+// Run runs the pipeline until ctx ends or a component fails (see the
+// package doc). It returns nil after a clean stop on ctx.
+func Run(ctx context.Context, cfg Config) (err error) {
+	cfg.defaults()
+	for _, s := range cfg.Scenarios {
+		if _, ok := scenario.Named[s]; !ok {
+			return fmt.Errorf("unknown scenario %q (known: %s)", s, strings.Join(scenario.Names(), ", "))
+		}
+	}
+	d := &demo{cfg: cfg, out: cfg.Out, start: time.Now()}
+	dir := cfg.DataDir
+	if dir == "" {
+		if dir, err = os.MkdirTemp("", "eventpipe-run-"); err != nil {
+			return fmt.Errorf("data dir: %w", err)
+		}
+		defer func() {
+			if rmErr := os.RemoveAll(dir); rmErr != nil && err == nil {
+				err = fmt.Errorf("remove data dir: %w", rmErr)
+			}
+		}()
+	} else if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("data dir: %w", err)
+	}
+	d.dir = dir
+	logFile, err := os.OpenFile(filepath.Join(dir, "eventpipe.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("log file: %w", err)
+	}
+	defer logFile.Close()
+	d.logger = slog.New(slog.NewTextHandler(logFile, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	err = d.run(ctx)
+	what := "agent and collector"
+	if d.cluster != nil {
+		what = "agent, collector and control plane"
+		if stopErr := d.cluster.Stop(); stopErr != nil {
+			d.printf("stop the control plane: %v\n", stopErr)
+			if err == nil {
+				err = fmt.Errorf("stop the control plane: %w", stopErr)
+			}
+		}
+	}
+	if err == nil {
+		d.printf("stopped: %s (data directory %s)\n", what, d.keptOrRemoved())
+	}
+	return err
+}
+
+type demo struct {
+	cfg    Config
+	out    io.Writer
+	dir    string
+	logger *slog.Logger
+	start  time.Time
+
+	outMu sync.Mutex // serializes writes to out
+
+	cluster   *kube.Cluster
+	coll      *collector.Collector
+	ag        *agent.Agent
+	agentReg  *prometheus.Registry
+	watcher   *diagnosis.Watcher
+	readerTok string
+
+	mu       sync.Mutex
+	played   []string // "name (namespace, id)"
+	playErr  error
+	playDone bool
+}
+
+func (d *demo) printf(format string, a ...any) {
+	d.outMu.Lock()
+	defer d.outMu.Unlock()
+	fmt.Fprintf(d.out, format, a...)
+}
+
+func (d *demo) run(ctx context.Context) error {
+	cfg := d.cfg
+	var restCfg *rest.Config
+	if cfg.Kubeconfig == "" {
+		d.printf("eventpipe: the whole pipeline on this machine, on a control plane of its own (nothing else is touched)\n")
+		binDir, err := ensureBinaries(ctx, cfg.BinDir, d.printf)
+		if err != nil {
+			return err
+		}
+		t0 := time.Now()
+		cl, err := kube.StartProcess(ctx, kube.Options{Dir: filepath.Join(d.dir, "cluster"), BinDir: binDir, Logger: d.logger})
+		if err != nil {
+			return fmt.Errorf("start the control plane: %w", err)
+		}
+		d.cluster = cl // Run stops it after everything that uses it
+		etcdPID, apiPID := cl.PIDs()
+		d.printf("  control plane  kube-apiserver %s (pid %d), etcd %s (pid %d): ready in %s\n",
+			cl.URL(), apiPID, cl.EtcdURL(), etcdPID, time.Since(t0).Round(time.Millisecond))
+		restCfg = cl.AgentConfig()
+	} else {
+		d.printf("eventpipe: the pipeline on this machine against the cluster of %s (read-only: list and watch)\n", cfg.Kubeconfig)
+		rules := &clientcmd.ClientConfigLoadingRules{ExplicitPath: cfg.Kubeconfig}
+		c, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: cfg.Context}).ClientConfig()
+		if err != nil {
+			return fmt.Errorf("kubeconfig %s: %w", cfg.Kubeconfig, err)
+		}
+		restCfg = c
+		d.printf("  cluster        %s\n", c.Host)
+	}
+
+	if err := d.startCollector(); err != nil {
+		return err
+	}
+	collCtx, stopColl := context.WithCancel(context.WithoutCancel(ctx))
+	collDone := make(chan error, 1)
+	go func() { collDone <- d.coll.Run(collCtx) }()
+	stopCollector := func() error {
+		stopColl()
+		return <-collDone
+	}
+	// Ingress first on the way down: the agent and the view, then the
+	// collector.
+	inner, cancelInner := context.WithCancel(ctx)
+	defer cancelInner()
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	defer func() {
+		cancelInner()
+		wg.Wait()
+	}()
+
+	if err := d.startAgent(restCfg); err != nil {
+		_ = stopCollector()
+		return err
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := d.ag.Run(inner); err != nil && inner.Err() == nil {
+			errs <- fmt.Errorf("agent: %w", err)
+		}
+	}()
+	conn, err := d.readerConn()
+	if err != nil {
+		cancelInner()
+		wg.Wait()
+		_ = stopCollector()
+		return err
+	}
+	defer conn.Close()
+	d.watcher, err = diagnosis.NewWatcher(eventpipev1.NewFollowClient(conn),
+		&eventpipev1.FollowRequest{GatewayId: cfg.Gateway, Tail: 10_000}, diagnosis.WatchOptions{Logger: d.logger})
+	if err != nil {
+		return err
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := d.watcher.Run(inner); err != nil {
+			errs <- fmt.Errorf("follow stream: %w", err)
+		}
+	}()
+	d.printf("  collector      gRPC %s (Ingest, Follow; tokens), durable log %s\n", d.coll.GRPCAddr(), filepath.Join(d.dir, "log"))
+	d.printf("  agent          as %s (least privilege: list/watch)\n", d.agentIdentity())
+	d.printf("  data, logs     %s\n", d.dir)
+	if d.cluster != nil && len(cfg.Scenarios) > 0 {
+		d.printf("  playing        %s (kubelet, scheduler and controller events, %s apart)\n", strings.Join(cfg.Scenarios, ", "), cfg.Pace)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d.play(inner)
+		}()
+	}
+	d.printf("  Ctrl-C stops everything.\n\n")
+
+	viewErr := d.view(inner, errs)
+	cancelInner()
+	wg.Wait()
+	// The view's last word: where the data went, as it stands at the end.
+	d.printf("\n%s", d.dataTextFinal(true))
+	if err := stopCollector(); err != nil && viewErr == nil {
+		viewErr = fmt.Errorf("collector: %w", err)
+	}
+	return viewErr
+}
+
+func (d *demo) keptOrRemoved() string {
+	if d.cfg.DataDir == "" {
+		return d.dir + " removed"
+	}
+	return d.dir + " kept"
+}
+
+func (d *demo) agentIdentity() string {
+	if d.cluster != nil {
+		return kube.AgentUser
+	}
+	return "the kubeconfig's user"
+}
+
+// randomToken returns a bearer token for the collector's tokens file.
+func randomToken() (string, error) {
+	b := make([]byte, 24)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(b), nil
+}
+
+func (d *demo) startCollector() error {
+	agentTok, err := randomToken()
+	if err != nil {
+		return err
+	}
+	if d.readerTok, err = randomToken(); err != nil {
+		return err
+	}
+	tokens := fmt.Sprintf("- {token: %s, name: demo-agent, role: agent, clusters: [local, make-run]}\n- {token: %s, name: demo-reader, role: reader, workspaces: [\"*\"]}\n", agentTok, d.readerTok)
+	for name, content := range map[string]string{"tokens.yaml": tokens, "agent.token": agentTok + "\n", "reader.token": d.readerTok + "\n"} {
+		if err := os.WriteFile(filepath.Join(d.dir, name), []byte(content), 0o600); err != nil {
+			return fmt.Errorf("write %s: %w", name, err)
+		}
+	}
+	cfg := collector.NewDefaultConfig()
+	cfg.GRPC.Listen, cfg.HTTP.Listen = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.GRPC.ShutdownGrace = 3 * time.Second
+	cfg.Store.Dir = filepath.Join(d.dir, "log")
+	cfg.Auth.TokensFile = filepath.Join(d.dir, "tokens.yaml")
+	fc := file.NewDefaultConfig()
+	fc.Path = d.fileSinkPath()
+	rc := sinks.NewDefaultRunnerConfig("file")
+	cfg.Sinks = []collector.SinkConfig{{Name: "file", Type: collector.SinkFile, File: &fc, Batch: rc.Batch, Retry: rc.Retry, CommitInterval: rc.CommitInterval}}
+	c, err := collector.New(cfg, d.logger.With("component", "collector"), prometheus.NewRegistry())
+	if err != nil {
+		return fmt.Errorf("collector: %w", err)
+	}
+	d.coll = c
+	return nil
+}
+
+func (d *demo) fileSinkPath() string { return filepath.Join(d.dir, "events.jsonl") }
+
+func (d *demo) startAgent(restCfg *rest.Config) error {
+	cfg := agent.NewDefaultConfig()
+	cfg.Cluster = "local"
+	if d.cluster != nil {
+		cfg.Cluster = "make-run"
+	}
+	cfg.Collector.Address = d.coll.GRPCAddr()
+	cfg.Collector.Insecure = true // loopback
+	cfg.Collector.TokenFile = filepath.Join(d.dir, "agent.token")
+	cfg.LeaderElection.Enabled = false // read-only: no Lease
+	cfg.HTTP.Listen = "127.0.0.1:0"
+	d.agentReg = prometheus.NewRegistry()
+	a, err := agent.New(cfg, restCfg, agent.Options{Logger: d.logger.With("component", "agent"), Registerer: d.agentReg, Gatherer: d.agentReg})
+	if err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
+	d.ag = a
+	return nil
+}
+
+type readerToken string
+
+func (t readerToken) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + string(t)}, nil
+}
+func (readerToken) RequireTransportSecurity() bool { return false }
+
+func (d *demo) readerConn() (*grpc.ClientConn, error) {
+	conn, err := grpc.NewClient(d.coll.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithPerRPCCredentials(readerToken(d.readerTok)))
+	if err != nil {
+		return nil, fmt.Errorf("follow client: %w", err)
+	}
+	return conn, nil
+}
+
+// play plays the scenarios side by side, each at the configured pace.
+func (d *demo) play(ctx context.Context) {
+	clients, err := scenario.NewClients(d.cluster.AdminConfig())
+	if err != nil {
+		d.setPlayErr(err)
+		return
+	}
+	var wg sync.WaitGroup
+	for _, name := range d.cfg.Scenarios {
+		sc, err := scenario.Build(name, scenario.Params{Mode: d.cfg.Mode})
+		if err != nil {
+			d.setPlayErr(err)
+			return
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := scenario.PlayWith(ctx, clients, sc, scenario.Options{Pace: d.cfg.Pace})
+			if err != nil {
+				if ctx.Err() == nil {
+					d.setPlayErr(err)
+				}
+				return
+			}
+			d.mu.Lock()
+			d.played = append(d.played, fmt.Sprintf("%s: %s (%d Events)", name, sc.Description, len(res.Events)))
+			d.mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	d.mu.Lock()
+	d.playDone = true
+	d.mu.Unlock()
+}
+
+func (d *demo) setPlayErr(err error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.playErr == nil {
+		d.playErr = err
+	}
+	d.playDone = true
+}
+
+// ensureBinaries returns the directory holding etcd and kube-apiserver,
+// building them with testenv/build/build.sh when missing and showing the
+// build's progress and duration.
+func ensureBinaries(ctx context.Context, binDir string, printf func(string, ...any)) (string, error) {
+	if binDir == "" {
+		binDir = os.Getenv(kube.BinDirEnv)
+	}
+	root, rootErr := kube.RepoRoot()
+	if binDir == "" {
+		if rootErr != nil {
+			return "", fmt.Errorf("find the control plane binaries (set %s): %w", kube.BinDirEnv, rootErr)
+		}
+		binDir = filepath.Join(root, ".bin")
+	}
+	if executable(filepath.Join(binDir, "etcd")) && executable(filepath.Join(binDir, "kube-apiserver")) {
+		printf("  control plane  binaries in %s\n", binDir)
+		return binDir, nil
+	}
+	if rootErr != nil {
+		return "", fmt.Errorf("build the control plane into %s: %w", binDir, rootErr)
+	}
+	printf("  building       etcd and kube-apiserver into %s with testenv/build/build.sh (first run only; a cold build takes about 6 minutes on 2 cores)\n", binDir)
+	t0 := time.Now()
+	if err := runBuild(ctx, filepath.Join(root, "testenv", "build", "build.sh"), root, binDir, printf); err != nil {
+		return "", err
+	}
+	printf("  built          in %s\n", time.Since(t0).Round(time.Second))
+	return binDir, nil
+}
+
+func executable(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0
+}
