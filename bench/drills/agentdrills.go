@@ -132,11 +132,12 @@ func (a *agentProc) metric(name string, labels ...string) float64 {
 // the agent computes it). A create that fails is retried (the apiserver
 // may be restarting) and not counted until it succeeds.
 type eventGen struct {
-	cs     kubernetes.Interface
-	ns     string
-	mu     sync.Mutex
-	ids    map[string]bool
-	failed int
+	cs      kubernetes.Interface
+	ns      string
+	mu      sync.Mutex
+	ids     map[string]bool
+	failed  int
+	unknown []string // names whose create failed: it may have happened
 }
 
 func (g *eventGen) run(ctx context.Context, every time.Duration) {
@@ -163,11 +164,35 @@ func (g *eventGen) run(ctx context.Context, every time.Duration) {
 		g.mu.Lock()
 		if err != nil {
 			g.failed++
+			g.unknown = append(g.unknown, ev.Name)
 		} else {
 			g.ids[string(out.UID)+"/"+out.ResourceVersion] = true
 		}
 		g.mu.Unlock()
 	}
+}
+
+// settle finds out which failed creates happened after all (a timeout
+// after the apiserver stored the Event) and counts those.
+func (g *eventGen) settle(ctx context.Context) error {
+	g.mu.Lock()
+	names := g.unknown
+	g.unknown = nil
+	g.mu.Unlock()
+	for _, name := range names {
+		ev, err := g.cs.CoreV1().Events(g.ns).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("settle failed create %s: %w", name, err)
+		}
+		g.mu.Lock()
+		g.ids[string(ev.UID)+"/"+ev.ResourceVersion] = true
+		g.failed--
+		g.mu.Unlock()
+	}
+	return nil
 }
 
 func (g *eventGen) created() map[string]bool {
@@ -239,6 +264,9 @@ func agentDrill(ctx context.Context, e *env, name string, fault func(ctx context
 	sleep(ctx, 2*time.Second)
 	stopGen()
 	<-genDone
+	if err := gen.settle(ctx); err != nil {
+		return nil, err
+	}
 	created := gen.created()
 	var r SinkResult
 	for deadline := time.Now().Add(pick(e, 90*time.Second, 5*time.Minute)); ; {
@@ -257,7 +285,7 @@ func agentDrill(ctx context.Context, e *env, name string, fault func(ctx context
 	// Acked: what the collector stored (its store is this drill's alone).
 	r.Acked = int(p.col.mustMetric("eventpipe_collector_log_appended_records_total"))
 	r.Explained = int(p.col.mustMetric("eventpipe_sink_lost_records_total", `sink="file"`))
-	r.Note = fmt.Sprintf("%s; agent: relists %v, 410s %v, batches resent %v, acked duplicates %v; %d creates failed (not counted)",
+	r.Note = fmt.Sprintf("%s; agent: relists %v, 410s %v, batches resent %v, acked duplicates %v; %d creates failed (no Event)",
 		note, a.metric("eventpipe_agent_relists_total"), a.metric("eventpipe_agent_watch_expired_total"),
 		a.metric("eventpipe_agent_batches_total", `result="resent"`), a.metric("eventpipe_agent_acked_occurrences_total", `result="duplicate"`),
 		gen.failed)

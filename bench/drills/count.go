@@ -205,3 +205,18 @@ func missing(acked map[string]bool, got copies, n int) []string {
 	}
 	return out
 }
+
+// unknown lists up to n ids the sink holds that were never generated.
+func unknown(created map[string]bool, got copies, n int) []string {
+	var out []string
+	for id := range got {
+		if !created[id] {
+			out = append(out, id)
+		}
+	}
+	sort.Strings(out)
+	if len(out) > n {
+		out = out[:n]
+	}
+	return out
+}

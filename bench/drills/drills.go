@@ -296,7 +296,8 @@ func outage(ctx context.Context, e *env, name string, o colOpts, d time.Duration
 	if err := p.col.start(ctx); err != nil {
 		return nil, err
 	}
-	p.startLoad(ctx, loadInterval)
+	// Full form: 200/s for the 10 minutes (120,000 occurrences to catch up).
+	p.startLoad(ctx, pick(e, loadInterval, 250*time.Millisecond))
 	sleep(ctx, 2*time.Second)
 	if err := down(); err != nil {
 		return nil, err
@@ -361,8 +362,7 @@ func drillFollowBehind(ctx context.Context, e *env) ([]SinkResult, error) {
 		return nil, err
 	}
 	// Live ingest goes on while the subscriber catches up.
-	gctx, stopGen := context.WithCancel(ctx)
-	go p.ship.generate(gctx, 250*time.Millisecond) // 2,000/s
+	p.startGen(ctx, 250*time.Millisecond) // 2,000/s
 	f := newFollower(p.col.grpcAddr, p.name)
 	fctx, stopFollow := context.WithCancel(ctx)
 	followDone := make(chan struct{})
@@ -377,7 +377,6 @@ func drillFollowBehind(ctx context.Context, e *env) ([]SinkResult, error) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	sleep(ctx, 2*time.Second)
-	stopGen()
 	rs, err := p.finish(ctx, start)
 	if err != nil {
 		stopFollow()

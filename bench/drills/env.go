@@ -123,7 +123,7 @@ type pipeline struct {
 	ship  *shipper
 
 	stopShip, stopGen context.CancelFunc
-	shipDone          chan struct{}
+	shipDone, genDone chan struct{}
 }
 
 func (e *env) newPipeline(name string, o colOpts) (*pipeline, error) {
@@ -189,16 +189,34 @@ sinks:
 // startLoad starts the agent: shipping, and one batch every interval.
 func (p *pipeline) startLoad(ctx context.Context, interval time.Duration) {
 	sctx, stopShip := context.WithCancel(ctx)
-	gctx, stopGen := context.WithCancel(sctx)
-	p.stopShip, p.stopGen = stopShip, stopGen
+	p.stopShip = stopShip
 	p.shipDone = make(chan struct{})
 	go func() { p.ship.run(sctx); close(p.shipDone) }()
 	if interval > 0 {
-		go p.ship.generate(gctx, interval)
+		p.startGen(sctx, interval)
+	}
+}
+
+// startGen generates one batch every interval until stopGeneration.
+func (p *pipeline) startGen(ctx context.Context, interval time.Duration) {
+	gctx, stopGen := context.WithCancel(ctx)
+	done := make(chan struct{})
+	p.stopGen, p.genDone = stopGen, done
+	go func() { p.ship.generate(gctx, interval); close(done) }()
+}
+
+// stopGeneration stops the generator and waits until it added its last
+// batch, so that what was created is final.
+func (p *pipeline) stopGeneration() {
+	if p.stopGen != nil {
+		p.stopGen()
+		<-p.genDone
+		p.stopGen = nil
 	}
 }
 
 func (p *pipeline) close() {
+	p.stopGeneration()
 	if p.stopShip != nil {
 		p.stopShip()
 		<-p.shipDone
@@ -237,9 +255,7 @@ func (p *pipeline) read(ctx context.Context, sink string) (copies, error) {
 // occurrence and reports it. Recover is measured from healed (the end of
 // the fault) to the moment the sink held everything.
 func (p *pipeline) finish(ctx context.Context, healed time.Time) ([]SinkResult, error) {
-	if p.stopGen != nil {
-		p.stopGen()
-	}
+	p.stopGeneration()
 	if err := p.ship.waitAcked(ctx, pick(p.e, 90*time.Second, 10*time.Minute)); err != nil {
 		return nil, fmt.Errorf("agent: %w\ncollector log:\n%s", err, tail(p.col.log.String(), 15))
 	}
@@ -276,6 +292,9 @@ func (p *pipeline) waitSink(ctx context.Context, sink string, healed time.Time, 
 				r.Explained = int(lost)
 				if r.Lost > 0 {
 					r.Note += fmt.Sprintf("; missing e.g. %v", missing(acked, got, 3))
+				}
+				if r.Unknown > 0 {
+					r.Note += fmt.Sprintf("; never generated e.g. %v", unknown(created, got, 3))
 				}
 				return r, nil
 			}

@@ -150,6 +150,9 @@ func (r SinkResult) verdict() string {
 func (r SinkResult) line() string {
 	s := fmt.Sprintf("%-17s %-16s created %6d acked %6d delivered %6d raw-dup %5d dup-after-dedupe %d lost %d (counted %d) recover %s: %s",
 		r.Drill, r.Sink, r.Created, r.Acked, r.Delivered, r.RawDup, r.DupAfter, r.Lost, r.Explained, r.Recover.Round(10*time.Millisecond), r.verdict())
+	if r.Unknown > 0 {
+		s += fmt.Sprintf(": %d ids never generated", r.Unknown)
+	}
 	if r.Err != "" {
 		s += ": " + r.Err
 	}
