@@ -18,6 +18,6 @@
 // black-holed (their byte streams have a gap, so they cannot be resumed);
 // clients reconnect as they would after a real partition.
 //
-// The fault drills (bench/drills) use it to black-hole the agent's stream
-// to the collector; see docs/contributing.md for the test infrastructure.
+// The fault drills (bench/drills, results in bench/drills.md) use it to
+// black-hole the agent's stream to the collector.
 package faultnet
