@@ -305,12 +305,25 @@ func mustRead(path, ns string) copies {
 
 func drillAgentSIGKILL(ctx context.Context, e *env) ([]SinkResult, error) {
 	return agentDrill(ctx, e, "agent-sigkill", func(ctx context.Context, _ *kubeEnv, a *agentProc) (string, error) {
+		// Kill while the agent holds occurrences the collector has not
+		// acknowledged, when the scrape catches such a moment within 5 s.
+		var age float64
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
+			if age = a.metric("eventpipe_agent_cursor_age_seconds"); age > 0 {
+				break
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
 		a.signal(syscall.SIGKILL)
+		unacked := "nothing unacknowledged seen at the kill"
+		if age > 0 {
+			unacked = fmt.Sprintf("killed with occurrences unacknowledged (cursor age %.3fs)", age)
+		}
 		start := time.Now()
 		if err := a.start(ctx); err != nil {
 			return "", fmt.Errorf("restart the agent: %w", err)
 		}
-		return fmt.Sprintf("agent SIGKILLed, ready again in %s", time.Since(start).Round(time.Millisecond)), nil
+		return fmt.Sprintf("agent SIGKILLed, %s, ready again in %s", unacked, time.Since(start).Round(time.Millisecond)), nil
 	})
 }
 
