@@ -81,6 +81,11 @@ bench-agent: tools
 bench-collector:
 	$(GO) run ./bench/collector $(ARGS)
 
+## bench-gateway: the driver proxy harness (see bench/gateway.md).
+.PHONY: bench-gateway
+bench-gateway: tools
+	$(GO) run ./bench/gateway $(ARGS)
+
 ## drills: the fault-drill suite, full form (10-minute sink outages, a subscriber
 ## 100,000 behind, ...; about 30 minutes), results into bench/drills.md. The short
 ## form runs in make test (bench/drills TestDrillsShort); drills-short runs it alone.

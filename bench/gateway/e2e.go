@@ -1,0 +1,203 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/eventpipe/eventpipe/agent"
+	"github.com/eventpipe/eventpipe/sinks/gateway/gatewaytest"
+	"github.com/eventpipe/eventpipe/testenv/kube"
+	"github.com/eventpipe/eventpipe/testenv/scenario"
+)
+
+// endToEnd: Events created in the real kube-apiserver as fast as it takes
+// them (-workers goroutines), about the pods of 20 healthy sandboxes; the
+// latency is from the create call's return (the Event exists) to the
+// platform event's receipt by the gateway client through agent,
+// collector and proxy.
+func (e *env) endToEnd() error {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cl, err := kube.StartProcess(ctx, kube.Options{Dir: filepath.Join(e.dir, "kube"), StartTimeout: 3 * time.Minute,
+		Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return fmt.Errorf("start kube-apiserver: %w", err)
+	}
+	defer cl.Stop()
+
+	acfg := agent.NewDefaultConfig()
+	acfg.Cluster = "bench"
+	acfg.Collector.Address = e.col.GRPCAddr()
+	acfg.Collector.Insecure = true
+	acfg.HTTP.Listen = ""
+	acfg.LeaderElection.Enabled = false
+	acfg.Ship.FlushInterval = 20 * time.Millisecond
+	ag, err := agent.New(acfg, cl.AgentConfig(), agent.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return err
+	}
+	agDone := make(chan error, 1)
+	go func() { agDone <- ag.Run(ctx) }()
+	defer func() { cancel(); <-agDone }()
+
+	// Sandboxes (namespace, CR, pods) for attribution.
+	clients, err := scenario.NewClients(cl.AdminConfig())
+	if err != nil {
+		return err
+	}
+	type pod struct{ ns, name, uid string }
+	var pods []pod
+	for i := range 20 {
+		s, err := scenario.Build("healthy", scenario.Params{Mode: scenario.ModeManaged, Workspace: fmt.Sprintf("bench%d", i)})
+		if err != nil {
+			return err
+		}
+		res, err := scenario.Play(ctx, clients, s)
+		if err != nil {
+			return err
+		}
+		sb := s.Events()[0].Sandbox
+		pods = append(pods, pod{sb.Namespace(), sb.PodName(), res.UIDs["Pod "+sb.Namespace()+"/"+sb.PodName()]})
+	}
+	for ag.Ready() != nil {
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	p, err := e.startProxy("e2e")
+	if err != nil {
+		return err
+	}
+	defer p.stop()
+	c, err := gatewaytest.Dial(p.sock)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if _, err := waitServing(c, 10*time.Second); err != nil {
+		return err
+	}
+	w, err := c.Watch(ctx)
+	if err != nil {
+		return err
+	}
+	// Receipt times by Event UID (the scenarios' own events arrive too and
+	// are ignored: they were not created below).
+	var recvMu sync.Mutex
+	recv := map[string]time.Time{}
+	var dups atomic.Int64
+	go func() {
+		for {
+			ev, err := w.Recv()
+			if err != nil {
+				return
+			}
+			if ev.Platform == nil {
+				continue
+			}
+			now := time.Now()
+			uid, _, _ := strings.Cut(ev.Platform.Metadata["eventpipe.event_id"], "/")
+			recvMu.Lock()
+			if _, ok := recv[uid]; ok {
+				dups.Add(1)
+			} else {
+				recv[uid] = now
+			}
+			recvMu.Unlock()
+		}
+	}()
+	var createdMu sync.Mutex
+	created := map[string]time.Time{} // Event UID -> create call return
+
+	kc, err := kubernetes.NewForConfig(cl.AdminConfig())
+	if err != nil {
+		return err
+	}
+	var total atomic.Int64
+	var wg sync.WaitGroup
+	stop := time.Now().Add(*e2eFor)
+	for wk := range *workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; time.Now().Before(stop); i++ {
+				pd := pods[(wk+i)%len(pods)]
+				now := metav1.NewTime(time.Now())
+				ev := &corev1.Event{
+					ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s.%x%02d", pd.name, time.Now().UnixNano(), wk), Namespace: pd.ns},
+					InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: pd.ns, Name: pd.name, UID: types.UID(pd.uid),
+						APIVersion: "v1", FieldPath: "spec.containers{agent}"},
+					Reason: "Started", Message: "Started container agent", Type: corev1.EventTypeNormal,
+					Source:         corev1.EventSource{Component: "kubelet", Host: "node-1"},
+					FirstTimestamp: now, LastTimestamp: now, Count: 1,
+				}
+				out, err := kc.CoreV1().Events(pd.ns).Create(ctx, ev, metav1.CreateOptions{})
+				if err != nil {
+					continue
+				}
+				done := time.Now()
+				createdMu.Lock()
+				created[string(out.UID)] = done
+				createdMu.Unlock()
+				total.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	rate := float64(total.Load()) / e2eFor.Seconds()
+	count := func() (lat []time.Duration, missing []string) {
+		recvMu.Lock()
+		defer recvMu.Unlock()
+		for uid, c := range created {
+			r, ok := recv[uid]
+			if !ok {
+				missing = append(missing, uid)
+				continue
+			}
+			lat = append(lat, max(r.Sub(c), 0))
+		}
+		return lat, missing
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	lat, missing := count()
+	for len(missing) > 0 && time.Now().Before(deadline) {
+		time.Sleep(200 * time.Millisecond)
+		lat, missing = count()
+	}
+	fmt.Printf("e2e: %d Events created in %s (%.0f/s, %d workers), %d received by the gateway client, %d duplicates\n",
+		total.Load(), *e2eFor, rate, *workers, len(lat), dups.Load())
+	if len(missing) > 0 {
+		// Where were they lost: before the collector, or after it?
+		stored := map[string]bool{}
+		for from := uint64(1); ; {
+			recs, _, err := e.col.Store().Read(ctx, from, 4096)
+			if err != nil || len(recs) == 0 {
+				break
+			}
+			for _, r := range recs {
+				stored[r.Occurrence.GetEvent().GetUid()] = true
+				from = r.Offset + 1
+			}
+		}
+		atCollector := 0
+		for _, uid := range missing {
+			if stored[uid] {
+				atCollector++
+			}
+		}
+		fmt.Printf("e2e: %d Events never reached the gateway client (%d of them are in the collector's log), e.g. %s\n", len(missing), atCollector, missing[0])
+	}
+	fmt.Printf("e2e latency (Event created -> gateway client): %s\n", summaryMS(lat))
+	fmt.Printf("e2e latency p99: %.1fms\n", float64(pct(lat, .99))/float64(time.Millisecond))
+	return nil
+}

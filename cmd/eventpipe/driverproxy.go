@@ -1,0 +1,165 @@
+//go:build !agentonly
+
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/eventpipe/eventpipe/sinks/gateway"
+)
+
+func init() {
+	register("driver-proxy", command{
+		summary: "run between the OpenShell gateway and its compute driver: pull-failure conditions and platform events",
+		run:     runDriverProxy,
+	})
+}
+
+const driverProxyUsage = `Usage:
+  eventpipe driver-proxy [--config FILE] [flags]
+
+Listens on the Unix socket the OpenShell gateway dials
+(OPENSHELL_COMPUTE_DRIVER_SOCKET) and forwards every RPC to the real
+openshell-driver-kubernetes socket, adding eventpipe's platform events and an
+ImagePulled=False condition while an image cannot be pulled. Flags override
+the config file. The collector being down never stops driver traffic.
+
+Example (all three containers of the gateway pod run as the same uid):
+  eventpipe driver-proxy --listen /var/run/openshell-compute/proxy/proxy.sock \
+      --driver /var/run/openshell-compute/driver/driver.sock \
+      --gateway-id openshell --collector collector.eventpipe:7070 \
+      --ca /etc/eventpipe/ca.pem --token-file /etc/eventpipe/reader.token
+
+Flags:
+`
+
+func runDriverProxy(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("eventpipe driver-proxy", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	configPath := fs.String("config", "", "driver-proxy YAML config file")
+	check := fs.Bool("check-config", false, "validate the config and flags, print every problem, and exit")
+	listen := fs.String("listen", "", "Unix socket the gateway dials (config: listen)")
+	driver := fs.String("driver", "", "the real driver's Unix socket (config: driver)")
+	gatewayID := fs.String("gateway-id", "", "this gateway's id, openshell.ai/gateway-id (config: gateway_id)")
+	addr := fs.String("collector", "", "collector gRPC address host:port (config: collector.address)")
+	tokenFile := fs.String("token-file", "", "bearer token with role reader (config: collector.token_file)")
+	caFile := fs.String("ca", "", "CA bundle for the collector's certificate (config: collector.ca_file)")
+	certFile := fs.String("cert", "", "client certificate for mTLS (config: collector.cert_file)")
+	keyFile := fs.String("key", "", "client key for mTLS (config: collector.key_file)")
+	serverName := fs.String("server-name", "", "TLS server name of the collector (config: collector.server_name)")
+	insecure := fs.Bool("insecure", false, "plaintext gRPC to the collector (config: collector.insecure)")
+	stateFile := fs.String("state-file", "", "where the delivered follow cursor is kept across restarts (config: follow.state_file)")
+	metricsAddr := fs.String("metrics-listen", "", "serve /metrics on this address (empty: off)")
+	logFormat := fs.String("log-format", "text", "log format: text or json")
+	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	fs.Usage = func() {
+		fmt.Fprint(stderr, driverProxyUsage)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "eventpipe driver-proxy: unexpected arguments %q\n", fs.Args())
+		return 2
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		fmt.Fprintf(stderr, "eventpipe driver-proxy: --log-level: %v\n", err)
+		return 2
+	}
+	hopts := &slog.HandlerOptions{Level: level}
+	var logger *slog.Logger
+	switch *logFormat {
+	case "text":
+		logger = slog.New(slog.NewTextHandler(stderr, hopts))
+	case "json":
+		logger = slog.New(slog.NewJSONHandler(stderr, hopts))
+	default:
+		fmt.Fprintf(stderr, "eventpipe driver-proxy: --log-format must be text or json, got %q\n", *logFormat)
+		return 2
+	}
+
+	cfg := gateway.NewDefaultConfig()
+	if *configPath != "" {
+		var err error
+		if cfg, err = gateway.LoadConfig(*configPath); err != nil {
+			fmt.Fprintf(stderr, "eventpipe driver-proxy: %v\n", err)
+			return 2
+		}
+	}
+	set := func(dst *string, v string) {
+		if v != "" {
+			*dst = v
+		}
+	}
+	set(&cfg.Listen, *listen)
+	set(&cfg.Driver, *driver)
+	set(&cfg.GatewayID, *gatewayID)
+	set(&cfg.Collector.Address, *addr)
+	set(&cfg.Collector.TokenFile, *tokenFile)
+	set(&cfg.Collector.CAFile, *caFile)
+	set(&cfg.Collector.CertFile, *certFile)
+	set(&cfg.Collector.KeyFile, *keyFile)
+	set(&cfg.Collector.ServerName, *serverName)
+	set(&cfg.Follow.StateFile, *stateFile)
+	if *insecure {
+		cfg.Collector.Insecure = true
+	}
+	where := "flags"
+	if *configPath != "" {
+		where = *configPath + " and flags"
+	}
+	if err := cfg.Validate(); err != nil {
+		fmt.Fprintf(stderr, "eventpipe driver-proxy: invalid config (%s):\n", where)
+		for _, line := range strings.Split(err.Error(), "\n") {
+			fmt.Fprintf(stderr, "  %s\n", line)
+		}
+		return 2
+	}
+	if *check {
+		fmt.Fprintf(stdout, "config (%s) is valid\n", where)
+		return 0
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	p, err := gateway.New(cfg, logger, reg)
+	if err != nil {
+		logger.Error("driver proxy failed to start", "err", err)
+		return 1
+	}
+	if *metricsAddr != "" {
+		l, err := net.Listen("tcp", *metricsAddr)
+		if err != nil {
+			logger.Error("metrics listener", "err", err)
+			return 1
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = srv.Serve(l) }()
+		defer srv.Close()
+	}
+	if err := p.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		logger.Error("driver proxy failed", "err", err)
+		return 1
+	}
+	return 0
+}

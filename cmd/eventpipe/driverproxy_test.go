@@ -1,0 +1,111 @@
+//go:build !agentonly
+
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/eventpipe/eventpipe/sinks/gateway/gatewaytest"
+)
+
+func TestDriverProxyConfigErrors(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(bad, []byte("listen: relative.sock\ndriver: /run/d.sock\ncollector:\n  address: ''\nfollow:\n  max_sandboxes: 0\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	unknown := filepath.Join(dir, "unknown.yaml")
+	if err := os.WriteFile(unknown, []byte("listen: /run/p.sock\ncolector: {}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"--config", bad, "--check-config"}, []string{"listen: must be an absolute path", "gateway_id: must be set",
+			"collector.address: must be set", "follow.max_sandboxes: must be at least 1"}},
+		{[]string{"--config", unknown}, []string{"field colector not found"}},
+		{[]string{"--config", filepath.Join(dir, "missing.yaml")}, []string{"no such file"}},
+		{[]string{"--listen", "/run/p.sock", "--driver", "/run/p.sock", "--gateway-id", "g", "--collector", "c:1"}, []string{"listen: must differ from driver"}},
+		{[]string{"extra"}, []string{"unexpected arguments"}},
+	} {
+		var stdout, stderr bytes.Buffer
+		if code := realMain(append([]string{"driver-proxy"}, tc.args...), nil, &stdout, &stderr); code != 2 {
+			t.Errorf("%v: exit %d, want 2 (stderr %s)", tc.args, code, stderr.String())
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(stderr.String(), w) {
+				t.Errorf("%v: stderr lacks %q:\n%s", tc.args, w, stderr.String())
+			}
+		}
+	}
+	good := filepath.Join(dir, "good.yaml")
+	if err := os.WriteFile(good, []byte("listen: /run/eventpipe/proxy.sock\ndriver: /run/openshell/driver.sock\ngateway_id: openshell\ncollector:\n  address: collector:7070\n  insecure: true\nfollow:\n  tail_per_sandbox: 50\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	if code := realMain([]string{"driver-proxy", "--config", good, "--check-config"}, nil, &stdout, &stderr); code != 0 || !strings.Contains(stdout.String(), "is valid") {
+		t.Errorf("good config: exit %d: %s%s", code, stdout.String(), stderr.String())
+	}
+}
+
+// TestDriverProxyCommandForwards runs the subcommand against the test
+// driver, with no collector listening, and calls through it.
+func TestDriverProxyCommandForwards(t *testing.T) {
+	dir, err := os.MkdirTemp("/tmp", "dp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	drv, err := gatewaytest.StartDriver(filepath.Join(dir, "driver", "driver.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer drv.Stop()
+	drv.Put(gatewaytest.Sandbox{ID: "5e6f7a8b-9c0d-4e1f-8a2b-3c4d5e6f7a8b", Name: "cmd"})
+	sock := filepath.Join(dir, "proxy", "proxy.sock")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	var stderr bytes.Buffer
+	go func() {
+		done <- runDriverProxy(ctx, []string{"--listen", sock, "--driver", drv.Path, "--gateway-id", "openshell",
+			"--collector", "127.0.0.1:1", "--insecure", "--log-level", "error"}, nil, &bytes.Buffer{}, &stderr)
+	}()
+	c, err := gatewaytest.Dial(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		cctx, ccancel := context.WithTimeout(context.Background(), time.Second)
+		resp, err := c.Unary(cctx, gatewaytest.MethodList, nil)
+		ccancel()
+		if err == nil {
+			sbs, derr := gatewaytest.DecodeSandboxes(resp.Bodies[0])
+			if derr != nil || len(sbs) != 1 || sbs[0].Name != "cmd" {
+				t.Errorf("ListSandboxes through the command: %v %+v", derr, sbs)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no answer through the command: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	cancel()
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Errorf("exit %d: %s", code, stderr.String())
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("driver-proxy did not stop")
+	}
+}

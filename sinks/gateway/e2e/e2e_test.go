@@ -1,0 +1,488 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/goleak"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/eventpipe/eventpipe/agent"
+	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
+	"github.com/eventpipe/eventpipe/collector"
+	"github.com/eventpipe/eventpipe/sinks/gateway"
+	"github.com/eventpipe/eventpipe/sinks/gateway/gatewaytest"
+	"github.com/eventpipe/eventpipe/testenv/kube"
+	"github.com/eventpipe/eventpipe/testenv/scenario"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if code == 0 {
+		if err := goleak.Find(goleak.IgnoreAnyFunction("google.golang.org/grpc/internal/grpcsync.(*CallbackSerializer).run"),
+			goleak.IgnoreAnyFunction("k8s.io/klog/v2.(*flushDaemon).run")); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+func logger() *slog.Logger {
+	if os.Getenv("GATEWAY_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+// run starts fn(ctx) in a goroutine and stops it at cleanup.
+func run(t *testing.T, what string, fn func(context.Context) error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- fn(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil && !errors.Is(err, context.Canceled) {
+				t.Errorf("%s: %v", what, err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Errorf("%s did not stop", what)
+		}
+	})
+}
+
+// stream collects one WatchSandboxes stream.
+type stream struct {
+	mu       sync.Mutex
+	platform []gatewaytest.WatchEvent
+	snaps    map[string]gatewaytest.Sandbox
+	nsnap    map[string]int
+}
+
+func (s *stream) ofSandbox(id string) []gatewaytest.WatchEvent {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []gatewaytest.WatchEvent
+	for _, e := range s.platform {
+		if e.PlatformSandboxID == id {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func (s *stream) snapshot(id string) (gatewaytest.Sandbox, int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.snaps[id], s.nsnap[id]
+}
+
+func waitFor(t *testing.T, d time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		ok, detail := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s: %s", d, what, detail)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+type played struct {
+	name   string
+	mode   scenario.Mode
+	sb     scenario.Sandbox
+	res    *scenario.Result
+	role   string // image role of the failing image
+	image  string
+	podUID string
+}
+
+// TestEndToEndSeedScenarios: the seed scenarios (workload image missing,
+// supervisor image bad tag) in shared and managed mode, played into the
+// real kube-apiserver, go through the real agent, the real collector and
+// the proxy to a gateway client: every attributed occurrence arrives once
+// as a platform event with its keys, the driver's own kubernetes events do
+// not, ImagePulled=False is on WatchSandboxes snapshots, GetSandbox and
+// ListSandboxes until a Pulled of the agent container (of the supervisor
+// container, for the supervisor pod), and pulling_image completes only on
+// the agent container's Pulled.
+func TestEndToEndSeedScenarios(t *testing.T) {
+	cluster := kube.Start(t)
+	dir, err := os.MkdirTemp("/tmp", "gwe2e")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+
+	ccfg := collector.NewDefaultConfig()
+	ccfg.GRPC.Listen, ccfg.HTTP.Listen = "127.0.0.1:0", "127.0.0.1:0"
+	ccfg.GRPC.ShutdownGrace = time.Second
+	ccfg.Auth.Insecure = true
+	ccfg.Store.Dir = filepath.Join(dir, "log")
+	col, err := collector.New(ccfg, nil, prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, "collector", col.Run)
+
+	acfg := agent.NewDefaultConfig()
+	acfg.Cluster = "e2e"
+	acfg.Collector.Address = col.GRPCAddr()
+	acfg.Collector.Insecure = true
+	acfg.HTTP.Listen = ""
+	acfg.LeaderElection.Enabled = false
+	acfg.Ship.FlushInterval = 50 * time.Millisecond
+	acfg.Hold.MaxAge = 5 * time.Second
+	acfg.Hold.RetryInterval = 100 * time.Millisecond
+	ag, err := agent.New(acfg, cluster.AgentConfig(), agent.Options{Logger: logger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, "agent", ag.Run)
+
+	drv, err := gatewaytest.StartDriver(filepath.Join(dir, "driver", "driver.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(drv.Stop)
+	pcfg := gateway.NewDefaultConfig()
+	pcfg.Listen = filepath.Join(dir, "proxy", "proxy.sock")
+	pcfg.Driver = drv.Path
+	pcfg.GatewayID = scenario.DefaultGateway
+	pcfg.Collector.Address = col.GRPCAddr()
+	pcfg.Collector.Insecure = true
+	proxy, err := gateway.New(pcfg, logger(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, "proxy", proxy.Run)
+	<-proxy.Ready()
+
+	gw, err := gatewaytest.Dial(pcfg.Listen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { gw.Close() })
+	st := &stream{snaps: map[string]gatewaytest.Sandbox{}, nsnap: map[string]int{}}
+	run(t, "gateway stream", func(ctx context.Context) error {
+		w, err := gw.Watch(ctx)
+		if err != nil {
+			return err
+		}
+		for {
+			ev, err := w.Recv()
+			if err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return err
+			}
+			st.mu.Lock()
+			switch {
+			case ev.Platform != nil:
+				st.platform = append(st.platform, ev)
+			case ev.Sandbox != nil:
+				st.snaps[ev.Sandbox.ID] = *ev.Sandbox
+				st.nsnap[ev.Sandbox.ID]++
+			}
+			st.mu.Unlock()
+		}
+	})
+	waitFor(t, 60*time.Second, "agent ready", func() (bool, string) { return ag.Ready() == nil, fmt.Sprint(ag.Ready()) })
+	if err := drv.WaitWatchers(context.Background(), 1); err != nil {
+		t.Fatal(err)
+	}
+
+	clients, err := scenario.NewClients(cluster.AdminConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc, err := kubernetes.NewForConfig(cluster.AdminConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name string
+		mode scenario.Mode
+		gen  scenario.Generation
+	}{
+		{"img-missing", scenario.ModeShared, scenario.Newer},
+		{"img-missing", scenario.ModeManaged, scenario.Newer},
+		{"sup-bad", scenario.ModeShared, scenario.Older},
+		{"sup-bad", scenario.ModeManaged, scenario.Older},
+		{"sup-bad", scenario.ModeManaged, scenario.Newer},
+	}
+	var all []*played
+	for i, c := range cases {
+		s, err := scenario.Build(c.name, scenario.Params{Mode: c.mode, Workspace: fmt.Sprintf("e2e%d", i), Generation: c.gen})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sb := s.Events()[0].Sandbox
+		gen := "newer"
+		if c.gen == scenario.Older {
+			gen = "older"
+		}
+		p := &played{name: fmt.Sprintf("%s/%s/%s", c.mode, c.name, gen), mode: c.mode, sb: sb}
+		if c.name == "img-missing" {
+			p.role, p.image = eventpipev1.ImageRoleWorkload, sb.Image
+		} else {
+			p.role, p.image = eventpipev1.ImageRoleSupervisor, sb.SupervisorImage
+		}
+		// The gateway knows the sandbox before Kubernetes does.
+		drv.Put(driverSandbox(sb))
+		if c.mode == scenario.ModeShared {
+			// The driver's own (supervisor-less, wrong-progress) event.
+			drv.Platform(sb.ID, gatewaytest.PlatformEvent{TimestampMS: time.Now().UnixMilli(), Source: "kubernetes",
+				Type: "Normal", Reason: "Pulled", Message: "the driver's own event",
+				Metadata: map[string]string{"openshell.progress.complete_step": "pulling_image"}})
+		}
+		if p.res, err = scenario.Play(context.Background(), clients, s); err != nil {
+			t.Fatalf("play %s: %v", p.name, err)
+		}
+		p.podUID = p.res.UIDs["Pod "+sb.Namespace()+"/"+sb.PodName()]
+		all = append(all, p)
+	}
+
+	for _, p := range all {
+		t.Run(p.name, func(t *testing.T) {
+			id := p.sb.ID
+			stored := func() map[string]*eventpipev1.Occurrence {
+				out := map[string]*eventpipev1.Occurrence{}
+				for _, o := range readAll(t, col) {
+					if o.GetSandbox().GetId() == id {
+						out[o.GetEventId()] = o
+					}
+				}
+				return out
+			}
+			// Every Event played was stored, and every stored occurrence
+			// reached the stream.
+			waitFor(t, 60*time.Second, "the played events at the gateway", func() (bool, string) {
+				occ := stored()
+				events := 0
+				for _, o := range occ {
+					if o.GetPullFailure().GetSource() != eventpipev1.PullSourcePodStatus {
+						events++
+					}
+				}
+				got := st.ofSandbox(id)
+				return events >= len(p.res.Events) && len(got) >= len(occ), fmt.Sprintf("%d/%d events stored, %d of %d at the gateway", events, len(p.res.Events), len(got), len(occ))
+			})
+			checkFailure(t, p, st, gw, drv, true)
+
+			pulledID := writePulled(t, kc, p)
+			waitFor(t, 30*time.Second, "the Pulled at the gateway", func() (bool, string) {
+				for _, e := range st.ofSandbox(id) {
+					if strings.HasPrefix(e.Platform.Metadata[gateway.KeyEventID], pulledID+"/") {
+						return true, ""
+					}
+				}
+				return false, fmt.Sprintf("%d events", len(st.ofSandbox(id)))
+			})
+			checkFailure(t, p, st, gw, drv, false)
+
+			evs := st.ofSandbox(id)
+			occ := stored()
+			seen := map[string]int{}
+			for _, e := range evs {
+				md := e.Platform.Metadata
+				seen[md[gateway.KeyEventID]]++
+				if e.Platform.Message == "the driver's own event" {
+					t.Errorf("the driver's own kubernetes event reached the gateway")
+				}
+				o := occ[md[gateway.KeyEventID]]
+				if o == nil {
+					t.Errorf("platform event %s not in the collector", md[gateway.KeyEventID])
+					continue
+				}
+				for _, k := range []string{gateway.KeyInvolvedKind, gateway.KeyInvolvedName, gateway.KeyNamespace, gateway.KeyCount} {
+					if md[k] == "" {
+						t.Errorf("event %s (%s) lacks %s: %v", o.GetEventId(), o.GetReason(), k, md)
+					}
+				}
+				if e.Platform.Source != "kubernetes" || e.Platform.Reason != o.GetReason() || e.Platform.Type != o.GetType() {
+					t.Errorf("event %s: %+v", o.GetEventId(), e.Platform)
+				}
+				if pf := o.GetPullFailure(); pf != nil {
+					if md[gateway.KeyPullCause] != eventpipev1.CategoryNotFound || md[gateway.KeyDisposition] == "" || md[gateway.KeyImage] != p.image || md[gateway.KeyImageRole] != p.role {
+						t.Errorf("pull failure %s keys: %v", o.GetEventId(), md)
+					}
+				}
+				if md[gateway.KeyCompleteStep] == eventpipev1.StepPullingImage && (md[gateway.KeyContainer] != "agent" || e.Platform.Reason != "Pulled") {
+					t.Errorf("pulling_image completed by %s of container %q", e.Platform.Reason, md[gateway.KeyContainer])
+				}
+			}
+			for id, n := range seen {
+				if n != 1 {
+					t.Errorf("occurrence %s reached the stream %d times", id, n)
+				}
+			}
+			for id := range occ {
+				if seen[id] == 0 {
+					t.Errorf("occurrence %s (%s) never reached the stream", id, occ[id].GetReason())
+				}
+			}
+			completed := 0
+			for _, e := range evs {
+				if e.Platform.Metadata[gateway.KeyCompleteStep] == eventpipev1.StepPullingImage {
+					completed++
+				}
+			}
+			if completed == 0 {
+				t.Errorf("pulling_image never completed (the agent's Pulled carries it)")
+			}
+			failures := 0
+			for _, o := range occ {
+				if o.GetPullFailure() != nil {
+					failures++
+				}
+			}
+			t.Logf("%d occurrences stored, %d platform events at the gateway (%d pull failures, %d completing pulling_image)", len(occ), len(evs), failures, completed)
+		})
+	}
+}
+
+func driverSandbox(sb scenario.Sandbox) gatewaytest.Sandbox {
+	return gatewaytest.Sandbox{ID: sb.ID, Name: sb.Name, Namespace: sb.Namespace(), Workspace: sb.Workspace,
+		Conditions: []gatewaytest.Condition{{Type: "Ready", Status: "False", Reason: scenario.ReadyReasonNotReady,
+			Message: "Pod exists with phase: Pending", LastTransitionTime: time.Now().UTC().Format(time.RFC3339)}}}
+}
+
+// checkFailure checks the condition on a fresh snapshot, Get and List.
+func checkFailure(t *testing.T, p *played, st *stream, gw *gatewaytest.Client, drv *gatewaytest.Driver, want bool) {
+	t.Helper()
+	id := p.sb.ID
+	check := func(where string, s gatewaytest.Sandbox) (bool, string) {
+		c, has := s.Condition(gateway.ConditionImage)
+		ready, _ := s.Condition("Ready")
+		if ready.Status != "False" || ready.Reason != scenario.ReadyReasonNotReady {
+			return false, fmt.Sprintf("%s: Ready changed: %+v", where, ready)
+		}
+		if !want {
+			if has || strings.Contains(ready.Message, "[eventpipe]") {
+				return false, fmt.Sprintf("%s: still failing: %+v / %q", where, c, ready.Message)
+			}
+			return true, ""
+		}
+		if !has || c.Status != "False" || c.Reason != "NotFound" {
+			return false, fmt.Sprintf("%s: condition %+v (has %v)", where, c, has)
+		}
+		for _, w := range []string{p.role + " image " + p.image, "attempts", "not found"} {
+			if !strings.Contains(c.Message, w) {
+				return false, fmt.Sprintf("%s: message %q lacks %q", where, c.Message, w)
+			}
+		}
+		if !strings.Contains(ready.Message, "[eventpipe] "+c.Message) {
+			return false, fmt.Sprintf("%s: Ready message %q", where, ready.Message)
+		}
+		return true, ""
+	}
+	waitFor(t, 20*time.Second, fmt.Sprintf("condition present=%v on Get, List and a snapshot", want), func() (bool, string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		r, err := gw.Unary(ctx, gatewaytest.MethodGet, protoString(1, id))
+		if err != nil {
+			return false, err.Error()
+		}
+		got, _ := gatewaytest.DecodeSandboxes(r.Bodies[0])
+		if ok, why := check("GetSandbox", got[0]); !ok {
+			return false, why
+		}
+		r, err = gw.Unary(ctx, gatewaytest.MethodList, nil)
+		if err != nil {
+			return false, err.Error()
+		}
+		list, _ := gatewaytest.DecodeSandboxes(r.Bodies[0])
+		for _, s := range list {
+			if s.ID == id {
+				if ok, why := check("ListSandboxes", s); !ok {
+					return false, why
+				}
+			}
+		}
+		_, n := st.snapshot(id)
+		drv.Put(driverSandbox(p.sb))
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			s, m := st.snapshot(id)
+			if m > n {
+				return check("WatchSandboxes", s)
+			}
+			if time.Now().After(deadline) {
+				return false, "no new snapshot"
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
+}
+
+func protoString(num byte, s string) []byte {
+	return append([]byte{num<<3 | 2, byte(len(s))}, s...)
+}
+
+// writePulled writes the kubelet's Pulled event: of the agent container,
+// or of the supervisor container for a supervisor pod's failure. It
+// returns the Event's UID.
+func writePulled(t *testing.T, kc kubernetes.Interface, p *played) string {
+	t.Helper()
+	sb := p.sb
+	pod, podUID, container, image := sb.PodName(), p.podUID, "agent", sb.Image
+	if p.role == eventpipev1.ImageRoleSupervisor && sb.HasSupervisorPod() {
+		pod, container, image = sb.SupervisorPodName(), "supervisor", sb.SupervisorImage
+		podUID = p.res.UIDs["Pod "+sb.Namespace()+"/"+pod]
+	}
+	now := metav1.NewTime(time.Now())
+	ev := &corev1.Event{
+		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s.%x", pod, time.Now().UnixNano()), Namespace: sb.Namespace()},
+		InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: sb.Namespace(), Name: pod, UID: types.UID(podUID),
+			APIVersion: "v1", FieldPath: "spec.containers{" + container + "}"},
+		Reason:         "Pulled",
+		Message:        fmt.Sprintf("Successfully pulled image %q in 1.2s (1.2s including waiting). Image size: 2155861 bytes.", image),
+		Source:         corev1.EventSource{Component: "kubelet", Host: sb.Node},
+		FirstTimestamp: now, LastTimestamp: now, Count: 1, Type: corev1.EventTypeNormal,
+	}
+	created, err := kc.CoreV1().Events(sb.Namespace()).Create(context.Background(), ev, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("write Pulled: %v", err)
+	}
+	return string(created.UID)
+}
+
+func readAll(t *testing.T, c *collector.Collector) []*eventpipev1.Occurrence {
+	t.Helper()
+	var out []*eventpipev1.Occurrence
+	from := uint64(1)
+	for {
+		recs, _, err := c.Store().Read(context.Background(), from, 4096)
+		if err != nil {
+			t.Fatalf("read store: %v", err)
+		}
+		if len(recs) == 0 {
+			return out
+		}
+		for _, r := range recs {
+			out = append(out, r.Occurrence)
+			from = r.Offset + 1
+		}
+	}
+}

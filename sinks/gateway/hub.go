@@ -1,0 +1,443 @@
+package gateway
+
+import (
+	"container/list"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
+	"github.com/eventpipe/eventpipe/sinks/gateway/driverwire"
+)
+
+// entry is one spliced platform event, encoded once for every stream.
+type entry struct {
+	cursor    uint64 // the collector's Follow cursor
+	sandboxID string
+	eventID   string
+	msg       []byte // an encoded WatchSandboxesEvent
+	// restored: read back at start with a cursor the previous run had
+	// already delivered (see hub.restoreDelivered).
+	restored bool
+}
+
+// sandbox is what the proxy keeps per live sandbox: the recent events (a
+// ring of at most TailPerSandbox) and the active pull failures by
+// role/container.
+type sandbox struct {
+	id       string
+	tail     []*entry
+	failures map[string]*eventpipev1.Occurrence
+	// pulled is when a container (role/container) or, for the key
+	// "workload/", the whole workload pod was last reported pulled: a
+	// failure that happened before it (an occurrence read late, a pod
+	// status written before the pull) does not come back.
+	pulled map[string]time.Time
+	lru    *list.Element
+}
+
+// gwConn is one gateway connection (a gateway process, until it or the
+// proxy restarts). Its sent set is the per-stream dedupe: a WatchSandboxes
+// stream reopened on the same connection gets only what was not yet sent.
+type gwConn struct {
+	id          uint64
+	sent        map[string]struct{}
+	order       []string // FIFO of sent ids, bounds sent to the window
+	head        int
+	skipRestore bool // the first connection after a restart: restored entries count as sent
+	subs        int
+	lru         *list.Element
+}
+
+// subscriber is one open WatchSandboxes stream. It reads the hub's log
+// of recent events from its own position (next), so a slow stream never
+// makes the hub wait or drop; only a stream more than MaxEvents behind
+// loses its place (counted), and then catches up from the tails.
+type subscriber struct {
+	conn   *gwConn
+	next   uint64        // the next log sequence number to send
+	notify chan struct{} // signalled (capacity 1) when the log grew
+}
+
+// maxConns bounds the gateway connections remembered (one gateway process
+// has one; old ones are forgotten first).
+const maxConns = 16
+
+// hub holds the proxy's state between the Follow stream and the gateway's
+// streams. All methods are safe for concurrent use.
+type hub struct {
+	cfg FollowConfig
+	m   *metrics
+
+	mu        sync.RWMutex
+	sandboxes map[string]*sandbox
+	lru       *list.List // of *sandbox, most recently active at the front
+	failing   int        // sandboxes with at least one active failure
+	conns     map[uint64]*gwConn
+	connLRU   *list.List
+	subs      map[*subscriber]struct{}
+	restored  uint64 // delivered cursor of the previous run
+	anyConn   bool   // a connection was seen since start
+	events    int    // entries in all tails, at most cfg.MaxEvents
+	// log is a ring of the last len(log) events in arrival order; event
+	// number seq is at log[seq%len(log)], for seq in [logNext-logLen, logNext).
+	log     []*entry
+	logNext uint64
+	logLen  int
+
+	// following: the Follow stream is open; lostAt: when it was lost.
+	following bool
+	lostAt    time.Time
+}
+
+func (h *hub) setFollowing(up bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.following && !up {
+		h.lostAt = time.Now()
+	}
+	h.following = up
+}
+
+// replacing reports whether eventpipe's events stand in for the driver's
+// own kubernetes events: while the Follow stream is open, or was open (or
+// the proxy started) less than grace ago. Otherwise the driver's events pass (fail
+// open: without the collector the gateway still gets the driver's view).
+func (h *hub) replacing(grace time.Duration) bool {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	return h.following || time.Since(h.lostAt) < grace
+}
+
+func newHub(cfg FollowConfig, m *metrics) *hub {
+	return &hub{
+		cfg: cfg, m: m,
+		sandboxes: map[string]*sandbox{}, lru: list.New(),
+		conns: map[uint64]*gwConn{}, connLRU: list.New(),
+		subs: map[*subscriber]struct{}{},
+		log:  make([]*entry, max(cfg.MaxEvents, 1)),
+		// A (re)started proxy gives the Follow stream the same grace as a
+		// reconnect before the driver's own events pass.
+		lostAt: time.Now(),
+	}
+}
+
+func sandboxKey(id string) string { return strings.ToLower(id) }
+
+// restoreDelivered records the previous run's delivered cursor: entries
+// read back with a cursor at or below it are not sent again to the first
+// gateway connection (the gateway that kept running while the proxy
+// restarted already has them).
+func (h *hub) restoreDelivered(c uint64) {
+	h.mu.Lock()
+	h.restored = c
+	h.mu.Unlock()
+}
+
+func (h *hub) restoredCursor() uint64 {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	return h.restored
+}
+
+// get returns the sandbox's state, creating it (and evicting the least
+// recently active one beyond MaxSandboxes). Called with h.mu held.
+func (h *hub) get(id string) *sandbox {
+	k := sandboxKey(id)
+	if s, ok := h.sandboxes[k]; ok {
+		h.lru.MoveToFront(s.lru)
+		return s
+	}
+	s := &sandbox{id: id}
+	s.lru = h.lru.PushFront(s)
+	h.sandboxes[k] = s
+	for h.lru.Len() > h.cfg.MaxSandboxes {
+		old := h.lru.Back().Value.(*sandbox)
+		h.drop(old)
+		h.m.evicted.Inc()
+	}
+	h.m.sandboxes.Set(float64(len(h.sandboxes)))
+	return s
+}
+
+func (h *hub) drop(s *sandbox) {
+	if len(s.failures) > 0 {
+		h.failing--
+	}
+	h.events -= len(s.tail)
+	h.lru.Remove(s.lru)
+	delete(h.sandboxes, sandboxKey(s.id))
+	h.m.sandboxes.Set(float64(len(h.sandboxes)))
+	h.m.failing.Set(float64(h.failing))
+}
+
+// forget drops a sandbox the driver reported deleted.
+func (h *hub) forget(id string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if s, ok := h.sandboxes[sandboxKey(id)]; ok {
+		h.drop(s)
+	}
+}
+
+// apply takes one occurrence from the Follow stream: it updates the
+// sandbox's pull-failure state, keeps the event in the sandbox's tail and
+// hands it to every open stream. restored marks occurrences the previous
+// run already delivered.
+func (h *hub) apply(cursor uint64, o *eventpipev1.Occurrence, restored bool) {
+	id := o.GetSandbox().GetId()
+	if id == "" {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s := h.get(id)
+	h.updateFailures(s, o)
+	for _, e := range s.tail {
+		if e.eventID == o.GetEventId() {
+			h.m.duplicates.Inc() // the same occurrence stored twice (at-least-once ingest) or read again
+			return
+		}
+	}
+	e := &entry{cursor: cursor, sandboxID: id, eventID: o.GetEventId(), restored: restored,
+		msg: driverwire.AppendPlatformEvent(nil, id, platformEvent(o))}
+	switch {
+	case h.cfg.TailPerSandbox == 0:
+	case len(s.tail) >= h.cfg.TailPerSandbox:
+		copy(s.tail, s.tail[1:])
+		s.tail[len(s.tail)-1] = e
+	default:
+		s.tail = append(s.tail, e)
+		h.events++
+		h.trim(s)
+	}
+	h.log[h.logNext%uint64(len(h.log))] = e
+	h.logNext++
+	h.logLen = min(h.logLen+1, len(h.log))
+	for sub := range h.subs {
+		select {
+		case sub.notify <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// trim keeps the tails within MaxEvents by dropping the oldest events of
+// the least recently active sandboxes (never of keep). Called with h.mu held.
+func (h *hub) trim(keep *sandbox) {
+	for el := h.lru.Back(); h.events > h.cfg.MaxEvents && el != nil; {
+		s := el.Value.(*sandbox)
+		if s == keep || len(s.tail) == 0 {
+			el = el.Prev()
+			continue
+		}
+		s.tail[0] = nil
+		s.tail = s.tail[1:]
+		h.events--
+		h.m.trimmed.Inc()
+	}
+	h.m.events.Set(float64(h.events))
+}
+
+// updateFailures: a pull failure becomes the active failure of its
+// role/container; a Pulled clears that container, and a Pulled of the
+// workload's agent container clears every failure of the workload pod
+// (its init containers ran before it, with the same or earlier images).
+func (h *hub) updateFailures(s *sandbox, o *eventpipev1.Occurrence) {
+	had := len(s.failures) > 0
+	key := o.GetRole() + "/" + o.GetContainer()
+	at := o.GetOccurredAt().AsTime()
+	switch {
+	case o.GetPullFailure() != nil:
+		if p, ok := s.pulled[key]; ok && !at.After(p) {
+			break
+		}
+		if p, ok := s.pulled[o.GetRole()+"/"]; ok && !at.After(p) {
+			break
+		}
+		if prev, ok := s.failures[key]; ok && prev.GetOccurredAt().AsTime().After(at) {
+			break // an older occurrence arriving late
+		}
+		if s.failures == nil {
+			s.failures = map[string]*eventpipev1.Occurrence{}
+		}
+		s.failures[key] = o
+	case o.GetReason() == "Pulled":
+		if s.pulled == nil {
+			s.pulled = map[string]time.Time{}
+		}
+		s.pulled[key] = at
+		delete(s.failures, key)
+		if o.GetContainer() == "agent" && o.GetRole() == eventpipev1.RoleWorkload {
+			s.pulled[eventpipev1.RoleWorkload+"/"] = at
+			for k, f := range s.failures {
+				if f.GetRole() == eventpipev1.RoleWorkload && !f.GetOccurredAt().AsTime().After(at) {
+					delete(s.failures, k)
+				}
+			}
+		}
+	}
+	switch has := len(s.failures) > 0; {
+	case has && !had:
+		h.failing++
+	case !has && had:
+		h.failing--
+	}
+	h.m.failing.Set(float64(h.failing))
+}
+
+func (h *hub) anyFailures() bool {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	return h.failing > 0
+}
+
+// patchFor is the driverwire.PatchFunc of the proxy: the ImagePulled
+// condition and the Ready suffix while a pull failure is active.
+func (h *hub) patchFor(id string) (driverwire.Patch, bool) {
+	h.mu.RLock()
+	s, ok := h.sandboxes[sandboxKey(id)]
+	var cur *eventpipev1.Occurrence
+	if ok {
+		for _, f := range s.failures {
+			if cur == nil || f.GetOccurredAt().AsTime().After(cur.GetOccurredAt().AsTime()) {
+				cur = f
+			}
+		}
+	}
+	h.mu.RUnlock()
+	if cur == nil {
+		return driverwire.Patch{}, false
+	}
+	c := condition(cur)
+	return driverwire.Patch{Add: []driverwire.Condition{c}, ReadySuffix: readySuffix(c)}, true
+}
+
+// conn returns the state of a gateway connection. Called with h.mu held.
+func (h *hub) conn(id uint64) *gwConn {
+	if c, ok := h.conns[id]; ok {
+		h.connLRU.MoveToFront(c.lru)
+		return c
+	}
+	c := &gwConn{id: id, sent: map[string]struct{}{}, skipRestore: !h.anyConn && h.restored > 0}
+	h.anyConn = true
+	c.lru = h.connLRU.PushFront(c)
+	h.conns[id] = c
+	for h.connLRU.Len() > maxConns {
+		old := h.connLRU.Back().Value.(*gwConn)
+		if old.subs > 0 {
+			break
+		}
+		h.connLRU.Remove(old.lru)
+		delete(h.conns, old.id)
+	}
+	return c
+}
+
+// subscribe registers a stream of connection connID and returns, in
+// cursor order, the tail it must send first: the recent events of every
+// live sandbox not yet sent on this connection.
+func (h *hub) subscribe(connID uint64) (*subscriber, []*entry) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	c := h.conn(connID)
+	c.subs++
+	sub := &subscriber{conn: c, next: h.logNext, notify: make(chan struct{}, 1)}
+	h.subs[sub] = struct{}{}
+	return sub, h.unsent(c)
+}
+
+// read returns up to max events from the subscriber's position in the log
+// and advances it. overrun reports that events between its position and
+// the oldest one kept were overwritten: the caller then catches up from
+// the tails (pending).
+func (h *hub) read(sub *subscriber, max int) (batch []*entry, overrun bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if oldest := h.logNext - uint64(h.logLen); sub.next < oldest {
+		sub.next = oldest
+		overrun = true
+		h.m.lagged.Inc()
+	}
+	for ; sub.next < h.logNext && len(batch) < max; sub.next++ {
+		batch = append(batch, h.log[sub.next%uint64(len(h.log))])
+	}
+	return batch, overrun
+}
+
+// pending is what the subscriber's connection has not been sent yet from
+// the tails, in cursor order.
+func (h *hub) pending(sub *subscriber) []*entry {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	return h.unsent(sub.conn)
+}
+
+// unsent: called with h.mu held.
+func (h *hub) unsent(c *gwConn) []*entry {
+	var tail []*entry
+	for _, s := range h.sandboxes {
+		for _, e := range s.tail {
+			if !h.wasSent(c, e) {
+				tail = append(tail, e)
+			}
+		}
+	}
+	slices.SortFunc(tail, func(a, b *entry) int {
+		switch {
+		case a.cursor < b.cursor:
+			return -1
+		case a.cursor > b.cursor:
+			return 1
+		}
+		return 0
+	})
+	return tail
+}
+
+func (h *hub) unsubscribe(sub *subscriber) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if _, ok := h.subs[sub]; ok {
+		delete(h.subs, sub)
+		sub.conn.subs--
+	}
+}
+
+// wasSent reports whether e went out on c already. Called with h.mu held.
+func (h *hub) wasSent(c *gwConn, e *entry) bool {
+	if c.skipRestore && e.restored {
+		return true
+	}
+	_, ok := c.sent[e.eventID]
+	return ok
+}
+
+// claim marks e as sent on the subscriber's connection; false means it was
+// sent already and must be skipped.
+func (h *hub) claim(sub *subscriber, e *entry) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	c := sub.conn
+	if h.wasSent(c, e) {
+		h.m.duplicates.Inc()
+		return false
+	}
+	c.sent[e.eventID] = struct{}{}
+	if len(c.order) < h.cfg.DedupeWindow {
+		c.order = append(c.order, e.eventID)
+	} else {
+		delete(c.sent, c.order[c.head])
+		c.order[c.head] = e.eventID
+		c.head = (c.head + 1) % len(c.order)
+	}
+	return true
+}
+
+// unclaim undoes claim for an event whose send failed.
+func (h *hub) unclaim(sub *subscriber, e *entry) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(sub.conn.sent, e.eventID)
+}

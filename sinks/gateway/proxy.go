@@ -1,0 +1,384 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+
+	"github.com/eventpipe/eventpipe/sinks/gateway/driverwire"
+)
+
+// maxMsgBytes bounds one message either way; the driver's ListSandboxes
+// answer grows with the number of sandboxes.
+const maxMsgBytes = 64 << 20
+
+// frame is one gRPC message as bytes: the proxy never decodes what it
+// forwards except in the three places driverwire edits.
+type frame struct{ b []byte }
+
+// rawCodec moves frames unchanged. It is named "proto" so the content type
+// on both legs stays application/grpc+proto, which every ComputeDriver
+// implementation accepts.
+type rawCodec struct{}
+
+func (rawCodec) Name() string { return "proto" }
+
+func (rawCodec) Marshal(v any) ([]byte, error) {
+	f, ok := v.(*frame)
+	if !ok {
+		return nil, fmt.Errorf("raw codec: cannot marshal %T", v)
+	}
+	return f.b, nil
+}
+
+func (rawCodec) Unmarshal(data []byte, v any) error {
+	f, ok := v.(*frame)
+	if !ok {
+		return fmt.Errorf("raw codec: cannot unmarshal into %T", v)
+	}
+	// gRPC may reuse data's buffer after Unmarshal returns.
+	f.b = append([]byte(nil), data...)
+	return nil
+}
+
+// Proxy is the transparent ComputeDriver proxy. Build it with New and run it
+// with Run.
+type Proxy struct {
+	cfg     Config
+	log     *slog.Logger
+	metrics *metrics
+	hub     *hub
+	driver  *grpc.ClientConn
+
+	ready     chan struct{}
+	readyOnce sync.Once
+	// stopping is closed when Run's context ends: WatchSandboxes streams
+	// end at once (the gateway redials the restarted proxy) while unary
+	// calls drain.
+	stopping chan struct{}
+
+	stateMu sync.Mutex
+	saved   uint64 // the cursor in the state file
+}
+
+// New validates cfg and prepares a proxy. Nothing listens or dials until Run.
+func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*Proxy, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("invalid driver-proxy config: %w", err)
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	m, err := newMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	// The driver is a neighbour on a Unix socket: redial it quickly after it
+	// restarts (gRPC's default backoff grows to two minutes).
+	driver, err := grpc.NewClient("unix://"+cfg.Driver,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+			MinConnectTimeout: time.Second,
+		}),
+		grpc.WithDefaultCallOptions(grpc.ForceCodec(rawCodec{}),
+			grpc.MaxCallRecvMsgSize(maxMsgBytes), grpc.MaxCallSendMsgSize(maxMsgBytes)))
+	if err != nil {
+		return nil, fmt.Errorf("driver %s: %w", cfg.Driver, err)
+	}
+	return &Proxy{
+		cfg: cfg, log: log, metrics: m, driver: driver,
+		hub:   newHub(cfg.Follow, m),
+		ready: make(chan struct{}), stopping: make(chan struct{}),
+	}, nil
+}
+
+// Ready is closed once the socket listens.
+func (p *Proxy) Ready() <-chan struct{} { return p.ready }
+
+// Run listens on cfg.Listen, forwards every RPC to the driver, follows the
+// collector, and blocks until ctx ends. The collector being down never
+// stops or delays driver traffic: the follow loop retries on its own.
+func (p *Proxy) Run(ctx context.Context) error {
+	defer p.driver.Close()
+	saved, err := readState(p.cfg.Follow.StateFile)
+	if err != nil {
+		p.log.Warn("ignoring the saved follow state", "file", p.cfg.Follow.StateFile, "err", err)
+	}
+	if saved > 0 {
+		p.hub.restoreDelivered(saved)
+		p.saved = saved
+	}
+	ul, err := listenUnix(p.cfg.Listen, p.log)
+	if err != nil {
+		return err
+	}
+	l := &peerListener{UnixListener: ul, uid: os.Geteuid(), log: p.log, rejected: p.metrics.peerRejected.Inc}
+	srv := grpc.NewServer(
+		grpc.ForceServerCodec(rawCodec{}),
+		grpc.UnknownServiceHandler(p.handle),
+		grpc.MaxRecvMsgSize(maxMsgBytes), grpc.MaxSendMsgSize(maxMsgBytes),
+	)
+	p.log.Info("driver proxy listening", "listen", p.cfg.Listen, "driver", p.cfg.Driver,
+		"gateway_id", p.cfg.GatewayID, "collector", p.cfg.Collector.Address, "layout", p.cfg.Layout)
+	p.readyOnce.Do(func() { close(p.ready) })
+
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		if err := srv.Serve(l); err != nil && !errors.Is(err, grpc.ErrServerStopped) && !errors.Is(err, net.ErrClosed) {
+			return fmt.Errorf("serve %s: %w", p.cfg.Listen, err)
+		}
+		return nil
+	})
+	fctx, fcancel := context.WithCancel(gctx)
+	defer fcancel()
+	f := newFollower(p.cfg, p.log, p.metrics, p.hub)
+	g.Go(func() error { f.run(fctx); return nil })
+	g.Go(func() error {
+		<-gctx.Done()
+		close(p.stopping)
+		fcancel()
+		done := make(chan struct{})
+		go func() { srv.GracefulStop(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(p.cfg.ShutdownGrace):
+			srv.Stop()
+			<-done
+		}
+		return nil
+	})
+	err = g.Wait()
+	return err
+}
+
+// persistUpTo records, before events up to cursor c are sent, that they
+// were delivered (write-ahead: temp file + rename, no fsync; a killed
+// proxy loses nothing written, a crashed node restarts the gateway too).
+// So a restarted proxy never sends them again to a gateway that kept
+// running; an event cut off between this write and its send is missed by
+// that gateway (at most once), not repeated.
+func (p *Proxy) persistUpTo(c uint64) {
+	if p.cfg.Follow.StateFile == "" {
+		return
+	}
+	p.stateMu.Lock()
+	defer p.stateMu.Unlock()
+	if c <= p.saved {
+		return
+	}
+	if err := writeState(p.cfg.Follow.StateFile, c); err != nil {
+		p.metrics.stateErrors.Inc()
+		p.log.Warn("cannot save the follow state; after a restart the gateway may get recent events again", "file", p.cfg.Follow.StateFile, "err", err)
+		return
+	}
+	p.saved = c
+}
+
+// forwardMD is the request metadata for the driver: everything the gateway
+// sent (trace context included) except the HTTP/2 pseudo and transport
+// headers gRPC sets itself.
+func forwardMD(ctx context.Context) metadata.MD {
+	md, _ := metadata.FromIncomingContext(ctx)
+	out := md.Copy()
+	for _, k := range []string{":authority", "content-type", "user-agent", "te"} {
+		delete(out, k)
+	}
+	return out
+}
+
+// handle forwards one RPC of any method, unary or streaming. Only the
+// responses of GetSandbox, ListSandboxes and WatchSandboxes are edited.
+func (p *Proxy) handle(_ any, ss grpc.ServerStream) error {
+	method, ok := grpc.MethodFromServerStream(ss)
+	if !ok {
+		return fmt.Errorf("no method in stream")
+	}
+	start := time.Now()
+	ctx, cancel := context.WithCancel(metadata.NewOutgoingContext(ss.Context(), forwardMD(ss.Context())))
+	defer cancel()
+	halfClosed := false
+	if unaryRPCs[method] {
+		err := p.unary(ctx, ss, method)
+		if !errors.Is(err, errNoRequest) {
+			p.metrics.rpcs.WithLabelValues(rpcLabel(method), codeLabel(err)).Inc()
+			p.metrics.rpcSeconds.WithLabelValues(rpcLabel(method)).Observe(time.Since(start).Seconds())
+			return err
+		}
+		// The gateway sent no request at all: let the driver answer that,
+		// through the general path.
+		halfClosed = true
+	}
+	up, err := p.driver.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}, method)
+	if err != nil {
+		p.metrics.rpcs.WithLabelValues(rpcLabel(method), "dial_error").Inc()
+		return err
+	}
+	// Gateway -> driver: requests, then the half-close.
+	if halfClosed {
+		_ = up.CloseSend()
+	} else {
+		go p.forwardRequests(ss, up, cancel)
+	}
+	// The driver's response headers go out before anything else.
+	if h, _ := up.Header(); len(h) > 0 {
+		if err := ss.SendHeader(h); err != nil {
+			return err
+		}
+	}
+	var rerr error
+	switch method {
+	case driverwire.MethodWatchSandboxes:
+		connID := uint64(0)
+		if pr, ok := peer.FromContext(ss.Context()); ok {
+			if a, ok := pr.Addr.(connAddr); ok {
+				connID = uint64(a)
+			}
+		}
+		rerr = p.watch(ctx, ss, up, connID)
+	default:
+		rerr = p.relay(ss, up, method)
+	}
+	ss.SetTrailer(up.Trailer())
+	p.metrics.rpcs.WithLabelValues(rpcLabel(method), codeLabel(rerr)).Inc()
+	if method != driverwire.MethodWatchSandboxes {
+		p.metrics.rpcSeconds.WithLabelValues(rpcLabel(method)).Observe(time.Since(start).Seconds())
+	}
+	return rerr
+}
+
+// errNoRequest: a unary call half-closed without a request.
+var errNoRequest = errors.New("no request")
+
+// forwardRequests copies the gateway's requests to the driver, then the
+// half-close; a broken gateway side cancels the driver call.
+func (p *Proxy) forwardRequests(ss grpc.ServerStream, up grpc.ClientStream, cancel context.CancelFunc) {
+	for {
+		var f frame
+		if err := ss.RecvMsg(&f); err != nil {
+			if errors.Is(err, io.EOF) {
+				_ = up.CloseSend()
+			} else {
+				cancel()
+			}
+			return
+		}
+		if err := up.SendMsg(&f); err != nil {
+			return // the driver's status arrives on RecvMsg
+		}
+	}
+}
+
+// unaryRPCs are the layout's unary methods: they take the short path (one
+// Invoke, no stream machinery). Every other method, known or not, is
+// forwarded as a bidirectional stream, which carries unary and streaming
+// calls alike.
+var unaryRPCs = map[string]bool{}
+
+func init() {
+	for name := range knownRPCs {
+		if name != "WatchSandboxes" {
+			unaryRPCs["/"+driverwire.Service+"/"+name] = true
+		}
+	}
+}
+
+// unary forwards one call of a known unary method.
+func (p *Proxy) unary(ctx context.Context, ss grpc.ServerStream, method string) error {
+	var req frame
+	if err := ss.RecvMsg(&req); err != nil {
+		if errors.Is(err, io.EOF) {
+			return errNoRequest
+		}
+		return err
+	}
+	var resp frame
+	var hdr, trl metadata.MD
+	err := p.driver.Invoke(ctx, method, &req, &resp, grpc.Header(&hdr), grpc.Trailer(&trl))
+	if len(hdr) > 0 {
+		if herr := ss.SendHeader(hdr); herr != nil {
+			return herr
+		}
+	}
+	ss.SetTrailer(trl)
+	if err != nil {
+		return err
+	}
+	b := resp.b
+	switch method {
+	case driverwire.MethodGetSandbox:
+		b = p.edit(b, driverwire.PatchGetSandboxResponse)
+	case driverwire.MethodListSandboxes:
+		b = p.edit(b, driverwire.PatchListSandboxesResponse)
+	}
+	return ss.SendMsg(&frame{b})
+}
+
+// relay copies driver responses to the gateway, editing Get/List answers.
+func (p *Proxy) relay(ss grpc.ServerStream, up grpc.ClientStream, method string) error {
+	for {
+		var f frame
+		if err := up.RecvMsg(&f); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}
+		b := f.b
+		switch method {
+		case driverwire.MethodGetSandbox:
+			b = p.edit(b, driverwire.PatchGetSandboxResponse)
+		case driverwire.MethodListSandboxes:
+			b = p.edit(b, driverwire.PatchListSandboxesResponse)
+		}
+		if err := ss.SendMsg(&frame{b}); err != nil {
+			return err
+		}
+	}
+}
+
+// edit applies the active pull-failure patches; a message driverwire cannot
+// parse is forwarded unchanged (fail-open), counted and logged.
+func (p *Proxy) edit(b []byte, fn func([]byte, driverwire.PatchFunc) ([]byte, error)) []byte {
+	if !p.hub.anyFailures() {
+		return b
+	}
+	nb, err := fn(b, p.hub.patchFor)
+	if err != nil {
+		p.metrics.malformed.Inc()
+		p.log.Warn("driver message not edited: cannot parse it; forwarded unchanged", "err", err)
+		return b
+	}
+	return nb
+}
+
+var knownRPCs = map[string]bool{
+	"GetCapabilities": true, "GetGatewayListenerRequirements": true, "ValidateSandboxCreate": true,
+	"GetSandbox": true, "ListSandboxes": true, "CreateSandbox": true, "StopSandbox": true,
+	"StartSandbox": true, "DeleteSandbox": true, "WatchSandboxes": true, "EnsureWorkspace": true,
+	"DeleteWorkspace": true,
+}
+
+// rpcLabel keeps the metric label set fixed: methods this build does not
+// know are "other".
+func rpcLabel(method string) string {
+	const prefix = "/" + driverwire.Service + "/"
+	if len(method) > len(prefix) && method[:len(prefix)] == prefix && knownRPCs[method[len(prefix):]] {
+		return method[len(prefix):]
+	}
+	return "other"
+}
