@@ -159,11 +159,17 @@ type SinkResult struct {
 	Recover     time.Duration
 	Note        string
 	Err         string
+	// AtMostOnce: a destination that promises at most once (the gateway
+	// proxy): misses are reported, not failed; a duplicate fails.
+	AtMostOnce bool
 }
 
 // OK is the drill's verdict for this sink: nothing lost beyond what the
 // collector counted, nothing stored twice, nothing invented.
 func (r SinkResult) OK() bool {
+	if r.AtMostOnce {
+		return r.Err == "" && r.RawDup == 0 && r.Unknown == 0
+	}
 	return r.Err == "" && r.Lost == r.Explained && r.DupAfter == 0 && r.Unknown == 0
 }
 

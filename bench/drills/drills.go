@@ -32,6 +32,7 @@ var drills = []drill{
 	{"follow-behind", 1, "a Follow subscriber starts far behind the head while ingest goes on", drillFollowBehind},
 	{"blackhole", 1, "the network between agent and collector black-holed (faultnet), then healed", drillBlackhole},
 	{"disk-full", 1, "the collector's store on a full tmpfs under load, then the filesystem grown", drillDiskFull},
+	{"gateway-restart", 1, "the OpenShell driver proxy SIGKILLed and restarted, then the driver restarted, under load", drillGateway},
 	{"agent-sigkill", 2, "the real agent SIGKILLed while Events are created at 50/s, restarted", drillAgentSIGKILL},
 	{"apiserver-restart", 2, "kube-apiserver restarted while the agent watches and Events are created", drillAPIServerRestart},
 	{"etcd-compaction-410", 2, "the agent away while etcd compacts past its cursor: 410 Gone on resume, relist", drill410},

@@ -141,6 +141,8 @@ func (r SinkResult) verdict() string {
 	switch {
 	case r.Sink == "-" && r.Err == "":
 		return "not run"
+	case r.OK() && r.AtMostOnce:
+		return "ok (at most once)"
 	case r.OK():
 		return "ok"
 	}
