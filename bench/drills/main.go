@@ -195,12 +195,12 @@ func writeMarkdown(path string, opts Options, rs []SinkResult, runErr error, ela
 	if opts.Full {
 		form = "full"
 	}
+	if len(opts.Only) > 0 { // a partial run gets its own section
+		form += ":" + strings.Join(opts.Only, ",")
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "<!-- drills:%s -->\n", form)
 	fmt.Fprintf(&b, "### %s form, %s\n\n", form, time.Now().UTC().Format("2006-01-02 15:04 MST"))
-	if len(opts.Only) > 0 {
-		fmt.Fprintf(&b, "Drills: %s  \n", strings.Join(opts.Only, ", "))
-	}
 	fmt.Fprintf(&b, "Load before: `%s`  \nLoad after: `%s`  \nElapsed: %s (binary build and server start included)\n\n", before, after, elapsed.Round(time.Second))
 	if runErr != nil {
 		fmt.Fprintf(&b, "**The suite stopped: %v**\n\n", runErr)
