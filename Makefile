@@ -35,6 +35,7 @@ test: tools
 	$(GO) vet ./...
 	$(GO) vet -tags agentonly ./cmd/eventpipe   # the slim agent build (and its tests) stays buildable
 	$(GO) test $(GOTEST_FLAGS) ./...
+	$(MAKE) chart-check image-check
 
 ## tools: kube-apiserver, etcd (testenv/build) and victoria-logs into $(BIN).
 tools: kube-tools victoria-logs
@@ -95,3 +96,39 @@ drills: tools
 
 drills-short: tools
 	$(GO) run ./bench/drills -short -out bench/drills.md $(ARGS)
+
+## ---- deployment: Helm chart, raw manifests, container image (deploy/) ----
+HELM_VERSION := v3.22.0
+KUBECONFORM_VERSION := v0.8.0
+.PHONY: chart-tools chart-check manifests image image-check
+
+## chart-tools: helm and kubeconform into $(BIN) (built from their modules).
+chart-tools: $(BIN)/helm $(BIN)/kubeconform
+$(BIN)/helm:
+	mkdir -p $(BIN)
+	GOBIN=$(BIN) GOFLAGS=-trimpath $(GO) install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+$(BIN)/kubeconform:
+	mkdir -p $(BIN)
+	GOBIN=$(BIN) GOFLAGS=-trimpath $(GO) install github.com/yannh/kubeconform/cmd/kubeconform@$(KUBECONFORM_VERSION)
+
+## chart-check: helm lint, kubeconform, server-side dry-run, values schema,
+## generated manifests up to date, agent RBAC = its requests, alert and
+## dashboard queries name exported metrics (deploy/check, its own module).
+chart-check: chart-tools kube-tools
+	cd deploy/check && $(GO) vet ./... && $(GO) test -count=1 -timeout 20m ./...
+
+## manifests: render deploy/agent/*.yaml and deploy/collector/*.yaml from the chart.
+manifests: $(BIN)/helm
+	cd deploy/check && $(GO) run ./cmd/manifests
+
+## image: build the container image without a daemon (deploy/image): an image
+## tarball $(BIN)/eventpipe-image.tar (docker/podman load) and an OCI layout
+## $(BIN)/eventpipe-oci; PUSH=registry/repo:tag pushes it.
+image:
+	rm -rf $(BIN)/eventpipe-oci
+	cd deploy/image && $(GO) run . -out $(BIN)/eventpipe-image.tar -layout $(BIN)/eventpipe-oci $(if $(PUSH),-push $(PUSH))
+
+## image-check: two builds give one digest; the image's user, entrypoint,
+## labels and static binary are checked (deploy/image, its own module).
+image-check:
+	cd deploy/image && $(GO) vet ./... && $(GO) test -count=1 -timeout 15m ./...

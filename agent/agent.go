@@ -39,6 +39,7 @@ type Agent struct {
 	watchAlive atomic.Int64
 	cur        atomic.Pointer[shipper]
 	httpAddr   atomic.Pointer[string]
+	dead       *deadLetters // kept across terms
 }
 
 // Options are the values of an Agent that come from code, not from YAML.
@@ -68,6 +69,7 @@ func New(cfg Config, restCfg *rest.Config, opts Options) (*Agent, error) {
 		return nil, err
 	}
 	a := &Agent{cfg: cfg, log: log, m: m, gatherer: opts.Gatherer}
+	a.dead = newDeadLetters(log, m)
 	a.cfg.Enrich.Cluster = cfg.Cluster
 
 	counted := wrapCounting(restCfg, m)
@@ -208,7 +210,7 @@ func (a *Agent) term(ctx context.Context) error {
 	a.watchAlive.Store(time.Now().UnixNano())
 
 	queue := newItemQueue(a.cfg.Watch.QueueCapacity)
-	sh := newShipper(a.cfg, a.ingest, a.log, a.m)
+	sh := newShipper(a.cfg, a.ingest, a.log, a.m, a.dead)
 	a.cur.Store(sh)
 	w := &watcher{cfg: a.cfg.Watch, kc: a.kc, out: queue, log: a.log, m: a.m, alive: &a.watchAlive}
 	p := newProcessor(a.cfg, queue, c, enr, sh, startRV, a.log, a.m)
@@ -295,7 +297,16 @@ func (a *Agent) Ready() error {
 	return nil
 }
 
-// Handler serves /metrics (when a Gatherer was given), /healthz and /readyz.
+// DeadLetters returns the occurrences refused for good that are still kept
+// (oldest first; /debug/deadletter serves them), and how many were
+// recorded since start.
+func (a *Agent) DeadLetters() ([]DeadLetter, uint64) {
+	es, total, _ := a.dead.entries()
+	return es, total
+}
+
+// Handler serves /metrics (when a Gatherer was given), /healthz, /readyz and
+// /debug/deadletter.
 func (a *Agent) Handler() http.Handler {
 	mux := http.NewServeMux()
 	if a.gatherer != nil {
@@ -311,5 +322,8 @@ func (a *Agent) Handler() http.Handler {
 		}
 		_, _ = w.Write([]byte("ok\n"))
 	})
+	if a.dead != nil {
+		mux.HandleFunc("/debug/deadletter", a.dead.serveHTTP)
+	}
 	return mux
 }

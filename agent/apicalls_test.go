@@ -62,6 +62,21 @@ func TestAPICalls(t *testing.T) {
 		apiBefore[r] = n
 	}
 	watchesBefore := req("watch", "events")
+	relistsBefore := counter(t, ra.reg, "eventpipe_agent_relists_total", nil)
+	// What the apiserver sent on Event watches, and its watch-lists of
+	// Events: a re-watch that turned into a full relist would show in both.
+	apiMetric := func(name string) float64 {
+		v, found, err := cluster.MetricSum(ctx, name, map[string]string{"resource": "events"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !found {
+			t.Fatalf("kube-apiserver does not export %s: the steady phase cannot be checked", name)
+		}
+		return v
+	}
+	sentBefore := apiMetric("apiserver_watch_events_total")
+	watchListsBefore := apiMetric("apiserver_watch_list_duration_seconds_count")
 
 	// Steady phase: Events and pod churn for 15 s.
 	g := newLoadGen(t, "load-apicalls")
@@ -102,5 +117,18 @@ func TestAPICalls(t *testing.T) {
 	if rewatches < 5 {
 		t.Errorf("only %v Event re-watches in the steady phase; the shortened watch timeout should give >= 5", rewatches)
 	}
-	t.Logf("steady phase: %d Events, %v Event re-watches, 0 LISTs", i, rewatches)
+	if d := counter(t, ra.reg, "eventpipe_agent_relists_total", nil) - relistsBefore; d != 0 {
+		t.Errorf("agent relisted Events %v times in the steady phase, want 0 (every re-watch resumes from its resourceVersion)", d)
+	}
+	if d := apiMetric("apiserver_watch_list_duration_seconds_count") - watchListsBefore; d != 0 {
+		t.Errorf("kube-apiserver served %v watch-lists of Events in the steady phase, want 0", d)
+	}
+	// Each created Event is sent once on the one Event watch; a re-watch may
+	// add a bookmark or two. A relist on re-watch would resend everything
+	// created so far, each time.
+	sent := apiMetric("apiserver_watch_events_total") - sentBefore
+	if limit := float64(i) + 2*rewatches + 20; sent > limit {
+		t.Errorf("kube-apiserver sent %v Event watch events in the steady phase for %d Events created and %v re-watches (limit %v): the agent re-listed", sent, i, rewatches, limit)
+	}
+	t.Logf("steady phase: %d Events, %v Event re-watches, 0 LISTs, 0 relists, %v watch events sent", i, rewatches, sent)
 }

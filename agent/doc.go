@@ -58,6 +58,20 @@
 //     Deleted objects are remembered (cache.tombstone_ttl/tombstone_max).
 //     Handlers only signal; pods with a waiting container are queued for a
 //     pod-status diagnosis (enrich.DiagnosePod), shipped like Events.
+//   - Refusals for good never stall shipping (shipper.go): an occurrence the
+//     collector refuses (Ack.rejected), a batch it refuses whole (a
+//     BatchRejection detail, or found by sending one batch per stream when
+//     an older collector names none) and an occurrence that cannot be
+//     encoded are dead-lettered and skipped: counted
+//     (eventpipe_agent_dead_letter_total{reason}), logged at ERROR with the
+//     event_id, and kept in a bounded in-memory ring (the newest 256, each
+//     occurrence cut at 16 KiB) served as JSON lines at /debug/deadletter.
+//     Memory, not a file: the agent is a stateless Deployment, so the log
+//     line is the durable record and the counter is what alerts. Every other
+//     status is transient: the batch is re-sent with backoff.
+//   - The Lease elector writes only the spec fields it owns and sends the
+//     rest of the object back as read (labels, annotations, fields it does
+//     not know), guarded by the resourceVersion.
 //   - Only the Lease holder watches and ships (when leader election is on);
 //     losing the Lease stops both at once, and a new leader resumes from the
 //     collector's cursor.

@@ -44,6 +44,7 @@ func testLogger(t testing.TB) *slog.Logger {
 
 type testCollector struct {
 	c      *collector.Collector
+	reg    *prometheus.Registry // the collector's and its store's metrics
 	cancel context.CancelFunc
 	done   chan error
 	once   sync.Once
@@ -57,12 +58,13 @@ func startCollector(t testing.TB, dir string) *testCollector {
 	cfg.GRPC.ShutdownGrace = 2 * time.Second
 	cfg.Auth.Insecure = true
 	cfg.Store.Dir = filepath.Join(dir, "log")
-	c, err := collector.New(cfg, nil, prometheus.NewRegistry())
+	reg := prometheus.NewRegistry()
+	c, err := collector.New(cfg, nil, reg)
 	if err != nil {
 		t.Fatalf("collector.New: %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	tc := &testCollector{c: c, cancel: cancel, done: make(chan error, 1)}
+	tc := &testCollector{c: c, reg: reg, cancel: cancel, done: make(chan error, 1)}
 	go func() { tc.done <- c.Run(ctx) }()
 	t.Cleanup(func() { tc.stop(t) })
 	return tc
@@ -83,6 +85,12 @@ func (tc *testCollector) stop(t testing.TB) {
 }
 
 func (tc *testCollector) addr() string { return tc.c.GRPCAddr() }
+
+// deduplicated is how many occurrences the collector recognised as already
+// stored (and did not store again) since it started.
+func (tc *testCollector) deduplicated(t testing.TB) float64 {
+	return counter(t, tc.reg, "eventpipe_collector_deduplicated_occurrences_total", nil)
+}
 
 // all returns every stored occurrence, in log order.
 func (tc *testCollector) all(t testing.TB) []*eventpipev1.Occurrence {

@@ -40,20 +40,15 @@ type leaseElector struct {
 	observedAt time.Time
 }
 
-// lease is the JSON shape of a coordination.k8s.io/v1 Lease (the fields the
-// election uses; the rest of the object is kept as sent back by the server
-// only through resourceVersion).
+// lease is a coordination.k8s.io/v1 Lease: the spec fields the election
+// owns, decoded, and the whole object as the server sent it. Writes change
+// only the owned fields in raw and send everything else back untouched
+// (labels, annotations, owner references, fields this code does not know
+// such as spec.preferredHolder or spec.strategy), with the resourceVersion
+// read as the precondition.
 type lease struct {
-	APIVersion string    `json:"apiVersion"`
-	Kind       string    `json:"kind"`
-	Metadata   leaseMeta `json:"metadata"`
-	Spec       leaseSpec `json:"spec"`
-}
-
-type leaseMeta struct {
-	Name            string `json:"name"`
-	Namespace       string `json:"namespace"`
-	ResourceVersion string `json:"resourceVersion,omitempty"`
+	Spec leaseSpec
+	raw  map[string]json.RawMessage
 }
 
 type leaseSpec struct {
@@ -197,7 +192,7 @@ func (e *leaseElector) tryAcquireOrRenew(ctx context.Context) bool {
 
 	cur, err := e.get(ctx)
 	if isNotFound(err) {
-		if err := e.write(ctx, http.MethodPost, e.path(), lease{Metadata: leaseMeta{Name: e.name, Namespace: e.namespace}, Spec: want}); err != nil {
+		if err := e.write(ctx, http.MethodPost, e.path(), e.newLease(want)); err != nil {
 			e.log.Warn("create leader Lease failed", "err", err)
 			return false
 		}
@@ -262,17 +257,64 @@ func (e *leaseElector) get(ctx context.Context) (lease, error) {
 	if err != nil {
 		return l, err
 	}
-	if err := json.Unmarshal(b, &l); err != nil {
+	if err := json.Unmarshal(b, &l.raw); err != nil {
 		return l, fmt.Errorf("decode leader Lease: %w", err)
+	}
+	if spec, ok := l.raw["spec"]; ok {
+		if err := json.Unmarshal(spec, &l.Spec); err != nil {
+			return l, fmt.Errorf("decode leader Lease spec: %w", err)
+		}
 	}
 	return l, nil
 }
 
+// newLease is the object a POST creates: name, namespace and the spec.
+func (e *leaseElector) newLease(spec leaseSpec) lease {
+	meta, _ := json.Marshal(map[string]string{"name": e.name, "namespace": e.namespace})
+	return lease{Spec: spec, raw: map[string]json.RawMessage{"metadata": meta}}
+}
+
+// encode is l.raw with the owned spec fields replaced by l.Spec's (an
+// owned field l.Spec leaves nil is removed) and every other field as read.
+func (l lease) encode() ([]byte, error) {
+	obj := make(map[string]json.RawMessage, len(l.raw)+2)
+	for k, v := range l.raw {
+		obj[k] = v
+	}
+	spec := map[string]json.RawMessage{}
+	if b, ok := obj["spec"]; ok && string(b) != "null" {
+		if err := json.Unmarshal(b, &spec); err != nil {
+			return nil, fmt.Errorf("decode leader Lease spec: %w", err)
+		}
+	}
+	owned, err := json.Marshal(l.Spec)
+	if err != nil {
+		return nil, err
+	}
+	var set map[string]json.RawMessage
+	if err := json.Unmarshal(owned, &set); err != nil {
+		return nil, err
+	}
+	for _, k := range leaseOwnedFields {
+		delete(spec, k)
+		if v, ok := set[k]; ok {
+			spec[k] = v
+		}
+	}
+	if obj["spec"], err = json.Marshal(spec); err != nil {
+		return nil, err
+	}
+	obj["apiVersion"], obj["kind"] = json.RawMessage(`"coordination.k8s.io/v1"`), json.RawMessage(`"Lease"`)
+	return json.Marshal(obj)
+}
+
+// leaseOwnedFields are the spec fields the election writes (leaseSpec's).
+var leaseOwnedFields = []string{"holderIdentity", "leaseDurationSeconds", "acquireTime", "renewTime", "leaseTransitions"}
+
 // write creates (POST) or replaces (PUT, guarded by the resourceVersion
 // read: a concurrent writer makes it fail with 409) the Lease.
 func (e *leaseElector) write(ctx context.Context, method, path string, l lease) error {
-	l.APIVersion, l.Kind = "coordination.k8s.io/v1", "Lease"
-	body, err := json.Marshal(l)
+	body, err := l.encode()
 	if err != nil {
 		return err
 	}

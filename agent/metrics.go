@@ -33,6 +33,8 @@ type metrics struct {
 	leader          prometheus.Gauge
 	cacheObjects    *prometheus.GaugeVec // kind
 	diagnoseDropped prometheus.Counter
+	deadLetters     *prometheus.CounterVec // reason
+	resent          prometheus.Counter
 }
 
 var (
@@ -97,10 +99,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
 		}),
 		batches: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "eventpipe_agent_batches_total", Help: "Batches, by result (acked, resent).",
+			Name: "eventpipe_agent_batches_total", Help: "Batches, by result (acked, resent, refused: dropped after the collector refused the whole batch for good).",
 		}, []string{"result"}),
 		acked: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "eventpipe_agent_acked_occurrences_total", Help: "Occurrences acknowledged by the collector, by result (stored, duplicate).",
+			Name: "eventpipe_agent_acked_occurrences_total", Help: "Occurrences acknowledged by the collector, by result (stored, duplicate, rejected: refused for good and dead-lettered).",
 		}, []string{"result"}),
 		shipErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "eventpipe_agent_ship_errors_total", Help: "Ship stream failures (each followed by a reconnect with backoff).",
@@ -117,6 +119,21 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		diagnoseDropped: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "eventpipe_agent_diagnose_dropped_total", Help: "Pod-status diagnoses dropped because the diagnose queue was full (the pod's next update retries).",
 		}),
+		deadLetters: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "eventpipe_agent_dead_letter_total", Help: "Occurrences refused for good (by the collector, or not encodable), logged, kept at /debug/deadletter and skipped, by reason.",
+		}, []string{"reason"}),
+		resent: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "eventpipe_agent_resent_occurrences_total", Help: "Occurrences sent again on a new Ship stream because their batch was not acknowledged on the previous one.",
+		}),
+	}
+	for _, r := range deadLetterReasons {
+		m.deadLetters.WithLabelValues(r)
+	}
+	for _, r := range []string{"acked", "resent", "refused"} {
+		m.batches.WithLabelValues(r)
+	}
+	for _, r := range []string{"stored", "duplicate", "rejected"} {
+		m.acked.WithLabelValues(r)
 	}
 	for _, t := range watchTypes {
 		m.watchEvents.WithLabelValues(t)
@@ -133,7 +150,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		for _, c := range []prometheus.Collector{m.watchEvents, m.occurrences, m.attributed, m.unattributed, m.skipped, m.held,
 			m.lateBound, m.holdExpired, m.holdOverflow, m.relists, m.expired, m.watchErrors, m.apiRequests,
 			m.cursorAge, m.shipLatency, m.batches, m.acked, m.shipErrors, m.queueLength, m.leader,
-			m.cacheObjects, m.diagnoseDropped} {
+			m.cacheObjects, m.diagnoseDropped, m.deadLetters, m.resent} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("register agent metrics: %w", err)
 			}

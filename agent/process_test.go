@@ -3,6 +3,7 @@ package agent
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -285,13 +286,17 @@ func checkDelivered(t *testing.T, col *testCollector, g *loadGen, within time.Du
 				stored[o.GetEventId()]++
 			}
 		}
-		missing := 0
+		var missing []string
 		for id := range want {
 			if stored[id] == 0 {
-				missing++
+				missing = append(missing, id)
 			}
 		}
-		return missing == 0, fmt.Sprintf("%d of %d missing", missing, len(want))
+		n := len(missing)
+		if n > 10 {
+			missing = append(missing[:10], "...")
+		}
+		return n == 0, fmt.Sprintf("%d of %d missing (%s)", n, len(want), strings.Join(missing, " "))
 	})
 	dups := 0
 	for id, n := range stored {
@@ -310,18 +315,33 @@ func checkDelivered(t *testing.T, col *testCollector, g *loadGen, within time.Du
 
 // TestSIGKILLUnderLoad kills the agent process with SIGKILL while Events are
 // being written, restarts it, and checks that the collector has every Event
-// exactly once.
+// exactly once. Because the collector de-duplicates, "stored once" alone
+// cannot fail; what the restarted agent sent again is counted on both sides
+// (the collector's de-duplications after the kill, the agent's acks of
+// duplicates) and bounded by what can have been in flight at the kill:
+// ship.max_in_flight batches of ship.batch_size. A restart that re-listed
+// instead of resuming at the collector's cursor would resend thousands.
 func TestSIGKILLUnderLoad(t *testing.T) {
 	dir := t.TempDir()
 	col := startCollector(t, dir)
-	args := []string{"--collector", col.addr(), "--cluster", "kill", "--leader-elect=false"}
+	const batchSize, inFlight = 100, 4
+	cfgPath := filepath.Join(dir, "agent.yaml")
+	// hold.max_age 1s: the load's Events name pods that do not exist, so
+	// each is held (and holds the cursor back) until then; with the 10 s
+	// default nothing of the load would be acknowledged before the kill.
+	if err := os.WriteFile(cfgPath, []byte(fmt.Sprintf("ship:\n  batch_size: %d\n  max_in_flight: %d\nhold:\n  max_age: 1s\n", batchSize, inFlight)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"--config", cfgPath, "--collector", col.addr(), "--cluster", "kill", "--leader-elect=false"}
 	a := startChild(t, dir, "agent-1", args...)
 	waitFor(t, 60*time.Second, "agent ready", func() (bool, string) { return a.ready(), "" })
 	// The initial listing (everything earlier tests left in the cluster) is
 	// over once the collector holds a cursor; only then does a restart
 	// resume instead of listing again.
+	var cursor0 string
 	waitFor(t, 120*time.Second, "a cursor at the collector", func() (bool, string) {
-		_, ok := col.c.Store().ClusterCursor("kill", "events")
+		rv, ok := col.c.Store().ClusterCursor("kill", "events")
+		cursor0 = rv
 		return ok, ""
 	})
 
@@ -330,10 +350,16 @@ func TestSIGKILLUnderLoad(t *testing.T) {
 	defer cancel()
 	loadDone := make(chan error, 1)
 	go func() { loadDone <- g.run(ctx, 3000, 400, 8) }()
-	time.Sleep(3 * time.Second)
+	// Kill once part of the load is acknowledged, so batches are in flight.
+	waitFor(t, 60*time.Second, "the load to be acknowledged in part", func() (bool, string) {
+		rv, _ := col.c.Store().ClusterCursor("kill", "events")
+		return rv != cursor0, rv
+	})
+	time.Sleep(time.Second)
 	a.kill()
 	t.Logf("agent killed with %d events created", len(g.created()))
-	time.Sleep(2 * time.Second)
+	time.Sleep(time.Second) // appends the collector had under way finish
+	dedupBefore := col.deduplicated(t)
 	b := startChild(t, dir, "agent-2", args...)
 	if err := <-loadDone; err != nil {
 		t.Fatal(err)
@@ -342,6 +368,18 @@ func TestSIGKILLUnderLoad(t *testing.T) {
 	if n, err := b.metric("eventpipe_agent_relists_total", ""); err != nil || n != 0 {
 		t.Errorf("restarted agent relisted %v times (err %v), want 0: it must resume from the collector's cursor", n, err)
 	}
+	var dups, acked float64
+	waitFor(t, 30*time.Second, "the restarted agent's acks to match the collector's de-duplications", func() (bool, string) {
+		dups = col.deduplicated(t) - dedupBefore
+		var err error
+		acked, err = b.metric("eventpipe_agent_acked_occurrences_total", `result="duplicate"`)
+		return err == nil && acked == dups, fmt.Sprintf("collector de-duplicated %v, agent acked %v duplicates (err %v)", dups, acked, err)
+	})
+	resent, _ := b.metric("eventpipe_agent_resent_occurrences_total", "")
+	if limit := float64(inFlight * batchSize); dups > limit {
+		t.Errorf("after the restart the collector de-duplicated %v occurrences, more than the %v that can have been in flight at the kill", dups, limit)
+	}
+	t.Logf("after the kill: collector de-duplicated %v, restarted agent acked %v duplicates and re-sent %v occurrences on reconnects", dups, acked, resent)
 }
 
 // TestResumeAfterCompaction stops the agent, writes Events, compacts etcd so
@@ -391,6 +429,8 @@ func TestLeaderFailover(t *testing.T) {
   lease_duration: 4s
   renew_deadline: 3s
   retry_period: 500ms
+hold:
+  max_age: 1s
 `), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -420,20 +460,58 @@ func TestLeaderFailover(t *testing.T) {
 		n, _ := c.metric("eventpipe_agent_leader", "")
 		return n == 1 && c.ready(), leader
 	})
+	// The leader's initial listing is over once the collector holds a
+	// cursor: the failover below must resume, not list.
+	var cursor0 string
+	waitFor(t, 120*time.Second, "a cursor at the collector", func() (bool, string) {
+		rv, ok := col.c.Store().ClusterCursor("failover", "events")
+		cursor0 = rv
+		return ok, ""
+	})
 	g := newLoadGen(t, "load-failover")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	loadDone := make(chan error, 1)
 	go func() { loadDone <- g.run(ctx, 3000, 400, 8) }()
-	time.Sleep(3 * time.Second)
-	reps[leader].kill()
-	t.Logf("leader %s killed with %d events created", leader, len(g.created()))
+	// Kill once part of the load is acknowledged: the new leader must
+	// resume mid-stream.
+	waitFor(t, 60*time.Second, "the load to be acknowledged in part", func() (bool, string) {
+		rv, _ := col.c.Store().ClusterCursor("failover", "events")
+		return rv != cursor0, rv
+	})
+	time.Sleep(time.Second)
 	var other *child
 	for n, c := range reps {
 		if n != leader {
 			other = c
 		}
 	}
+	// The standby does not watch (or list) Events while the leader leads.
+	for _, verb := range []string{"watch", "list"} {
+		if n, err := other.metric("eventpipe_agent_api_requests_total", `resource="events",verb="`+verb+`"`); err != nil || n != 0 {
+			t.Errorf("standby %s issued %v %s requests on Events before the failover (err %v), want 0", other.name, n, verb, err)
+		}
+	}
+	reps[leader].kill()
+	t.Logf("leader %s killed with %d events created", leader, len(g.created()))
+	time.Sleep(time.Second) // appends the collector had under way finish
+	cursor, ok := col.c.Store().ClusterCursor("failover", "events")
+	if !ok {
+		t.Fatal("no cursor at the collector after the leader shipped for 3 s")
+	}
+	apiMetric := func(name string) float64 {
+		v, found, err := cluster.MetricSum(ctx, name, map[string]string{"resource": "events"})
+		if err != nil || !found {
+			t.Fatalf("kube-apiserver metric %s: found %v, err %v", name, found, err)
+		}
+		return v
+	}
+	listsBefore, err := cluster.APIRequestCount(ctx, kube.RequestFilter{Resource: "events", Verb: "LIST"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	watchListsBefore := apiMetric("apiserver_watch_list_duration_seconds_count")
+	sentBefore := apiMetric("apiserver_watch_events_total")
 	waitFor(t, 30*time.Second, "the other replica to lead", func() (bool, string) {
 		n, _ := other.metric("eventpipe_agent_leader", "")
 		return n == 1, holder()
@@ -442,4 +520,60 @@ func TestLeaderFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkDelivered(t, col, g, 60*time.Second)
+
+	// The new leader resumed from the collector's cursor: it says so, it
+	// did not relist, and the apiserver sent it only the Events after that
+	// cursor (each once, plus a few bookmarks).
+	if rv := resumedFrom(t, other); rv != cursor {
+		t.Errorf("new leader resumed its watch from resourceVersion %q, want the collector's cursor %q", rv, cursor)
+	}
+	if n, err := other.metric("eventpipe_agent_relists_total", ""); err != nil || n != 0 {
+		t.Errorf("new leader relisted Events %v times (err %v), want 0", n, err)
+	}
+	lists, err := cluster.APIRequestCount(ctx, kube.RequestFilter{Resource: "events", Verb: "LIST"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := lists - listsBefore; d != 0 {
+		t.Errorf("kube-apiserver counted %v LISTs of Events during the failover, want 0", d)
+	}
+	if d := apiMetric("apiserver_watch_list_duration_seconds_count") - watchListsBefore; d != 0 {
+		t.Errorf("kube-apiserver served %v watch-lists of Events during the failover, want 0", d)
+	}
+	after := 0
+	cur, _ := strconv.ParseUint(cursor, 10, 64)
+	for id := range g.created() {
+		if rv, err := strconv.ParseUint(id[strings.LastIndexByte(id, '/')+1:], 10, 64); err == nil && rv > cur {
+			after++
+		}
+	}
+	sent := apiMetric("apiserver_watch_events_total") - sentBefore
+	if limit := float64(after + 50); sent > limit {
+		t.Errorf("kube-apiserver sent %v Event watch events to the new leader, but only %d Events were created after the cursor %s (limit %v): it listed what was already stored", sent, after, cursor, limit)
+	}
+	t.Logf("failover: cursor %s, %d Events created after it, %v watch events sent to the new leader", cursor, after, sent)
+}
+
+// resumedFrom reads from c's JSON log the resourceVersion its first term
+// resumed the Event watch from.
+func resumedFrom(t *testing.T, c *child) string {
+	t.Helper()
+	f, err := os.Open(c.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var line struct {
+			Msg string `json:"msg"`
+			RV  string `json:"resourceVersion"`
+		}
+		if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "resuming event watch" {
+			return line.RV
+		}
+	}
+	t.Fatalf("%s: no \"resuming event watch\" line in its log", c.name)
+	return ""
 }

@@ -157,7 +157,11 @@ func (p *processor) retryHeld(ctx context.Context) bool {
 	now := p.now()
 	p.lastTry = now
 	kept := p.held[:0]
-	var ship []*eventpipev1.Occurrence
+	type shipping struct {
+		p   *pending
+		occ *eventpipev1.Occurrence
+	}
+	var ship []shipping
 	for _, h := range p.held {
 		res := p.enr.Enrich(h.ev, h.observed)
 		switch {
@@ -169,16 +173,20 @@ func (p *processor) retryHeld(ctx context.Context) bool {
 			kept = append(kept, h)
 			continue
 		}
-		p.cursor.done(h.p)
-		ship = append(ship, res.Occurrence)
+		ship = append(ship, shipping{h.p, res.Occurrence})
 	}
 	for i := len(kept); i < len(p.held); i++ {
 		p.held[i] = nil
 	}
 	p.held = kept
 	p.m.held.Set(float64(len(p.held)))
-	for _, o := range ship {
-		if !p.add(ctx, o, eventpipev1.PullSourceEvent) {
+	// Each item is marked done only as it goes into the batch: add may
+	// flush, and the flushed batch's cursor must not pass an item that is
+	// still waiting for a later batch (a crash between the two would skip
+	// it on resume).
+	for _, sh := range ship {
+		p.cursor.done(sh.p)
+		if !p.add(ctx, sh.occ, eventpipev1.PullSourceEvent) {
 			return false
 		}
 	}

@@ -14,8 +14,11 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
 )
@@ -24,11 +27,24 @@ import (
 // MaxInFlight unacknowledged, and resends every unacknowledged batch, in
 // order, on a new stream after a failure. Acks arrive in seq order; the
 // acked cursor is the resourceVersion of the last acknowledged batch.
+//
+// Refusals for good never stall it. An occurrence the collector refuses
+// (Ack.rejected) and one the agent cannot encode are dead-lettered and the
+// rest of the batch goes on. A stream ended with InvalidArgument or
+// FailedPrecondition (or a message over the collector's size limit) refuses
+// one batch for good: the batch a BatchRejection detail names is
+// dead-lettered and dropped; without that detail (an older collector) the
+// shipper isolates the culprit by sending one batch per stream until a
+// batch is acknowledged, and drops the lone batch a permanent status then
+// refuses. Every other status (Unavailable, ResourceExhausted,
+// Unauthenticated, PermissionDenied, ...) is transient: the batch is
+// re-sent with backoff, and /readyz fails after ship.ack_timeout.
 type shipper struct {
 	cfg    Config
 	client eventpipev1.IngestClient
 	log    *slog.Logger
 	m      *metrics
+	dl     *deadLetters
 
 	slots  chan struct{} // a token per batch in flight
 	notify chan struct{}
@@ -36,6 +52,10 @@ type shipper struct {
 	mu       sync.Mutex
 	seq      uint64
 	inflight []*flight // unacknowledged, in seq order
+	// isolating: send only the oldest unacknowledged batch per stream
+	// (isolated is its seq once sent), to find a batch refused for good.
+	isolating bool
+	isolated  uint64
 
 	ackedRV   atomic.Pointer[string]
 	lastAckAt atomic.Int64 // unix nanos
@@ -48,9 +68,9 @@ type flight struct {
 	sentAt  time.Time
 }
 
-func newShipper(cfg Config, client eventpipev1.IngestClient, log *slog.Logger, m *metrics) *shipper {
+func newShipper(cfg Config, client eventpipev1.IngestClient, log *slog.Logger, m *metrics, dl *deadLetters) *shipper {
 	s := &shipper{
-		cfg: cfg, client: client, log: log, m: m,
+		cfg: cfg, client: client, log: log, m: m, dl: dl,
 		slots:  make(chan struct{}, cfg.Ship.MaxInFlight),
 		notify: make(chan struct{}, 1),
 	}
@@ -102,13 +122,124 @@ func (s *shipper) run(ctx context.Context) error {
 		if time.Since(start) > 10*s.cfg.Ship.BackoffMax {
 			backoff = s.cfg.Ship.BackoffInitial
 		}
-		s.log.Warn("ship stream to collector failed; reconnecting", "err", err, "backoff", backoff)
+		if s.refused(err) {
+			// The refused batch is out of the way: go on at once.
+			backoff = s.cfg.Ship.BackoffInitial
+			continue
+		}
+		s.log.Warn("ship stream to collector failed; reconnecting", "err", err, "code", status.Code(err).String(), "backoff", backoff)
 		if !sleepCtx(ctx, jitter(backoff)) {
 			return nil
 		}
 		backoff = min(backoff*2, s.cfg.Ship.BackoffMax)
 	}
 	return nil
+}
+
+// permanent reports whether a status ending a stream refuses a batch for
+// good (re-sending the same batch cannot succeed).
+func permanent(err error) bool {
+	st, ok := status.FromError(err)
+	if !ok {
+		return false
+	}
+	switch st.Code() {
+	case codes.InvalidArgument, codes.FailedPrecondition:
+		return true
+	case codes.ResourceExhausted:
+		// gRPC's own refusal of a message over the receiver's limit; any
+		// other ResourceExhausted is a throttle.
+		return strings.Contains(st.Message(), "larger than max")
+	}
+	return false
+}
+
+// refused handles the error that ended a stream when it refuses a batch for
+// good: it drops that batch to the dead letter (true), or, when the status
+// does not say which batch, starts isolating (false: reconnect as usual).
+func (s *shipper) refused(err error) bool {
+	if !permanent(err) {
+		return false
+	}
+	var rej *eventpipev1.BatchRejection
+	for _, d := range status.Convert(err).Details() {
+		if r, ok := d.(*eventpipev1.BatchRejection); ok {
+			rej = r
+		}
+	}
+	s.mu.Lock()
+	seq := uint64(0)
+	switch {
+	case rej != nil:
+		seq = rej.GetSeq()
+	case s.isolating && s.isolated != 0:
+		seq = s.isolated
+	default:
+		s.isolating, s.isolated = true, 0
+		s.mu.Unlock()
+		s.log.Warn("collector refused a batch for good without naming it; sending one batch per stream to find it", "err", err)
+		return false
+	}
+	var f *flight
+	for i, g := range s.inflight {
+		if g.b.GetSeq() == seq {
+			f = g
+			s.inflight = append(s.inflight[:i:i], s.inflight[i+1:]...)
+			break
+		}
+	}
+	s.isolating, s.isolated = false, 0
+	s.mu.Unlock()
+	if f == nil {
+		s.log.Warn("collector refused a batch that is not in flight; reconnecting", "seq", seq, "err", err)
+		return false
+	}
+	<-s.slots
+	s.m.batches.WithLabelValues("refused").Inc()
+	msg := err.Error()
+	var se interface{ GRPCStatus() *status.Status }
+	if errors.As(err, &se) {
+		msg = se.GRPCStatus().Message()
+	}
+	byIndex := map[uint32]*eventpipev1.Rejection{}
+	for _, r := range rej.GetOccurrences() {
+		byIndex[r.GetIndex()] = r
+	}
+	for i, o := range f.b.GetOccurrences() {
+		reason, detail := dlBatchRefused, msg
+		if r, ok := byIndex[uint32(i)]; ok && r.GetReason() != "" {
+			reason, detail = r.GetReason(), r.GetMessage()
+		}
+		s.dl.add(seq, o, "", reason, detail)
+	}
+	s.log.Error("collector refused a batch for good; its occurrences are dead-lettered and the agent moves on",
+		"seq", seq, "occurrences", len(f.b.GetOccurrences()), "resource_version", f.b.GetResourceVersion(), "err", err)
+	return true
+}
+
+// dropUnencodable removes from f's batch the occurrences that cannot be
+// encoded (invalid UTF-8 in a string field), dead-lettering them; it
+// reports whether any was found. Called only after a Send failed.
+func (s *shipper) dropUnencodable(f *flight) bool {
+	if _, err := proto.Marshal(f.b); err == nil {
+		return false
+	}
+	s.mu.Lock()
+	var kept, bad []*eventpipev1.Occurrence
+	var errs []error
+	for _, o := range f.b.GetOccurrences() {
+		if _, err := proto.Marshal(o); err != nil {
+			bad, errs = append(bad, o), append(errs, err)
+			continue
+		}
+		kept = append(kept, o)
+	}
+	f.b.Occurrences = kept
+	s.mu.Unlock()
+	for i, o := range bad {
+		s.dl.add(f.b.GetSeq(), o, "", dlUnencodable, errs[i].Error())
+	}
+	return len(bad) > 0
 }
 
 // stream runs one Ship stream: it (re)sends every unacknowledged batch, then
@@ -125,9 +256,15 @@ func (s *shipper) stream(ctx context.Context) error {
 
 	var lastSent uint64
 	s.mu.Lock()
+	s.isolated = 0 // nothing sent on this stream yet
 	if len(s.inflight) > 0 {
 		lastSent = s.inflight[0].b.Seq - 1
 		s.m.batches.WithLabelValues("resent").Add(float64(len(s.inflight)))
+		n := 0
+		for _, f := range s.inflight {
+			n += len(f.b.GetOccurrences())
+		}
+		s.m.resent.Add(float64(n))
 	}
 	s.mu.Unlock()
 	for {
@@ -136,15 +273,24 @@ func (s *shipper) stream(ctx context.Context) error {
 		now := time.Now()
 		for _, f := range s.inflight {
 			if f.b.Seq > lastSent {
+				if s.isolating && (s.isolated != 0 || len(next) == 1) {
+					break
+				}
 				f.sentAt = now
 				next = append(next, f)
 			}
+		}
+		if s.isolating && len(next) == 1 {
+			s.isolated = next[0].b.Seq
 		}
 		s.mu.Unlock()
 		for _, f := range next {
 			if err := st.Send(f.b); err != nil {
 				cancel()
 				<-recvErr
+				if s.dropUnencodable(f) {
+					return fmt.Errorf("send batch %d: dropped occurrences that cannot be encoded: %w", f.b.Seq, err)
+				}
 				return fmt.Errorf("send batch %d: %w", f.b.Seq, err)
 			}
 			lastSent = f.b.Seq
@@ -168,6 +314,7 @@ func (s *shipper) recv(st grpc.BidiStreamingClient[eventpipev1.Batch, eventpipev
 			return fmt.Errorf("receive ack: %w", err)
 		}
 		now := time.Now()
+		var refused *flight
 		s.mu.Lock()
 		n := 0
 		for n < len(s.inflight) && s.inflight[n].b.Seq <= ack.GetSeq() {
@@ -178,10 +325,21 @@ func (s *shipper) recv(st grpc.BidiStreamingClient[eventpipev1.Batch, eventpipev
 			if rv := f.b.GetResourceVersion(); rv != "" {
 				s.ackedRV.Store(&rv)
 			}
+			if f.b.Seq == ack.GetSeq() && len(ack.GetRejected()) > 0 {
+				refused = f
+			}
 			s.inflight[n] = nil
 			n++
 		}
 		s.inflight = s.inflight[n:]
+		if n > 0 && s.isolating {
+			// A batch went through: the culprit, if any, was not it.
+			s.isolating, s.isolated = false, 0
+			select {
+			case s.notify <- struct{}{}:
+			default:
+			}
+		}
 		s.mu.Unlock()
 		if n == 0 {
 			continue // an Ack for a batch already acknowledged
@@ -189,8 +347,19 @@ func (s *shipper) recv(st grpc.BidiStreamingClient[eventpipev1.Batch, eventpipev
 		s.m.batches.WithLabelValues("acked").Add(float64(n))
 		s.m.acked.WithLabelValues("stored").Add(float64(ack.GetStored()))
 		s.m.acked.WithLabelValues("duplicate").Add(float64(ack.GetDuplicates()))
+		s.m.acked.WithLabelValues("rejected").Add(float64(len(ack.GetRejected())))
 		s.acked.Add(uint64(ack.GetStored()) + uint64(ack.GetDuplicates()))
 		s.lastAckAt.Store(now.UnixNano())
+		if refused != nil {
+			occs := refused.b.GetOccurrences()
+			for _, r := range ack.GetRejected() {
+				var o *eventpipev1.Occurrence
+				if i := int(r.GetIndex()); i < len(occs) {
+					o = occs[i]
+				}
+				s.dl.add(ack.GetSeq(), o, r.GetEventId(), r.GetReason(), r.GetMessage())
+			}
+		}
 		for range n {
 			<-s.slots
 		}

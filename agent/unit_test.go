@@ -438,3 +438,56 @@ func TestKubeClientRateLimit(t *testing.T) {
 		t.Errorf("QPS < 0 should mean no client-side limit")
 	}
 }
+
+// Held Events released together may span several batches: each batch's
+// cursor must cover only what it (or an earlier batch) carries, or a crash
+// between the batches would resume past the Events of the later one.
+func TestHeldEventsBatchCursor(t *testing.T) {
+	cfg := NewDefaultConfig()
+	cfg.Cluster = "c"
+	cfg.Ship.BatchSize = 2
+	cfg.Ship.MaxInFlight = 10
+	cfg.Hold.MaxAge = time.Second
+	m, err := newMetrics(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	enr, err := enrich.New(cfg.Enrich, enrich.Lookups{}) // nothing cached: pod Events are held
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh := newShipper(cfg, nil, testLogger(t), m, newDeadLetters(testLogger(t), m))
+	p := newProcessor(cfg, nil, nil, enr, sh, "9", testLogger(t), m)
+	now := time.Now()
+	p.now = func() time.Time { return now }
+	ctx := context.Background()
+	for _, rv := range []string{"10", "11", "12"} {
+		ev := &enrich.Event{APIVersion: "v1", Namespace: "ns", Name: "e" + rv, UID: "uid-" + rv, ResourceVersion: rv,
+			Involved: enrich.ObjectRef{Kind: "Pod", APIVersion: "v1", Namespace: "ns", Name: "not-cached"},
+			Reason:   "Pulling", Message: "Pulling image", Count: 1, LastTimestamp: now}
+		if !p.handle(ctx, item{kind: itemEvent, rv: rv, ev: ev, observed: now}) {
+			t.Fatal("handle")
+		}
+	}
+	if len(p.held) != 3 {
+		t.Fatalf("%d held, want 3", len(p.held))
+	}
+	now = now.Add(2 * time.Second) // the hold expires: all three ship
+	if !p.retryHeld(ctx) || !p.flush(ctx) {
+		t.Fatal("retryHeld/flush")
+	}
+	shipped := map[string]bool{}
+	for _, f := range sh.inflight {
+		for _, o := range f.b.GetOccurrences() {
+			shipped[o.GetEvent().GetResourceVersion()] = true
+		}
+		for _, rv := range []string{"10", "11", "12"} {
+			if rv <= f.b.GetResourceVersion() && !shipped[rv] {
+				t.Errorf("batch %d carries cursor %s but Event %s is in a later batch", f.b.GetSeq(), f.b.GetResourceVersion(), rv)
+			}
+		}
+	}
+	if len(shipped) != 3 {
+		t.Errorf("shipped %v, want all three", shipped)
+	}
+}

@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
 	"github.com/eventpipe/eventpipe/collector/store"
@@ -55,6 +56,7 @@ func (s *ingestServer) GetCursor(ctx context.Context, req *eventpipev1.GetCursor
 type pending struct {
 	batch    *eventpipev1.Batch
 	occs     []*eventpipev1.Occurrence // sanitized
+	rejected []*eventpipev1.Rejection  // refused for good, reported in the ack
 	received time.Time
 	done     chan struct{}
 	ack      *eventpipev1.Ack
@@ -173,7 +175,8 @@ func (s *ingestServer) receive(ctx context.Context, stream eventpipev1.Ingest_Sh
 		}
 		first = false
 		lastSeq = b.GetSeq()
-		pd := &pending{batch: b, occs: s.sanitize(b), received: now, done: make(chan struct{})}
+		pd := &pending{batch: b, received: now, done: make(chan struct{})}
+		pd.occs, pd.rejected = s.sanitize(b)
 		// inflight has the same capacity as toAppend and is drained by the
 		// sender only after appends finish, so it is the bound.
 		select {
@@ -290,6 +293,12 @@ func (s *ingestServer) appendRun(ctx context.Context, group []*pending, cluster,
 		}
 		return nil
 	}
+	if err != nil && errors.Is(err, store.ErrInvalid) && ctx.Err() == nil {
+		// One batch the log refused: refuse its bad occurrences one by one
+		// and store the rest, or, when no single occurrence is at fault,
+		// refuse the whole batch for good (named in a BatchRejection).
+		return s.refuseInvalid(ctx, group[0], cluster, stream, err)
+	}
 	if err != nil {
 		st := appendStatus(ctx, err)
 		for _, g := range group {
@@ -302,7 +311,7 @@ func (s *ingestServer) appendRun(ctx context.Context, group []*pending, cluster,
 	s.m.ingested.Add(float64(res.Stored))
 	s.m.duplicates.Add(float64(res.Duplicates))
 	if len(group) == 1 {
-		group[0].ack = &eventpipev1.Ack{Seq: group[0].batch.GetSeq(), Stored: uint32(res.Stored), Duplicates: uint32(res.Duplicates), LastOffset: res.LastOffset}
+		group[0].ack = &eventpipev1.Ack{Seq: group[0].batch.GetSeq(), Stored: uint32(res.Stored), Duplicates: uint32(res.Duplicates), LastOffset: res.LastOffset, Rejected: group[0].rejected}
 		return nil
 	}
 	if res.Duplicates == 0 {
@@ -310,7 +319,7 @@ func (s *ingestServer) appendRun(ctx context.Context, group []*pending, cluster,
 		off := res.LastOffset - uint64(res.Stored)
 		for _, g := range group {
 			n := uint64(len(g.occs))
-			g.ack = &eventpipev1.Ack{Seq: g.batch.GetSeq(), Stored: uint32(n)}
+			g.ack = &eventpipev1.Ack{Seq: g.batch.GetSeq(), Stored: uint32(n), Rejected: g.rejected}
 			if n > 0 {
 				off += n
 				g.ack.LastOffset = off
@@ -348,7 +357,7 @@ func (s *ingestServer) splitWithDuplicates(ctx context.Context, group []*pending
 		}
 	}
 	for _, g := range group {
-		a := &eventpipev1.Ack{Seq: g.batch.GetSeq()}
+		a := &eventpipev1.Ack{Seq: g.batch.GetSeq(), Rejected: g.rejected}
 		for _, o := range g.occs {
 			if off, ok := storedAt[o.GetEventId()]; ok {
 				delete(storedAt, o.GetEventId())
@@ -363,15 +372,16 @@ func (s *ingestServer) splitWithDuplicates(ctx context.Context, group []*pending
 	return nil
 }
 
-// sanitize drops occurrences the log cannot identify (no event_id), counted
-// and logged, and stamps the batch's cluster on occurrences without one.
-func (s *ingestServer) sanitize(b *eventpipev1.Batch) []*eventpipev1.Occurrence {
+// sanitize sets aside the occurrences the log cannot identify (nil, no
+// event_id) as rejections for the ack, counted and logged, and stamps the
+// batch's cluster on occurrences without one.
+func (s *ingestServer) sanitize(b *eventpipev1.Batch) ([]*eventpipev1.Occurrence, []*eventpipev1.Rejection) {
 	occs := b.GetOccurrences()
 	out := occs[:0:0]
-	for _, o := range occs {
+	var rejected []*eventpipev1.Rejection
+	for i, o := range occs {
 		if o == nil || o.GetEventId() == "" {
-			s.m.rejectedOccurrences.WithLabelValues("missing_event_id").Inc()
-			s.logger.Warn("dropping occurrence without event_id", "cluster", b.GetCluster(), "seq", b.GetSeq())
+			rejected = append(rejected, s.reject(b, i, o, reasonMissingEventID, "occurrence has no event_id"))
 			continue
 		}
 		if o.Cluster == "" {
@@ -379,14 +389,95 @@ func (s *ingestServer) sanitize(b *eventpipev1.Batch) []*eventpipev1.Occurrence 
 		}
 		out = append(out, o)
 	}
-	return out
+	return out, rejected
+}
+
+// Reasons an occurrence is refused for good (Rejection.reason and the
+// reason label of eventpipe_collector_ingest_rejected_occurrences_total).
+const (
+	reasonMissingEventID = "missing_event_id"
+	reasonTooLarge       = "too_large"
+	reasonInvalid        = "invalid"
+)
+
+var rejectionReasons = []string{reasonMissingEventID, reasonTooLarge, reasonInvalid}
+
+// maxOccurrenceBytes mirrors the log's limit on one encoded occurrence
+// (collector/store refuses larger ones with ErrInvalid).
+const maxOccurrenceBytes = 4 << 20
+
+// reject counts, logs and describes the refusal of occurrence i of b.
+func (s *ingestServer) reject(b *eventpipev1.Batch, i int, o *eventpipev1.Occurrence, reason, msg string) *eventpipev1.Rejection {
+	s.m.rejectedOccurrences.WithLabelValues(reason).Inc()
+	s.logger.Warn("occurrence refused for good; reported to the agent", "cluster", b.GetCluster(), "seq", b.GetSeq(),
+		"index", i, "event_id", o.GetEventId(), "reason", reason, "detail", msg)
+	return &eventpipev1.Rejection{Index: uint32(i), EventId: o.GetEventId(), Reason: reason, Message: msg}
+}
+
+// checkOccurrence says why the log would refuse o on its own ("" when it
+// would not): the slow path, run only after the log refused a batch.
+func checkOccurrence(o *eventpipev1.Occurrence) (reason, msg string) {
+	if size := proto.Size(o); size > maxOccurrenceBytes {
+		return reasonTooLarge, fmt.Sprintf("encoded occurrence is %d bytes, limit %d", size, maxOccurrenceBytes)
+	}
+	if _, err := proto.Marshal(o); err != nil {
+		return reasonInvalid, fmt.Sprintf("cannot be encoded: %v", err)
+	}
+	return "", ""
+}
+
+// refuseInvalid handles a batch the log refused as invalid (cause): the
+// occurrences at fault are refused one by one and the rest appended; when
+// none is at fault on its own, the whole batch is refused for good with
+// InvalidArgument carrying a BatchRejection that names it, so the agent
+// drops exactly this batch instead of re-sending it for ever.
+func (s *ingestServer) refuseInvalid(ctx context.Context, g *pending, cluster, stream string, cause error) error {
+	b := g.batch
+	index := make(map[*eventpipev1.Occurrence]int, len(b.GetOccurrences()))
+	for i, o := range b.GetOccurrences() {
+		index[o] = i
+	}
+	kept := g.occs[:0:0]
+	for _, o := range g.occs {
+		if reason, msg := checkOccurrence(o); reason != "" {
+			g.rejected = append(g.rejected, s.reject(b, index[o], o, reason, msg))
+			continue
+		}
+		kept = append(kept, o)
+	}
+	if len(kept) < len(g.occs) {
+		g.occs = kept
+		return s.appendRun(ctx, []*pending{g}, cluster, stream)
+	}
+	s.m.rejectedBatches.Inc()
+	rej := &eventpipev1.BatchRejection{Seq: b.GetSeq(), Reason: "invalid", Message: cause.Error()}
+	for _, o := range g.occs {
+		rej.Occurrences = append(rej.Occurrences, &eventpipev1.Rejection{Index: uint32(index[o]), EventId: o.GetEventId(), Reason: reasonInvalid, Message: cause.Error()})
+	}
+	s.logger.Warn("batch refused for good; the agent drops it", "cluster", cluster, "seq", b.GetSeq(), "occurrences", len(g.occs), "err", cause)
+	st := batchRejected(codes.InvalidArgument, rej)
+	g.err = st
+	return st
+}
+
+// batchRejected is the status ending a stream that refuses batch rej.Seq
+// for good, with rej attached so the agent knows which batch to drop.
+func batchRejected(code codes.Code, rej *eventpipev1.BatchRejection) error {
+	st := status.New(code, fmt.Sprintf("batch seq %d refused for good: %s", rej.GetSeq(), rej.GetMessage()))
+	if withDetail, err := st.WithDetails(rej); err == nil {
+		st = withDetail
+	}
+	return st.Err()
 }
 
 func validateBatch(b *eventpipev1.Batch, first bool, lastSeq uint64) error {
 	if b.GetCluster() == "" {
-		return status.Errorf(codes.InvalidArgument, "batch seq %d: cluster must not be empty", b.GetSeq())
+		return batchRejected(codes.InvalidArgument, &eventpipev1.BatchRejection{Seq: b.GetSeq(), Reason: "invalid_batch",
+			Message: fmt.Sprintf("batch seq %d: cluster must not be empty", b.GetSeq())})
 	}
 	if !first && b.GetSeq() <= lastSeq {
+		// A protocol error, not this batch's content: no BatchRejection,
+		// the agent re-sends on a new stream.
 		return status.Errorf(codes.InvalidArgument, "batch seq %d: seq must increase within a stream (previous %d)", b.GetSeq(), lastSeq)
 	}
 	return nil

@@ -84,6 +84,9 @@ func TestIngestRejectsBadBatches(t *testing.T) {
 	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "cluster must not be empty") {
 		t.Fatalf("empty cluster: err = %v, want InvalidArgument about the cluster", err)
 	}
+	if rej := batchRejection(err); rej == nil || rej.GetSeq() != 2 {
+		t.Errorf("empty cluster: BatchRejection %v, want one naming seq 2 (the agent drops that batch)", rej)
+	}
 	if len(acks) > 1 {
 		t.Fatalf("got %d acks, want at most the first batch's", len(acks))
 	}
@@ -91,10 +94,17 @@ func TestIngestRejectsBadBatches(t *testing.T) {
 	if status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("repeated seq: err = %v, want InvalidArgument", err)
 	}
-	// An occurrence without event_id is dropped and counted, the rest stored.
+	if rej := batchRejection(err); rej != nil {
+		t.Errorf("repeated seq is a protocol error, not a refusal of one batch: got BatchRejection %v", rej)
+	}
+	// An occurrence without event_id is refused (named in the ack), counted,
+	// and the rest stored.
 	acks, err = ship(t, ctx, conn, batch(1, "prod", "3", occ("", "", "", "", ""), occ("z/1", "", "", "", "")))
 	if err != nil || len(acks) != 1 || acks[0].GetStored() != 1 {
 		t.Fatalf("ack = %v, %v; want 1 stored", acks, err)
+	}
+	if r := acks[0].GetRejected(); len(r) != 1 || r[0].GetIndex() != 0 || r[0].GetReason() != "missing_event_id" {
+		t.Errorf("ack rejected = %v, want index 0 missing_event_id", r)
 	}
 	if got := counterValue(t, r.reg, "eventpipe_collector_ingest_rejected_occurrences_total", map[string]string{"reason": "missing_event_id"}); got != 1 {
 		t.Errorf("rejected occurrences = %v, want 1", got)
@@ -305,5 +315,69 @@ func TestShutdownFlushesSinks(t *testing.T) {
 	}
 	if got := readJSONL(t, jsonl); len(got) != 100 {
 		t.Fatalf("file sink has %d occurrences after shutdown, want 100", len(got))
+	}
+}
+
+// batchRejection is the BatchRejection detail of a status error, if any.
+func batchRejection(err error) *eventpipev1.BatchRejection {
+	for _, d := range status.Convert(err).Details() {
+		if r, ok := d.(*eventpipev1.BatchRejection); ok {
+			return r
+		}
+	}
+	return nil
+}
+
+// An occurrence the log refuses (too large) is refused on its own, named in
+// the ack; the rest of its batch, and the batches pipelined with it, are
+// stored, and the cursor moves past it: one bad occurrence never stalls a
+// stream.
+func TestIngestRefusesOneOccurrenceNotTheBatch(t *testing.T) {
+	cfg := testConfig(t, t.TempDir())
+	cfg.GRPC.IngestPipeline = 4
+	r := startCollector(t, cfg)
+	conn := dial(t, r.c.GRPCAddr(), agentToken)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	huge := occ("big/1", "", "", "", "")
+	huge.Message = strings.Repeat("x", 5<<20)
+	acks, err := ship(t, ctx, conn,
+		batch(1, "prod", "10", occ("a/1", "", "", "", "")),
+		batch(2, "prod", "11", occ("b/1", "", "", "", ""), huge, occ("c/1", "", "", "", "")),
+		batch(3, "prod", "12", occ("d/1", "", "", "", "")),
+	)
+	if err != nil {
+		t.Fatalf("ship: %v (one oversized occurrence must not end the stream)", err)
+	}
+	if len(acks) != 3 {
+		t.Fatalf("%d acks, want 3", len(acks))
+	}
+	if a := acks[1]; a.GetStored() != 2 || len(a.GetRejected()) != 1 {
+		t.Fatalf("ack of the batch with the oversized occurrence = stored %d rejected %v, want 2 stored and 1 rejected", a.GetStored(), a.GetRejected())
+	}
+	if rj := acks[1].GetRejected()[0]; rj.GetIndex() != 1 || rj.GetEventId() != "big/1" || rj.GetReason() != "too_large" {
+		t.Errorf("rejection = %v, want index 1 big/1 too_large", rj)
+	}
+	if acks[0].GetStored() != 1 || acks[2].GetStored() != 1 || len(acks[0].GetRejected())+len(acks[2].GetRejected()) != 0 {
+		t.Errorf("neighbour acks = %v, %v; want 1 stored each, nothing rejected", acks[0], acks[2])
+	}
+	cur, err := eventpipev1.NewIngestClient(conn).GetCursor(ctx, &eventpipev1.GetCursorRequest{Cluster: "prod"})
+	if err != nil || cur.GetResourceVersion() != "12" {
+		t.Errorf("cursor = %v, %v; want 12 (moved past the refused occurrence)", cur, err)
+	}
+	var stored []string
+	recs, _, err := r.c.Store().Read(ctx, 1, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rec := range recs {
+		stored = append(stored, rec.Occurrence.GetEventId())
+	}
+	if got := strings.Join(stored, ","); got != "a/1,b/1,c/1,d/1" {
+		t.Errorf("log holds %s, want a/1,b/1,c/1,d/1", got)
+	}
+	if got := counterValue(t, r.reg, "eventpipe_collector_ingest_rejected_occurrences_total", map[string]string{"reason": "too_large"}); got != 1 {
+		t.Errorf("rejected too_large = %v, want 1", got)
 	}
 }

@@ -41,11 +41,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 		rejectedBatches: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "eventpipe_collector_ingest_rejected_batches_total",
-			Help: "Batches refused as invalid (InvalidArgument).",
+			Help: "Batches refused for good as invalid (InvalidArgument).",
 		}),
 		rejectedOccurrences: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "eventpipe_collector_ingest_rejected_occurrences_total",
-			Help: "Occurrences dropped at ingest because they were unusable, by reason.",
+			Help: "Occurrences refused for good at ingest (reported to the agent in the ack), by reason.",
 		}, []string{"reason"}),
 		appendFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "eventpipe_collector_ingest_append_failures_total",
@@ -89,7 +89,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, r := range authReasons {
 		m.authFailures.WithLabelValues(r)
 	}
-	m.rejectedOccurrences.WithLabelValues("missing_event_id")
+	for _, r := range rejectionReasons {
+		m.rejectedOccurrences.WithLabelValues(r)
+	}
 	for _, r := range []string{"applied", "failed", "restart_required"} {
 		m.reloads.WithLabelValues(r)
 	}

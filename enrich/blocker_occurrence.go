@@ -104,6 +104,7 @@ func (e *Enricher) diagnoseBlockedContainer(p *Pod, c *Container, observedAt tim
 	ev := &Event{
 		APIVersion:      "v1",
 		Namespace:       p.Namespace,
+		Name:            p.Name, // names the occurrence only when the pod has no uid
 		UID:             p.UID,
 		ResourceVersion: p.ResourceVersion + "/" + c.Name,
 		Involved: ObjectRef{

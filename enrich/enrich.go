@@ -1,7 +1,9 @@
 package enrich
 
 import (
+	"encoding/binary"
 	"fmt"
+	"hash/fnv"
 	"time"
 	"unsafe"
 
@@ -102,7 +104,11 @@ func (e *Enricher) enrichEvent(ev *Event, observedAt time.Time, source string, b
 		fType: ev.Type, fReason: ev.Reason, fComponent: ev.ReportingComponent, fInstance: ev.ReportingInstance, fAction: ev.Action,
 	}
 	cleanFields(f[:])
-	o.EventId = blk.eventID(f[fUID], f[fRV])
+	if f[fUID] != "" {
+		o.EventId = blk.eventID(f[fUID], f[fRV])
+	} else {
+		o.EventId = noUIDEventID(ev, f[fNS], f[fName], f[fRV])
+	}
 	setTime(&blk.occurred, occurredAt)
 	setTime(&blk.observed, nonZero(observedAt, occurredAt))
 	o.OccurredAt, o.ObservedAt = &blk.occurred, &blk.observed
@@ -200,6 +206,36 @@ func (b *occAlloc) eventID(uid, rv string) string {
 	b.id[len(uid)] = '/'
 	copy(b.id[len(uid)+1:], rv)
 	return unsafe.String(&b.id[0], n)
+}
+
+// noUIDEventID names an occurrence of an Event without uid (a file or a
+// replay; the API server always sets one): "nouid/<namespace>/<name>/<rv>",
+// stable for the same object version as uid/rv is, and unlike "/<rv>" not
+// shared by different Events. When name or resourceVersion is empty too, a
+// hash of what the Event says (reason, message, involved object, count, its
+// own timestamps; never the time it was seen) is appended, so two
+// different such Events still get different ids and the same one the same.
+func noUIDEventID(ev *Event, ns, name, rv string) string {
+	id := "nouid/" + ns + "/" + name + "/" + rv
+	if name != "" && rv != "" {
+		return id
+	}
+	h := fnv.New64a()
+	r := &ev.Involved
+	for _, s := range []string{ev.Type, ev.Reason, ev.Message, ev.Action, r.Kind, r.APIVersion, r.Namespace, r.Name, r.UID,
+		r.FieldPath, ev.ReportingComponent, ev.ReportingInstance} {
+		_, _ = h.Write([]byte(s))
+		_, _ = h.Write([]byte{0})
+	}
+	var b [12]byte
+	binary.LittleEndian.PutUint32(b[:4], uint32(ev.Count))
+	_, _ = h.Write(b[:4])
+	for _, t := range []time.Time{ev.FirstTimestamp, ev.LastTimestamp, ev.EventTime, ev.SeriesLastObserved} {
+		binary.LittleEndian.PutUint64(b[:8], uint64(t.Unix()))
+		binary.LittleEndian.PutUint32(b[8:], uint32(t.Nanosecond()))
+		_, _ = h.Write(b[:])
+	}
+	return fmt.Sprintf("%s/%016x", id, h.Sum64())
 }
 
 // pullAlloc is a PullFailure and its timestamps in one allocation.

@@ -12,8 +12,9 @@ import (
 // states that block a container (CrashLoopBackOff with the last
 // termination's reason, CreateContainerConfigError, RunContainerError)
 // into occurrences with blocker.source "pod_status". Their event_id is
-// "<pod UID>/<resourceVersion>/<container>", so re-seeing the same pod
-// version is the same occurrence; reporting_component is "eventpipe-agent";
+// "<pod UID>/<resourceVersion>/<container>" ("nouid/<namespace>/<pod
+// name>/<resourceVersion>/<container>" for a pod without uid), so re-seeing
+// the same pod version is the same occurrence; reporting_component is "eventpipe-agent";
 // they are attributed like an Event about that pod and container. It
 // returns nil when nothing is waiting on an image or blocked.
 func (e *Enricher) DiagnosePod(p *Pod, observedAt time.Time) []*eventpipev1.Occurrence {
@@ -39,6 +40,7 @@ func (e *Enricher) DiagnosePod(p *Pod, observedAt time.Time) []*eventpipev1.Occu
 		ev := &Event{
 			APIVersion:      "v1",
 			Namespace:       p.Namespace,
+			Name:            p.Name, // names the occurrence only when the pod has no uid
 			UID:             p.UID,
 			ResourceVersion: p.ResourceVersion + "/" + c.Name,
 			Involved: ObjectRef{

@@ -139,3 +139,73 @@ func parseLabels(s string) (map[string]string, error) {
 	}
 	return out, nil
 }
+
+// MetricSum reads kube-apiserver's /metrics and sums the samples of the
+// series name (a counter, a gauge, or a histogram's _count / _sum) whose
+// labels include every pair in labels. found is false when no series of
+// that name exists (the metric is unknown to this apiserver version), so a
+// test can tell "zero" from "not measured".
+func (c *Cluster) MetricSum(ctx context.Context, name string, labels map[string]string) (sum float64, found bool, err error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.apiserverURL+"/metrics", nil)
+	if err != nil {
+		return 0, false, fmt.Errorf("build metrics request: %w", err)
+	}
+	req.Header.Set("Authorization", "Bearer "+c.adminToken)
+	resp, err := c.httpClient.Do(req)
+	if err != nil {
+		return 0, false, fmt.Errorf("read kube-apiserver metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
+		return 0, false, fmt.Errorf("read kube-apiserver metrics: status %d: %s", resp.StatusCode, b)
+	}
+	return sumSeries(resp.Body, name, labels)
+}
+
+func sumSeries(r io.Reader, name string, want map[string]string) (sum float64, found bool, err error) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64*1024), 1024*1024)
+next:
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, name) || len(line) == len(name) {
+			continue
+		}
+		var labels map[string]string
+		rest := line[len(name):]
+		switch rest[0] {
+		case ' ':
+		case '{':
+			end := strings.LastIndexByte(rest, '}')
+			if end < 0 {
+				return 0, false, fmt.Errorf("parse metrics: malformed line %q", line)
+			}
+			if labels, err = parseLabels(rest[1:end]); err != nil {
+				return 0, false, fmt.Errorf("parse metrics line %q: %w", line, err)
+			}
+			rest = rest[end+1:]
+		default:
+			continue // another metric sharing the prefix
+		}
+		found = true
+		for k, v := range want {
+			if labels[k] != v {
+				continue next
+			}
+		}
+		fields := strings.Fields(rest)
+		if len(fields) == 0 {
+			return 0, false, fmt.Errorf("parse metrics: no value in %q", line)
+		}
+		v, err := strconv.ParseFloat(fields[0], 64)
+		if err != nil {
+			return 0, false, fmt.Errorf("parse metrics value in %q: %w", line, err)
+		}
+		sum += v
+	}
+	if err := sc.Err(); err != nil {
+		return 0, false, fmt.Errorf("read metrics: %w", err)
+	}
+	return sum, found, nil
+}

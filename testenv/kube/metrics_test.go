@@ -58,3 +58,31 @@ func TestModulePathOf(t *testing.T) {
 		t.Errorf("got %q", got)
 	}
 }
+
+func TestSumSeries(t *testing.T) {
+	text := `# HELP apiserver_watch_events_total x
+apiserver_watch_events_total{group="",resource="events",version="v1"} 12
+apiserver_watch_events_total{group="",resource="pods",version="v1"} 5
+apiserver_watch_events_total_extra{resource="events"} 100
+apiserver_watch_list_duration_seconds_count{resource="events",scope="cluster"} 2
+plain_total 3
+`
+	for _, tt := range []struct {
+		name   string
+		labels map[string]string
+		sum    float64
+		found  bool
+	}{
+		{"apiserver_watch_events_total", map[string]string{"resource": "events"}, 12, true},
+		{"apiserver_watch_events_total", nil, 17, true},
+		{"apiserver_watch_events_total", map[string]string{"resource": "leases"}, 0, true},
+		{"apiserver_watch_list_duration_seconds_count", map[string]string{"resource": "events"}, 2, true},
+		{"plain_total", nil, 3, true},
+		{"missing_total", nil, 0, false},
+	} {
+		sum, found, err := sumSeries(strings.NewReader(text), tt.name, tt.labels)
+		if err != nil || sum != tt.sum || found != tt.found {
+			t.Errorf("%s %v: %v %v %v, want %v %v", tt.name, tt.labels, sum, found, err, tt.sum, tt.found)
+		}
+	}
+}

@@ -90,6 +90,14 @@ func TestAgainstAPIServer(t *testing.T) {
 	}
 	defer hc.CloseIdleConnections()
 	api := &apiClient{t: t, host: strings.TrimSuffix(agentCfg.Host, "/"), hc: hc}
+	// Reads the agent is not allowed (single objects: its ClusterRole grants
+	// list and watch only) go through the admin.
+	adminHC, err := rest.HTTPClientFor(cluster.AdminConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adminHC.CloseIdleConnections()
+	adminAPI := &apiClient{t: t, host: api.host, hc: adminHC}
 	o := &MetaOptions{KeepPrefixes: keepPrefix}
 	ref := refOf(o)
 
@@ -253,7 +261,9 @@ func TestAgainstAPIServer(t *testing.T) {
 		if err != nil || i != 2 || lm.Continue == "" || lm.Continue != nss.Continue {
 			t.Fatalf("namespaces page: %d items, %+v, %v", i, lm, err)
 		}
-		raw = api.protoList(ctx, "/api/v1/namespaces/"+ns, "Namespace")
+		// A single object: the agent never GETs one (its ClusterRole grants
+		// list and watch only), so this read is the admin's.
+		raw = adminAPI.protoList(ctx, "/api/v1/namespaces/"+ns, "Namespace")
 		got, err := DecodeNamespace(raw, o)
 		if err != nil || got.Labels.Get("openshell.ai/sandbox-workspace") != "repro" || got.Name != ns {
 			t.Errorf("managed namespace: %+v %v", got, err)
@@ -394,8 +404,8 @@ func TestAgainstAPIServer(t *testing.T) {
 	})
 
 	t.Run("errors", func(t *testing.T) {
-		// 404 in both encodings.
-		code, ct, b := api.body(ctx, "/api/v1/namespaces/"+ns+"/pods/nope", protoCT)
+		// 404 in both encodings (as the admin: the agent may not GET).
+		code, ct, b := adminAPI.body(ctx, "/api/v1/namespaces/"+ns+"/pods/nope", protoCT)
 		s, err := decodeErrorBody(ct, b)
 		if code != 404 || err != nil || s.Code != 404 || s.Reason != "NotFound" || !strings.Contains(s.Message, `"nope" not found`) {
 			t.Errorf("404 protobuf: %d %s %+v %v", code, ct, s, err)
@@ -403,7 +413,7 @@ func TestAgainstAPIServer(t *testing.T) {
 		if !strings.HasPrefix(ct, protoCT) {
 			t.Errorf("404 for a protobuf request came as %s", ct)
 		}
-		code, ct, b = api.body(ctx, "/apis/agents.x-k8s.io/v1beta1/namespaces/"+ns+"/sandboxes/nope", "application/json")
+		code, ct, b = adminAPI.body(ctx, "/apis/agents.x-k8s.io/v1beta1/namespaces/"+ns+"/sandboxes/nope", "application/json")
 		s, err = decodeErrorBody(ct, b)
 		if code != 404 || err != nil || s.Code != 404 || s.Reason != "NotFound" {
 			t.Errorf("404 JSON: %d %s %+v %v", code, ct, s, err)

@@ -216,7 +216,13 @@ type Ack struct {
 	Stored     uint32 `protobuf:"varint,2,opt,name=stored,proto3" json:"stored,omitempty"`
 	Duplicates uint32 `protobuf:"varint,3,opt,name=duplicates,proto3" json:"duplicates,omitempty"`
 	// Log offset of the last record of this batch (0 if none stored).
-	LastOffset    uint64 `protobuf:"varint,4,opt,name=last_offset,json=lastOffset,proto3" json:"last_offset,omitempty"`
+	LastOffset uint64 `protobuf:"varint,4,opt,name=last_offset,json=lastOffset,proto3" json:"last_offset,omitempty"`
+	// Occurrences of this batch refused for good: they are not stored, and
+	// re-sending them cannot help (counted in neither stored nor duplicates).
+	// The rest of the batch is stored and its resource_version is the
+	// cluster's cursor as usual, so the agent moves on. An agent keeps them
+	// where an operator can read them (a dead letter).
+	Rejected      []*Rejection `protobuf:"bytes,5,rep,name=rejected,proto3" json:"rejected,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -279,6 +285,163 @@ func (x *Ack) GetLastOffset() uint64 {
 	return 0
 }
 
+func (x *Ack) GetRejected() []*Rejection {
+	if x != nil {
+		return x.Rejected
+	}
+	return nil
+}
+
+// Rejection names one occurrence the collector refused for good.
+type Rejection struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Position of the occurrence in Batch.occurrences.
+	Index uint32 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	// The occurrence's event_id (empty when that is what is wrong).
+	EventId string `protobuf:"bytes,2,opt,name=event_id,json=eventId,proto3" json:"event_id,omitempty"`
+	// Why, from a fixed list: "missing_event_id", "too_large", "invalid".
+	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Human-readable detail.
+	Message       string `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Rejection) Reset() {
+	*x = Rejection{}
+	mi := &file_eventpipe_v1_ingest_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Rejection) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Rejection) ProtoMessage() {}
+
+func (x *Rejection) ProtoReflect() protoreflect.Message {
+	mi := &file_eventpipe_v1_ingest_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Rejection.ProtoReflect.Descriptor instead.
+func (*Rejection) Descriptor() ([]byte, []int) {
+	return file_eventpipe_v1_ingest_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *Rejection) GetIndex() uint32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *Rejection) GetEventId() string {
+	if x != nil {
+		return x.EventId
+	}
+	return ""
+}
+
+func (x *Rejection) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *Rejection) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+// BatchRejection is attached (as a status detail) to the InvalidArgument or
+// FailedPrecondition status that ends a Ship stream when the collector
+// refuses a whole batch for good. Re-sending that batch cannot help; the
+// agent drops it to its dead letter and re-sends the batches after it on a
+// new stream. Any other status ending a stream (Unavailable,
+// ResourceExhausted, Unauthenticated, PermissionDenied, ...) is transient
+// for the batch: the agent re-sends it.
+type BatchRejection struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Seq   uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	// From a fixed list: "invalid_batch", "invalid".
+	Reason  string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	Message string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	// The batch's occurrences, each with the reason it was refused.
+	Occurrences   []*Rejection `protobuf:"bytes,4,rep,name=occurrences,proto3" json:"occurrences,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchRejection) Reset() {
+	*x = BatchRejection{}
+	mi := &file_eventpipe_v1_ingest_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchRejection) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchRejection) ProtoMessage() {}
+
+func (x *BatchRejection) ProtoReflect() protoreflect.Message {
+	mi := &file_eventpipe_v1_ingest_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchRejection.ProtoReflect.Descriptor instead.
+func (*BatchRejection) Descriptor() ([]byte, []int) {
+	return file_eventpipe_v1_ingest_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *BatchRejection) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *BatchRejection) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *BatchRejection) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *BatchRejection) GetOccurrences() []*Rejection {
+	if x != nil {
+		return x.Occurrences
+	}
+	return nil
+}
+
 var File_eventpipe_v1_ingest_proto protoreflect.FileDescriptor
 
 const file_eventpipe_v1_ingest_proto_rawDesc = "" +
@@ -295,7 +458,7 @@ const file_eventpipe_v1_ingest_proto_rawDesc = "" +
 	"\acluster\x18\x02 \x01(\tR\acluster\x12\x16\n" +
 	"\x06stream\x18\x03 \x01(\tR\x06stream\x12)\n" +
 	"\x10resource_version\x18\x04 \x01(\tR\x0fresourceVersion\x12:\n" +
-	"\voccurrences\x18\x05 \x03(\v2\x18.eventpipe.v1.OccurrenceR\voccurrences\"p\n" +
+	"\voccurrences\x18\x05 \x03(\v2\x18.eventpipe.v1.OccurrenceR\voccurrences\"\xa5\x01\n" +
 	"\x03Ack\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x16\n" +
 	"\x06stored\x18\x02 \x01(\rR\x06stored\x12\x1e\n" +
@@ -303,7 +466,18 @@ const file_eventpipe_v1_ingest_proto_rawDesc = "" +
 	"duplicates\x18\x03 \x01(\rR\n" +
 	"duplicates\x12\x1f\n" +
 	"\vlast_offset\x18\x04 \x01(\x04R\n" +
-	"lastOffset2\x8a\x01\n" +
+	"lastOffset\x123\n" +
+	"\brejected\x18\x05 \x03(\v2\x17.eventpipe.v1.RejectionR\brejected\"n\n" +
+	"\tRejection\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\rR\x05index\x12\x19\n" +
+	"\bevent_id\x18\x02 \x01(\tR\aeventId\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x18\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\"\x8f\x01\n" +
+	"\x0eBatchRejection\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\x129\n" +
+	"\voccurrences\x18\x04 \x03(\v2\x17.eventpipe.v1.RejectionR\voccurrences2\x8a\x01\n" +
 	"\x06Ingest\x12L\n" +
 	"\tGetCursor\x12\x1e.eventpipe.v1.GetCursorRequest\x1a\x1f.eventpipe.v1.GetCursorResponse\x122\n" +
 	"\x04Ship\x12\x13.eventpipe.v1.Batch\x1a\x11.eventpipe.v1.Ack(\x010\x01B=Z;github.com/eventpipe/eventpipe/api/eventpipe/v1;eventpipev1b\x06proto3"
@@ -320,25 +494,29 @@ func file_eventpipe_v1_ingest_proto_rawDescGZIP() []byte {
 	return file_eventpipe_v1_ingest_proto_rawDescData
 }
 
-var file_eventpipe_v1_ingest_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_eventpipe_v1_ingest_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
 var file_eventpipe_v1_ingest_proto_goTypes = []any{
 	(*GetCursorRequest)(nil),  // 0: eventpipe.v1.GetCursorRequest
 	(*GetCursorResponse)(nil), // 1: eventpipe.v1.GetCursorResponse
 	(*Batch)(nil),             // 2: eventpipe.v1.Batch
 	(*Ack)(nil),               // 3: eventpipe.v1.Ack
-	(*Occurrence)(nil),        // 4: eventpipe.v1.Occurrence
+	(*Rejection)(nil),         // 4: eventpipe.v1.Rejection
+	(*BatchRejection)(nil),    // 5: eventpipe.v1.BatchRejection
+	(*Occurrence)(nil),        // 6: eventpipe.v1.Occurrence
 }
 var file_eventpipe_v1_ingest_proto_depIdxs = []int32{
-	4, // 0: eventpipe.v1.Batch.occurrences:type_name -> eventpipe.v1.Occurrence
-	0, // 1: eventpipe.v1.Ingest.GetCursor:input_type -> eventpipe.v1.GetCursorRequest
-	2, // 2: eventpipe.v1.Ingest.Ship:input_type -> eventpipe.v1.Batch
-	1, // 3: eventpipe.v1.Ingest.GetCursor:output_type -> eventpipe.v1.GetCursorResponse
-	3, // 4: eventpipe.v1.Ingest.Ship:output_type -> eventpipe.v1.Ack
-	3, // [3:5] is the sub-list for method output_type
-	1, // [1:3] is the sub-list for method input_type
-	1, // [1:1] is the sub-list for extension type_name
-	1, // [1:1] is the sub-list for extension extendee
-	0, // [0:1] is the sub-list for field type_name
+	6, // 0: eventpipe.v1.Batch.occurrences:type_name -> eventpipe.v1.Occurrence
+	4, // 1: eventpipe.v1.Ack.rejected:type_name -> eventpipe.v1.Rejection
+	4, // 2: eventpipe.v1.BatchRejection.occurrences:type_name -> eventpipe.v1.Rejection
+	0, // 3: eventpipe.v1.Ingest.GetCursor:input_type -> eventpipe.v1.GetCursorRequest
+	2, // 4: eventpipe.v1.Ingest.Ship:input_type -> eventpipe.v1.Batch
+	1, // 5: eventpipe.v1.Ingest.GetCursor:output_type -> eventpipe.v1.GetCursorResponse
+	3, // 6: eventpipe.v1.Ingest.Ship:output_type -> eventpipe.v1.Ack
+	5, // [5:7] is the sub-list for method output_type
+	3, // [3:5] is the sub-list for method input_type
+	3, // [3:3] is the sub-list for extension type_name
+	3, // [3:3] is the sub-list for extension extendee
+	0, // [0:3] is the sub-list for field type_name
 }
 
 func init() { file_eventpipe_v1_ingest_proto_init() }
@@ -353,7 +531,7 @@ func file_eventpipe_v1_ingest_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_eventpipe_v1_ingest_proto_rawDesc), len(file_eventpipe_v1_ingest_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   4,
+			NumMessages:   6,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1,0 +1,392 @@
+package check
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/rest"
+
+	"github.com/eventpipe/eventpipe/agent"
+	"github.com/eventpipe/eventpipe/collector"
+	"github.com/eventpipe/eventpipe/sinks"
+	"github.com/eventpipe/eventpipe/sinks/file"
+	"github.com/eventpipe/eventpipe/sinks/kafka"
+	"github.com/eventpipe/eventpipe/sinks/loki"
+)
+
+var (
+	catOnce sync.Once
+	cat     *Catalogue
+	catErr  error
+)
+
+// exported builds the catalogue of what eventpipe exports, once:
+//   - every descriptor the agent, the collector (store, WAL) and all three
+//     sink types register, from the real constructors;
+//   - a scrape of /metrics of the real eventpipe binary running as a
+//     collector (adds the Go runtime and process metrics it serves).
+func exported(t *testing.T) *Catalogue {
+	t.Helper()
+	catOnce.Do(func() { cat, catErr = buildCatalogue(t.TempDir()) })
+	if catErr != nil {
+		t.Fatal(catErr)
+	}
+	return cat
+}
+
+func buildCatalogue(dir string) (*Catalogue, error) {
+	c := NewCatalogue()
+	rec := NewRecorder(c)
+
+	cfg := collector.NewDefaultConfig()
+	cfg.GRPC.Listen = "127.0.0.1:0"
+	cfg.HTTP.Listen = "127.0.0.1:0"
+	cfg.Store.Dir = filepath.Join(dir, "log")
+	// TLS on, so the certificate reload metrics are registered too.
+	certFile, keyFile, err := selfSignedCert(dir)
+	if err != nil {
+		return nil, err
+	}
+	cfg.GRPC.TLS = collector.TLSConfig{CertFile: certFile, KeyFile: keyFile}
+	cfg.Auth.TokensFile = filepath.Join(dir, "tokens.yaml")
+	if err := os.WriteFile(cfg.Auth.TokensFile, []byte("- {token: check-agent-token-0123456789, name: check, role: agent, clusters: [check]}\n"), 0o600); err != nil {
+		return nil, err
+	}
+	d := sinks.NewDefaultRunnerConfig("")
+	fc := file.NewDefaultConfig()
+	fc.Path = filepath.Join(dir, "events.jsonl")
+	lc := loki.NewDefaultConfig()
+	lc.URL = "http://127.0.0.1:9/loki/api/v1/push"
+	kc := kafka.NewDefaultConfig()
+	kc.Brokers = []string{"127.0.0.1:9"}
+	kc.Topic = "eventpipe.check"
+	cfg.Sinks = []collector.SinkConfig{
+		{Name: "file", Type: collector.SinkFile, File: &fc, Batch: d.Batch, Retry: d.Retry, CommitInterval: d.CommitInterval},
+		{Name: "loki", Type: collector.SinkLoki, Loki: &lc, Batch: d.Batch, Retry: d.Retry, CommitInterval: d.CommitInterval},
+		{Name: "kafka", Type: collector.SinkKafka, Kafka: &kc, Batch: d.Batch, Retry: d.Retry, CommitInterval: d.CommitInterval},
+	}
+	col, err := collector.New(cfg, nil, rec)
+	if err != nil {
+		return nil, fmt.Errorf("collector with every sink: %w", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := col.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		return nil, fmt.Errorf("stop collector: %w", err)
+	}
+
+	acfg := agent.NewDefaultConfig()
+	acfg.Cluster = "check"
+	acfg.Collector.Address = "127.0.0.1:9"
+	acfg.Collector.Insecure = true
+	acfg.HTTP.Listen = ""
+	acfg.LeaderElection.Enabled = false
+	// New connects to nothing; Run with an ended context returns at once.
+	a, err := agent.New(acfg, &rest.Config{Host: "https://127.0.0.1:9"}, agent.Options{Registerer: rec})
+	if err != nil {
+		return nil, fmt.Errorf("agent: %w", err)
+	}
+	actx, acancel := context.WithCancel(context.Background())
+	acancel()
+	_ = a.Run(actx)
+	if err := c.AddGathered(rec); err != nil {
+		return nil, err
+	}
+	n, err := scrapeBinary(c, dir)
+	if err != nil {
+		return nil, err
+	}
+	if n < 20 {
+		return nil, fmt.Errorf("the binary's /metrics had only %d families", n)
+	}
+	return c, nil
+}
+
+// selfSignedCert writes a loopback certificate and its key into dir.
+func selfSignedCert(dir string) (certFile, keyFile string, err error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return "", "", err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1),
+		Subject:      pkix.Name{CommonName: "eventpipe-collector"},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(24 * time.Hour),
+		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return "", "", err
+	}
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return "", "", err
+	}
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		return "", "", err
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
+		return "", "", err
+	}
+	return certFile, keyFile, nil
+}
+
+// scrapeBinary builds cmd/eventpipe, runs `eventpipe collector` on loopback
+// and adds its /metrics to c.
+func scrapeBinary(c *Catalogue, dir string) (int, error) {
+	bin := filepath.Join(dir, "eventpipe")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/eventpipe")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		return 0, fmt.Errorf("go build ./cmd/eventpipe: %v\n%s", err, out)
+	}
+	port, err := freePort()
+	if err != nil {
+		return 0, err
+	}
+	gport, err := freePort()
+	if err != nil {
+		return 0, err
+	}
+	cfgPath := filepath.Join(dir, "collector.yaml")
+	cfg := fmt.Sprintf("grpc: {listen: \"127.0.0.1:%d\"}\nhttp: {listen: \"127.0.0.1:%d\"}\nauth: {insecure: true}\nstore: {dir: %q}\nsinks:\n  - {name: file, type: file, file: {path: %q}}\n",
+		gport, port, filepath.Join(dir, "binlog"), filepath.Join(dir, "bin-events.jsonl"))
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
+		return 0, err
+	}
+	cmd := exec.Command(bin, "collector", "--config", cfgPath)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		return 0, err
+	}
+	defer func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+	}()
+	url := fmt.Sprintf("http://127.0.0.1:%d/metrics", port)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get(url)
+		if err == nil {
+			defer resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				return 0, fmt.Errorf("GET %s: %s", url, resp.Status)
+			}
+			return c.AddScrape(resp.Body)
+		}
+		if time.Now().After(deadline) {
+			return 0, fmt.Errorf("the collector binary never served %s: %v\n%s", url, err, stderr.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// TestQueryCheckCanFail: the check refuses what it must (a metric eventpipe
+// does not export, a label a metric does not have, a syntax error), so the
+// tests below cannot pass vacuously.
+func TestQueryCheckCanFail(t *testing.T) {
+	c := exported(t)
+	for _, q := range []string{
+		`rate(eventpipe_agent_no_such_metric_total[5m]) > 0`,
+		`eventpipe_sink_lag_seconds{workspace="x"} > 1`,
+		`sum(rate(eventpipe_collector_ingested_occurrences_total[5m])`,
+		`eventpipe_collector_log_stored_bytes_bucket`,
+	} {
+		if _, problems := CheckQuery(c, q); len(problems) == 0 {
+			t.Errorf("%s passed the check", q)
+		}
+	}
+	if _, problems := CheckQuery(c, `histogram_quantile(0.99, sum by (le) (rate(eventpipe_agent_ship_latency_seconds_bucket{job="x"}[5m])))`); len(problems) > 0 {
+		t.Errorf("a valid histogram query failed: %v", problems)
+	}
+}
+
+// The alerts the operations runbook promises.
+var requiredAlerts = []string{
+	"EventpipeAgentDown", "EventpipeAgentNoLeader", "EventpipeAgentWatchStale", "EventpipeAgentCursorAgeHigh",
+	"EventpipeCollectorNotAcknowledging", "EventpipeCollectorDown", "EventpipeCollectorAppendFailing",
+	"EventpipeLogRepaired", "EventpipeLogDataLoss", "EventpipeLogDiskNearlyFull", "EventpipeFollowSubscribersCutOff",
+	"EventpipeSinkLagging", "EventpipeSinkRecordsLost", "EventpipeSinkRecordsRefused", "EventpipeSinkCursorBeyondLog",
+}
+
+// TestPrometheusRule: every alert of the chart's PrometheusRule parses with
+// the Prometheus parser, names only series eventpipe exports (or the few
+// External ones) with labels they have, carries a severity, a summary and a
+// runbook_url whose anchor is a heading of docs/runbooks.md.
+func TestPrometheusRule(t *testing.T) {
+	c := exported(t)
+	var all []variant
+	for _, v := range variants() {
+		if v.name == "all-on" {
+			all = append(all, v)
+		}
+	}
+	docs := render(t, all[0])
+	anchors := runbookAnchors(t)
+	seen := map[string]bool{}
+	for _, d := range docs {
+		if d.Kind != "PrometheusRule" {
+			continue
+		}
+		groups, _, _ := unstructured.NestedSlice(d.Object, "spec", "groups")
+		for _, g := range groups {
+			rules, _, _ := unstructured.NestedSlice(g.(map[string]any), "rules")
+			for _, r := range rules {
+				rule := r.(map[string]any)
+				name, _ := rule["alert"].(string)
+				expr, _ := rule["expr"].(string)
+				seen[name] = true
+				names, problems := CheckQuery(c, expr)
+				for _, p := range problems {
+					t.Errorf("alert %s: %s\n%s", name, p, expr)
+				}
+				if len(names) == 0 && len(problems) == 0 {
+					t.Errorf("alert %s selects no series", name)
+				}
+				labels, _ := rule["labels"].(map[string]any)
+				if s := labels["severity"]; s != "warning" && s != "critical" {
+					t.Errorf("alert %s: severity %v", name, s)
+				}
+				ann, _ := rule["annotations"].(map[string]any)
+				if ann["summary"] == nil || ann["description"] == nil {
+					t.Errorf("alert %s: no summary or description", name)
+				}
+				rb, _ := ann["runbook_url"].(string)
+				_, anchor, _ := strings.Cut(rb, "#")
+				if !anchors[anchor] {
+					t.Errorf("alert %s: runbook_url %q has no matching heading in docs/runbooks.md", name, rb)
+				}
+			}
+		}
+	}
+	for _, a := range requiredAlerts {
+		if !seen[a] {
+			t.Errorf("no alert %s", a)
+		}
+	}
+}
+
+// runbookAnchors are GitHub's anchors of the headings of docs/runbooks.md.
+func runbookAnchors(t *testing.T) map[string]bool {
+	b, err := os.ReadFile(filepath.Join(root, "docs", "runbooks.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]bool{}
+	strip := regexp.MustCompile(`[^a-z0-9 _-]`)
+	for _, l := range strings.Split(string(b), "\n") {
+		if h, ok := strings.CutPrefix(l, "### "); ok {
+			out[strings.ReplaceAll(strip.ReplaceAllString(strings.ToLower(strings.TrimSpace(h)), ""), " ", "-")] = true
+		}
+	}
+	return out
+}
+
+// TestDashboard: every query of the Grafana dashboard parses and names only
+// series eventpipe exports, and the chart ships the same file.
+func TestDashboard(t *testing.T) {
+	c := exported(t)
+	b, err := os.ReadFile(filepath.Join(ChartDir(root), "files", "dashboard.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+		Templating struct {
+			List []struct {
+				Name  string `json:"name"`
+				Query any    `json:"query"`
+			} `json:"list"`
+		} `json:"templating"`
+	}
+	if err := json.Unmarshal(b, &dash); err != nil {
+		t.Fatal(err)
+	}
+	queries := 0
+	families := map[string]bool{}
+	for _, p := range dash.Panels {
+		for _, tg := range p.Targets {
+			queries++
+			names, problems := CheckQuery(c, tg.Expr)
+			for _, pr := range problems {
+				t.Errorf("panel %q: %s\n%s", p.Title, pr, tg.Expr)
+			}
+			for _, n := range names {
+				families[n] = true
+			}
+		}
+	}
+	labelValues := regexp.MustCompile(`label_values\(([a-zA-Z_:][a-zA-Z0-9_:]*)`)
+	for _, v := range dash.Templating.List {
+		q, _ := json.Marshal(v.Query)
+		for _, m := range labelValues.FindAllStringSubmatch(string(q), -1) {
+			if _, ok := c.Lookup(m[1]); !ok {
+				t.Errorf("variable %s: %s is not exported", v.Name, m[1])
+			}
+		}
+	}
+	if queries < 30 {
+		t.Errorf("the dashboard has %d queries", queries)
+	}
+	t.Logf("%d dashboard queries over %d series names", queries, len(families))
+
+	docs := render(t, variants()[1])
+	for _, d := range docs {
+		if d.Kind == "ConfigMap" && strings.HasSuffix(d.Name, "-dashboard") {
+			data, _ := d.Object["data"].(map[string]any)
+			if s, _ := data["eventpipe.json"].(string); strings.TrimSpace(s) != strings.TrimSpace(string(b)) {
+				t.Errorf("the dashboard ConfigMap does not hold files/dashboard.json")
+			}
+			return
+		}
+	}
+	t.Errorf("the all-on variant renders no dashboard ConfigMap")
+}

@@ -1,0 +1,506 @@
+package check
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/restmapper"
+	"sigs.k8s.io/yaml"
+
+	"github.com/eventpipe/eventpipe/agent"
+	"github.com/eventpipe/eventpipe/collector"
+)
+
+// variant is one way to install the chart.
+type variant struct {
+	name      string
+	namespace string
+	values    []string // files under testdata/values, or the manifests' values
+}
+
+func variants() []variant {
+	v := func(f string) string { return filepath.Join(root, "deploy", "check", "testdata", "values", f) }
+	return []variant{
+		{name: "default", namespace: "eventpipe"},
+		{name: "all-on", namespace: "eventpipe-all", values: []string{v("all-on.yaml")}},
+		{name: "minimal", namespace: "eventpipe-min", values: []string{v("minimal.yaml")}},
+		{name: "manifests", namespace: ManifestNamespace, values: []string{filepath.Join(root, "deploy", "helm", "manifests-values.yaml")}},
+	}
+}
+
+func ctxT(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func render(t *testing.T, v variant) []Doc {
+	t.Helper()
+	docs, err := Render(ctxT(t, 2*time.Minute), root, "eventpipe", v.namespace, v.values, nil)
+	if err != nil {
+		t.Fatalf("helm template (%s): %v", v.name, err)
+	}
+	return docs
+}
+
+func TestHelmLintStrict(t *testing.T) {
+	for _, v := range variants() {
+		args := []string{"lint", "--strict", ChartDir(root), "--namespace", v.namespace}
+		for _, f := range v.values {
+			args = append(args, "--values", f)
+		}
+		out, err := Helm(ctxT(t, 2*time.Minute), root, args...)
+		if err != nil {
+			t.Errorf("%s: %v\n%s", v.name, err, out)
+		}
+	}
+}
+
+// TestRenderedObjects: what every variant renders holds what the chart
+// promises (kinds, hardening of every pod and container, probes, resources,
+// replicas, configs the binaries accept).
+func TestRenderedObjects(t *testing.T) {
+	for _, v := range variants() {
+		t.Run(v.name, func(t *testing.T) {
+			docs := render(t, v)
+			kinds := map[string]int{}
+			for _, d := range docs {
+				kinds[d.Kind]++
+				if d.Kind != "Namespace" && !clusterScoped[d.Kind] && d.Namespace != v.namespace {
+					t.Errorf("%s is in namespace %q, want %q", d.ID(), d.Namespace, v.namespace)
+				}
+				if spec, ok := podSpec(d); ok {
+					checkPodSpec(t, d, spec)
+				}
+			}
+			want := []string{"ClusterRole", "ClusterRoleBinding", "ServiceAccount", "ConfigMap", "Deployment", "Service", "StatefulSet"}
+			switch v.name {
+			case "default":
+				want = append(want, "Role", "RoleBinding", "Secret", "Certificate", "Issuer", "NetworkPolicy", "PodDisruptionBudget")
+			case "all-on":
+				want = append(want, "Namespace", "Role", "RoleBinding", "Secret", "Certificate", "Issuer", "NetworkPolicy", "PodDisruptionBudget",
+					"ServiceMonitor", "PodMonitor", "PrometheusRule")
+				if kinds["Certificate"] != 3 || kinds["ServiceMonitor"] != 2 || kinds["PodMonitor"] != 2 || kinds["PodDisruptionBudget"] != 2 || kinds["NetworkPolicy"] != 2 {
+					t.Errorf("all-on kinds: %v", kinds)
+				}
+			case "minimal":
+				for _, k := range []string{"Role", "NetworkPolicy", "PodDisruptionBudget", "Certificate"} {
+					if kinds[k] != 0 {
+						t.Errorf("minimal renders %d %s", kinds[k], k)
+					}
+				}
+			case "manifests":
+				if kinds["Secret"] != 0 || kinds["Certificate"] != 0 {
+					t.Errorf("manifests variant generates secrets or certificates: %v", kinds)
+				}
+			}
+			for _, k := range want {
+				if kinds[k] == 0 {
+					t.Errorf("no %s rendered (kinds: %v)", k, kinds)
+				}
+			}
+			checkConfigs(t, v, docs)
+		})
+	}
+}
+
+var clusterScoped = map[string]bool{"ClusterRole": true, "ClusterRoleBinding": true, "Namespace": true, "ClusterIssuer": true}
+
+func podSpec(d Doc) (corev1.PodSpec, bool) {
+	var spec corev1.PodSpec
+	if d.Kind != "Deployment" && d.Kind != "StatefulSet" {
+		return spec, false
+	}
+	tpl, ok, _ := unstructured.NestedMap(d.Object, "spec", "template", "spec")
+	if !ok {
+		return spec, false
+	}
+	b, _ := yaml.Marshal(tpl)
+	if err := yaml.UnmarshalStrict(b, &spec); err != nil {
+		return spec, false
+	}
+	return spec, true
+}
+
+func checkPodSpec(t *testing.T, d Doc, spec corev1.PodSpec) {
+	t.Helper()
+	psc := spec.SecurityContext
+	if psc == nil || psc.RunAsNonRoot == nil || !*psc.RunAsNonRoot || psc.SeccompProfile == nil || psc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("%s: pod securityContext %+v lacks runAsNonRoot/seccomp RuntimeDefault", d.ID(), psc)
+	}
+	if psc != nil && (psc.FSGroup == nil || *psc.FSGroup != 65532) {
+		// Secret files are mounted 0440: readable by the fsGroup, not by "other".
+		t.Errorf("%s: pod fsGroup %v, want 65532 (the image's user reads 0440 secret files through it)", d.ID(), psc.FSGroup)
+	}
+	if spec.Affinity == nil || spec.Affinity.PodAntiAffinity == nil {
+		t.Errorf("%s: no pod anti-affinity", d.ID())
+	}
+	containers := append(append([]corev1.Container{}, spec.InitContainers...), spec.Containers...)
+	for _, c := range containers {
+		sc := c.SecurityContext
+		switch {
+		case sc == nil:
+			t.Errorf("%s/%s: no securityContext", d.ID(), c.Name)
+			continue
+		case sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot:
+			t.Errorf("%s/%s: runAsNonRoot not true", d.ID(), c.Name)
+		case sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem:
+			t.Errorf("%s/%s: readOnlyRootFilesystem not true", d.ID(), c.Name)
+		case sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation:
+			t.Errorf("%s/%s: allowPrivilegeEscalation not false", d.ID(), c.Name)
+		case sc.Capabilities == nil || len(sc.Capabilities.Drop) != 1 || sc.Capabilities.Drop[0] != "ALL" || len(sc.Capabilities.Add) != 0:
+			t.Errorf("%s/%s: capabilities %+v, want drop [ALL] and nothing added", d.ID(), c.Name, sc.Capabilities)
+		case sc.SeccompProfile == nil || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault:
+			t.Errorf("%s/%s: seccompProfile not RuntimeDefault", d.ID(), c.Name)
+		}
+		if c.ReadinessProbe == nil || c.ReadinessProbe.HTTPGet == nil || c.ReadinessProbe.HTTPGet.Path != "/readyz" {
+			t.Errorf("%s/%s: readinessProbe is not GET /readyz", d.ID(), c.Name)
+		}
+		if c.LivenessProbe == nil || c.LivenessProbe.HTTPGet == nil || c.LivenessProbe.HTTPGet.Path != "/healthz" {
+			t.Errorf("%s/%s: livenessProbe is not GET /healthz", d.ID(), c.Name)
+		}
+		if c.Resources.Requests.Memory().IsZero() || c.Resources.Limits.Memory().IsZero() {
+			t.Errorf("%s/%s: no memory request/limit", d.ID(), c.Name)
+		}
+	}
+}
+
+// checkConfigs: the agent and collector configs the chart writes parse with
+// strict keys and pass the binaries' own validation, with the files they
+// name present (the generated tokens file decoded from the chart's Secret).
+func checkConfigs(t *testing.T, v variant, docs []Doc) {
+	t.Helper()
+	dir := t.TempDir()
+	rewrite := func(s string) string {
+		s = strings.ReplaceAll(s, "/var/run/secrets/eventpipe/", dir+"/secrets/")
+		return strings.ReplaceAll(s, "/var/lib/eventpipe/", dir+"/data/")
+	}
+	var tokens []byte
+	for _, d := range docs {
+		if d.Kind == "Secret" {
+			data, _ := d.Object["data"].(map[string]any)
+			if s, ok := data["tokens.yaml"].(string); ok {
+				b, err := base64.StdEncoding.DecodeString(s)
+				if err != nil {
+					t.Fatalf("tokens Secret: %v", err)
+				}
+				tokens = b
+			}
+		}
+	}
+	if tokens == nil {
+		tokens = []byte("- {token: a-token-of-the-right-length-0123, name: agent, role: agent, clusters: [prod-eu-1]}\n")
+	}
+	write := func(rel string, b []byte) {
+		p := filepath.Join(dir, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, f := range []string{"collector/token", "collector-ca/ca.crt", "client-tls/tls.crt", "client-tls/tls.key", "tls/tls.crt", "tls/tls.key", "tls/ca.crt",
+		"sinks/loki/password/password", "sinks/loki/tls/ca.crt", "sinks/kafka/password/password", "sinks/kafka/tls/ca.crt"} {
+		write("secrets/"+f, []byte("placeholder\n"))
+	}
+	write("secrets/tokens/tokens.yaml", tokens)
+	if err := os.MkdirAll(filepath.Join(dir, "data"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	seen := 0
+	for _, d := range docs {
+		if d.Kind != "ConfigMap" {
+			continue
+		}
+		data, _ := d.Object["data"].(map[string]any)
+		if s, ok := data["agent.yaml"].(string); ok {
+			seen++
+			s = placeholder(t, v, s, func(b []byte) error {
+				cfg, err := agent.ParseConfig(b)
+				if err == nil {
+					err = cfg.Validate()
+				}
+				return err
+			})
+			cfg, err := agent.ParseConfig([]byte(rewrite(s)))
+			if err != nil {
+				t.Errorf("agent.yaml: %v\n%s", err, s)
+				continue
+			}
+			if err := cfg.Validate(); err != nil {
+				t.Errorf("agent.yaml does not validate: %v\n%s", err, s)
+			}
+			if cfg.Cluster == "" || cfg.Collector.TokenFile == "" {
+				t.Errorf("agent.yaml lacks cluster or token: %+v", cfg)
+			}
+		}
+		if s, ok := data["collector.yaml"].(string); ok {
+			seen++
+			s = placeholder(t, v, s, func(b []byte) error {
+				cfg, err := collector.ParseConfig([]byte(rewrite(string(b))))
+				if err == nil {
+					err = cfg.Validate()
+				}
+				return err
+			})
+			cfg, err := collector.ParseConfig([]byte(rewrite(s)))
+			if err != nil {
+				t.Errorf("collector.yaml: %v\n%s", err, s)
+				continue
+			}
+			if err := cfg.Validate(); err != nil {
+				t.Errorf("collector.yaml does not validate: %v\n%s", err, s)
+			}
+			var sts Doc
+			for _, o := range docs {
+				if o.Kind == "StatefulSet" {
+					sts = o
+				}
+			}
+			g, _, _ := unstructured.NestedFieldNoCopy(sts.Object, "spec", "template", "spec", "terminationGracePeriodSeconds")
+			grace, _ := g.(float64)
+			if grace == 0 || cfg.GRPC.ShutdownGrace >= time.Duration(grace)*time.Second {
+				t.Errorf("grpc.shutdown_grace %s is not below terminationGracePeriodSeconds %v", cfg.GRPC.ShutdownGrace, g)
+			}
+			if v.name == "all-on" && len(cfg.Sinks) != 3 {
+				t.Errorf("all-on: %d sinks, want file, loki, kafka", len(cfg.Sinks))
+			}
+		}
+	}
+	if seen != 2 {
+		t.Errorf("found %d of the agent and collector configs", seen)
+	}
+}
+
+// TestManifestsUpToDate: deploy/agent and deploy/collector hold exactly what
+// `make manifests` renders from the chart.
+func TestManifestsUpToDate(t *testing.T) {
+	files, err := Manifests(ctxT(t, 2*time.Minute), root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p, want := range files {
+		got, err := os.ReadFile(filepath.Join(root, p))
+		if err != nil {
+			t.Errorf("%s: %v (run make manifests)", p, err)
+			continue
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("%s is not what the chart renders: run `make manifests` and commit the result", p)
+		}
+	}
+}
+
+// TestValuesSchemaRejects: wrong values fail `helm template` (and so `helm
+// install`) with a message that names the value.
+func TestValuesSchemaRejects(t *testing.T) {
+	cases := []struct {
+		name string
+		set  []string
+		want string // in the error
+	}{
+		{"replicas not a number", []string{"agent.replicas=two"}, "/agent/replicas"},
+		{"collector scaled out", []string{"collector.replicas=2"}, "/collector/replicas"},
+		{"duration without unit", []string{"collector.config.grpc.shutdown_grace=20"}, "/collector/config/grpc/shutdown_grace"},
+		{"duration in words", []string{"collector.config.store.retention.max_age=7days"}, "/collector/config/store/retention/max_age"},
+		{"unknown anti-affinity", []string{"agent.podAntiAffinity=maybe"}, "/agent/podAntiAffinity"},
+		{"misspelt key", []string{"agent.replicsa=3"}, "replicsa"},
+		{"empty cluster name", []string{"cluster="}, "/cluster"},
+		{"bad digest", []string{"image.digest=sha256:xyz"}, "/image/digest"},
+		{"bad volume size", []string{"collector.persistence.size=lots"}, "/collector/persistence/size"},
+		{"two agents without leader election", []string{"agent.leaderElection.enabled=false"}, "/agent/leaderElection/enabled"},
+		{"loki without url", []string{"sinks.loki.enabled=true"}, "/sinks/loki/url"},
+		{"kafka without brokers", []string{"sinks.kafka.enabled=true"}, "/sinks/kafka/brokers"},
+		{"kafka broker without port", []string{"sinks.kafka.enabled=true", "sinks.kafka.brokers={kafka}"}, "/sinks/kafka/brokers/0"},
+		{"unknown SASL mechanism", []string{"sinks.kafka.sasl.mechanism=GSSAPI"}, "/sinks/kafka/sasl/mechanism"},
+		{"TLS without a certificate source", []string{"tls.certManager.enabled=false"}, "/tls/existingSecret"},
+		{"mTLS without cert-manager", []string{"tls.mutualTLS=true", "tls.certManager.enabled=false", "tls.existingSecret=x"}, "/tls/certManager/enabled"},
+		{"ratio above 1", []string{"monitoring.prometheusRule.diskAvailableRatio=5"}, "/monitoring/prometheusRule/diskAvailableRatio"},
+		{"bad log level", []string{"collector.logLevel=loud"}, "/collector/logLevel"},
+		{"sink filter type", []string{"sinks.file.filter.types={Error}"}, "/sinks/file/filter/types/0"},
+		{"file sink off the volume", []string{"sinks.file.path=/tmp/events.jsonl"}, "/sinks/file/path"},
+	}
+	var mu sync.Mutex
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := Render(ctxT(t, 2*time.Minute), root, "eventpipe", "eventpipe", nil, c.set)
+			mu.Lock()
+			defer mu.Unlock()
+			if err == nil {
+				t.Fatalf("--set %v rendered without error", c.set)
+			}
+			msg := err.Error()
+			if !strings.Contains(msg, "values don't meet the specifications of the schema") || !strings.Contains(msg, c.want) {
+				t.Errorf("--set %v: error does not name %q as a schema violation:\n%s", c.set, c.want, msg)
+			}
+		})
+	}
+}
+
+// TestKubeconform validates every variant with kubeconform -strict against
+// schemas generated from the test kube-apiserver's OpenAPI (with the CRDs).
+func TestKubeconform(t *testing.T) {
+	bin, err := Tool(root, "kubeconform")
+	if err != nil {
+		t.Fatal(err)
+	}
+	needCluster(t)
+	ctx := ctxT(t, 5*time.Minute)
+	var all []Doc
+	outs := map[string][]Doc{}
+	for _, v := range variants() {
+		outs[v.name] = render(t, v)
+		all = append(all, outs[v.name]...)
+	}
+	want := map[string]bool{}
+	for _, d := range all {
+		want[SchemaFileName(d.APIVersion, d.Kind)] = true
+	}
+	schemaDir := t.TempDir()
+	// The OpenAPI document takes a moment to include new CRDs.
+	var missing []string
+	for deadline := time.Now().Add(time.Minute); ; {
+		doc, err := OpenAPIv2(ctx, cluster.AdminConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		written, err := WriteSchemas(doc, schemaDir, func(apiVersion, kind string) bool { return want[SchemaFileName(apiVersion, kind)] })
+		if err != nil {
+			t.Fatal(err)
+		}
+		have := map[string]bool{}
+		for _, w := range written {
+			have[w] = true
+		}
+		missing = missing[:0]
+		for w := range want {
+			if !have[w] {
+				missing = append(missing, w)
+			}
+		}
+		if len(missing) == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(time.Second)
+	}
+	if len(missing) > 0 {
+		t.Fatalf("no schema in the API server's OpenAPI for %v", missing)
+	}
+	for _, v := range variants() {
+		var b bytes.Buffer
+		for _, d := range outs[v.name] {
+			b.WriteString("---\n")
+			b.Write(d.YAML)
+		}
+		f := filepath.Join(t.TempDir(), v.name+".yaml")
+		if err := os.WriteFile(f, b.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.CommandContext(ctx, bin, "-strict", "-summary", "-output", "text",
+			"-schema-location", schemaDir+"/{{ .ResourceKind }}{{ .KindSuffix }}.json", f)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Errorf("kubeconform %s: %v\n%s", v.name, err, out)
+			continue
+		}
+		if !strings.Contains(string(out), fmt.Sprintf("Valid: %d", len(outs[v.name]))) {
+			t.Errorf("kubeconform %s did not validate all %d objects:\n%s", v.name, len(outs[v.name]), out)
+		}
+		t.Logf("kubeconform %s: %s", v.name, strings.TrimSpace(string(out)))
+	}
+}
+
+// TestServerSideDryRun applies every variant to the real kube-apiserver
+// with server-side apply, dry-run, strict field validation: the API server
+// checks every object as it would at `helm install`.
+func TestServerSideDryRun(t *testing.T) {
+	needCluster(t)
+	ctx := ctxT(t, 5*time.Minute)
+	cfg := cluster.AdminConfig()
+	dc, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	disc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disc))
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range variants() {
+		t.Run(v.name, func(t *testing.T) {
+			// Dry-run objects of a namespace that does not exist are refused:
+			// the namespace is created for real.
+			ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: v.namespace}}
+			if _, err := cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !strings.Contains(err.Error(), "already exists") {
+				t.Fatal(err)
+			}
+			for _, d := range render(t, v) {
+				gv, err := schema.ParseGroupVersion(d.APIVersion)
+				if err != nil {
+					t.Fatal(err)
+				}
+				m, err := mapper.RESTMapping(gv.WithKind(d.Kind).GroupKind(), gv.Version)
+				if err != nil {
+					t.Errorf("%s: %v", d.ID(), err)
+					continue
+				}
+				var ri dynamic.ResourceInterface = dc.Resource(m.Resource)
+				if m.Scope.Name() == meta.RESTScopeNameNamespace {
+					ri = dc.Resource(m.Resource).Namespace(d.Namespace)
+				}
+				body, err := yaml.YAMLToJSON(d.YAML)
+				if err != nil {
+					t.Fatal(err)
+				}
+				_, err = ri.Patch(ctx, d.Name, types.ApplyPatchType, body, metav1.PatchOptions{
+					DryRun: []string{metav1.DryRunAll}, FieldManager: "eventpipe-chart-check", Force: ptr(true), FieldValidation: "Strict",
+				})
+				if err != nil {
+					t.Errorf("dry-run apply %s (%s): %v", d.ID(), d.Source, err)
+				}
+			}
+		})
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// placeholder: the plain manifests carry cluster CHANGE-ME, which the
+// binaries refuse until the operator names the cluster. For that variant it
+// checks the refusal and returns the config with a real name; others are
+// returned as they are.
+func placeholder(t *testing.T, v variant, config string, validate func([]byte) error) string {
+	t.Helper()
+	if v.name != "manifests" {
+		return config
+	}
+	if err := validate([]byte(config)); err == nil || !strings.Contains(err.Error(), "CHANGE-ME") {
+		t.Errorf("the manifests' config with cluster CHANGE-ME: got %v, want the placeholder refused", err)
+	}
+	return strings.ReplaceAll(config, "CHANGE-ME", "prod-eu-1")
+}

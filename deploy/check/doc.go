@@ -1,0 +1,19 @@
+// Package check holds the checks of eventpipe's deployment files, kept in
+// their own module so that Helm, kubeconform and the Prometheus parser stay
+// out of the main go.mod:
+//
+//   - the Helm chart (deploy/helm/eventpipe): helm lint --strict; helm
+//     template with the default values and with every optional part on,
+//     validated by kubeconform (strict, with schemas generated from the test
+//     kube-apiserver's OpenAPI) and applied with a server-side dry-run to that
+//     kube-apiserver; values.schema.json refuses wrong values;
+//   - the raw manifests in deploy/agent and deploy/collector are the chart's
+//     output (make manifests writes them; a test fails when they are stale);
+//   - the agent's RBAC: the rules the chart grants equal the requests a real
+//     agent makes (kube-apiserver audit log);
+//   - the PrometheusRule and the Grafana dashboard: every expression parses
+//     and names only metrics eventpipe exports.
+//
+// make chart-check builds helm and kubeconform into .bin and runs these
+// tests; docs/contributing.md describes the test infrastructure.
+package check
