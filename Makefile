@@ -87,6 +87,16 @@ bench-collector:
 bench-gateway: tools
 	$(GO) run ./bench/gateway $(ARGS)
 
+## drills: the fault-drill suite, full form (10-minute sink outages, a subscriber
+## 100,000 behind, ...; about 30 minutes), results into bench/drills.md. The short
+## form runs in make test (bench/drills TestDrillsShort); drills-short runs it alone.
+.PHONY: drills drills-short
+drills: tools
+	$(GO) run ./bench/drills -full -out bench/drills.md $(ARGS)
+
+drills-short: tools
+	$(GO) run ./bench/drills -short -out bench/drills.md $(ARGS)
+
 ## ---- deployment: Helm chart, raw manifests, container image (deploy/) ----
 HELM_VERSION := v3.22.0
 KUBECONFORM_VERSION := v0.8.0

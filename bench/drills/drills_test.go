@@ -1,0 +1,73 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+)
+
+type testLog struct{ t *testing.T }
+
+func (w testLog) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// TestDrillsShort runs the short form of every fault drill against the real
+// binary and servers (what make test runs; make drills runs the full form)
+// and fails when a drill loses an acknowledged occurrence the collector did
+// not count, stores one twice, invents one, or cannot run to its end.
+func TestDrillsShort(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	rs, err := Run(ctx, Options{Dir: t.TempDir(), Log: testLog{t}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, r := range rs {
+		seen[r.Drill] = true
+		if !r.OK() {
+			t.Errorf("%s", r.line())
+		}
+	}
+	for _, d := range drills {
+		if !seen[d.name] {
+			t.Errorf("drill %s reported nothing", d.name)
+		}
+	}
+	t.Logf("\n%s", Table(rs))
+}
+
+// TestTallyCountsWhatItClaims checks the arithmetic the verdicts rest on.
+func TestTallyCountsWhatItClaims(t *testing.T) {
+	created := map[string]bool{"a": true, "b": true, "c": true, "d": true}
+	acked := map[string]bool{"a": true, "b": true, "c": true}
+	got := copies{
+		"a": {"t1"},             // once
+		"b": {"t1", "t1"},       // re-delivered: a raw duplicate
+		"d": {"t1", "t2", "t2"}, // stored twice (two sends), one re-delivered
+		"x": {"t1"},             // never generated
+	}
+	r := tally("d", "s", created, acked, got)
+	want := SinkResult{Drill: "d", Sink: "s", Created: 4, Acked: 3, Delivered: 3, RawDup: 3, DupAfter: 1, Lost: 1, Unknown: 1}
+	if r != want {
+		t.Fatalf("tally = %+v\nwant    %+v", r, want)
+	}
+	if r.OK() {
+		t.Fatal("a lost, twice-stored, invented occurrence passed")
+	}
+	r = tally("d", "s", created, acked, copies{"a": {"t1"}, "b": {"t1", "t1"}, "c": {"t2"}})
+	if !r.OK() || r.RawDup != 1 {
+		t.Fatalf("a clean run with one re-delivery: %+v", r)
+	}
+	r.Lost, r.Explained = 2, 2
+	if !r.OK() {
+		t.Fatal("a loss the collector counted exactly must pass")
+	}
+	r.Explained = 1
+	if r.OK() {
+		t.Fatal("a loss larger than the count passed")
+	}
+}
