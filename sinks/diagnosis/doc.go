@@ -11,8 +11,9 @@
 //
 // It reads the Follow stream like any other consumer (the gateway proxy
 // does too), so it lives with the destinations. The fix texts come from
-// enrich.Remedy: enrich decides what an event means, this package only
-// keeps the latest meaning per sandbox.
+// api/remedy (pull failures) and the occurrence's own blocker.fix: enrich
+// decides what an event means, this package only keeps the latest meaning
+// per sandbox, and imports nothing upstream of the sinks.
 //
 // Contract:
 //   - Folder.Add takes occurrences in cursor order (the order the Follow

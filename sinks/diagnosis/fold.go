@@ -6,7 +6,7 @@ import (
 	"time"
 
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
-	"github.com/eventpipe/eventpipe/enrich"
+	"github.com/eventpipe/eventpipe/api/remedy"
 )
 
 // States of a sandbox.
@@ -63,7 +63,7 @@ type Blocker struct {
 	LastSeen    time.Time `json:"last_seen"`
 	// Detail is the runtime's own words for the cause.
 	Detail string `json:"detail,omitempty"`
-	// Remedy is the next step (enrich.Remedy; the occurrence's blocker.fix
+	// Remedy is the next step (api/remedy; the occurrence's blocker.fix
 	// for the other kinds).
 	Remedy string `json:"remedy"`
 	// EventID and Cursor name the latest occurrence behind the blocker.
@@ -280,7 +280,7 @@ func (s *sandboxState) openPull(key blockerKey, cursor uint64, o *eventpipev1.Oc
 	}
 	b.EventID = o.GetEventId()
 	b.Cursor = cursor
-	b.Remedy = enrich.Remedy(enrich.RemedyInput{Category: b.Cause, Image: b.Image, ImageRole: b.ImageRole, Node: b.Node, Detail: b.Detail})
+	b.Remedy = remedy.Pull(remedy.Input{Category: b.Cause, Image: b.Image, ImageRole: b.ImageRole, Node: b.Node, Detail: b.Detail})
 	// The latest event and cursor alone are not a change worth redrawing.
 	cmp := *b
 	cmp.EventID, cmp.Cursor = old.EventID, old.Cursor

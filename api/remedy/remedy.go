@@ -1,4 +1,10 @@
-package enrich
+// Package remedy turns a diagnosed cause into the next step a user should
+// take: one line naming the image, tag or registry and where it is
+// configured (the sandbox, the gateway's supervisor image setting, the
+// node). It is text over the shared category vocabulary of
+// api/eventpipe/v1, so every stage can show it: enrich decides the cause,
+// eventpipe diagnose and the gateway proxy show the fix.
+package remedy
 
 import (
 	"strings"
@@ -6,9 +12,9 @@ import (
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
 )
 
-// RemedyInput is what Remedy needs to know about one failed image pull. Every
+// Input is what Remedy needs to know about one failed image pull. Every
 // field but Category may be empty.
-type RemedyInput struct {
+type Input struct {
 	// Category is a PullFailure.category (a Category* constant).
 	Category string
 	// Image is the reference that failed to pull.
@@ -82,51 +88,51 @@ func (r ImageRef) version() string {
 }
 
 // remedyText writes the next step for one category.
-type remedyText func(in RemedyInput, ref ImageRef, owner string) string
+type remedyText func(in Input, ref ImageRef, owner string) string
 
 // remedies is the fix per pull-failure category: one short, actionable
 // next step naming the image, tag or registry. One entry per category; a
 // category added to the classifier gets its line here (TestRemedyCoversEveryCategory).
 var remedies = map[string]remedyText{
-	eventpipev1.CategoryNotFound: func(_ RemedyInput, r ImageRef, owner string) string {
+	eventpipev1.CategoryNotFound: func(_ Input, r ImageRef, owner string) string {
 		return r.version() + " does not exist in " + r.Name() + ": " + owner
 	},
-	eventpipev1.CategoryUnauthorized: func(_ RemedyInput, r ImageRef, owner string) string {
+	eventpipev1.CategoryUnauthorized: func(_ Input, r ImageRef, owner string) string {
 		return r.Registry + " refused the pull of " + r.Name() + " (no or wrong credentials): add an imagePullSecret for " +
 			r.Registry + " to the sandbox's namespace or service account, or fix the one there; " + owner
 	},
-	eventpipev1.CategoryNotFoundOrUnauthorized: func(_ RemedyInput, r ImageRef, owner string) string {
+	eventpipev1.CategoryNotFoundOrUnauthorized: func(_ Input, r ImageRef, owner string) string {
 		return r.Name() + ":" + strings.TrimPrefix(r.version(), "tag ") + " does not exist or needs credentials: " +
 			"check the name and tag (" + owner + "); if it is private, add an imagePullSecret for " + r.Registry
 	},
-	eventpipev1.CategoryRegistryUnreachable: func(in RemedyInput, r ImageRef, _ string) string {
+	eventpipev1.CategoryRegistryUnreachable: func(in Input, r ImageRef, _ string) string {
 		return r.Registry + " is not reachable from " + nodeName(in.Node) + withDetail(in.Detail) +
 			": check DNS, proxy and firewall from the node to the registry, or mirror the image; the kubelet keeps retrying"
 	},
-	eventpipev1.CategoryTLSError: func(in RemedyInput, r ImageRef, _ string) string {
+	eventpipev1.CategoryTLSError: func(in Input, r ImageRef, _ string) string {
 		return "TLS to " + r.Registry + " failed on " + nodeName(in.Node) + withDetail(in.Detail) +
 			": install the registry's CA on the nodes (containerd certs.d) or give the registry a trusted certificate"
 	},
-	eventpipev1.CategoryRateLimited: func(_ RemedyInput, r ImageRef, _ string) string {
+	eventpipev1.CategoryRateLimited: func(_ Input, r ImageRef, _ string) string {
 		return r.Registry + " rate-limits pulls of " + r.Name() + ": pull with credentials (an imagePullSecret for " +
 			r.Registry + ") or from a mirror; the kubelet retries when the limit resets"
 	},
-	eventpipev1.CategoryInvalidReference: func(in RemedyInput, _ ImageRef, owner string) string {
+	eventpipev1.CategoryInvalidReference: func(in Input, _ ImageRef, owner string) string {
 		return "\"" + in.Image + "\" is not a valid image reference (lower-case repository, tag after ':', digest after '@'): " + owner
 	},
-	eventpipev1.CategoryNeverPull: func(in RemedyInput, _ ImageRef, _ string) string {
+	eventpipev1.CategoryNeverPull: func(in Input, _ ImageRef, _ string) string {
 		return "imagePullPolicy is Never and " + in.Image + " is not on " + nodeName(in.Node) +
 			": load the image onto the node, or allow pulls (imagePullPolicy IfNotPresent)"
 	},
-	eventpipev1.CategoryPlatformMismatch: func(in RemedyInput, r ImageRef, _ string) string {
+	eventpipev1.CategoryPlatformMismatch: func(in Input, r ImageRef, _ string) string {
 		return r.Name() + " has no build for the platform of " + nodeName(in.Node) +
 			": publish a multi-arch image (or one for the node's OS/architecture), or schedule on matching nodes"
 	},
-	eventpipev1.CategoryNodeStorage: func(in RemedyInput, _ ImageRef, _ string) string {
+	eventpipev1.CategoryNodeStorage: func(in Input, _ ImageRef, _ string) string {
 		return nodeName(in.Node) + " has no room to store " + in.Image +
 			": free the node's image storage (crictl rmi --prune) or give it a larger disk"
 	},
-	eventpipev1.CategoryPolicyRejected: func(in RemedyInput, _ ImageRef, owner string) string {
+	eventpipev1.CategoryPolicyRejected: func(in Input, _ ImageRef, owner string) string {
 		if d := strings.ToLower(in.Detail); strings.Contains(d, "short name") || strings.Contains(d, "short-name") {
 			return "the runtime on " + nodeName(in.Node) + " refuses the short name " + in.Image +
 				" (registries.conf short-name mode is enforcing, or no unqualified-search registry): write the image fully qualified (registry/repository:tag); " + owner
@@ -134,29 +140,29 @@ var remedies = map[string]remedyText{
 		return "a signature or admission policy rejected " + in.Image +
 			": sign the image or allow it in the policy, or use an allowed image (" + owner + ")"
 	},
-	eventpipev1.CategoryTimeout: func(in RemedyInput, r ImageRef, _ string) string {
+	eventpipev1.CategoryTimeout: func(in Input, r ImageRef, _ string) string {
 		return "pulling " + in.Image + " timed out on " + nodeName(in.Node) +
 			": check the bandwidth to " + r.Registry + ", use a closer mirror or a smaller image; the kubelet keeps retrying"
 	},
-	eventpipev1.CategoryKubeletThrottled: func(in RemedyInput, _ ImageRef, _ string) string {
+	eventpipev1.CategoryKubeletThrottled: func(in Input, _ ImageRef, _ string) string {
 		return "the kubelet on " + nodeName(in.Node) + " held back the pull of " + in.Image +
 			" (its own pull rate limit, registryPullQPS/registryBurst; no registry refused it): it retries by itself; if it persists, raise registryPullQPS in the node's kubelet configuration or pre-pull the images"
 	},
-	eventpipev1.CategoryRuntimeStore: func(in RemedyInput, _ ImageRef, _ string) string {
+	eventpipev1.CategoryRuntimeStore: func(in Input, _ ImageRef, _ string) string {
 		return "the container runtime on " + nodeName(in.Node) + " could not unpack or read " + in.Image + " in its image store" + withDetail(in.Detail) +
 			": the image is not at fault; read the runtime's log on the node, remove the image there (crictl rmi) or drain and recycle the node"
 	},
-	eventpipev1.CategoryUnknown: func(in RemedyInput, _ ImageRef, _ string) string {
+	eventpipev1.CategoryUnknown: func(in Input, _ ImageRef, _ string) string {
 		return "the pull of " + in.Image + " failed for a reason eventpipe does not recognise" + withDetail(in.Detail) +
 			": read the runtime's message (eventpipe follow -o json)"
 	},
 }
 
-// Remedy returns a short next step for a failed image pull: what is wrong,
+// Pull returns a short next step for a failed image pull: what is wrong,
 // naming the image, tag or registry, and what to change, and where (the
 // sandbox's image, the gateway's supervisor image setting, ...). An unknown
 // category gets the generic text of CategoryUnknown. The result is one line.
-func Remedy(in RemedyInput) string {
+func Pull(in Input) string {
 	if in.Image == "" {
 		in.Image = "the image"
 	}
@@ -212,4 +218,11 @@ func oneLine(s string) string {
 		return s
 	}
 	return strings.Join(strings.Fields(s), " ")
+}
+
+// Known reports whether category has a fix of its own (anything else gets
+// the unknown category's).
+func Known(category string) bool {
+	_, ok := remedies[category]
+	return ok
 }
