@@ -244,16 +244,21 @@ func (h *hub) trim(keep *sandbox) {
 // role/container; a Pulled clears that container, and a Pulled of the
 // workload's agent container clears every failure of the workload pod
 // (its init containers ran before it, with the same or earlier images).
+//
+// Times are compared to the second: kubelet's Event times (lastTimestamp)
+// have one-second resolution while a pod-status observation has the agent's
+// clock to the nanosecond, so a waiting status observed in the same second
+// as a Pulled cannot be ordered against it; the Pulled wins the tie.
 func (h *hub) updateFailures(s *sandbox, o *eventpipev1.Occurrence) {
 	had := len(s.failures) > 0
 	key := o.GetRole() + "/" + o.GetContainer()
 	at := o.GetOccurredAt().AsTime()
 	switch {
 	case o.GetPullFailure() != nil:
-		if p, ok := s.pulled[key]; ok && !at.After(p) {
+		if p, ok := s.pulled[key]; ok && notAfter(at, p) {
 			break
 		}
-		if p, ok := s.pulled[o.GetRole()+"/"]; ok && !at.After(p) {
+		if p, ok := s.pulled[o.GetRole()+"/"]; ok && notAfter(at, p) {
 			break
 		}
 		if prev, ok := s.failures[key]; ok && prev.GetOccurredAt().AsTime().After(at) {
@@ -272,7 +277,7 @@ func (h *hub) updateFailures(s *sandbox, o *eventpipev1.Occurrence) {
 		if o.GetContainer() == "agent" && o.GetRole() == eventpipev1.RoleWorkload {
 			s.pulled[eventpipev1.RoleWorkload+"/"] = at
 			for k, f := range s.failures {
-				if f.GetRole() == eventpipev1.RoleWorkload && !f.GetOccurredAt().AsTime().After(at) {
+				if f.GetRole() == eventpipev1.RoleWorkload && notAfter(f.GetOccurredAt().AsTime(), at) {
 					delete(s.failures, k)
 				}
 			}
@@ -285,6 +290,11 @@ func (h *hub) updateFailures(s *sandbox, o *eventpipev1.Occurrence) {
 		h.failing--
 	}
 	h.m.failing.Set(float64(h.failing))
+}
+
+// notAfter reports whether a is not later than b, to the second.
+func notAfter(a, b time.Time) bool {
+	return !a.Truncate(time.Second).After(b.Truncate(time.Second))
 }
 
 func (h *hub) anyFailures() bool {

@@ -35,6 +35,14 @@ func supervisorFailure(id string) *eventpipev1.Occurrence {
 	return o
 }
 
+// podStatusFailure is the agent's diagnosis of a waiting container
+// (ImagePullBackOff in the pod's status), stamped when the agent saw it.
+func podStatusFailure(id string) *eventpipev1.Occurrence {
+	o := pullFailed(id, 1)
+	o.Reason, o.PullFailure.Source = "ImagePullBackOff", eventpipev1.PullSourcePodStatus
+	return o
+}
+
 func pulledOf(id, role, container string) *eventpipev1.Occurrence {
 	o := pulledAgent(id)
 	o.Role, o.Container = role, container
@@ -62,6 +70,14 @@ func TestFailureState(t *testing.T) {
 			at(pulledAgent(id), 2*time.Second)}, "supervisor"},
 		{"the supervisor pod cleared by its own Pulled", []*eventpipev1.Occurrence{at(supervisorFailure(id), 0),
 			at(pulledOf(id, eventpipev1.RoleSupervisor, "supervisor"), time.Second)}, ""},
+		// kubelet's Pulled carries a whole second; a pod status observed
+		// 84 ms into that second cannot be ordered against it.
+		{"a pod status in the Pulled's second, read before it, is cleared", []*eventpipev1.Occurrence{at(podStatusFailure(id), 84*time.Millisecond),
+			at(pulledAgent(id), 0)}, ""},
+		{"a pod status in the Pulled's second, read after it, stays cleared", []*eventpipev1.Occurrence{at(pulledAgent(id), 0),
+			at(podStatusFailure(id), 84*time.Millisecond)}, ""},
+		{"a pod status a second after the Pulled is active", []*eventpipev1.Occurrence{at(pulledAgent(id), 0),
+			at(podStatusFailure(id), time.Second+84*time.Millisecond)}, "workload"},
 		{"latest of two active failures wins", []*eventpipev1.Occurrence{at(pullFailed(id, 1), 0), at(supervisorFailure(id), time.Second)}, "supervisor"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
