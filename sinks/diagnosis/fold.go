@@ -129,6 +129,10 @@ type sandboxState struct {
 	blockers map[blockerKey]*Blocker
 	// started: a crashing container's Started, not yet settled.
 	started map[blockerKey]time.Time
+	// pulled is when each container last got its image (the Pulled or later
+	// event that closed its pull blocker): a failure not later than that,
+	// to the second, is history, not a new blocker.
+	pulled map[blockerKey]time.Time
 }
 
 // Folder folds occurrences into one Diagnosis per sandbox. Not safe for
@@ -173,7 +177,7 @@ func (f *Folder) Add(cursor uint64, o *eventpipev1.Occurrence) bool {
 			f.dropped++
 			return false
 		}
-		s = &sandboxState{d: Diagnosis{ID: sb.GetId(), State: StateClear}, blockers: map[blockerKey]*Blocker{}, started: map[blockerKey]time.Time{}}
+		s = &sandboxState{d: Diagnosis{ID: sb.GetId(), State: StateClear}, blockers: map[blockerKey]*Blocker{}, started: map[blockerKey]time.Time{}, pulled: map[blockerKey]time.Time{}}
 		f.sandboxes[sb.GetId()] = s
 		isNew = true
 	}
@@ -214,9 +218,18 @@ func (f *Folder) Add(cursor uint64, o *eventpipev1.Occurrence) bool {
 		changed = s.openBlocker(cursor, o, o.GetBlocker())
 	default:
 		if closesPull(o.GetReason()) {
-			if b := s.blockers[key]; b != nil && !at.Before(b.LastSeen) {
+			// To the second: kubelet's Event times have one-second
+			// resolution, a pod-status observation the agent's clock; in a
+			// tie the image is there.
+			if b := s.blockers[key]; b != nil && notBefore(at, b.LastSeen) {
 				delete(s.blockers, key)
 				changed = true
+			}
+			if p, ok := s.pulled[key]; !ok || at.After(p) {
+				if !ok && len(s.pulled) >= maxBlockersPerSandbox {
+					clear(s.pulled) // bounded; forgetting only loses the tie-break
+				}
+				s.pulled[key] = at
 			}
 		}
 		changed = s.closeBlockers(o, at) || changed
@@ -227,6 +240,11 @@ func (f *Folder) Add(cursor uint64, o *eventpipev1.Occurrence) bool {
 	return changed || isNew || progress != d.Progress
 }
 
+// notBefore reports whether a is not earlier than b, to the second.
+func notBefore(a, b time.Time) bool {
+	return !a.Truncate(time.Second).Before(b.Truncate(time.Second))
+}
+
 // closesPull: the container has its image (Pulled, also "already present"),
 // or got past it.
 func closesPull(reason string) bool {
@@ -234,6 +252,9 @@ func closesPull(reason string) bool {
 }
 
 func (s *sandboxState) openPull(key blockerKey, cursor uint64, o *eventpipev1.Occurrence, pf *eventpipev1.PullFailure) bool {
+	if p, ok := s.pulled[key]; ok && s.blockers[key] == nil && notBefore(p, o.GetOccurredAt().AsTime()) {
+		return false // seen no later than the pull that ended it (to the second)
+	}
 	image := pf.GetImage()
 	if image == "" {
 		image = o.GetImage()

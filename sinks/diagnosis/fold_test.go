@@ -164,7 +164,30 @@ func TestFoldClears(t *testing.T) {
 	if d := mustSandbox(t, fd.f, recovers.id); d.State != StateBlocked {
 		t.Errorf("a Pulled older than the failure cleared it")
 	}
-	fd.add(fx.start(recovers, false, "workspace-init", imageMissing))
+	pulled := fx.start(recovers, false, "workspace-init", imageMissing)
+	fd.add(pulled)
+	// A waiting status the agent saw 84 ms into the Pulled's second (kubelet
+	// stamps Events to the second) is the same moment, not a new failure;
+	// one a second later is.
+	last := pulled[0].GetOccurredAt().AsTime()
+	for _, o := range pulled {
+		if t := o.GetOccurredAt().AsTime(); t.After(last) {
+			last = t
+		}
+	}
+	late := fx.pullFailure(recovers, false, "workspace-init", imageMissing, 1)[1]
+	late.OccurredAt = timestamppb.New(last.Truncate(time.Second).Add(84 * time.Millisecond))
+	fd.add([]*eventpipev1.Occurrence{late})
+	if d := mustSandbox(t, fd.f, recovers.id); d.State != StateClear {
+		t.Errorf("a failure in the same second as the Pulled reopened it: %+v", d.Blockers)
+	}
+	again := fx.pullFailure(recovers, false, "workspace-init", imageMissing, 1)[1]
+	again.OccurredAt = timestamppb.New(last.Truncate(time.Second).Add(time.Second + 84*time.Millisecond))
+	fd.add([]*eventpipev1.Occurrence{again})
+	if d := mustSandbox(t, fd.f, recovers.id); d.State != StateBlocked {
+		t.Errorf("a failure a second after the Pulled did not block")
+	}
+	fd.add(fx.start(recovers, false, "workspace-init", imageMissing)[:1:1])
 	// Another image for the same container replaces the blocker.
 	fd.add(fx.pullFailure(retagged, false, "workspace-init", imageMissing, 1))
 	other := "docker.io/library/busybox:0.0.1-nor-this"
