@@ -97,32 +97,7 @@ func (e *Enricher) diagnoseBlockedContainer(p *Pod, c *Container, observedAt tim
 	if !ok {
 		return nil
 	}
-	fp := "spec.containers{" + c.Name + "}"
-	if c.Init {
-		fp = "spec.initContainers{" + c.Name + "}"
-	}
-	ev := &Event{
-		APIVersion:      "v1",
-		Namespace:       p.Namespace,
-		Name:            p.Name, // names the occurrence only when the pod has no uid
-		UID:             p.UID,
-		ResourceVersion: p.ResourceVersion + "/" + c.Name,
-		Involved: ObjectRef{
-			Kind: "Pod", APIVersion: "v1", Namespace: p.Namespace, Name: p.Name, UID: p.UID, FieldPath: fp,
-		},
-		Type:               "Warning",
-		Reason:             c.WaitingReason,
-		Message:            c.WaitingMessage,
-		Count:              1,
-		ReportingComponent: "eventpipe-agent",
-	}
-	if ev.Message == "" {
-		ev.Message = "container " + c.Name + " is waiting: " + c.WaitingReason
-	}
-	at := observedAt
-	if !validTime(at) {
-		at = OccurrenceTime(ev, observedAt)
-	}
+	ev, at := podStatusEvent(p, c, observedAt)
 	r := e.enrich(ev, at, eventpipev1.PullSourcePodStatus, false)
 	r.Event = &eventpipev1.EventRef{Uid: clean(p.UID), ResourceVersion: clean(p.ResourceVersion), ApiVersion: "v1"}
 	r.Blocker = e.recordBlocker(ev, p, c.Name, bc, blockerSignal{

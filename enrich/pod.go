@@ -33,32 +33,7 @@ func (e *Enricher) DiagnosePod(p *Pod, observedAt time.Time) []*eventpipev1.Occu
 			}
 			continue
 		}
-		fp := "spec.containers{" + c.Name + "}"
-		if c.Init {
-			fp = "spec.initContainers{" + c.Name + "}"
-		}
-		ev := &Event{
-			APIVersion:      "v1",
-			Namespace:       p.Namespace,
-			Name:            p.Name, // names the occurrence only when the pod has no uid
-			UID:             p.UID,
-			ResourceVersion: p.ResourceVersion + "/" + c.Name,
-			Involved: ObjectRef{
-				Kind: "Pod", APIVersion: "v1", Namespace: p.Namespace, Name: p.Name, UID: p.UID, FieldPath: fp,
-			},
-			Type:               "Warning",
-			Reason:             c.WaitingReason,
-			Message:            c.WaitingMessage,
-			Count:              1,
-			ReportingComponent: "eventpipe-agent",
-		}
-		if ev.Message == "" {
-			ev.Message = "container " + c.Name + " is waiting: " + c.WaitingReason
-		}
-		at := observedAt
-		if !validTime(at) {
-			at = OccurrenceTime(ev, observedAt)
-		}
+		ev, at := podStatusEvent(p, c, observedAt)
 		r := e.enrich(ev, at, eventpipev1.PullSourcePodStatus, c.WaitingReason == "ImagePullBackOff")
 		r.Event = &eventpipev1.EventRef{Uid: clean(p.UID), ResourceVersion: clean(p.ResourceVersion), ApiVersion: "v1"}
 		if c.Image != "" && r.PullFailure != nil && r.PullFailure.Image == "" {
@@ -67,4 +42,39 @@ func (e *Enricher) DiagnosePod(p *Pod, observedAt time.Time) []*eventpipev1.Occu
 		out = append(out, r)
 	}
 	return out
+}
+
+// podStatusEvent is the Event a container's waiting status stands for, as
+// kubelet would have written it about the container (source pod_status):
+// resourceVersion "<pod rv>/<container>" so each container's status is its
+// own occurrence, reporting component eventpipe-agent, and the time it was
+// observed.
+func podStatusEvent(p *Pod, c *Container, observedAt time.Time) (*Event, time.Time) {
+	fp := "spec.containers{" + c.Name + "}"
+	if c.Init {
+		fp = "spec.initContainers{" + c.Name + "}"
+	}
+	ev := &Event{
+		APIVersion:      "v1",
+		Namespace:       p.Namespace,
+		Name:            p.Name, // names the occurrence only when the pod has no uid
+		UID:             p.UID,
+		ResourceVersion: p.ResourceVersion + "/" + c.Name,
+		Involved: ObjectRef{
+			Kind: "Pod", APIVersion: "v1", Namespace: p.Namespace, Name: p.Name, UID: p.UID, FieldPath: fp,
+		},
+		Type:               "Warning",
+		Reason:             c.WaitingReason,
+		Message:            c.WaitingMessage,
+		Count:              1,
+		ReportingComponent: "eventpipe-agent",
+	}
+	if ev.Message == "" {
+		ev.Message = "container " + c.Name + " is waiting: " + c.WaitingReason
+	}
+	at := observedAt
+	if !validTime(at) {
+		at = OccurrenceTime(ev, observedAt)
+	}
+	return ev, at
 }
