@@ -44,10 +44,16 @@ func TestCollectorFeedsEverySinkType(t *testing.T) {
 	kcfg := kafka.NewDefaultConfig()
 	kcfg.Brokers = []string{fmt.Sprintf("127.0.0.1:%d", port)}
 	kcfg.Topic = "eventpipe.test"
+	// The topic exists before the first push (no auto-creation race with
+	// the first produce), and a failed push is retried within a second, so
+	// a busy machine delays delivery by seconds, not by the 30 s backoff
+	// ceiling.
+	kcfg.CreateTopic = kafka.CreateTopicConfig{Enabled: true, Partitions: 3, ReplicationFactor: 1}
 	lcfg := loki.NewDefaultConfig()
 	lcfg.URL = vl.PushURL()
 	d := sinks.NewDefaultRunnerConfig("")
 	d.Batch.MaxWait = 50 * time.Millisecond
+	d.Retry.Max = time.Second
 	cfg.Sinks = []SinkConfig{
 		fileSink("archive", jsonl),
 		{Name: "kafka", Type: SinkKafka, Kafka: &kcfg, Batch: d.Batch, Retry: d.Retry},
@@ -77,6 +83,9 @@ func TestCollectorFeedsEverySinkType(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	if len(msgs) < total {
+		for _, rn := range r.c.Runners() {
+			t.Logf("runner %+v", rn.Status())
+		}
 		t.Fatalf("kafka topic has %d messages (%v), want %d", len(msgs), err, total)
 	}
 	rows, err := vl.WaitFor(ctx, "*", total)
