@@ -8,7 +8,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -45,20 +44,8 @@ func runCollector(ctx context.Context, args []string, _ io.Reader, stdout, stder
 		fmt.Fprintf(stderr, "eventpipe collector: unexpected arguments %q\n", fs.Args())
 		return 2
 	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
-		fmt.Fprintf(stderr, "eventpipe collector: --log-level: %v\n", err)
-		return 2
-	}
-	hopts := &slog.HandlerOptions{Level: level}
-	var logger *slog.Logger
-	switch *logFormat {
-	case "text":
-		logger = slog.New(slog.NewTextHandler(stderr, hopts))
-	case "json":
-		logger = slog.New(slog.NewJSONHandler(stderr, hopts))
-	default:
-		fmt.Fprintf(stderr, "eventpipe collector: --log-format must be text or json, got %q\n", *logFormat)
+	logger, ok := newLogger(stderr, "collector", *logLevel, *logFormat)
+	if !ok {
 		return 2
 	}
 

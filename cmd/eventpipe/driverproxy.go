@@ -8,7 +8,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"strings"
@@ -79,20 +78,8 @@ func runDriverProxy(ctx context.Context, args []string, _ io.Reader, stdout, std
 		fmt.Fprintf(stderr, "eventpipe driver-proxy: unexpected arguments %q\n", fs.Args())
 		return 2
 	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
-		fmt.Fprintf(stderr, "eventpipe driver-proxy: --log-level: %v\n", err)
-		return 2
-	}
-	hopts := &slog.HandlerOptions{Level: level}
-	var logger *slog.Logger
-	switch *logFormat {
-	case "text":
-		logger = slog.New(slog.NewTextHandler(stderr, hopts))
-	case "json":
-		logger = slog.New(slog.NewJSONHandler(stderr, hopts))
-	default:
-		fmt.Fprintf(stderr, "eventpipe driver-proxy: --log-format must be text or json, got %q\n", *logFormat)
+	logger, ok := newLogger(stderr, "driver-proxy", *logLevel, *logFormat)
+	if !ok {
 		return 2
 	}
 
