@@ -14,7 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
-	"github.com/eventpipe/eventpipe/sinks/internal/sanitize"
+	"github.com/eventpipe/eventpipe/api/sanitize"
 	"github.com/eventpipe/eventpipe/sinks/sinktest"
 )
 
