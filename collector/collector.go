@@ -91,7 +91,11 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer, opts ...Opt
 			return nil, err
 		}
 	}
-	c.auth = &authenticator{failures: func(r string) { c.m.authFailures.WithLabelValues(r).Inc() }, logger: logger.With("part", "auth")}
+	c.auth = &authenticator{
+		failures: func(r string) { c.m.authFailures.WithLabelValues(r).Inc() },
+		revoked:  c.m.streamsRevoked.Inc,
+		logger:   logger.With("part", "auth"),
+	}
 	c.auth.state.Store(newAuthState(cfg.Auth, tokens))
 	if cfg.Auth.Insecure {
 		logger.Warn("INSECURE MODE: auth.insecure is true; unauthenticated callers may ingest and follow every workspace. Use only for local development.", "grpc_listen", cfg.GRPC.Listen)
