@@ -171,6 +171,8 @@ func LoadTokens(path string) ([]TokenEntry, error) {
 			errs = append(errs, fmt.Errorf("%s.token: must not be empty", at))
 		} else if len(e.Token) < 16 {
 			errs = append(errs, fmt.Errorf("%s.token: must be at least 16 characters", at))
+		} else if config.IsPlaceholderToken(e.Token) {
+			errs = append(errs, fmt.Errorf("%s.token: %q is the example's placeholder: generate a random token (openssl rand -hex 32)", at, e.Token))
 		}
 		if tokens[e.Token] && e.Token != "" {
 			errs = append(errs, fmt.Errorf("%s.token: duplicate token", at))

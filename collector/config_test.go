@@ -218,18 +218,24 @@ func TestDeployConfigIsValid(t *testing.T) {
 	c.GRPC.TLS.ClientCAFile = writeFile(t, filepath.Join(dir, "ca.crt"), ca.pem)
 	c.Auth.TokensFile = "../deploy/collector/tokens.example.yaml"
 	// As shipped, the agent's cluster is the placeholder: refused in both
-	// the identities and the tokens file until the operator names it.
+	// the identities and the tokens file until the operator names it; the
+	// example's placeholder tokens are refused too.
 	err = c.Validate()
 	for _, want := range []string{
 		`auth.identities[0].clusters[0]: "CHANGE-ME" is the placeholder of the shipped manifests`,
 		`tokens.example.yaml[0].clusters[0]: "CHANGE-ME" is the placeholder of the shipped manifests`,
+		`tokens.example.yaml[0].token: "REPLACE-WITH-A-RANDOM-TOKEN-FOR-THE-AGENT" is the example's placeholder`,
+		`tokens.example.yaml[1].token: "REPLACE-WITH-A-RANDOM-TOKEN-FOR-TEAM-A" is the example's placeholder`,
 	} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("shipped placeholder cluster: missing %q in %v", want, err)
 		}
 	}
 	named, _ := os.ReadFile(c.Auth.TokensFile)
-	c.Auth.TokensFile = writeFile(t, filepath.Join(dir, "tokens.yaml"), []byte(strings.ReplaceAll(string(named), "[CHANGE-ME]", "[prod-eu-1]")))
+	named = []byte(strings.NewReplacer("[CHANGE-ME]", "[prod-eu-1]",
+		"REPLACE-WITH-A-RANDOM-TOKEN-FOR-THE-AGENT", "4f1d9c2b7e6a5d8c3b0a9f8e7d6c5b4a",
+		"REPLACE-WITH-A-RANDOM-TOKEN-FOR-TEAM-A", "0a1b2c3d4e5f60718293a4b5c6d7e8f9").Replace(string(named)))
+	c.Auth.TokensFile = writeFile(t, filepath.Join(dir, "tokens.yaml"), named)
 	c.Auth.Identities[0].Clusters = []string{"prod-eu-1"}
 	if err := c.Validate(); err != nil {
 		t.Fatalf("deploy/collector/collector.yaml: %v", err)
