@@ -10,12 +10,15 @@ import (
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/eventpipe/eventpipe/agent"
+	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
 	"github.com/eventpipe/eventpipe/sinks/gateway/gatewaytest"
 	"github.com/eventpipe/eventpipe/testenv/kube"
 	"github.com/eventpipe/eventpipe/testenv/scenario"
@@ -116,6 +119,34 @@ func (e *env) endToEnd() error {
 			recvMu.Unlock()
 		}
 	}()
+	// The same occurrences read straight from the collector's Follow
+	// stream (in this process, the proxy's selector): receipt there minus
+	// creation is the apiserver + agent + collector part; the gateway
+	// client's receipt minus this is the proxy's part (both clocks are
+	// this process's).
+	var folMu sync.Mutex
+	fol := map[string]time.Time{}
+	fconn, err := grpc.NewClient(e.col.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return err
+	}
+	defer fconn.Close()
+	fs, err := eventpipev1.NewFollowClient(fconn).Follow(ctx, &eventpipev1.FollowRequest{GatewayId: "openshell"})
+	if err != nil {
+		return err
+	}
+	go func() {
+		for {
+			m, err := fs.Recv()
+			if err != nil {
+				return
+			}
+			now := time.Now()
+			folMu.Lock()
+			fol[m.GetOccurrence().GetEvent().GetUid()] = now
+			folMu.Unlock()
+		}
+	}()
 	var createdMu sync.Mutex
 	created := map[string]time.Time{} // Event UID -> create call return
 
@@ -198,6 +229,23 @@ func (e *env) endToEnd() error {
 		fmt.Printf("e2e: %d Events never reached the gateway client (%d of them are in the collector's log), e.g. %s\n", len(missing), atCollector, missing[0])
 	}
 	fmt.Printf("e2e latency (Event created -> gateway client): %s\n", summaryMS(lat))
+	var toCol, proxyLeg []time.Duration
+	recvMu.Lock()
+	folMu.Lock()
+	for uid, c := range created {
+		f, ok := fol[uid]
+		if !ok {
+			continue
+		}
+		toCol = append(toCol, max(f.Sub(c), 0))
+		if r, ok := recv[uid]; ok {
+			proxyLeg = append(proxyLeg, r.Sub(f))
+		}
+	}
+	folMu.Unlock()
+	recvMu.Unlock()
+	fmt.Printf("e2e part 1 (Event created -> collector Follow reader in process): %s\n", summaryMS(toCol))
+	fmt.Printf("e2e part 2 (collector Follow reader -> gateway client, through the proxy): %s\n", summaryMS(proxyLeg))
 	fmt.Printf("e2e latency p99: %.1fms\n", float64(pct(lat, .99))/float64(time.Millisecond))
 	return nil
 }

@@ -57,6 +57,9 @@ var (
 	e2eFor     = flag.Duration("e2e-for", 20*time.Second, "how long the end-to-end run creates Events (0: skip)")
 	workers    = flag.Int("workers", 16, "client goroutines creating Events in the e2e run")
 	keep       = flag.Bool("keep", false, "keep the work directory")
+	proxyEnv   = flag.String("proxy-env", "", "extra environment of the proxy process, comma-separated KEY=VALUE (e.g. GOMAXPROCS=1)")
+	proxyProf  = flag.String("proxy-cpu-profile", "", "write the latency run's proxy CPU profile to this file")
+	only       = flag.String("only", "", "run only this part of the latency measurement: unary or stream (empty: both)")
 )
 
 func main() {
@@ -155,7 +158,13 @@ func (e *env) startProxy(name string, extra ...string) (*proc, error) {
 	sock := filepath.Join(e.dir, name, "proxy.sock")
 	args := append([]string{"driver-proxy", "--listen", sock, "--driver", e.drv.Path, "--gateway-id", "openshell",
 		"--collector", e.col.GRPCAddr(), "--insecure", "--log-level", "warn"}, extra...)
+	if name == "lat" && *proxyProf != "" {
+		args = append(args, "--cpu-profile", *proxyProf)
+	}
 	cmd := exec.Command(e.bin, args...)
+	if *proxyEnv != "" {
+		cmd.Env = append(os.Environ(), strings.Split(*proxyEnv, ",")...)
+	}
 	cmd.Stderr = os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -247,13 +256,18 @@ func (e *env) latency() error {
 		// The proxy may still be reading its start tail.
 		time.Sleep(time.Second)
 	}
-	for _, rpc := range []struct {
+	rpcs := []struct {
 		name   string
 		method string
 		req    []byte
-	}{{"GetCapabilities", gatewaytest.MethodCaps, nil}, {"GetSandbox", gatewaytest.MethodGet, getReq}} {
+	}{{"GetCapabilities", gatewaytest.MethodCaps, nil}, {"GetSandbox", gatewaytest.MethodGet, getReq}}
+	if *only == "stream" {
+		rpcs = nil
+	}
+	for _, rpc := range rpcs {
 		// Interleave direct and proxied calls so load changes hit both.
 		cpu0 := procCPU(p.cmd.Process.Pid)
+		r0, w0 := procIO(p.cmd.Process.Pid)
 		var d, v []time.Duration
 		for i := 0; i < *n; i++ {
 			for _, c := range []*gatewaytest.Client{direct, via} {
@@ -272,9 +286,14 @@ func (e *env) latency() error {
 		fmt.Printf("unary %s direct:      %s\n", rpc.name, summary(d))
 		fmt.Printf("unary %s via proxy:   %s\n", rpc.name, summary(v))
 		fmt.Printf("unary %s added:       p50 %s  p99 %s\n", rpc.name, us(pct(v, .5)-pct(d, .5)), us(pct(v, .99)-pct(d, .99)))
-		fmt.Printf("unary %s proxy CPU:   %s per call (user+system)\n", rpc.name, us((procCPU(p.cmd.Process.Pid)-cpu0)/time.Duration(*n)))
+		r1, w1 := procIO(p.cmd.Process.Pid)
+		fmt.Printf("unary %s proxy CPU:   %s per call (user+system); %.1f read and %.1f write syscalls per call\n", rpc.name,
+			us((procCPU(p.cmd.Process.Pid)-cpu0)/time.Duration(*n)), float64(r1-r0)/float64(*n), float64(w1-w0)/float64(*n))
 	}
 
+	if *only == "unary" {
+		return nil
+	}
 	// Stream: the driver stamps each platform event with its send time
 	// (nanoseconds in timestamp_ms); both streams receive every message.
 	ctx, cancel := context.WithCancel(context.Background())
@@ -581,6 +600,24 @@ func procCPU(pid int) time.Duration {
 	ut, _ := strconv.ParseInt(f[11], 10, 64)
 	st, _ := strconv.ParseInt(f[12], 10, 64)
 	return time.Duration(ut+st) * 10 * time.Millisecond
+}
+
+// procIO is a process's read and write syscall counts so far
+// (/proc/<pid>/io: syscr, syscw).
+func procIO(pid int) (reads, writes int64) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
+	if err != nil {
+		return 0, 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "syscr: "); ok {
+			reads, _ = strconv.ParseInt(v, 10, 64)
+		}
+		if v, ok := strings.CutPrefix(line, "syscw: "); ok {
+			writes, _ = strconv.ParseInt(v, 10, 64)
+		}
+	}
+	return reads, writes
 }
 
 // scrape reads gauges from the proxy's /metrics.

@@ -10,6 +10,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"runtime"
+	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -64,6 +67,8 @@ func runDriverProxy(ctx context.Context, args []string, _ io.Reader, stdout, std
 	metricsAddr := fs.String("metrics-listen", "", "serve /metrics on this address (empty: off)")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	procs := fs.Int("gomaxprocs", 1, "cores (Go Ps) the proxy runs on; 0: Go's default. Unless given, a GOMAXPROCS environment variable wins (see sinks/gateway/README.md, Performance)")
+	cpuProfile := fs.String("cpu-profile", "", "write a CPU profile of the whole run to this file (for bench/gateway)")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, driverProxyUsage)
 		fs.PrintDefaults()
@@ -143,6 +148,29 @@ func runDriverProxy(ctx context.Context, args []string, _ io.Reader, stdout, std
 		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 		go func() { _ = srv.Serve(l) }()
 		defer srv.Close()
+	}
+	// One P by default: a forwarded call passes through five goroutines,
+	// and with more Ps each hand-off can wake another thread (futex, epoll,
+	// spinning), which costs more than the call's own work.
+	procsSet := false
+	fs.Visit(func(f *flag.Flag) { procsSet = procsSet || f.Name == "gomaxprocs" })
+	if procsSet || os.Getenv("GOMAXPROCS") == "" {
+		if *procs > 0 {
+			runtime.GOMAXPROCS(*procs)
+		}
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			fmt.Fprintf(stderr, "eventpipe driver-proxy: --cpu-profile: %v\n", err)
+			return 2
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintf(stderr, "eventpipe driver-proxy: --cpu-profile: %v\n", err)
+			return 2
+		}
+		defer pprof.StopCPUProfile()
 	}
 	if err := p.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
 		logger.Error("driver proxy failed", "err", err)
