@@ -126,6 +126,7 @@ func (e *env) endToEnd() error {
 	// this process's).
 	var folMu sync.Mutex
 	fol := map[string]time.Time{}
+	observed := map[string]time.Time{} // the agent's watch receipt (observed_at)
 	fconn, err := grpc.NewClient(e.col.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return err
@@ -143,7 +144,9 @@ func (e *env) endToEnd() error {
 			}
 			now := time.Now()
 			folMu.Lock()
-			fol[m.GetOccurrence().GetEvent().GetUid()] = now
+			uid := m.GetOccurrence().GetEvent().GetUid()
+			fol[uid] = now
+			observed[uid] = m.GetOccurrence().GetObservedAt().AsTime()
 			folMu.Unlock()
 		}
 	}()
@@ -229,7 +232,7 @@ func (e *env) endToEnd() error {
 		fmt.Printf("e2e: %d Events never reached the gateway client (%d of them are in the collector's log), e.g. %s\n", len(missing), atCollector, missing[0])
 	}
 	fmt.Printf("e2e latency (Event created -> gateway client): %s\n", summaryMS(lat))
-	var toCol, proxyLeg []time.Duration
+	var toCol, toAgent, agentToCol, proxyLeg []time.Duration
 	recvMu.Lock()
 	folMu.Lock()
 	for uid, c := range created {
@@ -238,6 +241,12 @@ func (e *env) endToEnd() error {
 			continue
 		}
 		toCol = append(toCol, max(f.Sub(c), 0))
+		o := observed[uid]
+		toAgent = append(toAgent, max(o.Sub(c), 0))
+		if o.Before(c) {
+			o = c // the watch delivered it before the create call returned
+		}
+		agentToCol = append(agentToCol, f.Sub(o))
 		if r, ok := recv[uid]; ok {
 			proxyLeg = append(proxyLeg, r.Sub(f))
 		}
@@ -245,6 +254,8 @@ func (e *env) endToEnd() error {
 	folMu.Unlock()
 	recvMu.Unlock()
 	fmt.Printf("e2e part 1 (Event created -> collector Follow reader in process): %s\n", summaryMS(toCol))
+	fmt.Printf("e2e part 1a (Event created -> agent's watch receipt, observed_at): %s\n", summaryMS(toAgent))
+	fmt.Printf("e2e part 1b (agent's watch receipt -> collector Follow reader: agent batch, ship, collector fsync, Follow): %s\n", summaryMS(agentToCol))
 	fmt.Printf("e2e part 2 (collector Follow reader -> gateway client, through the proxy): %s\n", summaryMS(proxyLeg))
 	fmt.Printf("e2e latency p99: %.1fms\n", float64(pct(lat, .99))/float64(time.Millisecond))
 	return nil

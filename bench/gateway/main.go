@@ -59,6 +59,7 @@ var (
 	keep       = flag.Bool("keep", false, "keep the work directory")
 	proxyEnv   = flag.String("proxy-env", "", "extra environment of the proxy process, comma-separated KEY=VALUE (e.g. GOMAXPROCS=1)")
 	proxyProf  = flag.String("proxy-cpu-profile", "", "write the latency run's proxy CPU profile to this file")
+	fsync      = flag.Bool("fsync", true, "the collector fsyncs its log (false: only to show how much of the e2e latency is the fsync)")
 	only       = flag.String("only", "", "run only this part of the latency measurement: unary or stream (empty: both)")
 )
 
@@ -128,6 +129,11 @@ func run() error {
 func printLoad(when string) {
 	out, _ := exec.Command("uptime").Output()
 	fmt.Printf("load (%s): %s", when, out)
+	// CPU pressure: the share of time some runnable task waited for a core.
+	if b, err := os.ReadFile("/proc/pressure/cpu"); err == nil {
+		line, _, _ := strings.Cut(string(b), "\n")
+		fmt.Printf("cpu pressure (%s): %s\n", when, line)
+	}
 }
 
 func (e *env) startCollector() error {
@@ -136,6 +142,7 @@ func (e *env) startCollector() error {
 	cfg.GRPC.ShutdownGrace = time.Second
 	cfg.Auth.Insecure = true
 	cfg.Store.Dir = filepath.Join(e.dir, "log")
+	cfg.Store.Fsync = *fsync
 	c, err := collector.New(cfg, nil, prometheus.NewRegistry())
 	if err != nil {
 		return err
@@ -398,7 +405,7 @@ func (e *env) restart() error {
 
 func summaryMS(d []time.Duration) string {
 	ms := func(x time.Duration) string { return fmt.Sprintf("%.1fms", float64(x)/float64(time.Millisecond)) }
-	return fmt.Sprintf("p50 %s  p90 %s  max %s  (n=%d)", ms(pct(d, .5)), ms(pct(d, .9)), ms(pct(d, 1)), len(d))
+	return fmt.Sprintf("p50 %s  p90 %s  p99 %s  max %s  (n=%d)", ms(pct(d, .5)), ms(pct(d, .9)), ms(pct(d, .99)), ms(pct(d, 1)), len(d))
 }
 
 // rss: the proxy with -sandboxes live sandboxes, each with events and an
