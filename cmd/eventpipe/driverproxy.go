@@ -149,15 +149,10 @@ func runDriverProxy(ctx context.Context, args []string, _ io.Reader, stdout, std
 		go func() { _ = srv.Serve(l) }()
 		defer srv.Close()
 	}
-	// One P by default: a forwarded call passes through five goroutines,
-	// and with more Ps each hand-off can wake another thread (futex, epoll,
-	// spinning), which costs more than the call's own work.
 	procsSet := false
 	fs.Visit(func(f *flag.Flag) { procsSet = procsSet || f.Name == "gomaxprocs" })
-	if procsSet || os.Getenv("GOMAXPROCS") == "" {
-		if *procs > 0 {
-			runtime.GOMAXPROCS(*procs)
-		}
+	if n := proxyProcs(procsSet, *procs, os.Getenv("GOMAXPROCS")); n > 0 {
+		runtime.GOMAXPROCS(n)
 	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
@@ -177,4 +172,16 @@ func runDriverProxy(ctx context.Context, args []string, _ io.Reader, stdout, std
 		return 1
 	}
 	return 0
+}
+
+// proxyProcs is the GOMAXPROCS the proxy sets (0: leave Go's). One P by
+// default: a forwarded call passes through five goroutines, and with more
+// Ps each hand-off can wake another thread (futex, epoll, spinning), which
+// costs more than the call's own work (bench/gateway.md). A GOMAXPROCS
+// environment variable is kept unless --gomaxprocs is given.
+func proxyProcs(flagSet bool, flagValue int, env string) int {
+	if !flagSet && env != "" {
+		return 0
+	}
+	return max(flagValue, 0)
 }

@@ -109,3 +109,26 @@ func TestDriverProxyCommandForwards(t *testing.T) {
 		t.Fatal("driver-proxy did not stop")
 	}
 }
+
+// TestDriverProxyProcs: one P unless told otherwise; an operator's
+// GOMAXPROCS is kept unless --gomaxprocs is given.
+func TestDriverProxyProcs(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		flagSet bool
+		flag    int
+		env     string
+		want    int
+	}{
+		{"default", false, 1, "", 1},
+		{"env kept", false, 1, "4", 0},
+		{"flag wins over env", true, 2, "4", 2},
+		{"flag 0: Go's default", true, 0, "", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := proxyProcs(tc.flagSet, tc.flag, tc.env); got != tc.want {
+				t.Errorf("proxyProcs(%v, %d, %q) = %d, want %d", tc.flagSet, tc.flag, tc.env, got, tc.want)
+			}
+		})
+	}
+}
