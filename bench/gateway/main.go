@@ -60,10 +60,14 @@ var (
 	proxyEnv   = flag.String("proxy-env", "", "extra environment of the proxy process, comma-separated KEY=VALUE (e.g. GOMAXPROCS=1)")
 	proxyProf  = flag.String("proxy-cpu-profile", "", "write the latency run's proxy CPU profile to this file")
 	fsync      = flag.Bool("fsync", true, "the collector fsyncs its log (false: only to show how much of the e2e latency is the fsync)")
+	pipe       = flag.Bool("pipe", false, "also measure unary calls through a plain byte relay process (the floor of any relay design)")
 	only       = flag.String("only", "", "run only this part of the latency measurement: unary or stream (empty: both)")
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == pipeArg {
+		os.Exit(runPipe(os.Args[2:]))
+	}
 	flag.Parse()
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "bench/gateway:", err)
@@ -170,7 +174,7 @@ func (e *env) startProxy(name string, extra ...string) (*proc, error) {
 	}
 	cmd := exec.Command(e.bin, args...)
 	if *proxyEnv != "" {
-		cmd.Env = append(os.Environ(), strings.Split(*proxyEnv, ",")...)
+		cmd.Env = append(os.Environ(), splitEnv(*proxyEnv)...)
 	}
 	cmd.Stderr = os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -271,24 +275,57 @@ func (e *env) latency() error {
 	if *only == "stream" {
 		rpcs = nil
 	}
+	clients := []*gatewaytest.Client{direct, via}
+	var pp *proc
+	var pc *gatewaytest.Client
+	if *pipe && len(rpcs) > 0 {
+		if pp, err = e.startPipe(); err != nil {
+			return err
+		}
+		defer pp.stop()
+		if pc, err = gatewaytest.Dial(pp.sock); err != nil {
+			return err
+		}
+		defer pc.Close()
+		if _, err := waitServing(pc, 10*time.Second); err != nil {
+			return err
+		}
+		clients = append(clients, pc)
+	}
 	for _, rpc := range rpcs {
 		// Interleave direct and proxied calls so load changes hit both.
 		cpu0 := procCPU(p.cmd.Process.Pid)
 		r0, w0 := procIO(p.cmd.Process.Pid)
-		var d, v []time.Duration
+		var pcpu0 time.Duration
+		var pr0, pw0 int64
+		if pp != nil {
+			pcpu0 = procCPU(pp.cmd.Process.Pid)
+			pr0, pw0 = procIO(pp.cmd.Process.Pid)
+		}
+		var d, v, vp []time.Duration
 		for i := 0; i < *n; i++ {
-			for _, c := range []*gatewaytest.Client{direct, via} {
+			for _, c := range clients {
 				start := time.Now()
 				if _, err := c.Unary(context.Background(), rpc.method, rpc.req); err != nil {
 					return fmt.Errorf("%s: %w", rpc.name, err)
 				}
 				el := time.Since(start)
-				if c == direct {
+				switch c {
+				case direct:
 					d = append(d, el)
-				} else {
+				case via:
 					v = append(v, el)
+				default:
+					vp = append(vp, el)
 				}
 			}
+		}
+		if pp != nil {
+			pr1, pw1 := procIO(pp.cmd.Process.Pid)
+			fmt.Printf("unary %s via byte relay: %s\n", rpc.name, summary(vp))
+			fmt.Printf("unary %s byte relay added: p50 %s  p99 %s; relay CPU %s per call; %.1f read and %.1f write syscalls per call\n", rpc.name,
+				us(pct(vp, .5)-pct(d, .5)), us(pct(vp, .99)-pct(d, .99)), us((procCPU(pp.cmd.Process.Pid)-pcpu0)/time.Duration(*n)),
+				float64(pr1-pr0)/float64(*n), float64(pw1-pw0)/float64(*n))
 		}
 		fmt.Printf("unary %s direct:      %s\n", rpc.name, summary(d))
 		fmt.Printf("unary %s via proxy:   %s\n", rpc.name, summary(v))
@@ -608,6 +645,8 @@ func procCPU(pid int) time.Duration {
 	st, _ := strconv.ParseInt(f[12], 10, 64)
 	return time.Duration(ut+st) * 10 * time.Millisecond
 }
+
+func splitEnv(s string) []string { return strings.Split(s, ",") }
 
 // procIO is a process's read and write syscall counts so far
 // (/proc/<pid>/io: syscr, syscw).
