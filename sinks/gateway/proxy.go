@@ -32,11 +32,11 @@ const maxMsgBytes = 64 << 20
 
 // Flow-control windows of both legs, fixed. A fixed window turns off gRPC's
 // bandwidth-delay estimator, which otherwise sends a PING (and reads its
-// ack) for nearly every message received in call-and-answer traffic: two
-// more writes, two more reads and their wake-ups per leg and call, about a
-// fifth of the proxy's cost on a unary call. On a Unix socket the delay is
-// microseconds, so 1 MiB per stream (an 8 MB ListSandboxes answer is eight
-// window updates) and 4 MiB per connection lose no throughput.
+// ack) for nearly every message received in call-and-answer traffic: with
+// it off the proxy makes about 5 reads a unary call instead of 8
+// (bench/gateway.md). On a Unix socket the delay is microseconds, so 1 MiB
+// per stream (an 8 MB ListSandboxes answer is eight window updates) and
+// 4 MiB per connection lose no throughput.
 const (
 	streamWindow = 1 << 20
 	connWindow   = 4 << 20
