@@ -86,6 +86,9 @@ func TestTransparentByteIdentical(t *testing.T) {
 		// path (echoed by the test driver) and the stream path.
 		call{method: gatewaytest.Prefix + "CreateSandbox", reqs: [][]byte{reqWithUnknown(strings.Repeat("a", 300<<10))}},
 		call{method: gatewaytest.MethodUnknown, reqs: [][]byte{reqWithUnknown(strings.Repeat("b", 100<<10)), reqWithUnknown("c", strings.Repeat("d", 40<<10))}},
+		// Larger than the proxy's fixed 1 MiB stream window: both legs
+		// need window updates mid-message.
+		call{method: gatewaytest.Prefix + "DeleteWorkspace", reqs: [][]byte{reqWithUnknown(strings.Repeat("e", 3<<20))}},
 	)
 	for _, c := range calls {
 		t.Run(strings.TrimPrefix(c.method, "/"), func(t *testing.T) {
