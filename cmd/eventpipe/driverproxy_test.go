@@ -74,8 +74,10 @@ func TestDriverProxyCommandForwards(t *testing.T) {
 	done := make(chan int, 1)
 	var stderr bytes.Buffer
 	go func() {
+		// --gomaxprocs 0: the command runs in this test process, whose
+		// Ps it must not change.
 		done <- runDriverProxy(ctx, []string{"--listen", sock, "--driver", drv.Path, "--gateway-id", "openshell",
-			"--collector", "127.0.0.1:1", "--insecure", "--log-level", "error"}, nil, &bytes.Buffer{}, &stderr)
+			"--collector", "127.0.0.1:1", "--insecure", "--log-level", "error", "--gomaxprocs", "0"}, nil, &bytes.Buffer{}, &stderr)
 	}()
 	c, err := gatewaytest.Dial(sock)
 	if err != nil {
