@@ -19,7 +19,6 @@ import (
 
 	"github.com/eventpipe/eventpipe/agent"
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
-	"github.com/eventpipe/eventpipe/sinks/gateway/gatewaytest"
 	"github.com/eventpipe/eventpipe/testenv/kube"
 	"github.com/eventpipe/eventpipe/testenv/scenario"
 )
@@ -82,7 +81,7 @@ func (e *env) endToEnd() error {
 		return err
 	}
 	defer p.stop()
-	c, err := gatewaytest.Dial(p.sock)
+	c, err := dialPeer(p.sock)
 	if err != nil {
 		return err
 	}

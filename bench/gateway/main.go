@@ -60,6 +60,7 @@ var (
 	proxyEnv   = flag.String("proxy-env", "", "extra environment of the proxy process, comma-separated KEY=VALUE (e.g. GOMAXPROCS=1)")
 	proxyProf  = flag.String("proxy-cpu-profile", "", "write the latency run's proxy CPU profile to this file")
 	fsync      = flag.Bool("fsync", true, "the collector fsyncs its log (false: only to show how much of the e2e latency is the fsync)")
+	quietPeers = flag.Bool("quiet-peers", false, "the test gateway client and driver use fixed flow-control windows: no bandwidth-delay PINGs for the proxy to ack (grpc-go's default sends them)")
 	pipe       = flag.Bool("pipe", false, "also measure unary calls through a plain byte relay process (the floor of any relay design)")
 	only       = flag.String("only", "", "run only this part of the latency measurement: unary or stream (empty: both)")
 )
@@ -98,7 +99,7 @@ func run() error {
 	if err := build.Run(); err != nil {
 		return fmt.Errorf("build: %w", err)
 	}
-	if e.drv, err = gatewaytest.StartDriver(filepath.Join(dir, "driver", "driver.sock")); err != nil {
+	if e.drv, err = gatewaytest.StartDriver(filepath.Join(dir, "driver", "driver.sock"), driverOpts()...); err != nil {
 		return err
 	}
 	defer e.drv.Stop()
@@ -245,12 +246,12 @@ func (e *env) latency() error {
 		return err
 	}
 	defer p.stop()
-	direct, err := gatewaytest.Dial(e.drv.Path)
+	direct, err := dialPeer(e.drv.Path)
 	if err != nil {
 		return err
 	}
 	defer direct.Close()
-	via, err := gatewaytest.Dial(p.sock)
+	via, err := dialPeer(p.sock)
 	if err != nil {
 		return err
 	}
@@ -283,7 +284,7 @@ func (e *env) latency() error {
 			return err
 		}
 		defer pp.stop()
-		if pc, err = gatewaytest.Dial(pp.sock); err != nil {
+		if pc, err = dialPeer(pp.sock); err != nil {
 			return err
 		}
 		defer pc.Close()
@@ -419,7 +420,7 @@ func (e *env) restart() error {
 			time.Sleep(200 * time.Microsecond)
 		}
 		acc := time.Since(start)
-		c, err := gatewaytest.Dial(sock)
+		c, err := dialPeer(sock)
 		if err != nil {
 			return err
 		}
@@ -459,7 +460,7 @@ func (e *env) rss() error {
 		return err
 	}
 	defer p.stop()
-	c, err := gatewaytest.Dial(p.sock)
+	c, err := dialPeer(p.sock)
 	if err != nil {
 		return err
 	}
@@ -549,7 +550,7 @@ func (e *env) rss() error {
 		e.drv.Put(gatewaytest.Sandbox{ID: benchID(s), Name: fmt.Sprintf("sb-%d", s),
 			Conditions: []gatewaytest.Condition{{Type: "Ready", Status: "False", Reason: "DependenciesNotReady", Message: "Pod exists with phase: Pending"}}})
 	}
-	direct, err := gatewaytest.Dial(e.drv.Path)
+	direct, err := dialPeer(e.drv.Path)
 	if err != nil {
 		return err
 	}
@@ -644,6 +645,22 @@ func procCPU(pid int) time.Duration {
 	ut, _ := strconv.ParseInt(f[11], 10, 64)
 	st, _ := strconv.ParseInt(f[12], 10, 64)
 	return time.Duration(ut+st) * 10 * time.Millisecond
+}
+
+// dialPeer dials like the gateway (with -quiet-peers: fixed windows).
+func dialPeer(path string) (*gatewaytest.Client, error) {
+	if *quietPeers {
+		return gatewaytest.Dial(path, grpc.WithStaticStreamWindowSize(1<<20), grpc.WithStaticConnWindowSize(4<<20))
+	}
+	return gatewaytest.Dial(path)
+}
+
+// driverOpts: the test driver's extra server options (-quiet-peers).
+func driverOpts() []grpc.ServerOption {
+	if *quietPeers {
+		return []grpc.ServerOption{grpc.StaticStreamWindowSize(1 << 20), grpc.StaticConnWindowSize(4 << 20)}
+	}
+	return nil
 }
 
 func splitEnv(s string) []string { return strings.Split(s, ",") }
