@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -44,6 +45,9 @@ type Reader struct {
 	parts  map[int32]*partState
 	m      consumerMetrics
 	logger *slog.Logger
+
+	mu  sync.Mutex
+	hwm map[int32]int64 // high watermarks seen in fetches
 }
 
 type partState struct {
@@ -64,7 +68,7 @@ func NewReader(opts []kgo.Opt, topic string, starts map[int32]int64, window int,
 		logger = slog.New(slog.DiscardHandler)
 	}
 	r := &Reader{topic: topic, parts: map[int32]*partState{}, m: m.forConsumer(consumer),
-		logger: logger.With("consumer", consumer, "topic", topic)}
+		logger: logger.With("consumer", consumer, "topic", topic), hwm: map[int32]int64{}}
 	at := map[int32]kgo.Offset{}
 	for p, start := range starts {
 		start = max(start, 0)
@@ -107,6 +111,13 @@ func (r *Reader) Poll(ctx context.Context) ([]Record, error) {
 			}
 			r.logger.Warn("backbone fetch failed; retrying", "partition", p, "err", err)
 		})
+		r.mu.Lock()
+		fs.EachPartition(func(p kgo.FetchTopicPartition) {
+			if p.Err == nil && p.HighWatermark > r.hwm[p.Partition] {
+				r.hwm[p.Partition] = p.HighWatermark
+			}
+		})
+		r.mu.Unlock()
 		var out []Record
 		fs.EachRecord(func(rec *kgo.Record) {
 			if o, ok := r.accept(rec); ok {
@@ -117,6 +128,15 @@ func (r *Reader) Poll(ctx context.Context) ([]Record, error) {
 			return out, nil
 		}
 	}
+}
+
+// HighWatermark is the highest high watermark (the offset the next record
+// of p will get) seen in a fetch of p, 0 before the first fetch. Safe for
+// concurrent use.
+func (r *Reader) HighWatermark(p int32) int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.hwm[p]
 }
 
 // accept runs one fetched record through its partition's window.
