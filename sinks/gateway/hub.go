@@ -84,8 +84,8 @@ type hub struct {
 	connLRU   *list.List
 	subs      map[*subscriber]struct{}
 	restored  delivered // what the previous run delivered
-	anyConn   bool   // a connection was seen since start
-	events    int    // entries in all tails, at most cfg.MaxEvents
+	anyConn   bool      // a connection was seen since start
+	events    int       // entries in all tails, at most cfg.MaxEvents
 	// log is a ring of the last len(log) events in arrival order; event
 	// number seq is at log[seq%len(log)], for seq in [logNext-logLen, logNext).
 	log     []*entry
