@@ -33,7 +33,8 @@ const HeaderLastPosition = "eventpipe-last-position-bin"
 // subscription reads only the partitions its selector can be in (a
 // sandbox_id: its key's partition; the others: all), through a
 // backbone.Reader, so duplicates (a batch an agent sent twice) are dropped
-// by the same window every backbone consumer uses.
+// by the same window every backbone consumer uses (holding only the ids
+// of records the selector matches).
 //
 // Positions: a response carries, besides cursor (the record's partition
 // offset + 1) and partition, a position: for every partition read, the
@@ -293,6 +294,9 @@ func (f *kafkaFollowServer) live(ctx context.Context, stream eventpipev1.Follow_
 		return status.Errorf(codes.Unavailable, "backbone: %v", err)
 	}
 	defer rd.Close()
+	// Only what this subscriber may receive is remembered: its windows
+	// stay as small as its selection.
+	rd.SetFilter(func(o *eventpipev1.Occurrence) bool { return sel.match(p, o) })
 	pos := followPosition{topic: f.topic, next: maps.Clone(next)}
 	for {
 		recs, err := rd.Poll(ctx)

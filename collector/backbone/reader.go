@@ -48,7 +48,16 @@ type Reader struct {
 
 	mu  sync.Mutex
 	hwm map[int32]int64 // high watermarks seen in fetches
+
+	filter func(*eventpipev1.Occurrence) bool
 }
+
+// SetFilter makes the Reader consider only the occurrences filter keeps
+// (a Follow's selector): the others are neither delivered nor remembered
+// in the window, so its memory holds only what the consumer could receive.
+// Records are then decoded before the window check. Call it before the
+// first Poll.
+func (r *Reader) SetFilter(filter func(*eventpipev1.Occurrence) bool) { r.filter = filter }
 
 type partState struct {
 	start    int64 // first offset delivered; before it the window is seeded
@@ -196,6 +205,16 @@ func (r *Reader) accept(rec *kgo.Record) (_ *eventpipev1.Occurrence, deliver, ha
 		}
 	}()
 	id := EventID(rec)
+	var o *eventpipev1.Occurrence
+	if r.filter != nil {
+		var err error
+		if o, err = Decode(rec); err == nil && !r.filter(o) {
+			if rec.Offset >= ps.start {
+				ps.progress = max(ps.progress, rec.Offset+1)
+			}
+			return nil, false, rec.Offset >= ps.start
+		}
+	}
 	if rec.Offset < ps.start {
 		ps.w.Remember(id)
 		r.m.seeded.Inc()
@@ -206,6 +225,9 @@ func (r *Reader) accept(rec *kgo.Record) (_ *eventpipev1.Occurrence, deliver, ha
 		r.m.duplicates.Inc()
 		r.logger.Debug("duplicate backbone record dropped", "partition", rec.Partition, "offset", rec.Offset, "event_id", id)
 		return nil, false, true
+	}
+	if o != nil {
+		return o, true, true
 	}
 	o, err := Decode(rec)
 	if err != nil {
