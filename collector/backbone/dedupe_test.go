@@ -3,6 +3,7 @@ package backbone
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"testing"
 	"time"
 
@@ -226,4 +227,29 @@ func counter(t *testing.T, c prometheus.Counter) float64 {
 		t.Fatal(err)
 	}
 	return m.GetCounter().GetValue()
+}
+
+// BenchmarkWindowFull measures a full default window: Check per id and the
+// heap it holds (reported as MB/window).
+func BenchmarkWindowFull(b *testing.B) {
+	ids := make([]string, DefaultDedupeWindow)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("prod-cluster-eu/5f0c2a6e-3f7b-4c1e-9d2a-%012d/%d", i, 1_000_000+i)
+	}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	w := NewWindow(DefaultDedupeWindow)
+	for _, id := range ids {
+		w.Check(id)
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	held := float64(after.HeapAlloc-before.HeapAlloc) / (1 << 20)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		w.Check(ids[i%len(ids)])
+	}
+	b.ReportMetric(held, "MB/window")
+	runtime.KeepAlive(w)
 }
