@@ -3,13 +3,7 @@ package backbone
 import (
 	"testing"
 	"time"
-
-	"go.uber.org/goleak"
 )
-
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
-}
 
 func mustTime(t *testing.T, s string) time.Time {
 	t.Helper()
