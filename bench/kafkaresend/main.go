@@ -40,6 +40,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -59,9 +60,10 @@ func main() {
 	inflight := flag.Int("max-in-flight", 4, "agent ship.max_in_flight")
 	flush := flag.Duration("flush-interval", 200*time.Millisecond, "agent ship.flush_interval")
 	partitions := flag.Int("partitions", 6, "backbone partitions")
+	slowCursor := flag.Duration("slow-cursor", 0, "delay every produce to the cursor topic by this much (a slow broker): the collector then holds acks for batches Kafka already stored, and a SIGKILL loses them")
 	keep := flag.Bool("keep", false, "keep the work directory")
 	flag.Parse()
-	if err := run(*bin, *duration, *every, *workers, *batch, *inflight, *flush, *partitions, *keep); err != nil {
+	if err := run(*bin, *duration, *every, *workers, *batch, *inflight, *flush, *partitions, *slowCursor, *keep); err != nil {
 		fmt.Fprintln(os.Stderr, "kafkaresend:", err)
 		os.Exit(1)
 	}
@@ -71,7 +73,7 @@ func logf(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "%s "+format+"\n", append([]any{time.Now().UTC().Format("15:04:05")}, args...)...)
 }
 
-func run(bin string, duration, every time.Duration, workers, batch, inflight int, flush time.Duration, partitions int, keep bool) error {
+func run(bin string, duration, every time.Duration, workers, batch, inflight int, flush time.Duration, partitions int, slowCursor time.Duration, keep bool) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	dir, err := os.MkdirTemp("", "eventpipe-kafkaresend-")
@@ -133,6 +135,23 @@ func run(bin string, duration, every time.Duration, workers, batch, inflight int
 			return err
 		}
 		defer cols[i].kill()
+	}
+	if slowCursor > 0 {
+		// Produce v13+ names topics by id: learn the cursor topic's.
+		id, err := topicID(ctx, brokers, backbone.DefaultCursorTopic)
+		if err != nil {
+			return err
+		}
+		kc.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+			kc.KeepControl()
+			for _, t := range req.(*kmsg.ProduceRequest).Topics {
+				if t.Topic == backbone.DefaultCursorTopic || t.TopicID == id {
+					kc.SleepControl(func() { time.Sleep(slowCursor) })
+					break
+				}
+			}
+			return nil, nil, false
+		})
 	}
 	const ns = "resend"
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
@@ -197,21 +216,27 @@ loop:
 			break loop
 		case <-t.C:
 		}
+		// The serving one: its counter moved since the last look (both
+		// readings from the same process: a restart starts at 0).
+		serving, best := -1, 0.0
 		for i, c := range cols {
 			v := scrape(c.http, "eventpipe_collector_ingest_batches_total")
-			if v > last[i] && c.running() {
-				logf("SIGKILL %s (batches %v) at %s, %d Events created", c.name, v, time.Since(start).Round(time.Millisecond), created.Load())
-				c.kill()
-				kills++
-				go func() {
-					time.Sleep(3 * time.Second)
-					if err := c.start(ctx); err != nil {
-						logf("restart %s: %v", c.name, err)
-					}
-				}()
-				break
+			if last[i] >= 0 && v-last[i] > best && c.running() {
+				serving, best = i, v-last[i]
 			}
-			last[i] = v
+		}
+		if serving >= 0 {
+			c := cols[serving]
+			logf("SIGKILL %s (%v batches since the last look) at %s, %d Events created, agent resent %v so far",
+				c.name, best, time.Since(start).Round(time.Millisecond), created.Load(), scrape(agent.http, "eventpipe_agent_resent_occurrences_total"))
+			c.kill()
+			kills++
+			go func() {
+				time.Sleep(3 * time.Second)
+				if err := c.start(ctx); err != nil {
+					logf("restart %s: %v", c.name, err)
+				}
+			}()
 		}
 		for i, c := range cols {
 			last[i] = scrape(c.http, "eventpipe_collector_ingest_batches_total")
@@ -236,12 +261,12 @@ loop:
 	if err != nil {
 		return err
 	}
-	fmt.Printf("created %d Events in %s (%.0f/s) with %d workers; %d SIGKILLs every %s; agent batch_size %d, max_in_flight %d, flush_interval %s; %d partitions\n",
-		created.Load(), elapsed.Round(time.Second), float64(created.Load())/elapsed.Seconds(), workers, kills, every, batch, inflight, flush, partitions)
+	fmt.Printf("created %d Events in %s (%.0f/s) with %d workers; %d SIGKILLs every %s; agent batch_size %d, max_in_flight %d, flush_interval %s; %d partitions; cursor produce delayed %s\n",
+		created.Load(), elapsed.Round(time.Second), float64(created.Load())/elapsed.Seconds(), workers, kills, every, batch, inflight, flush, partitions, slowCursor)
 	fmt.Printf("agent resent %v occurrences; topic: %d records, %d event ids, %d duplicate records (%d ids with copies)\n",
 		resent, rep.records, rep.ids, rep.dupRecords, rep.dupIDs)
-	fmt.Printf("distance between an occurrence and its last copy, in records of its partition: max %d, p99 %d, p50 %d\n",
-		rep.pct(100), rep.pct(99), rep.pct(50))
+	fmt.Printf("distance between an occurrence and its last copy, in records of its partition: max %d, p99 %d, p50 %d; longest time between copies %s\n",
+		rep.pct(100), rep.pct(99), rep.pct(50), rep.maxGap.Round(time.Millisecond))
 	fmt.Printf("load before: %s; at the end of the load: %s\n", load0, load1)
 	return nil
 }
@@ -249,6 +274,7 @@ loop:
 type topicReport struct {
 	records, ids, dupRecords, dupIDs int
 	distances                        []int64
+	maxGap                           time.Duration // between an original's and its copy's record times
 }
 
 func (r topicReport) pct(p int) int64 {
@@ -267,10 +293,10 @@ func readTopic(ctx context.Context, brokers []string, topic string) (topicReport
 	}
 	defer cl.Close()
 	type at struct {
-		p     int32
-		first int64
-		last  int64
-		n     int
+		p           int32
+		first, last int64
+		t0, t1      time.Time
+		n           int
 	}
 	seen := map[string]*at{}
 	var rep topicReport
@@ -285,11 +311,11 @@ func readTopic(ctx context.Context, brokers []string, topic string) (topicReport
 			id := backbone.EventID(r)
 			a := seen[id]
 			if a == nil {
-				seen[id] = &at{p: r.Partition, first: r.Offset, last: r.Offset, n: 1}
+				seen[id] = &at{p: r.Partition, first: r.Offset, last: r.Offset, t0: r.Timestamp, t1: r.Timestamp, n: 1}
 				return
 			}
 			a.n++
-			a.last = r.Offset
+			a.last, a.t1 = r.Offset, r.Timestamp
 			if a.p != r.Partition {
 				logf("event %s in two partitions (%d, %d): the key changed", id, a.p, r.Partition)
 			}
@@ -306,10 +332,34 @@ func readTopic(ctx context.Context, brokers []string, topic string) (topicReport
 			rep.dupIDs++
 			rep.dupRecords += a.n - 1
 			rep.distances = append(rep.distances, a.last-a.first)
+			rep.maxGap = max(rep.maxGap, a.t1.Sub(a.t0))
 		}
 	}
 	slices.Sort(rep.distances)
 	return rep, nil
+}
+
+// topicID asks the cluster for topic's id.
+func topicID(ctx context.Context, brokers []string, topic string) ([16]byte, error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		return [16]byte{}, err
+	}
+	defer cl.Close()
+	req := kmsg.NewPtrMetadataRequest()
+	t := kmsg.NewMetadataRequestTopic()
+	t.Topic = kmsg.StringPtr(topic)
+	req.Topics = append(req.Topics, t)
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		return [16]byte{}, err
+	}
+	for _, rt := range resp.Topics {
+		if rt.Topic != nil && *rt.Topic == topic {
+			return rt.TopicID, nil
+		}
+	}
+	return [16]byte{}, fmt.Errorf("topic %s not found", topic)
 }
 
 // proc is a child process with an HTTP /readyz.
