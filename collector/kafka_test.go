@@ -250,3 +250,36 @@ func TestKafkaModeMissingTopicRefusesStart(t *testing.T) {
 		t.Fatalf("New: %v", err)
 	}
 }
+
+// TestKafkaModeOversizedOccurrenceRefusedAlone: an occurrence too large
+// for a backbone record is refused for good in the ack (too_large) and
+// the rest of its batch is stored, as in local mode.
+func TestKafkaModeOversizedOccurrenceRefusedAlone(t *testing.T) {
+	kc := startKafka(t)
+	cfg := kafkaConfig(t, kc)
+	cfg.Backbone.MaxRecordBytes = 64 << 10
+	a := startCollector(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	big := occ("c1/big/1", "sbx-1", "ws1", "demo", "gw")
+	big.Message = strings.Repeat("x", 60<<10)
+	acks, err := ship(t, ctx, dial(t, a.c.GRPCAddr(), agentToken),
+		batch(1, "c1", "7", occ("c1/ok/1", "sbx-1", "ws1", "demo", "gw"), big, occ("c1/ok/2", "sbx-2", "ws1", "demo", "gw")))
+	if err != nil || len(acks) != 1 {
+		t.Fatalf("acks %v, err %v", acks, err)
+	}
+	ack := acks[0]
+	if ack.GetStored() != 2 || len(ack.GetRejected()) != 1 || ack.GetRejected()[0].GetReason() != "too_large" || ack.GetRejected()[0].GetIndex() != 1 {
+		t.Fatalf("ack %v, want 2 stored and index 1 refused as too_large", ack)
+	}
+	got := map[string]bool{}
+	for _, r := range backboneRecords(t, cfg, 2) {
+		got[backbone.EventID(r)] = true
+	}
+	if !got["c1/ok/1"] || !got["c1/ok/2"] || got["c1/big/1"] {
+		t.Fatalf("backbone holds %v", got)
+	}
+	if resp, err := getCursor(t, a.c.GRPCAddr(), "c1"); err != nil || resp.GetResourceVersion() != "7" {
+		t.Fatalf("cursor %v %v, want 7", resp, err)
+	}
+}
