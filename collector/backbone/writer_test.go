@@ -368,3 +368,23 @@ func TestWritableWithoutBrokers(t *testing.T) {
 		t.Fatal("ClusterCursor answered without brokers")
 	}
 }
+
+// TestCreatorReadsCursorAtOnce: the replica that created the topics reads
+// the cursor topic right away (its reader was built before the topic
+// existed).
+func TestCreatorReadsCursorAtOnce(t *testing.T) {
+	c := newWriterCluster(t)
+	w := newWriter(t, testConfig(c), nil)
+	ctx := context.Background()
+	if _, err := w.Append(ctx, "c1", "events", "42", occs("c1", 0, 1, 1)); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	rv, ok, err := w.ClusterCursor(ctx, "c1", "events")
+	if err != nil || !ok || rv != "42" {
+		t.Fatalf("cursor %q %v %v", rv, ok, err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("first cursor read took %s", d)
+	}
+}
