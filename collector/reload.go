@@ -134,8 +134,18 @@ func (c *Collector) reload() {
 		cur.Sinks[i].Filter = s.Filter
 		applied = append(applied, "sinks."+r.Name()+".filter")
 	}
+	var filterRestart []string
+	if c.groupSinks != nil {
+		// In Kafka mode each partition has its own runner, started by the
+		// consumer group: a new filter takes effect at the next start.
+		for _, s := range cur.Sinks {
+			if n, ok := byName[s.Name]; ok && !reflect.DeepEqual(n.Filter, s.Filter) {
+				filterRestart = append(filterRestart, "sinks."+s.Name+".filter (log: kafka)")
+			}
+		}
+	}
 
-	restart := restartNeeded(cur, next)
+	restart := append(restartNeeded(cur, next), filterRestart...)
 	cur.Auth = newAuth
 	c.cfg = cur
 	c.m.reloads.WithLabelValues("applied").Inc()
@@ -161,6 +171,12 @@ func restartNeeded(a, b Config) []string {
 	}
 	if !reflect.DeepEqual(a.HTTP, b.HTTP) {
 		keys = append(keys, "http")
+	}
+	if a.Log != b.Log {
+		keys = append(keys, "log")
+	}
+	if !reflect.DeepEqual(a.Backbone, b.Backbone) {
+		keys = append(keys, "backbone")
 	}
 	if !reflect.DeepEqual(a.Store, b.Store) {
 		keys = append(keys, "store")
