@@ -144,6 +144,10 @@ var rules = []rule{
 		"failed to extract layer", "failed to prepare extraction snapshot", "unpack image on snapshotter",
 		"error unpacking image", "content store", "failed to register layer", "parent snapshot",
 		"/var/lib/docker/overlay2", "nil pointer to a runtime api image", "locking ref", "failed to unpack image",
+		// containerd's content store refused to commit a downloaded blob
+		// (a stale partial download in its ingest directory; cleared on the
+		// node, not by the registry).
+		"failed commit on ref", "unexpected commit digest",
 	}},
 	{eventpipev1.CategoryRegistryUnreachable, []string{
 		"i/o timeout", "tls handshake timeout", "connection timed out", "connection refused", "no such host",

@@ -60,7 +60,8 @@ const (
 	// CategoryRuntimeStore: the node's image store failed (snapshotter,
 	// layer unpack, content store, overlay2 metadata, image inspect): the
 	// image exists and was fetched or is present, the node cannot use it.
-	// Disk full is CategoryNodeStorage.
+	// Disk full is CategoryNodeStorage. Persistent after repeated failures:
+	// a damaged store fails every retry until someone acts on the node.
 	CategoryRuntimeStore = "runtime_store"
 	CategoryUnknown      = "unknown"
 )
