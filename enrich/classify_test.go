@@ -67,7 +67,8 @@ var allCategories = []string{
 	eventpipev1.CategoryRegistryUnreachable, eventpipev1.CategoryTLSError, eventpipev1.CategoryRateLimited,
 	eventpipev1.CategoryKubeletThrottled, eventpipev1.CategoryInvalidReference, eventpipev1.CategoryNeverPull,
 	eventpipev1.CategoryPlatformMismatch, eventpipev1.CategoryNodeStorage, eventpipev1.CategoryRuntimeStore,
-	eventpipev1.CategoryPolicyRejected, eventpipev1.CategoryTimeout, eventpipev1.CategoryUnknown,
+	eventpipev1.CategoryPolicyRejected, eventpipev1.CategoryTimeout, eventpipev1.CategoryUnsupportedFormat,
+	eventpipev1.CategoryUnknown,
 }
 
 func TestClassifyPullImageAndDetail(t *testing.T) {

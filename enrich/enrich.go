@@ -451,7 +451,8 @@ func persistentCategory(c string) bool {
 	case eventpipev1.CategoryNotFound, eventpipev1.CategoryUnauthorized,
 		eventpipev1.CategoryNotFoundOrUnauthorized, eventpipev1.CategoryInvalidReference,
 		eventpipev1.CategoryNeverPull, eventpipev1.CategoryPlatformMismatch,
-		eventpipev1.CategoryPolicyRejected, eventpipev1.CategoryRuntimeStore:
+		eventpipev1.CategoryPolicyRejected, eventpipev1.CategoryRuntimeStore,
+		eventpipev1.CategoryUnsupportedFormat:
 		return true
 	}
 	return false

@@ -381,6 +381,7 @@ func TestDispositionPerCategory(t *testing.T) {
 		eventpipev1.CategoryNotFoundOrUnauthorized: true, eventpipev1.CategoryInvalidReference: true,
 		eventpipev1.CategoryNeverPull: true, eventpipev1.CategoryPlatformMismatch: true,
 		eventpipev1.CategoryPolicyRejected: true, eventpipev1.CategoryRuntimeStore: true,
+		eventpipev1.CategoryUnsupportedFormat:   true,
 		eventpipev1.CategoryRegistryUnreachable: false, eventpipev1.CategoryTLSError: false,
 		eventpipev1.CategoryRateLimited: false, eventpipev1.CategoryKubeletThrottled: false,
 		eventpipev1.CategoryNodeStorage: false, eventpipev1.CategoryTimeout: false,
