@@ -142,3 +142,17 @@ func BenchmarkClassifyPull(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkClassifyPullCorpus classifies every message of the pull corpus
+// (all draws, look-alikes included) in turn: the classifier's cost on real
+// wordings rather than on one seed message, so a rule that slows the
+// matcher down on long runtime messages shows here.
+func BenchmarkClassifyPullCorpus(b *testing.B) {
+	msgs := loadCorpus(b)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		m := msgs[i%len(msgs)]
+		ClassifyPull(m.Reason, m.Message)
+	}
+}

@@ -173,7 +173,7 @@ func createRefused(msg string) blockerClass {
 	case containsFold(msg, "admission webhook") && containsFold(msg, "denied the request"):
 		b.cause = eventpipev1.BlockerWebhookDenied
 	case containsFold(msg, "failed calling webhook"), containsFold(msg, "failed to call webhook"),
-		containsFold(msg, "request did not complete within"):
+		containsFold(msg, "failed calling admission webhook"), containsFold(msg, "request did not complete within"):
 		b.cause = eventpipev1.BlockerWebhookFailed
 	case containsFold(msg, "usage per container"), containsFold(msg, "usage per pod"), containsFold(msg, "limitrange"):
 		b.cause = eventpipev1.BlockerLimitRange
@@ -248,6 +248,11 @@ func schedulingItemCause(item string) string {
 		return eventpipev1.BlockerUnboundPVC
 	case containsFold(item, "insufficient"), containsFold(item, "too many pods"):
 		return eventpipev1.BlockerInsufficientResources
+	case containsFold(item, "taint") && (containsFold(item, "node.kubernetes.io/unreachable") ||
+		containsFold(item, "node.kubernetes.io/not-ready") || containsFold(item, "node.kubernetes.io/unschedulable")):
+		// The node lifecycle controller's taints mark a node that is down,
+		// not ready or cordoned: no toleration in the pod would help.
+		return eventpipev1.BlockerNodesUnavailable
 	case containsFold(item, "taint"):
 		return eventpipev1.BlockerUntoleratedTaint
 	case containsFold(item, "node selector"), containsFold(item, "node affinity"), containsFold(item, "matchnodeselector"),

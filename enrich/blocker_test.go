@@ -97,8 +97,10 @@ var knownTrainMisses = map[string]string{
 }
 
 // heldOutFloor is the held-out score recorded in bench/diagnosis-blockers.md
-// at the first scoring: the test fails if a change makes it worse.
-const heldOutFloor = 39.0 / 40
+// at the first scoring of the latest draw (session 4's second draw: 42/44
+// over both draws' held-out entries, 39/40 before it): the test fails if a
+// change makes it worse.
+const heldOutFloor = 42.0 / 44
 
 // TestBlockerCorpus: every training message gets exactly its kind and
 // cause, no look-alike is diagnosed, and the held-out score (never looked at

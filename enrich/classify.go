@@ -131,6 +131,12 @@ var rules = []rule{
 		// Windows containerd unpacking a Linux layer.
 		"hcsshim::processbaselayer",
 	}},
+	// A Docker image manifest v2 schema 1 image: containerd 2.0 disabled
+	// and 2.1 removed pulling it (the schema 1 "converter"), Docker 26
+	// disabled it. The image exists; its format is refused.
+	{eventpipev1.CategoryUnsupportedFormat, []string{
+		"schema 1 images", "schema 1 support", "failed to get converter", "manifest.v1+prettyjws",
+	}},
 	{eventpipev1.CategoryNodeStorage, []string{
 		"no space left on device", "disk quota exceeded", "not enough space", "insufficient space",
 		"read-only file system", "disk pressure", "out of disk", "quota exceeded for",
@@ -144,6 +150,10 @@ var rules = []rule{
 		"failed to extract layer", "failed to prepare extraction snapshot", "unpack image on snapshotter",
 		"error unpacking image", "content store", "failed to register layer", "parent snapshot",
 		"/var/lib/docker/overlay2", "nil pointer to a runtime api image", "locking ref", "failed to unpack image",
+		// containerd's content store refused to commit a downloaded blob
+		// (a stale partial download in its ingest directory; cleared on the
+		// node, not by the registry).
+		"failed commit on ref", "unexpected commit digest",
 	}},
 	{eventpipev1.CategoryRegistryUnreachable, []string{
 		"i/o timeout", "tls handshake timeout", "connection timed out", "connection refused", "no such host",
@@ -164,6 +174,7 @@ var rules = []rule{
 		"unexpected eof", "broken pipe", "service unavailable", "bad gateway", "gateway timeout",
 		"internal server error", "unavailable desc", "registryunavailable", "cannot connect", "could not connect",
 		"couldn't connect", "connection closed", "pinging container registry", "pinging docker registry",
+		"could not reach any registry endpoint",
 		"failed to do request", "api error (500)", "api error (502)", "api error (503)",
 		"status: 502", "status: 503", "status 502", "status 503", ": 502 ", ": 503 ",
 	}},
@@ -278,12 +289,26 @@ func classifyPull(reason, message, image string) (category, img, detail string, 
 			category = eventpipev1.CategoryRegistryUnreachable
 		case "SignatureValidationFailed":
 			category = eventpipev1.CategoryPolicyRejected
+		default:
+			if deniedOnly(message) {
+				category = eventpipev1.CategoryNotFoundOrUnauthorized
+			}
 		}
 	}
 	if category != eventpipev1.CategoryUnknown {
 		detail = pullDetail(message)
 	}
 	return category, img, detail, true
+}
+
+// deniedOnly reports whether the registry's whole answer is a bare
+// "denied" at the end of the message (GHCR refusing an anonymous request
+// for a package that is private or does not exist: "Head
+// \"https://ghcr.io/v2/o/i/manifests/t\": denied"). It cannot tell the two
+// apart, so the category is not_found_or_unauthorized. Only asked when no
+// rule matched: "denied: <reason>" keeps its own rules.
+func deniedOnly(message string) bool {
+	return strings.HasSuffix(strings.TrimRight(message, " \t\r\n"), ": denied")
 }
 
 // ruleCategory is the category of the first rule whose bit is set.

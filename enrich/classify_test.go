@@ -67,7 +67,8 @@ var allCategories = []string{
 	eventpipev1.CategoryRegistryUnreachable, eventpipev1.CategoryTLSError, eventpipev1.CategoryRateLimited,
 	eventpipev1.CategoryKubeletThrottled, eventpipev1.CategoryInvalidReference, eventpipev1.CategoryNeverPull,
 	eventpipev1.CategoryPlatformMismatch, eventpipev1.CategoryNodeStorage, eventpipev1.CategoryRuntimeStore,
-	eventpipev1.CategoryPolicyRejected, eventpipev1.CategoryTimeout, eventpipev1.CategoryUnknown,
+	eventpipev1.CategoryPolicyRejected, eventpipev1.CategoryTimeout, eventpipev1.CategoryUnsupportedFormat,
+	eventpipev1.CategoryUnknown,
 }
 
 func TestClassifyPullImageAndDetail(t *testing.T) {
@@ -236,5 +237,29 @@ func TestPullFailureImageFromSpecNormalised(t *testing.T) {
 	occ := e.DiagnosePod(pod, t0)
 	if len(occ) != 1 || occ[0].PullFailure == nil || occ[0].PullFailure.Image != "docker.io/library/busybox:latest" {
 		t.Errorf("pod status: %+v, want one pull failure of docker.io/library/busybox:latest", occ)
+	}
+}
+
+// The fourth draw's rules: containerd 2.x refusing a schema 1 image, and
+// GHCR's bare "denied" (private or absent, it does not say which), which
+// must not capture the worded "denied: ..." answers other rules decide.
+func TestClassifyPullSchema1AndBareDenied(t *testing.T) {
+	tests := []struct{ reason, msg, want string }{
+		{"Failed", `Failed to pull image "registry.k8s.io/guestbook:v3": failed to pull and unpack image "registry.k8s.io/guestbook:v3": failed to get converter for "registry.k8s.io/guestbook:v3": Pulling Schema 1 images have been deprecated and disabled by default since containerd v2.0.`,
+			eventpipev1.CategoryUnsupportedFormat},
+		{"Failed", `Failed to pull image "ghcr.io/o/i:1": Error response from daemon: Head "https://ghcr.io/v2/o/i/manifests/1": denied`,
+			eventpipev1.CategoryNotFoundOrUnauthorized},
+		{"Failed", "Failed to pull image \"ghcr.io/o/i:1\": rpc error: code = Unknown desc = Error response from daemon: Head https://ghcr.io/v2/o/i/manifests/1: denied\n",
+			eventpipev1.CategoryNotFoundOrUnauthorized},
+		{"Failed", `Failed to pull image "gcr.io/p/i:1": rpc error: code = Unknown desc = Error response from daemon: Head https://gcr.io/v2/p/i/manifests/1: denied: Permission denied for "1" from request "/v2/p/i/manifests/1".`,
+			eventpipev1.CategoryUnauthorized},
+		{"Failed", `Failed to pull image "a/b:1": rpc error: code = Unknown desc = Error response from daemon: pull access denied for a/b, repository does not exist or may require 'docker login': denied: requested access to the resource is denied`,
+			eventpipev1.CategoryNotFoundOrUnauthorized},
+		{"Failed", `Failed to pull image "redis": Could not reach any registry endpoint`, eventpipev1.CategoryRegistryUnreachable},
+	}
+	for _, tt := range tests {
+		if got, _, _, ok := ClassifyPull(tt.reason, tt.msg); !ok || got != tt.want {
+			t.Errorf("%q: got %s (ok=%v), want %s", tt.msg, got, ok, tt.want)
+		}
 	}
 }

@@ -437,12 +437,22 @@ func nonZero(t, fallback time.Time) time.Time {
 }
 
 // persistentCategory reports whether retrying the pull cannot fix the cause.
+// runtime_store is persistent: a damaged snapshotter, content store or
+// overlay2 store fails every retry the same way until someone acts on the
+// node (every such report in the pull corpus was cleared by removing the
+// image or the ingest directory, or by restarting or replacing the node);
+// the disposition turns persistent only after PersistentAfter failures, so
+// a one-off race that the next retry clears never gets there. Timeout,
+// registry_unreachable, rate_limited, kubelet_throttled and node_storage
+// stay retrying: each can clear by itself (the link, the limit's window,
+// the kubelet's image garbage collection).
 func persistentCategory(c string) bool {
 	switch c {
 	case eventpipev1.CategoryNotFound, eventpipev1.CategoryUnauthorized,
 		eventpipev1.CategoryNotFoundOrUnauthorized, eventpipev1.CategoryInvalidReference,
 		eventpipev1.CategoryNeverPull, eventpipev1.CategoryPlatformMismatch,
-		eventpipev1.CategoryPolicyRejected:
+		eventpipev1.CategoryPolicyRejected, eventpipev1.CategoryRuntimeStore,
+		eventpipev1.CategoryUnsupportedFormat:
 		return true
 	}
 	return false

@@ -372,6 +372,41 @@ func TestDispositionRetryableCausesStayRetrying(t *testing.T) {
 	}
 }
 
+// TestDispositionPerCategory: every category has a decided disposition (a
+// category added without one fails here), and a runtime_store failure that
+// keeps coming back turns persistent through Enrich.
+func TestDispositionPerCategory(t *testing.T) {
+	persistent := map[string]bool{
+		eventpipev1.CategoryNotFound: true, eventpipev1.CategoryUnauthorized: true,
+		eventpipev1.CategoryNotFoundOrUnauthorized: true, eventpipev1.CategoryInvalidReference: true,
+		eventpipev1.CategoryNeverPull: true, eventpipev1.CategoryPlatformMismatch: true,
+		eventpipev1.CategoryPolicyRejected: true, eventpipev1.CategoryRuntimeStore: true,
+		eventpipev1.CategoryUnsupportedFormat:   true,
+		eventpipev1.CategoryRegistryUnreachable: false, eventpipev1.CategoryTLSError: false,
+		eventpipev1.CategoryRateLimited: false, eventpipev1.CategoryKubeletThrottled: false,
+		eventpipev1.CategoryNodeStorage: false, eventpipev1.CategoryTimeout: false,
+		eventpipev1.CategoryUnknown: false,
+	}
+	for _, c := range allCategories {
+		want, decided := persistent[c]
+		if !decided {
+			t.Errorf("category %s: no disposition decided in this test", c)
+			continue
+		}
+		if got := persistentCategory(c); got != want {
+			t.Errorf("persistentCategory(%s) = %v, want %v", c, got, want)
+		}
+	}
+	e := mustNew(t, NewDefaultConfig(), seedWorld().lookups())
+	ev := podEvent("img-missing", "spec.containers{c9}", "Failed",
+		`Failed to pull image "mongo:4.4": rpc error: code = FailedPrecondition desc = failed to pull and unpack image "docker.io/library/mongo:4.4": failed commit on ref "layer-sha256:16ec": unexpected commit digest sha256:e3b0, expected sha256:16ec: failed precondition`)
+	ev.Count = 50
+	pf := e.Enrich(ev, t0).Occurrence.PullFailure
+	if pf.Category != eventpipev1.CategoryRuntimeStore || pf.Disposition != eventpipev1.DispositionPersistent {
+		t.Errorf("content-store failure 50 times: %+v, want runtime_store persistent", pf)
+	}
+}
+
 // The pull-failure seed: the workload pod's waiting state and its events.
 func TestSeedImageMissing(t *testing.T) {
 	e := mustNew(t, NewDefaultConfig(), seedWorld().lookups())

@@ -84,8 +84,13 @@ func referenceCategory(s string) string {
 }
 
 // FuzzEnrich: any event, any cache content: no panic, and the occurrence
-// is a valid protobuf with bounded valid UTF-8.
+// is a valid protobuf with bounded valid UTF-8. Seeded with every message
+// of the pull corpus (all draws) as a workload-pod event, so new real
+// wordings reach the tracker and the pod-status path too.
 func FuzzEnrich(f *testing.F) {
+	for _, m := range loadCorpus(f) {
+		f.Add("Pod", "img-missing", "spec.initContainers{workspace-init}", m.Reason, m.Message, int64(1793268636), int32(2))
+	}
 	f.Add("Pod", "img-missing", "spec.initContainers{workspace-init}", "Failed", seedFailed, int64(1793268636), int32(4))
 	f.Add("Pod", seedSupPod, "spec.containers{supervisor}", "BackOff", `Back-off pulling image "x"`, int64(0), int32(0))
 	f.Add("Sandbox", "img-missing", "", "PodCreated", "Created pod", int64(-1), int32(-5))

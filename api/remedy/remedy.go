@@ -152,6 +152,10 @@ var remedies = map[string]remedyText{
 		return "the container runtime on " + nodeName(in.Node) + " could not unpack or read " + in.Image + " in its image store" + withDetail(in.Detail) +
 			": the image is not at fault; read the runtime's log on the node, remove the image there (crictl rmi) or drain and recycle the node"
 	},
+	eventpipev1.CategoryUnsupportedFormat: func(in Input, r ImageRef, owner string) string {
+		return r.Name() + ":" + strings.TrimPrefix(r.version(), "tag ") + " is a Docker schema 1 image, a format the runtime on " + nodeName(in.Node) +
+			" no longer pulls (containerd 2.x, Docker 26+): use a tag published as schema 2 or OCI, or rebuild and push the image with a current builder; " + owner
+	},
 	eventpipev1.CategoryUnknown: func(in Input, _ ImageRef, _ string) string {
 		return "the pull of " + in.Image + " failed for a reason eventpipe does not recognise" + withDetail(in.Detail) +
 			": read the runtime's message (eventpipe follow -o json)"

@@ -554,7 +554,8 @@ type PullFailure struct {
 	// full), runtime_store (snapshotter, unpack, content store or image
 	// inspect failure on the node), policy_rejected (signature policy,
 	// CRI-O/Podman short-name policy), timeout (a pull that ran past its
-	// deadline or was cancelled), unknown.
+	// deadline or was cancelled), unsupported_format (a Docker schema 1
+	// image, which containerd 2.x and Docker 26+ no longer pull), unknown.
 	Category string `protobuf:"bytes,1,opt,name=category,proto3" json:"category,omitempty"`
 	// The image reference that failed to pull, normalised as the runtime
 	// resolves it (docker.io/, library/ and :latest where implied; digests

@@ -60,9 +60,18 @@ const (
 	// CategoryRuntimeStore: the node's image store failed (snapshotter,
 	// layer unpack, content store, overlay2 metadata, image inspect): the
 	// image exists and was fetched or is present, the node cannot use it.
-	// Disk full is CategoryNodeStorage.
+	// Disk full is CategoryNodeStorage. Persistent after repeated failures:
+	// a damaged store fails every retry until someone acts on the node.
 	CategoryRuntimeStore = "runtime_store"
-	CategoryUnknown      = "unknown"
+	// CategoryUnsupportedFormat: the image exists and the registry serves
+	// it, but in a manifest format the node's runtime no longer pulls
+	// (Docker image manifest v2 schema 1, disabled in containerd 2.0 and
+	// removed in 2.1, disabled in Docker Engine 26). Only a rebuilt or
+	// re-pushed image (schema 2 or OCI) or another tag fixes it, so it is
+	// persistent. Not platform_mismatch (the platform is not the problem)
+	// nor policy_rejected (no signature or admission policy is involved).
+	CategoryUnsupportedFormat = "unsupported_format"
+	CategoryUnknown           = "unknown"
 )
 
 // Values of PullFailure.disposition.
