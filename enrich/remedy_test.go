@@ -1,6 +1,7 @@
 package enrich
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -18,6 +19,11 @@ func TestRemedyCoversEveryCategory(t *testing.T) {
 	for _, c := range cats {
 		if !remedy.Known(c) {
 			t.Errorf("category %q has no remedy", c)
+		}
+		// The schema's list is what consumers (the gateway's reasons) test
+		// themselves against.
+		if !slices.Contains(eventpipev1.PullCategories, c) {
+			t.Errorf("category %q is missing from eventpipev1.PullCategories", c)
 		}
 	}
 }

@@ -107,6 +107,9 @@ var reasons = map[string]string{
 	eventpipev1.CategoryNodeStorage:            "NodeStorage",
 	eventpipev1.CategoryPolicyRejected:         "PolicyRejected",
 	eventpipev1.CategoryTimeout:                "Timeout",
+	eventpipev1.CategoryKubeletThrottled:       "KubeletThrottled",
+	eventpipev1.CategoryRuntimeStore:           "RuntimeStore",
+	eventpipev1.CategoryUnsupportedFormat:      "UnsupportedFormat",
 	eventpipev1.CategoryUnknown:                "Unknown",
 }
 

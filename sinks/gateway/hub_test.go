@@ -116,6 +116,13 @@ func TestReason(t *testing.T) {
 			t.Errorf("reason(%q) = %q, want %q", cat, got, want)
 		}
 	}
+	// Every category this build writes has a reason of its own (not the
+	// word-by-word fallback meant for categories of a newer agent).
+	for _, cat := range eventpipev1.PullCategories {
+		if _, ok := reasons[cat]; !ok {
+			t.Errorf("category %s has no condition reason (falls back to %s)", cat, reason(cat))
+		}
+	}
 	// No category maps to a reason the gateway acts on.
 	for cat := range reasons {
 		switch r := reason(cat); r {

@@ -74,6 +74,16 @@ const (
 	CategoryUnknown           = "unknown"
 )
 
+// PullCategories lists every value of PullFailure.category this build
+// writes, so that each consumer (fix texts, the gateway's condition
+// reasons) can test that it covers all of them.
+var PullCategories = []string{
+	CategoryNotFound, CategoryUnauthorized, CategoryNotFoundOrUnauthorized, CategoryRegistryUnreachable,
+	CategoryTLSError, CategoryRateLimited, CategoryInvalidReference, CategoryNeverPull,
+	CategoryPlatformMismatch, CategoryNodeStorage, CategoryPolicyRejected, CategoryTimeout,
+	CategoryKubeletThrottled, CategoryRuntimeStore, CategoryUnsupportedFormat, CategoryUnknown,
+}
+
 // Values of PullFailure.disposition.
 const (
 	DispositionRetrying   = "retrying"
