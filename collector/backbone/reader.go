@@ -50,6 +50,8 @@ type Reader struct {
 	hwm map[int32]int64 // high watermarks seen in fetches
 
 	filter func(*eventpipev1.Occurrence) bool
+	// poll is the client's PollFetches (a test stands in for it).
+	poll func(context.Context) kgo.Fetches
 }
 
 // SetFilter makes the Reader consider only the occurrences filter keeps
@@ -123,7 +125,7 @@ func NewReaderAt(opts []kgo.Opt, topic string, starts map[int32]Start, window in
 	if err != nil {
 		return nil, fmt.Errorf("backbone reader: %w", err)
 	}
-	r.cl = cl
+	r.cl, r.poll = cl, cl.PollFetches
 	return r, nil
 }
 
@@ -135,41 +137,49 @@ func (r *Reader) Close() { r.cl.Close() }
 // deliver: possibly none, when every record fetched was a duplicate or
 // undecodable (Progress then moved). Fetch errors the client retries by
 // itself are logged and waited out.
+//
+// Records a fetch returned are always handed over, even when ctx ended
+// while it returned (a caller's batch deadline): the client has moved
+// past them, and dropping them would skip them silently.
 func (r *Reader) Poll(ctx context.Context) ([]Record, error) {
 	for {
-		fs := r.cl.PollFetches(ctx)
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
+		fs := r.poll(ctx)
 		if fs.IsClientClosed() {
 			return nil, kgo.ErrClientClosed
 		}
-		fs.EachError(func(t string, p int32, err error) {
-			if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-				return
-			}
-			r.logger.Warn("backbone fetch failed; retrying", "partition", p, "err", err)
-		})
-		r.mu.Lock()
-		fs.EachPartition(func(p kgo.FetchTopicPartition) {
-			if p.Err == nil && p.HighWatermark > r.hwm[p.Partition] {
-				r.hwm[p.Partition] = p.HighWatermark
-			}
-		})
-		r.mu.Unlock()
-		var out []Record
-		handled := false
-		fs.EachRecord(func(rec *kgo.Record) {
-			o, ok, h := r.accept(rec)
-			handled = handled || h
-			if ok {
-				out = append(out, Record{Partition: rec.Partition, Offset: rec.Offset, Occurrence: o})
-			}
-		})
-		if handled {
+		if out, handled := r.take(fs); handled {
 			return out, nil
 		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
 	}
+}
+
+// take runs a poll's records through the windows; handled reports whether
+// any record at or after a start was handled.
+func (r *Reader) take(fs kgo.Fetches) (out []Record, handled bool) {
+	fs.EachError(func(t string, p int32, err error) {
+		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+			return
+		}
+		r.logger.Warn("backbone fetch failed; retrying", "partition", p, "err", err)
+	})
+	r.mu.Lock()
+	fs.EachPartition(func(p kgo.FetchTopicPartition) {
+		if p.Err == nil && p.HighWatermark > r.hwm[p.Partition] {
+			r.hwm[p.Partition] = p.HighWatermark
+		}
+	})
+	r.mu.Unlock()
+	fs.EachRecord(func(rec *kgo.Record) {
+		o, ok, h := r.accept(rec)
+		handled = handled || h
+		if ok {
+			out = append(out, Record{Partition: rec.Partition, Offset: rec.Offset, Occurrence: o})
+		}
+	})
+	return out, handled
 }
 
 // HighWatermark is the highest high watermark (the offset the next record
