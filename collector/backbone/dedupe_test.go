@@ -74,25 +74,35 @@ func occ(id, sandbox string) *eventpipev1.Occurrence {
 // offset.
 func produce(t *testing.T, opts []kgo.Opt, topic string, occs ...*eventpipev1.Occurrence) []*kgo.Record {
 	t.Helper()
-	cl, err := kgo.NewClient(append(opts, kgo.DefaultProduceTopic(topic))...)
+	recs, err := produceRecs(opts, topic, occs...)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return recs
+}
+
+func produceErr(opts []kgo.Opt, topic string, occs ...*eventpipev1.Occurrence) error {
+	_, err := produceRecs(opts, topic, occs...)
+	return err
+}
+
+func produceRecs(opts []kgo.Opt, topic string, occs ...*eventpipev1.Occurrence) ([]*kgo.Record, error) {
+	cl, err := kgo.NewClient(append(opts, kgo.DefaultProduceTopic(topic))...)
+	if err != nil {
+		return nil, err
 	}
 	defer cl.Close()
 	var recs []*kgo.Record
 	for _, o := range occs {
 		r, err := Encode(o, "events")
 		if err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
 		recs = append(recs, r)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
-	return recs
+	return recs, cl.ProduceSync(ctx, recs...).FirstErr()
 }
 
 // pollRecords polls r until it has want records or the deadline passes.
