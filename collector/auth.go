@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	yaml "go.yaml.in/yaml/v2"
@@ -170,6 +171,8 @@ func LoadTokens(path string) ([]TokenEntry, error) {
 			errs = append(errs, fmt.Errorf("%s.token: must not be empty", at))
 		} else if len(e.Token) < 16 {
 			errs = append(errs, fmt.Errorf("%s.token: must be at least 16 characters", at))
+		} else if config.IsPlaceholderToken(e.Token) {
+			errs = append(errs, fmt.Errorf("%s.token: %q is the example's placeholder: generate a random token (openssl rand -hex 32)", at, e.Token))
 		}
 		if tokens[e.Token] && e.Token != "" {
 			errs = append(errs, fmt.Errorf("%s.token: duplicate token", at))
@@ -249,8 +252,12 @@ func newTokenTable(entries []TokenEntry) *tokenTable {
 }
 
 func (t *tokenTable) lookup(token string) *Principal {
-	// Hashing first gives equal-length inputs to ConstantTimeCompare.
-	h := sha256.Sum256([]byte(token))
+	return t.lookupHash(sha256.Sum256([]byte(token)))
+}
+
+// lookupHash finds a token by its SHA-256. Comparing hashes gives
+// equal-length inputs to ConstantTimeCompare.
+func (t *tokenTable) lookupHash(h [sha256.Size]byte) *Principal {
 	var found *Principal
 	for i := range t.hashes {
 		if subtle.ConstantTimeCompare(h[:], t.hashes[i][:]) == 1 {
@@ -270,12 +277,17 @@ type authState struct {
 // authenticator authenticates every gRPC call and checks its role, and
 // for an agent the cluster of every request (GetCursor, each Batch of a
 // Ship stream and its occurrences). Its state is swapped atomically on
-// reload, so open streams keep running with the principal they started
-// with.
+// reload; an open stream keeps the principal it started with unless the
+// reload removed or changed its credential, which ends it (replace).
 type authenticator struct {
 	state    atomic.Pointer[authState]
 	failures func(reason string)
-	logger   *slog.Logger
+	// revoked counts streams ended by a reload (replace).
+	revoked func()
+	logger  *slog.Logger
+
+	mu   sync.Mutex
+	open map[*openStream]struct{}
 }
 
 func newAuthState(cfg AuthConfig, tokens []TokenEntry) *authState {
@@ -304,21 +316,57 @@ func (a *authenticator) fail(reason string, code codes.Code, msg string) error {
 	return status.Error(code, msg)
 }
 
+// credential is what authenticated a call: a token's hash, a certificate
+// name mapped by auth.identities, or insecure mode. A reload looks it up
+// again in the new state to find what became of open streams.
+type credential struct {
+	kind  string // credToken, credCert, credInsecure
+	token [sha256.Size]byte
+	name  string
+}
+
+const (
+	credToken    = "token"
+	credCert     = "cert"
+	credInsecure = "insecure"
+)
+
+// resolve is the principal cred stands for in st, nil if none.
+func (st *authState) resolve(cred credential) *Principal {
+	switch cred.kind {
+	case credToken:
+		return st.tokens.lookupHash(cred.token)
+	case credCert:
+		return st.identities[cred.name]
+	case credInsecure:
+		if st.insecure {
+			return &Principal{Name: "insecure-anonymous", Insecure: true}
+		}
+	}
+	return nil
+}
+
 // authenticate finds the caller: a bearer token first, then a verified
 // client certificate, then (insecure dev mode only) the anonymous caller.
 func (a *authenticator) authenticate(ctx context.Context) (*Principal, error) {
+	p, _, err := a.authenticateCred(ctx)
+	return p, err
+}
+
+func (a *authenticator) authenticateCred(ctx context.Context) (*Principal, credential, error) {
 	st := a.state.Load()
 	if md, ok := metadata.FromIncomingContext(ctx); ok {
 		if vals := md.Get("authorization"); len(vals) > 0 {
 			v := vals[0]
 			const prefix = "bearer "
 			if len(v) <= len(prefix) || !strings.EqualFold(v[:len(prefix)], prefix) {
-				return nil, a.fail(authBadToken, codes.Unauthenticated, "authorization metadata must be \"Bearer <token>\"")
+				return nil, credential{}, a.fail(authBadToken, codes.Unauthenticated, "authorization metadata must be \"Bearer <token>\"")
 			}
-			if p := st.tokens.lookup(strings.TrimSpace(v[len(prefix):])); p != nil {
-				return p, nil
+			cred := credential{kind: credToken, token: sha256.Sum256([]byte(strings.TrimSpace(v[len(prefix):])))}
+			if p := st.tokens.lookupHash(cred.token); p != nil {
+				return p, cred, nil
 			}
-			return nil, a.fail(authBadToken, codes.Unauthenticated, "unknown bearer token")
+			return nil, credential{}, a.fail(authBadToken, codes.Unauthenticated, "unknown bearer token")
 		}
 	}
 	if pr, ok := peer.FromContext(ctx); ok {
@@ -326,17 +374,17 @@ func (a *authenticator) authenticate(ctx context.Context) (*Principal, error) {
 			cert := ti.State.VerifiedChains[0][0]
 			for _, n := range certNames(cert) {
 				if p := st.identities[n]; p != nil {
-					return p, nil
+					return p, credential{kind: credCert, name: n}, nil
 				}
 			}
-			return nil, a.fail(authUnknownIdentity, codes.PermissionDenied,
+			return nil, credential{}, a.fail(authUnknownIdentity, codes.PermissionDenied,
 				fmt.Sprintf("client certificate %q is not mapped to a role (auth.identities)", cert.Subject.CommonName))
 		}
 	}
 	if st.insecure {
-		return &Principal{Name: "insecure-anonymous", Insecure: true}, nil
+		return &Principal{Name: "insecure-anonymous", Insecure: true}, credential{kind: credInsecure}, nil
 	}
-	return nil, a.fail(authMissing, codes.Unauthenticated, "no credentials: send a bearer token or a client certificate")
+	return nil, credential{}, a.fail(authMissing, codes.Unauthenticated, "no credentials: send a bearer token or a client certificate")
 }
 
 func certNames(c *x509.Certificate) []string {
@@ -353,19 +401,24 @@ func certNames(c *x509.Certificate) []string {
 }
 
 func (a *authenticator) authorize(ctx context.Context, fullMethod string) (context.Context, error) {
-	p, err := a.authenticate(ctx)
+	ctx, _, err := a.authorizeCred(ctx, fullMethod)
+	return ctx, err
+}
+
+func (a *authenticator) authorizeCred(ctx context.Context, fullMethod string) (context.Context, credential, error) {
+	p, cred, err := a.authenticateCred(ctx)
 	if err != nil {
-		return nil, err
+		return nil, credential{}, err
 	}
 	want := methodRole(fullMethod)
 	if want == "" {
-		return nil, a.fail(authWrongRole, codes.PermissionDenied, "unknown method")
+		return nil, credential{}, a.fail(authWrongRole, codes.PermissionDenied, "unknown method")
 	}
 	if !p.Insecure && p.Role != want {
-		return nil, a.fail(authWrongRole, codes.PermissionDenied,
+		return nil, credential{}, a.fail(authWrongRole, codes.PermissionDenied,
 			fmt.Sprintf("%s %q may not call %s (needs role %s)", p.Role, p.Name, fullMethod, want))
 	}
-	return context.WithValue(ctx, principalKey{}, p), nil
+	return context.WithValue(ctx, principalKey{}, p), cred, nil
 }
 
 type principalKey struct{}
@@ -466,9 +519,85 @@ func (s *authedStream) RecvMsg(m any) error {
 }
 
 func (a *authenticator) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	ctx, err := a.authorize(ss.Context(), info.FullMethod)
+	ctx, cred, err := a.authorizeCred(ss.Context(), info.FullMethod)
 	if err != nil {
 		return err
 	}
-	return handler(srv, &authedStream{ServerStream: ss, ctx: ctx, auth: a, method: info.FullMethod})
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	o := &openStream{cred: cred, p: principalFrom(ctx), method: info.FullMethod, cancel: cancel}
+	a.track(o)
+	defer a.untrack(o)
+	err = handler(srv, &authedStream{ServerStream: ss, ctx: ctx, auth: a, method: info.FullMethod})
+	if o.ended.Load() {
+		// The handler saw its context end; the caller learns why.
+		return context.Cause(ctx)
+	}
+	return err
+}
+
+// openStream is a stream the authenticator let through, kept so that a
+// reload can end it when its credential no longer grants what it did.
+type openStream struct {
+	cred   credential
+	p      *Principal
+	method string
+	cancel context.CancelCauseFunc
+	ended  atomic.Bool // by replace; the cause is the status to return
+}
+
+func (a *authenticator) track(o *openStream) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.open == nil {
+		a.open = map[*openStream]struct{}{}
+	}
+	a.open[o] = struct{}{}
+}
+
+func (a *authenticator) untrack(o *openStream) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.open, o)
+}
+
+// replace swaps the auth state (a reload) and ends every open stream whose
+// credential was removed (Unauthenticated) or now maps to a different
+// principal: another role, name, workspaces or clusters (Unavailable, so
+// the caller reconnects and gets what the new grants allow). Streams whose
+// grants did not change keep running. It returns how many were ended.
+func (a *authenticator) replace(st *authState) int {
+	a.state.Store(st)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	n := 0
+	for o := range a.open {
+		np := st.resolve(o.cred)
+		if samePrincipal(np, o.p) {
+			continue
+		}
+		code, why := codes.Unavailable, "its grants changed"
+		if np == nil {
+			code, why = codes.Unauthenticated, "its credential was removed"
+		}
+		if a.logger != nil {
+			a.logger.Warn("ending an open stream: a reload changed its credential", "caller", o.p.Name, "method", o.method, "why", why)
+		}
+		o.ended.Store(true)
+		o.cancel(status.Error(code, fmt.Sprintf("stream ended by the collector: %s in a config reload; reconnect", why)))
+		if a.revoked != nil {
+			a.revoked()
+		}
+		delete(a.open, o)
+		n++
+	}
+	return n
+}
+
+func samePrincipal(a, b *Principal) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.Name == b.Name && a.Role == b.Role && a.Insecure == b.Insecure &&
+		slices.Equal(a.Workspaces, b.Workspaces) && slices.Equal(a.Clusters, b.Clusters)
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/eventpipe/eventpipe/api/config"
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
+	"github.com/eventpipe/eventpipe/collector/backbone"
 	"github.com/eventpipe/eventpipe/collector/store"
 	"github.com/eventpipe/eventpipe/sinks"
 	"github.com/eventpipe/eventpipe/sinks/file"
@@ -38,16 +39,22 @@ type Collector struct {
 	reg        prometheus.Registerer
 	m          *metrics
 
-	store   *store.Store
-	sinkSrc sinkSource // the log as every runner reads it: one shared decode
-	runners []*sinks.Runner
-	closers []func() error
-	auth    *authenticator
-	grpc    *grpc.Server
-	grpcLis net.Listener
-	http    *http.Server
-	httpLis net.Listener
-	ready   *readiness
+	store *store.Store // nil in Kafka mode
+	// backbone replaces the store in Kafka mode (nil otherwise), and
+	// groupSinks and kfollow read it in place of the local runners and
+	// Follow server.
+	backbone   *backbone.Writer
+	groupSinks *backbone.GroupSinks
+	kfollow    *kafkaFollowServer
+	sinkSrc    sinkSource // the log as every runner reads it: one shared decode
+	runners    []*sinks.Runner
+	closers    []func() error
+	auth       *authenticator
+	grpc       *grpc.Server
+	grpcLis    net.Listener
+	http       *http.Server
+	httpLis    net.Listener
+	ready      *readiness
 	// drain is cancelled first on shutdown: streams finish what they hold
 	// and end, so GracefulStop does not wait for long-lived streams.
 	drain     context.Context
@@ -91,7 +98,11 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer, opts ...Opt
 			return nil, err
 		}
 	}
-	c.auth = &authenticator{failures: func(r string) { c.m.authFailures.WithLabelValues(r).Inc() }, logger: logger.With("part", "auth")}
+	c.auth = &authenticator{
+		failures: func(r string) { c.m.authFailures.WithLabelValues(r).Inc() },
+		revoked:  c.m.streamsRevoked.Inc,
+		logger:   logger.With("part", "auth"),
+	}
 	c.auth.state.Store(newAuthState(cfg.Auth, tokens))
 	if cfg.Auth.Insecure {
 		logger.Warn("INSECURE MODE: auth.insecure is true; unauthenticated callers may ingest and follow every workspace. Use only for local development.", "grpc_listen", cfg.GRPC.Listen)
@@ -104,16 +115,39 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer, opts ...Opt
 		logger.Warn("bearer tokens are accepted over plaintext gRPC; set grpc.tls unless the network is trusted")
 	}
 
-	if c.store, err = store.Open(cfg.Store, logger.With("part", "store"), reg); err != nil {
-		return nil, fmt.Errorf("open store: %w", err)
-	}
-	c.sinkSrc = newSinkSource(c.store)
-	for _, sc := range cfg.Sinks {
-		if err := c.addSink(sc); err != nil {
+	if cfg.KafkaMode() {
+		if err := c.openBackbone(); err != nil {
 			return nil, err
 		}
+		var list []backbone.GroupSink
+		for _, sc := range cfg.Sinks {
+			p, err := c.newPusher(sc)
+			if err != nil {
+				return nil, err
+			}
+			list = append(list, backbone.GroupSink{Runner: sc.RunnerConfig(), Pusher: p})
+		}
+		if len(list) > 0 {
+			if c.groupSinks, err = backbone.NewGroupSinks(*cfg.Backbone, list, logger.With("part", "sinks"), reg); err != nil {
+				return nil, err
+			}
+		}
+		if c.kfollow, err = newKafkaFollowServer(*cfg.Backbone, cfg.Follow, logger.With("api", "follow"), c.m, reg, c.drain); err != nil {
+			return nil, err
+		}
+		c.ready = &readiness{log: c.backbone, what: "kafka backbone"}
+	} else {
+		if c.store, err = store.Open(cfg.Store, logger.With("part", "store"), reg); err != nil {
+			return nil, fmt.Errorf("open store: %w", err)
+		}
+		c.sinkSrc = newSinkSource(c.store)
+		for _, sc := range cfg.Sinks {
+			if err := c.addSink(sc); err != nil {
+				return nil, err
+			}
+		}
+		c.ready = &readiness{log: c.store}
 	}
-	c.ready = &readiness{log: c.store}
 
 	if err := c.buildGRPC(); err != nil {
 		return nil, err
@@ -128,7 +162,26 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer, opts ...Opt
 	return c, nil
 }
 
-func (c *Collector) addSink(sc SinkConfig) error {
+// openBackbone builds the Kafka writer and checks (or creates) its topics:
+// a collector that cannot reach the brokers, or finds a topic missing with
+// create_topics off, does not start.
+func (c *Collector) openBackbone() error {
+	w, err := backbone.NewWriter(*c.cfg.Backbone, c.logger.With("part", "backbone"), c.reg)
+	if err != nil {
+		return err
+	}
+	c.backbone = w
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.Backbone.ProduceTimeout)
+	defer cancel()
+	if err := w.CheckTopics(ctx); err != nil {
+		return err
+	}
+	return nil
+}
+
+// newPusher builds the destination of one sink entry; its Close is run
+// when the collector stops.
+func (c *Collector) newPusher(sc SinkConfig) (sinks.Pusher, error) {
 	slogger := c.logger.With("sink", sc.Name)
 	var p sinks.Pusher
 	var closeFn func() error
@@ -136,25 +189,33 @@ func (c *Collector) addSink(sc SinkConfig) error {
 	case SinkFile:
 		s, err := file.New(*sc.File, slogger, c.reg)
 		if err != nil {
-			return fmt.Errorf("sink %q: %w", sc.Name, err)
+			return nil, fmt.Errorf("sink %q: %w", sc.Name, err)
 		}
 		p, closeFn = s, s.Close
 	case SinkLoki:
 		s, err := loki.New(*sc.Loki, slogger, c.reg)
 		if err != nil {
-			return fmt.Errorf("sink %q: %w", sc.Name, err)
+			return nil, fmt.Errorf("sink %q: %w", sc.Name, err)
 		}
 		p, closeFn = s, s.Close
 	case SinkKafka:
 		s, err := kafka.New(*sc.Kafka, slogger, c.reg)
 		if err != nil {
-			return fmt.Errorf("sink %q: %w", sc.Name, err)
+			return nil, fmt.Errorf("sink %q: %w", sc.Name, err)
 		}
 		p, closeFn = s, s.Close
 	default:
-		return fmt.Errorf("sink %q: unknown type %q", sc.Name, sc.Type)
+		return nil, fmt.Errorf("sink %q: unknown type %q", sc.Name, sc.Type)
 	}
 	c.closers = append(c.closers, closeFn)
+	return p, nil
+}
+
+func (c *Collector) addSink(sc SinkConfig) error {
+	p, err := c.newPusher(sc)
+	if err != nil {
+		return err
+	}
 	cur, err := c.store.Cursor(sc.Name)
 	if err != nil {
 		return fmt.Errorf("sink %q: cursor: %w", sc.Name, err)
@@ -191,9 +252,17 @@ func (c *Collector) buildGRPC() error {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(tr.serverConfig())))
 	}
 	c.grpc = grpc.NewServer(opts...)
-	eventpipev1.RegisterIngestServer(c.grpc, &ingestServer{
-		log: c.store, logger: c.logger.With("api", "ingest"), m: c.m, pipeline: cfg.IngestPipeline, drain: c.drain,
-	})
+	ingest := &ingestServer{
+		logger: c.logger.With("api", "ingest"), m: c.m, pipeline: cfg.IngestPipeline, drain: c.drain,
+	}
+	if c.backbone != nil {
+		ingest.log, ingest.maxOcc = backboneLog{c.backbone}, c.backbone.MaxOccurrenceBytes()
+		eventpipev1.RegisterIngestServer(c.grpc, ingest)
+		eventpipev1.RegisterFollowServer(c.grpc, c.kfollow)
+		return nil
+	}
+	ingest.log = storeLog{c.store}
+	eventpipev1.RegisterIngestServer(c.grpc, ingest)
 	eventpipev1.RegisterFollowServer(c.grpc, &followServer{
 		log: c.store, logger: c.logger.With("api", "follow"), m: c.m,
 		chunk: c.cfg.Follow.ReadChunk, maxTail: c.cfg.Follow.MaxTail, maxScan: c.cfg.Follow.MaxTailScan,
@@ -212,7 +281,8 @@ func (c *Collector) GRPCAddr() string { return c.grpcLis.Addr().String() }
 // HTTPAddr is the bound HTTP address.
 func (c *Collector) HTTPAddr() string { return c.httpLis.Addr().String() }
 
-// Store is the collector's log (for tests and tools in-process).
+// Store is the collector's log (for tests and tools in-process); nil in
+// Kafka mode.
 func (c *Collector) Store() *store.Store { return c.store }
 
 // Runners are the sink runners, in configuration order.
@@ -237,6 +307,14 @@ func (c *Collector) closeAll() {
 			c.logger.Warn("close store", "err", err)
 		}
 	}
+	if c.kfollow != nil {
+		c.kfollow.Close()
+		c.kfollow = nil
+	}
+	if c.backbone != nil {
+		c.backbone.Close()
+		c.backbone = nil
+	}
 }
 
 // Run starts the store, then the sinks, then the servers, and blocks until
@@ -246,7 +324,10 @@ func (c *Collector) closeAll() {
 // holds), stop the store and close it. Run may be called once.
 func (c *Collector) Run(ctx context.Context) error {
 	// c.cfg changes on reload: read what Run needs now.
-	grace, storeDir := c.cfg.GRPC.ShutdownGrace, c.cfg.Store.Dir
+	grace, storeDir, nSinks := c.cfg.GRPC.ShutdownGrace, c.cfg.Store.Dir, len(c.cfg.Sinks)
+	if c.backbone != nil {
+		storeDir = "kafka:" + c.cfg.Backbone.Topic
+	}
 	root, fail := context.WithCancelCause(ctx)
 	defer fail(nil)
 	var errMu sync.Mutex
@@ -274,13 +355,21 @@ func (c *Collector) Run(ctx context.Context) error {
 	storeCtx, stopStore := context.WithCancel(context.Background())
 	defer stopStore()
 	var storeG errgroup.Group
-	storeG.Go(func() error { early("store", c.store.Run(storeCtx)); return nil })
+	if c.store != nil {
+		storeG.Go(func() error { early("store", c.store.Run(storeCtx)); return nil })
+	}
 
 	sinkCtx, stopSinks := context.WithCancel(context.Background())
 	defer stopSinks()
 	var sinkG errgroup.Group
 	for _, r := range c.runners {
 		sinkG.Go(func() error { early("sink "+r.Name(), r.Run(sinkCtx)); return nil })
+	}
+	if c.groupSinks != nil {
+		// Each sink is a consumer group member; on stop it commits what
+		// its partitions delivered and leaves the groups, so the other
+		// replicas take the partitions over at once.
+		sinkG.Go(func() error { early("sinks (consumer groups)", c.groupSinks.Run(sinkCtx)); return nil })
 	}
 
 	frontCtx, stopFront := context.WithCancel(context.Background())
@@ -311,7 +400,7 @@ func (c *Collector) Run(ctx context.Context) error {
 			return nil
 		})
 	}
-	c.logger.Info("collector started", "grpc", c.GRPCAddr(), "http", c.HTTPAddr(), "sinks", len(c.runners), "store", storeDir)
+	c.logger.Info("collector started", "grpc", c.GRPCAddr(), "http", c.HTTPAddr(), "sinks", nSinks, "store", storeDir)
 
 	<-root.Done()
 	c.logger.Info("collector stopping: ingress first", "grace", grace)
@@ -325,6 +414,11 @@ func (c *Collector) Run(ctx context.Context) error {
 		c.logger.Warn("graceful stop timed out; closing open streams")
 		c.grpc.Stop()
 		<-stopped
+	}
+	if c.kfollow != nil {
+		// The gRPC server has stopped: every Follow stream has ended.
+		c.kfollow.Close()
+		c.kfollow = nil
 	}
 	hctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	if err := c.http.Shutdown(hctx); err != nil {
@@ -349,10 +443,17 @@ func (c *Collector) Run(ctx context.Context) error {
 
 	stopStore()
 	storeG.Wait()
-	if err := c.store.Close(); err != nil {
-		record("close store", err)
+	if c.store != nil {
+		if err := c.store.Close(); err != nil {
+			record("close store", err)
+		}
+		c.store = nil
 	}
-	c.store = nil
+	if c.backbone != nil {
+		// Every acknowledged batch is in Kafka already: nothing to flush.
+		c.backbone.Close()
+		c.backbone = nil
+	}
 	c.logger.Info("collector stopped")
 	errMu.Lock()
 	defer errMu.Unlock()

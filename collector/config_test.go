@@ -46,6 +46,21 @@ func TestConfigExampleIsValid(t *testing.T) {
 	}
 }
 
+func TestConfigKafkaExampleIsValid(t *testing.T) {
+	c, err := LoadConfig("testdata/collector-kafka.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatalf("testdata/collector-kafka.yaml: %v", err)
+	}
+	// A partial backbone section keeps the defaults of the rest.
+	if !c.KafkaMode() || c.Backbone.Topic != "eventpipe.occurrences" || c.Backbone.CursorTopic != "eventpipe.cursors" ||
+		c.Backbone.DedupeWindow != 65536 || !c.Backbone.CreateTopics {
+		t.Errorf("backbone = %+v", c.Backbone)
+	}
+}
+
 func TestLoadTokens(t *testing.T) {
 	for _, f := range []string{"testdata/tokens.yaml", "testdata/tokens.csv"} {
 		es, err := LoadTokens(f)
@@ -103,6 +118,21 @@ func TestConfigBadFiles(t *testing.T) {
 			`sinks[0].kafka.brokers[0]: "256.1.1.1:1": host "256.1.1.1" is not a valid IPv4 address`,
 			`sinks[0].kafka.brokers[2]: "kafka-1:0": port 0 cannot be dialled`,
 			`sinks[1].loki.url: "127.0.0.1:99999": port 99999 is out of range 0-65535`,
+		},
+		"kafka-mode.bad.yaml": {
+			`backbone.brokers[0]: "kafka-0.kafka" is not host:port`,
+			"backbone.produce_timeout: 10ms is too short",
+			"store: set, but log is kafka",
+			`sinks[0].kafka.topic: "eventpipe.occurrences" is a backbone topic`,
+		},
+		"log-mode.bad.yaml": {
+			`log: must be local or kafka, got "embedded"`,
+		},
+		"backbone-without-kafka.bad.yaml": {
+			`backbone: set, but log is "local": add log: kafka to use it`,
+		},
+		"kafka-no-backbone.bad.yaml": {
+			"backbone: log: kafka needs a backbone section",
 		},
 		"insecure-exposed.bad.yaml": {
 			`auth.insecure: refused on grpc.listen "0.0.0.0:7070", which other hosts can reach: anyone there could ingest and follow every workspace unauthenticated; listen on 127.0.0.1, or set auth.allow_insecure_non_loopback: true for a throw-away test setup`,
@@ -218,18 +248,24 @@ func TestDeployConfigIsValid(t *testing.T) {
 	c.GRPC.TLS.ClientCAFile = writeFile(t, filepath.Join(dir, "ca.crt"), ca.pem)
 	c.Auth.TokensFile = "../deploy/collector/tokens.example.yaml"
 	// As shipped, the agent's cluster is the placeholder: refused in both
-	// the identities and the tokens file until the operator names it.
+	// the identities and the tokens file until the operator names it; the
+	// example's placeholder tokens are refused too.
 	err = c.Validate()
 	for _, want := range []string{
 		`auth.identities[0].clusters[0]: "CHANGE-ME" is the placeholder of the shipped manifests`,
 		`tokens.example.yaml[0].clusters[0]: "CHANGE-ME" is the placeholder of the shipped manifests`,
+		`tokens.example.yaml[0].token: "REPLACE-WITH-A-RANDOM-TOKEN-FOR-THE-AGENT" is the example's placeholder`,
+		`tokens.example.yaml[1].token: "REPLACE-WITH-A-RANDOM-TOKEN-FOR-TEAM-A" is the example's placeholder`,
 	} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("shipped placeholder cluster: missing %q in %v", want, err)
 		}
 	}
 	named, _ := os.ReadFile(c.Auth.TokensFile)
-	c.Auth.TokensFile = writeFile(t, filepath.Join(dir, "tokens.yaml"), []byte(strings.ReplaceAll(string(named), "[CHANGE-ME]", "[prod-eu-1]")))
+	named = []byte(strings.NewReplacer("[CHANGE-ME]", "[prod-eu-1]",
+		"REPLACE-WITH-A-RANDOM-TOKEN-FOR-THE-AGENT", "4f1d9c2b7e6a5d8c3b0a9f8e7d6c5b4a",
+		"REPLACE-WITH-A-RANDOM-TOKEN-FOR-TEAM-A", "0a1b2c3d4e5f60718293a4b5c6d7e8f9").Replace(string(named)))
+	c.Auth.TokensFile = writeFile(t, filepath.Join(dir, "tokens.yaml"), named)
 	c.Auth.Identities[0].Clusters = []string{"prod-eu-1"}
 	if err := c.Validate(); err != nil {
 		t.Fatalf("deploy/collector/collector.yaml: %v", err)

@@ -22,6 +22,7 @@ type metrics struct {
 	followLost          prometheus.Counter
 	followCursorAhead   prometheus.Counter
 	authFailures        *prometheus.CounterVec
+	streamsRevoked      prometheus.Counter
 	reloads             *prometheus.CounterVec
 }
 
@@ -81,6 +82,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "eventpipe_collector_auth_failures_total",
 			Help: "gRPC calls refused by authentication or authorization, by reason.",
 		}, []string{"reason"}),
+		streamsRevoked: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "eventpipe_collector_streams_ended_by_reload_total",
+			Help: "Open Ship/Follow streams ended because a reload removed their token or identity or changed its grants.",
+		}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "eventpipe_collector_config_reloads_total",
 			Help: "Configuration reloads, by result (applied, failed, restart_required).",
@@ -97,7 +102,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.ingested, m.duplicates, m.batches, m.rejectedBatches, m.rejectedOccurrences,
-			m.appendFailures, m.ackLatency, m.groupBatches, m.subscribers, m.followSent, m.followLost, m.followCursorAhead, m.authFailures, m.reloads} {
+			m.appendFailures, m.ackLatency, m.groupBatches, m.subscribers, m.followSent, m.followLost, m.followCursorAhead, m.authFailures, m.streamsRevoked, m.reloads} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("register collector metrics: %w", err)
 			}

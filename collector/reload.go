@@ -89,7 +89,8 @@ func (c *Collector) watchConfig(ctx context.Context) error {
 
 // reload re-reads the config file and the tokens file. Sink filters and
 // auth (tokens, identities) change in place; open streams keep running
-// with their caller's principal. Anything else is logged as requiring a
+// with their caller's principal, except those whose token or identity was
+// removed or given other grants: those end and their callers reconnect. Anything else is logged as requiring a
 // restart. An invalid file changes nothing.
 func (c *Collector) reload() {
 	next, err := LoadConfig(c.configPath)
@@ -114,8 +115,8 @@ func (c *Collector) reload() {
 	// auth.insecure is not switched at run time: that needs a restart.
 	newAuth := next.Auth
 	newAuth.Insecure = cur.Auth.Insecure
-	c.auth.state.Store(newAuthState(newAuth, tokens))
-	applied := []string{fmt.Sprintf("auth (%d tokens, %d identities)", len(tokens), len(next.Auth.Identities))}
+	ended := c.auth.replace(newAuthState(newAuth, tokens))
+	applied := []string{fmt.Sprintf("auth (%d tokens, %d identities; %d open streams ended)", len(tokens), len(next.Auth.Identities), ended)}
 
 	byName := map[string]SinkConfig{}
 	for _, s := range next.Sinks {
@@ -133,8 +134,18 @@ func (c *Collector) reload() {
 		cur.Sinks[i].Filter = s.Filter
 		applied = append(applied, "sinks."+r.Name()+".filter")
 	}
+	var filterRestart []string
+	if c.groupSinks != nil {
+		// In Kafka mode each partition has its own runner, started by the
+		// consumer group: a new filter takes effect at the next start.
+		for _, s := range cur.Sinks {
+			if n, ok := byName[s.Name]; ok && !reflect.DeepEqual(n.Filter, s.Filter) {
+				filterRestart = append(filterRestart, "sinks."+s.Name+".filter (log: kafka)")
+			}
+		}
+	}
 
-	restart := restartNeeded(cur, next)
+	restart := append(restartNeeded(cur, next), filterRestart...)
 	cur.Auth = newAuth
 	c.cfg = cur
 	c.m.reloads.WithLabelValues("applied").Inc()
@@ -160,6 +171,12 @@ func restartNeeded(a, b Config) []string {
 	}
 	if !reflect.DeepEqual(a.HTTP, b.HTTP) {
 		keys = append(keys, "http")
+	}
+	if a.Log != b.Log {
+		keys = append(keys, "log")
+	}
+	if !reflect.DeepEqual(a.Backbone, b.Backbone) {
+		keys = append(keys, "backbone")
 	}
 	if !reflect.DeepEqual(a.Store, b.Store) {
 		keys = append(keys, "store")

@@ -14,6 +14,20 @@ import (
 // write into each other's cursor.
 const PlaceholderCluster = "CHANGE-ME"
 
+// IsPlaceholderToken reports whether a bearer token is one of the
+// placeholders the shipped examples carry ("REPLACE-WITH-...",
+// "CHANGE-ME..."): a tokens file copied without replacing them would
+// publish a token anyone can read in the repository.
+func IsPlaceholderToken(tok string) bool {
+	up := strings.ToUpper(strings.TrimSpace(tok))
+	for _, p := range []string{"REPLACE-WITH", "REPLACE_WITH", "CHANGE-ME", "CHANGEME", "CHANGE_ME"} {
+		if strings.HasPrefix(up, p) {
+			return true
+		}
+	}
+	return false
+}
+
 // ListenAddr checks a host:port a TCP listener will bind: the host empty
 // (every interface), an IP literal or a DNS name; the port 0-65535 (0: any
 // free port) or a known service name.

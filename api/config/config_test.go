@@ -198,3 +198,19 @@ func TestIsLoopback(t *testing.T) {
 		}
 	}
 }
+
+func TestIsPlaceholderToken(t *testing.T) {
+	for tok, want := range map[string]bool{
+		"REPLACE-WITH-A-RANDOM-TOKEN-FOR-THE-AGENT": true,
+		"replace_with_token_0123456789":             true,
+		"CHANGE-ME-0123456789abcdef":                true,
+		"  changeme0123456789abcdef\n":              true,
+		"9f2c1e7a5b3d4c6e8f0a1b2c3d4e5f60":          false,
+		"agent-token-0123456789":                    false,
+		"please-replace-with-nothing-0123":          false, // only a leading placeholder counts
+	} {
+		if got := IsPlaceholderToken(tok); got != want {
+			t.Errorf("IsPlaceholderToken(%q) = %v, want %v", tok, got, want)
+		}
+	}
+}

@@ -2,9 +2,14 @@
 // backbone topic takes the place of the local durable log, so collectors
 // become a stateless tier that any number of replicas can form.
 //
-// It starts with the record format every part agrees on (record.go):
-// producers (ingest), consumers (the sinks' consumer groups, the Follow
-// servers) and consumers outside eventpipe read the same records.
+// record.go is the record format every part agrees on: producers
+// (ingest), consumers (the sinks' consumer groups, the Follow servers)
+// and consumers outside eventpipe read the same records. config.go is the
+// `backbone:` section of the collector's YAML. writer.go is the ingest
+// side: a batch is acknowledged only after Kafka acknowledged all its
+// records (acks=all), and its cursor is written to a compacted topic only
+// after that, so any replica can tell an agent where to resume. The writer
+// does not remove duplicates; consumers do, by event_id.
 //
 // The read side:
 //   - Window (dedupe.go): the last N event ids of one partition, to drop

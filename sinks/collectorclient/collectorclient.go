@@ -18,6 +18,8 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
+
+	"github.com/eventpipe/eventpipe/api/config"
 )
 
 // Options says how to reach the collector.
@@ -98,6 +100,9 @@ func ReadToken(name, path string) (string, error) {
 	tok := strings.TrimSpace(string(b))
 	if tok == "" {
 		return "", fmt.Errorf("%s %s is empty", name, path)
+	}
+	if config.IsPlaceholderToken(tok) {
+		return "", fmt.Errorf("%s %s holds the example's placeholder token: write the token the collector's tokens file gives this client", name, path)
 	}
 	return tok, nil
 }

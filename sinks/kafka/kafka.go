@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -43,17 +44,28 @@ type Sink struct {
 	mu         sync.Mutex
 	enc        encoder
 	topicReady bool
+	missing    atomic.Bool // the last write found no topic
 	closed     bool
 }
 
 type metrics struct {
 	truncated, refused, bytes prometheus.Counter
+	// topicMissing is 1 while the broker answers that the topic does not
+	// exist (create_topic off, or created elsewhere later).
+	topicMissing prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	var err error
 	r := func(c prometheus.Counter) prometheus.Counter {
 		got, e := promreg.Register(reg, c)
+		if e != nil && err == nil {
+			err = e
+		}
+		return got
+	}
+	rg := func(g prometheus.Gauge) prometheus.Gauge {
+		got, e := promreg.Register(reg, g)
 		if e != nil && err == nil {
 			err = e
 		}
@@ -66,6 +78,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Records refused for good by the sink or the broker (also counted by the runner)."})),
 		bytes: r(prometheus.NewCounter(prometheus.CounterOpts{Name: "eventpipe_sink_kafka_produced_bytes_total",
 			Help: "Key, value and header bytes acknowledged by the brokers."})),
+		topicMissing: rg(prometheus.NewGauge(prometheus.GaugeOpts{Name: "eventpipe_sink_kafka_topic_missing",
+			Help: "1 while the brokers answer that the sink's topic does not exist; records wait in the log until it does."})),
 	}, err
 }
 
@@ -245,7 +259,11 @@ func (s *Sink) write(ctx context.Context, msgs []kafka.Message, idx []int, faile
 	err := s.w.WriteMessages(ctx, msgs...)
 	if err == nil {
 		s.countBytes(msgs)
+		s.topicFound()
 		return nil
+	}
+	if errors.Is(err, kafka.UnknownTopicOrPartition) && allUnknownTopic(err) {
+		return s.topicNotFound(len(msgs), err)
 	}
 	if ctx.Err() != nil {
 		return fmt.Errorf("produce: %w", err)
@@ -335,6 +353,44 @@ func permanent(err error) bool {
 		}
 	}
 	return false
+}
+
+// allUnknownTopic reports whether every write failed because the topic
+// does not exist (a single partition missing after a shrink is something
+// else and stays a plain retryable error).
+func allUnknownTopic(err error) bool {
+	var werrs kafka.WriteErrors
+	if !errors.As(err, &werrs) {
+		return true // a batch-level UnknownTopicOrPartition
+	}
+	for _, e := range werrs {
+		if e != nil && !errors.Is(e, kafka.UnknownTopicOrPartition) {
+			return false
+		}
+	}
+	return true
+}
+
+// topicNotFound turns "unknown topic or partition" into an error that says
+// what to do. It stays retryable: the records wait in the collector's log
+// until the topic exists, and the runner's lag and failure alerts fire.
+// The first failure after success is logged at ERROR; the runner logs the
+// retries.
+func (s *Sink) topicNotFound(n int, err error) error {
+	if s.missing.CompareAndSwap(false, true) {
+		s.m.topicMissing.Set(1)
+		s.log.Error("kafka sink: the topic does not exist; records wait in the log until it does",
+			"hint", "create the topic, or set create_topic.enabled: true")
+	}
+	return fmt.Errorf("produce %d records: topic %q does not exist on the brokers (create it, or set create_topic.enabled: true so the sink creates it): %w",
+		n, s.cfg.Topic, err)
+}
+
+func (s *Sink) topicFound() {
+	if s.missing.CompareAndSwap(true, false) {
+		s.m.topicMissing.Set(0)
+		s.log.Info("kafka sink: the topic exists now")
+	}
 }
 
 // classify wraps a batch-level failure: throttling becomes a ThrottleError,
