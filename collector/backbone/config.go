@@ -59,6 +59,12 @@ type Config struct {
 	// acknowledgement (and one cursor read). Past it the batch is not
 	// acknowledged to the agent, which sends it again.
 	ProduceTimeout time.Duration `yaml:"produce_timeout" json:"produce_timeout"`
+	// SessionTimeout is how long a sink consumer group waits for a silent
+	// member (a replica SIGKILLed or its node gone) before giving its
+	// partitions to the other replicas: those sinks' delivery pauses that
+	// long. Heartbeats go every third of it. A replica that stops cleanly
+	// leaves its groups at once and does not wait for it.
+	SessionTimeout time.Duration `yaml:"session_timeout" json:"session_timeout"`
 	// MaxRecordBytes is the largest record the producer sends; keep it at
 	// or below the topic's max.message.bytes. A larger occurrence fails its
 	// batch (the agent already truncates messages well below this).
@@ -84,7 +90,11 @@ const (
 	DefaultPartitions        = 12
 	DefaultReplicationFactor = 3
 	DefaultProduceTimeout    = 10 * time.Second
-	DefaultMaxRecordBytes    = 1_000_000 // Kafka's default max.message.bytes is 1048588
+	// DefaultSessionTimeout: Kafka's consumer default was 10 s before 3.0
+	// (45 s since); eventpipe's sinks prefer a quick takeover, and brokers
+	// accept 6 s to 30 min by default (group.min/max.session.timeout.ms).
+	DefaultSessionTimeout = 10 * time.Second
+	DefaultMaxRecordBytes = 1_000_000 // Kafka's default max.message.bytes is 1048588
 	// DefaultDedupeWindow: 65536 records per partition is about 6 MB of
 	// remembered ids per partition and far more than one agent can have
 	// unacknowledged (ingest_pipeline batches of at most a few thousand
@@ -107,6 +117,7 @@ func NewDefaultConfig() Config {
 		Partitions:        DefaultPartitions,
 		ReplicationFactor: DefaultReplicationFactor,
 		ProduceTimeout:    DefaultProduceTimeout,
+		SessionTimeout:    DefaultSessionTimeout,
 		MaxRecordBytes:    DefaultMaxRecordBytes,
 		DedupeWindow:      DefaultDedupeWindow,
 	}
@@ -189,6 +200,9 @@ func (c Config) Validate() error {
 		add("produce_timeout", "must be positive, got %s", c.ProduceTimeout)
 	case c.ProduceTimeout < time.Second:
 		add("produce_timeout", "%s is too short for a produce with acks=all (at least 1s; was another unit meant?)", c.ProduceTimeout)
+	}
+	if c.SessionTimeout < 6*time.Second || c.SessionTimeout > 30*time.Minute {
+		add("session_timeout", "must be between 6s and 30m (the brokers' default group.min/max.session.timeout.ms), got %s", c.SessionTimeout)
 	}
 	if c.MaxRecordBytes < minRecordBytes || c.MaxRecordBytes > 1<<30 {
 		add("max_record_bytes", "must be between %d and %d, got %d", minRecordBytes, 1<<30, c.MaxRecordBytes)

@@ -55,6 +55,7 @@ func TestBadConfigFiles(t *testing.T) {
 			"produce_timeout: 10ms is too short",
 			"max_record_bytes: must be between 16384 and 1073741824, got 100",
 			"dedupe_window: must be between 1024 and 16777216 records per partition, got 10",
+			"session_timeout: must be between 6s and 30m",
 		},
 		"security.bad.yaml": {
 			"cursor_topic: must differ from topic",

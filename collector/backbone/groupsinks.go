@@ -226,6 +226,8 @@ func (m *member) run(ctx context.Context) error {
 	topic := m.g.cfg.Topic
 	opts := append(slices.Clip(m.g.opts),
 		kgo.ConsumerGroup(m.group),
+		kgo.SessionTimeout(m.g.cfg.SessionTimeout),
+		kgo.HeartbeatInterval(m.g.cfg.SessionTimeout/3),
 		kgo.ConsumeTopics(topic),
 		kgo.DisableAutoCommit(),
 		kgo.OnPartitionsAssigned(m.assigned),
