@@ -3,7 +3,13 @@ package backbone
 import (
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 )
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
 
 func mustTime(t *testing.T, s string) time.Time {
 	t.Helper()

@@ -1,0 +1,317 @@
+package backbone
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
+	yaml "go.yaml.in/yaml/v2"
+
+	"github.com/eventpipe/eventpipe/api/config"
+	"github.com/eventpipe/eventpipe/sinks/kafka"
+)
+
+// Config is what a user writes under the collector's `backbone:` key when
+// `log: kafka` is chosen (docs/kafka-backbone.md). Every collector replica
+// of one deployment uses the same values: the topics and the consumer
+// group prefix are what makes them one tier.
+type Config struct {
+	// Brokers are the bootstrap addresses (host:port).
+	Brokers []string `yaml:"brokers" json:"brokers"`
+	// ClientID names this collector to the brokers (quotas, broker logs).
+	ClientID string `yaml:"client_id" json:"client_id"`
+	// Topic is the backbone topic: every ingested occurrence, keyed by
+	// sandbox id (record.go). It takes the place of the local log.
+	Topic string `yaml:"topic" json:"topic"`
+	// CursorTopic holds each agent stream's resume cursor, keyed
+	// "<cluster>/<stream>". It must be compacted (cleanup.policy=compact):
+	// only the last value per key matters, and a deleted one would send an
+	// agent back to a full relist.
+	CursorTopic string `yaml:"cursor_topic" json:"cursor_topic"`
+	// GroupPrefix starts the name of every consumer group the collectors
+	// form ("<prefix>.sink.<sink name>", ...). Two deployments sharing a
+	// Kafka cluster need different prefixes (or different topics).
+	GroupPrefix string `yaml:"group_prefix" json:"group_prefix"`
+	// CreateTopics creates the backbone and cursor topics at start-up when
+	// they are missing, with Partitions, ReplicationFactor and
+	// MinInsyncReplicas. When false, a missing topic is an error at
+	// start-up and on /readyz.
+	CreateTopics bool `yaml:"create_topics" json:"create_topics"`
+	// Partitions of the backbone topic when it is created: the most
+	// consumers one sink's group can spread over. The cursor topic is
+	// created with one partition (it is small and read whole).
+	Partitions int `yaml:"partitions" json:"partitions"`
+	// ReplicationFactor of both topics when they are created.
+	ReplicationFactor int `yaml:"replication_factor" json:"replication_factor"`
+	// MinInsyncReplicas of both topics when they are created (0: derived
+	// from ReplicationFactor, see MinInsync). With acks=all, a record is
+	// acknowledged only once this many replicas hold it.
+	MinInsyncReplicas int `yaml:"min_insync_replicas" json:"min_insync_replicas"`
+	// ProduceTimeout bounds how long one ingest batch may wait for Kafka's
+	// acknowledgement (and one cursor read). Past it the batch is not
+	// acknowledged to the agent, which sends it again.
+	ProduceTimeout time.Duration `yaml:"produce_timeout" json:"produce_timeout"`
+	// MaxRecordBytes is the largest record the producer sends; keep it at
+	// or below the topic's max.message.bytes. A larger occurrence fails its
+	// batch (the agent already truncates messages well below this).
+	MaxRecordBytes int `yaml:"max_record_bytes" json:"max_record_bytes"`
+	// DedupeWindow is how many records each consumer remembers per
+	// partition to drop a duplicate event_id (an agent resends a batch
+	// whose acknowledgement was lost). It must cover the records that can
+	// sit between an occurrence and its resent copy in one partition: one
+	// agent's unacknowledged batches plus what other agents wrote
+	// meanwhile (docs/kafka-backbone.md, "Duplicates").
+	DedupeWindow int `yaml:"dedupe_window" json:"dedupe_window"`
+	// TLS and SASL to the brokers, the same keys as the Kafka sink's.
+	TLS  kafka.TLSConfig  `yaml:"tls" json:"tls"`
+	SASL kafka.SASLConfig `yaml:"sasl" json:"sasl"`
+}
+
+// Defaults.
+const (
+	DefaultTopic             = "eventpipe.occurrences"
+	DefaultCursorTopic       = "eventpipe.cursors"
+	DefaultGroupPrefix       = "eventpipe"
+	DefaultClientID          = "eventpipe-collector"
+	DefaultPartitions        = 12
+	DefaultReplicationFactor = 3
+	DefaultProduceTimeout    = 10 * time.Second
+	DefaultMaxRecordBytes    = 1_000_000 // Kafka's default max.message.bytes is 1048588
+	// DefaultDedupeWindow: 65536 records per partition is about 6 MB of
+	// remembered ids per partition and far more than one agent can have
+	// unacknowledged (ingest_pipeline batches of at most a few thousand
+	// occurrences) plus what other agents write to the same partition
+	// during a failover of a few seconds at 50,000 occurrences/s spread
+	// over the default 12 partitions.
+	DefaultDedupeWindow = 65536
+	minDedupeWindow     = 1024
+	maxDedupeWindow     = 16 << 20
+	minRecordBytes      = 16 << 10
+)
+
+// NewDefaultConfig returns the defaults; Brokers has none and must be set.
+func NewDefaultConfig() Config {
+	return Config{
+		ClientID:          DefaultClientID,
+		Topic:             DefaultTopic,
+		CursorTopic:       DefaultCursorTopic,
+		GroupPrefix:       DefaultGroupPrefix,
+		Partitions:        DefaultPartitions,
+		ReplicationFactor: DefaultReplicationFactor,
+		ProduceTimeout:    DefaultProduceTimeout,
+		MaxRecordBytes:    DefaultMaxRecordBytes,
+		DedupeWindow:      DefaultDedupeWindow,
+	}
+}
+
+// MinInsync is the min.insync.replicas topics are created with: the
+// configured value, else one less than the replication factor (at least
+// 1) and never more than a majority, so acks=all survives one broker down
+// (3 replicas: 2; 5: 3; 2: 1; 1: 1).
+func (c Config) MinInsync() int {
+	if c.MinInsyncReplicas > 0 {
+		return c.MinInsyncReplicas
+	}
+	n := min(c.ReplicationFactor-1, c.ReplicationFactor/2+1)
+	return max(n, 1)
+}
+
+// Validate reports every problem with its YAML path relative to this
+// section (brokers[0], cursor_topic, ...); the collector prefixes
+// "backbone.".
+func (c Config) Validate() error {
+	var errs []error
+	add := func(path, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", path, fmt.Sprintf(format, args...)))
+	}
+	if len(c.Brokers) == 0 {
+		add("brokers", "at least one broker address is required")
+	}
+	for i, b := range c.Brokers {
+		if err := config.DialAddr(b); err != nil {
+			add(fmt.Sprintf("brokers[%d]", i), "%v", err)
+		}
+	}
+	if c.ClientID == "" {
+		add("client_id", "must be set")
+	}
+	checkTopic := func(path, name string) {
+		switch {
+		case name == "":
+			add(path, "must be set")
+		case !validTopic(name):
+			add(path, "%q is not a valid Kafka topic name (letters, digits, '.', '_', '-', at most 249)", name)
+		}
+	}
+	checkTopic("topic", c.Topic)
+	checkTopic("cursor_topic", c.CursorTopic)
+	if c.Topic != "" && c.Topic == c.CursorTopic {
+		add("cursor_topic", "must differ from topic (the cursor topic is compacted, the backbone topic must not be)")
+	}
+	if c.GroupPrefix == "" {
+		add("group_prefix", "must be set")
+	} else if !validTopic(c.GroupPrefix) {
+		add("group_prefix", "%q: use letters, digits, '.', '_', '-' (it starts consumer group names)", c.GroupPrefix)
+	}
+	if c.Partitions < 1 || c.Partitions > 10_000 {
+		add("partitions", "must be between 1 and 10000, got %d", c.Partitions)
+	}
+	if c.ReplicationFactor < 1 || c.ReplicationFactor > 32 {
+		add("replication_factor", "must be between 1 and 32, got %d", c.ReplicationFactor)
+	}
+	if c.MinInsyncReplicas < 0 {
+		add("min_insync_replicas", "must not be negative (0 = derived from replication_factor), got %d", c.MinInsyncReplicas)
+	} else if c.MinInsyncReplicas > c.ReplicationFactor && c.ReplicationFactor >= 1 {
+		add("min_insync_replicas", "%d exceeds replication_factor %d: no write could ever be acknowledged", c.MinInsyncReplicas, c.ReplicationFactor)
+	}
+	switch {
+	case c.ProduceTimeout <= 0:
+		add("produce_timeout", "must be positive, got %s", c.ProduceTimeout)
+	case c.ProduceTimeout < time.Second:
+		add("produce_timeout", "%s is too short for a produce with acks=all (at least 1s; was another unit meant?)", c.ProduceTimeout)
+	}
+	if c.MaxRecordBytes < minRecordBytes || c.MaxRecordBytes > 1<<30 {
+		add("max_record_bytes", "must be between %d and %d, got %d", minRecordBytes, 1<<30, c.MaxRecordBytes)
+	}
+	if c.DedupeWindow < minDedupeWindow || c.DedupeWindow > maxDedupeWindow {
+		add("dedupe_window", "must be between %d and %d records per partition, got %d", minDedupeWindow, maxDedupeWindow, c.DedupeWindow)
+	}
+	readable := func(path, file string) {
+		if file == "" {
+			return
+		}
+		if f, err := os.Open(file); err != nil {
+			add(path, "%v", err)
+		} else {
+			f.Close()
+		}
+	}
+	t := c.TLS
+	if !t.Enabled && (t.CAFile != "" || t.CertFile != "" || t.KeyFile != "" || t.ServerName != "" || t.InsecureSkipVerify) {
+		add("tls.enabled", "tls options are set but tls.enabled is false")
+	}
+	if (t.CertFile == "") != (t.KeyFile == "") {
+		add("tls.cert_file", "cert_file and key_file go together")
+	}
+	readable("tls.ca_file", t.CAFile)
+	readable("tls.cert_file", t.CertFile)
+	readable("tls.key_file", t.KeyFile)
+	s := c.SASL
+	switch s.Mechanism {
+	case "":
+		if s.Username != "" || s.Password != "" || s.PasswordFile != "" {
+			add("sasl.mechanism", "credentials are set but no mechanism (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512)")
+		}
+	case kafka.MechanismPlain, kafka.MechanismSCRAMSHA256, kafka.MechanismSCRAMSHA512:
+		if s.Username == "" {
+			add("sasl.username", "must be set for %s", s.Mechanism)
+		}
+		if (s.Password == "") == (s.PasswordFile == "") {
+			add("sasl.password", "set exactly one of password and password_file")
+		}
+		readable("sasl.password_file", s.PasswordFile)
+	default:
+		add("sasl.mechanism", "%q is not one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512", s.Mechanism)
+	}
+	return errors.Join(errs...)
+}
+
+func validTopic(name string) bool {
+	return len(name) <= 249 && name != "." && name != ".." &&
+		strings.Trim(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") == ""
+}
+
+// GroupName is the consumer group of one collector part: "<prefix>.<part>"
+// (part is e.g. "sink.loki").
+func (c Config) GroupName(part string) string { return c.GroupPrefix + "." + part }
+
+// ClientOptions are the franz-go options every backbone client shares:
+// seed brokers, client id, TLS and SASL. Callers add their own (producer
+// or consumer) options after these.
+func (c Config) ClientOptions() ([]kgo.Opt, error) {
+	opts := []kgo.Opt{
+		kgo.SeedBrokers(c.Brokers...),
+		kgo.ClientID(c.ClientID),
+	}
+	if c.TLS.Enabled {
+		tc, err := tlsConfig(c.TLS)
+		if err != nil {
+			return nil, fmt.Errorf("backbone tls: %w", err)
+		}
+		opts = append(opts, kgo.DialTLSConfig(tc))
+	}
+	if c.SASL.Mechanism != "" {
+		m, err := saslMechanism(c.SASL)
+		if err != nil {
+			return nil, fmt.Errorf("backbone sasl: %w", err)
+		}
+		opts = append(opts, kgo.SASL(m))
+	}
+	return opts, nil
+}
+
+func tlsConfig(t kafka.TLSConfig) (*tls.Config, error) {
+	c := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: t.ServerName, InsecureSkipVerify: t.InsecureSkipVerify} //nolint:gosec // opt-in, documented as tests only
+	if t.CAFile != "" {
+		pem, err := os.ReadFile(t.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("read ca_file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("ca_file %s: no PEM certificate found", t.CAFile)
+		}
+		c.RootCAs = pool
+	}
+	if t.CertFile != "" {
+		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("load client certificate: %w", err)
+		}
+		c.Certificates = []tls.Certificate{cert}
+	}
+	return c, nil
+}
+
+func saslMechanism(s kafka.SASLConfig) (sasl.Mechanism, error) {
+	pass := s.Password
+	if s.PasswordFile != "" {
+		b, err := os.ReadFile(s.PasswordFile)
+		if err != nil {
+			return nil, fmt.Errorf("read password_file: %w", err)
+		}
+		pass = strings.TrimRight(string(b), "\r\n")
+	}
+	switch s.Mechanism {
+	case kafka.MechanismPlain:
+		return plain.Auth{User: s.Username, Pass: pass}.AsMechanism(), nil
+	case kafka.MechanismSCRAMSHA256:
+		return scram.Auth{User: s.Username, Pass: pass}.AsSha256Mechanism(), nil
+	case kafka.MechanismSCRAMSHA512:
+		return scram.Auth{User: s.Username, Pass: pass}.AsSha512Mechanism(), nil
+	}
+	return nil, fmt.Errorf("unknown mechanism %q", s.Mechanism)
+}
+
+// ParseConfig parses the section's YAML over the defaults. Unknown keys
+// are errors, and so is a duration without a unit (package api/config).
+// It does not validate: call Validate.
+func ParseConfig(data []byte) (Config, error) {
+	c := NewDefaultConfig()
+	data, err := config.NormalizeDurations(data, &c)
+	if err != nil {
+		return Config{}, fmt.Errorf("parse backbone config:\n%w", err)
+	}
+	if err := yaml.UnmarshalStrict(data, &c); err != nil {
+		return Config{}, fmt.Errorf("parse backbone config: %w", err)
+	}
+	return c, nil
+}
