@@ -599,6 +599,16 @@ func (r *Runner) commitDue(pushed bool, off uint64) bool {
 	return time.Since(r.lastCommit) >= r.cfg.CommitInterval
 }
 
+// Retire zeroes the runner's lag gauges once Run has returned, for a
+// runner whose records another runner now delivers (in the collector's
+// Kafka mode, a partition that moved to another replica): the lag is no
+// longer this process's to report, and a frozen value would keep an alert
+// firing on a replica that holds nothing.
+func (r *Runner) Retire() {
+	r.m.lagRecords.Set(0)
+	r.m.lagSeconds.Set(0)
+}
+
 // commitOnStop commits, once and without retrying (the runner is
 // stopping), what was handled after the last commit.
 func (r *Runner) commitOnStop() {

@@ -1,0 +1,202 @@
+package backbone
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
+	"github.com/eventpipe/eventpipe/sinks"
+	"github.com/eventpipe/eventpipe/sinks/loki"
+	"github.com/eventpipe/eventpipe/testenv/victorialogs"
+)
+
+// replica is one collector replica's GroupSinks, as its own process would
+// run them (own registry).
+type replica struct {
+	name   string
+	g      *GroupSinks
+	reg    *prometheus.Registry
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func startReplica(t *testing.T, name string, cfg Config, p sinks.Pusher) *replica {
+	t.Helper()
+	rc := sinks.NewDefaultRunnerConfig("loki")
+	rc.Batch.MaxWait = 100 * time.Millisecond
+	rc.Batch.MaxRecords = 50
+	rc.Retry.Initial = 50 * time.Millisecond
+	rc.Retry.Max = 300 * time.Millisecond
+	rc.Retry.PushTimeout = 2 * time.Second
+	rc.CommitInterval = 200 * time.Millisecond
+	reg := prometheus.NewRegistry()
+	g, err := NewGroupSinks(cfg, []GroupSink{{Runner: rc, Pusher: p}}, nil, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range g.members {
+		m.extra = []kgo.Opt{kgo.HeartbeatInterval(200 * time.Millisecond), kgo.SessionTimeout(6 * time.Second), kgo.ClientID(name)}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &replica{name: name, g: g, reg: reg, cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- g.Run(ctx) }()
+	t.Cleanup(r.stop)
+	return r
+}
+
+func (r *replica) stop() {
+	if r.cancel == nil {
+		return
+	}
+	r.cancel()
+	<-r.done
+	r.cancel = nil
+}
+
+func (r *replica) partitions() []int32 {
+	var ps []int32
+	for _, s := range r.g.Status() {
+		for _, p := range s.Partitions {
+			ps = append(ps, p.Partition)
+		}
+	}
+	return ps
+}
+
+func (r *replica) counter(name string) float64 {
+	mfs, _ := r.reg.Gather()
+	var v float64
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			for _, m := range mf.GetMetric() {
+				v += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return v
+}
+
+func waitUntil(t *testing.T, d time.Duration, what string, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", d, what)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func occurrences(from, n int) []*eventpipev1.Occurrence {
+	now := timestamppb.Now()
+	var out []*eventpipev1.Occurrence
+	for i := from; i < from+n; i++ {
+		o := occ(fmt.Sprintf("c1/ev-%04d/1", i), fmt.Sprintf("sbx-%02d", i%24))
+		o.OccurredAt, o.ObservedAt = now, now
+		o.Message = fmt.Sprintf("occurrence %d", i)
+		out = append(out, o)
+	}
+	return out
+}
+
+// TestGroupSinksRebalanceDuringLokiOutage: two replicas share a sink's
+// consumer group; a member joins and then the first one leaves while Loki
+// (VictoriaLogs) is down, and resent records (same event_id) sit in the
+// topic. After Loki comes back every occurrence is there; the resends are
+// dropped by the window; the test reports how many rows Loki holds beyond
+// one per event_id.
+func TestGroupSinksRebalanceDuringLokiOutage(t *testing.T) {
+	const topic = "eventpipe.occurrences"
+	opts := newCluster(t, topic, 6)
+	vl := victorialogs.Start(t)
+	lcfg := loki.NewDefaultConfig()
+	lcfg.URL = vl.PushURL()
+	lcfg.QueryParams = map[string]string{"disable_message_parsing": "1"}
+	lcfg.Timeout = time.Second
+	newPusher := func() *loki.Sink {
+		s, err := loki.New(lcfg, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	}
+	cfg := NewDefaultConfig()
+	cl, _ := kgo.NewClient(opts...)
+	cfg.Brokers = cl.OptValue(kgo.SeedBrokers).([]string)
+	cl.Close()
+	cfg.Topic = topic
+	cfg.DedupeWindow = minDedupeWindow
+
+	all := occurrences(0, 900)
+	produce(t, opts, topic, all[:300]...)
+	a := startReplica(t, "a", cfg, newPusher())
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	if _, err := vl.WaitFor(ctx, `{job="eventpipe"}`, 300); err != nil {
+		t.Fatalf("before the outage: %v", err)
+	}
+
+	// Loki outage; records keep arriving, some of them resends.
+	vl.Stop()
+	produce(t, opts, topic, all[300:600]...)
+	produce(t, opts, topic, all[100:120]...) // resends of delivered records
+	b := startReplica(t, "b", cfg, newPusher())
+	waitUntil(t, 30*time.Second, "b to get partitions", func() bool { return len(b.partitions()) > 0 })
+	waitUntil(t, 30*time.Second, "a to give some up", func() bool { return len(a.partitions()) < 6 })
+	time.Sleep(time.Second) // both retry against the closed port
+	produce(t, opts, topic, all[600:800]...)
+	produce(t, opts, topic, all[400:420]...) // resends of undelivered records
+	a.stop()
+	waitUntil(t, 30*time.Second, "b to own every partition", func() bool { return len(b.partitions()) == 6 })
+	produce(t, opts, topic, all[800:]...)
+	vl.Restart()
+
+	want := map[string]bool{}
+	for _, o := range all {
+		want[o.GetEventId()] = true
+	}
+	var rows []map[string]any
+	var err error
+	for {
+		rows, err = vl.WaitFor(ctx, `{job="eventpipe"} | fields event_id`, len(all))
+		if err != nil {
+			t.Fatalf("after the outage: %v (status b: %+v)", err, b.g.Status())
+		}
+		got := map[string]bool{}
+		for _, r := range rows {
+			id, _ := r["event_id"].(string)
+			got[id] = true
+		}
+		if len(got) == len(want) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	seen := map[string]int{}
+	for _, r := range rows {
+		id, _ := r["event_id"].(string)
+		seen[id]++
+	}
+	for id := range want {
+		if seen[id] == 0 {
+			t.Errorf("lost %s", id)
+		}
+	}
+	dups := len(rows) - len(seen)
+	dropped := a.counter("eventpipe_collector_backbone_duplicates_dropped_total") + b.counter("eventpipe_collector_backbone_duplicates_dropped_total")
+	t.Logf("Loki rows %d for %d event ids: %d duplicate rows (removable by event_id); %v resends dropped by the window; a revoked %d partitions",
+		len(rows), len(seen), dups, dropped, a.g.Status()[0].Revoked)
+	if dropped < 40 {
+		t.Errorf("window dropped %v resends, want at least the 40 the test wrote", dropped)
+	}
+	if a.g.Status()[0].Revoked == 0 {
+		t.Errorf("a never had a partition revoked: the rebalance did not happen")
+	}
+}

@@ -1,0 +1,310 @@
+package backbone
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
+)
+
+// Record is one decoded backbone record.
+type Record struct {
+	Partition  int32
+	Offset     int64
+	Occurrence *eventpipev1.Occurrence
+}
+
+// Reader reads some partitions of the backbone topic from a start offset
+// each, decoded, with duplicates removed by one dedupe Window per
+// partition. It is what every eventpipe consumer of the backbone uses (a
+// sink's partition runner, a Follow subscriber), so they all drop the same
+// resends.
+//
+// Seeding: a consumer that starts at offset X (a restart, a rebalance that
+// moved the partition here, a Follow resume) first reads back up to
+// window records before X into the window, without delivering them. A
+// resend that lands at or after X of a record written before X is then
+// still recognised; without seeding it would be delivered again after every
+// restart.
+//
+// Records are returned in offset order within a partition; partitions are
+// interleaved. Undecodable records are counted, logged and skipped: a
+// foreign record never stops a consumer.
+type Reader struct {
+	cl     *kgo.Client
+	topic  string
+	parts  map[int32]*partState
+	m      consumerMetrics
+	logger *slog.Logger
+
+	mu  sync.Mutex
+	hwm map[int32]int64 // high watermarks seen in fetches
+}
+
+type partState struct {
+	start int64 // first offset delivered; before it the window is seeded
+	w     *Window
+}
+
+// NewReader opens a client (opts: the backbone's ClientOptions) that reads
+// topic's partitions from starts (partition -> first offset to deliver),
+// seeding each partition's window of size window from up to window records
+// before its start. consumer labels the metrics (SinkConsumer(name) or
+// ConsumerFollow). m and logger may be nil.
+func NewReader(opts []kgo.Opt, topic string, starts map[int32]int64, window int, consumer string, m *ReadMetrics, logger *slog.Logger) (*Reader, error) {
+	if len(starts) == 0 {
+		return nil, errors.New("backbone reader: no partitions")
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	r := &Reader{topic: topic, parts: map[int32]*partState{}, m: m.forConsumer(consumer),
+		logger: logger.With("consumer", consumer, "topic", topic), hwm: map[int32]int64{}}
+	at := map[int32]kgo.Offset{}
+	for p, start := range starts {
+		start = max(start, 0)
+		r.parts[p] = &partState{start: start, w: NewWindow(window)}
+		// Below the log start the client resets to the earliest offset
+		// (ConsumeResetOffset): the seed is then what retention kept.
+		at[p] = kgo.NewOffset().At(max(start-int64(window), 0))
+	}
+	all := append(slices.Clip(opts),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: at}),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchMaxWait(500*time.Millisecond),
+	)
+	cl, err := kgo.NewClient(all...)
+	if err != nil {
+		return nil, fmt.Errorf("backbone reader: %w", err)
+	}
+	r.cl = cl
+	return r, nil
+}
+
+// Close releases the client.
+func (r *Reader) Close() { r.cl.Close() }
+
+// Poll blocks until it has at least one record to deliver, or ctx ends
+// (ctx's error). Fetch errors the client retries by itself are logged and
+// waited out.
+func (r *Reader) Poll(ctx context.Context) ([]Record, error) {
+	for {
+		fs := r.cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		if fs.IsClientClosed() {
+			return nil, kgo.ErrClientClosed
+		}
+		fs.EachError(func(t string, p int32, err error) {
+			if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+				return
+			}
+			r.logger.Warn("backbone fetch failed; retrying", "partition", p, "err", err)
+		})
+		r.mu.Lock()
+		fs.EachPartition(func(p kgo.FetchTopicPartition) {
+			if p.Err == nil && p.HighWatermark > r.hwm[p.Partition] {
+				r.hwm[p.Partition] = p.HighWatermark
+			}
+		})
+		r.mu.Unlock()
+		var out []Record
+		fs.EachRecord(func(rec *kgo.Record) {
+			if o, ok := r.accept(rec); ok {
+				out = append(out, Record{Partition: rec.Partition, Offset: rec.Offset, Occurrence: o})
+			}
+		})
+		if len(out) > 0 {
+			return out, nil
+		}
+	}
+}
+
+// HighWatermark is the highest high watermark (the offset the next record
+// of p will get) seen in a fetch of p, 0 before the first fetch. Safe for
+// concurrent use.
+func (r *Reader) HighWatermark(p int32) int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.hwm[p]
+}
+
+// accept runs one fetched record through its partition's window.
+func (r *Reader) accept(rec *kgo.Record) (*eventpipev1.Occurrence, bool) {
+	ps := r.parts[rec.Partition]
+	if ps == nil {
+		return nil, false
+	}
+	ev := ps.w.Evictions()
+	defer func() {
+		if d := ps.w.Evictions() - ev; d > 0 {
+			r.m.evictions.Add(float64(d))
+		}
+	}()
+	id := EventID(rec)
+	if rec.Offset < ps.start {
+		ps.w.Remember(id)
+		r.m.seeded.Inc()
+		return nil, false
+	}
+	if ps.w.Check(id) {
+		r.m.duplicates.Inc()
+		r.logger.Debug("duplicate backbone record dropped", "partition", rec.Partition, "offset", rec.Offset, "event_id", id)
+		return nil, false
+	}
+	o, err := Decode(rec)
+	if err != nil {
+		r.m.undecodable.Inc()
+		r.logger.Warn("undecodable backbone record skipped", "partition", rec.Partition, "offset", rec.Offset, "err", err)
+		return nil, false
+	}
+	return o, true
+}
+
+// Partitions returns the partition ids of topic.
+func Partitions(ctx context.Context, cl *kgo.Client, topic string) ([]int32, error) {
+	req := kmsg.NewPtrMetadataRequest()
+	t := kmsg.NewMetadataRequestTopic()
+	t.Topic = kmsg.StringPtr(topic)
+	req.Topics = append(req.Topics, t)
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		return nil, fmt.Errorf("metadata of %s: %w", topic, err)
+	}
+	for _, rt := range resp.Topics {
+		if rt.Topic == nil || *rt.Topic != topic {
+			continue
+		}
+		if err := kerr.ErrorForCode(rt.ErrorCode); err != nil {
+			return nil, fmt.Errorf("metadata of %s: %w", topic, err)
+		}
+		ps := make([]int32, 0, len(rt.Partitions))
+		for _, p := range rt.Partitions {
+			ps = append(ps, p.Partition)
+		}
+		slices.Sort(ps)
+		return ps, nil
+	}
+	return nil, fmt.Errorf("metadata of %s: topic not returned", topic)
+}
+
+// Offset kinds for ListOffsets.
+const (
+	offsetEnd   = -1 // the high watermark: the next offset to be written
+	offsetStart = -2 // the log start offset
+)
+
+// ListOffsets returns, per partition, the log start (start=true) or the
+// high watermark (the offset the next record will get).
+func ListOffsets(ctx context.Context, cl *kgo.Client, topic string, parts []int32, start bool) (map[int32]int64, error) {
+	ts := int64(offsetEnd)
+	if start {
+		ts = offsetStart
+	}
+	req := kmsg.NewPtrListOffsetsRequest()
+	req.ReplicaID = -1
+	t := kmsg.NewListOffsetsRequestTopic()
+	t.Topic = topic
+	for _, p := range parts {
+		rp := kmsg.NewListOffsetsRequestTopicPartition()
+		rp.Partition = p
+		rp.CurrentLeaderEpoch = -1
+		rp.Timestamp = ts
+		t.Partitions = append(t.Partitions, rp)
+	}
+	req.Topics = append(req.Topics, t)
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		return nil, fmt.Errorf("list offsets of %s: %w", topic, err)
+	}
+	out := make(map[int32]int64, len(parts))
+	for _, rt := range resp.Topics {
+		for _, rp := range rt.Partitions {
+			if err := kerr.ErrorForCode(rp.ErrorCode); err != nil {
+				return nil, fmt.Errorf("list offsets of %s/%d: %w", topic, rp.Partition, err)
+			}
+			out[rp.Partition] = rp.Offset
+		}
+	}
+	for _, p := range parts {
+		if _, ok := out[p]; !ok {
+			return nil, fmt.Errorf("list offsets of %s/%d: partition not returned", topic, p)
+		}
+	}
+	return out, nil
+}
+
+// CommittedOffsets returns the offsets group has committed on topic
+// (partition -> next offset to read); a partition without a commit is
+// absent.
+func CommittedOffsets(ctx context.Context, cl *kgo.Client, group, topic string) (map[int32]int64, error) {
+	req := kmsg.NewPtrOffsetFetchRequest()
+	req.Group = group
+	req.RequireStable = true
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		return nil, fmt.Errorf("fetch offsets of group %s: %w", group, err)
+	}
+	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
+		return nil, fmt.Errorf("fetch offsets of group %s: %w", group, err)
+	}
+	out := map[int32]int64{}
+	add := func(p int32, off int64, code int16) error {
+		if err := kerr.ErrorForCode(code); err != nil {
+			return fmt.Errorf("fetch offsets of group %s, %s/%d: %w", group, topic, p, err)
+		}
+		if off >= 0 {
+			out[p] = off
+		}
+		return nil
+	}
+	for _, g := range resp.Groups {
+		if err := kerr.ErrorForCode(g.ErrorCode); err != nil {
+			return nil, fmt.Errorf("fetch offsets of group %s: %w", group, err)
+		}
+		for _, t := range g.Topics {
+			if t.Topic != topic {
+				continue
+			}
+			for _, p := range t.Partitions {
+				if err := add(p.Partition, p.Offset, p.ErrorCode); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
+	for _, t := range resp.Topics {
+		if t.Topic != topic {
+			continue
+		}
+		for _, p := range t.Partitions {
+			if err := add(p.Partition, p.Offset, p.ErrorCode); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return out, nil
+}
+
+// PartitionOf is the partition a record with key lands in on a topic of n
+// partitions when the producer uses franz-go's default partitioner (keyed
+// records: murmur2 of the key, as Kafka's Java client does). A Follow for
+// one sandbox reads only this partition; the backbone producer must keep
+// the default partitioner.
+func PartitionOf(key []byte, n int) int32 {
+	if n <= 0 {
+		return 0
+	}
+	p := kgo.StickyKeyPartitioner(nil).ForTopic("").Partition(&kgo.Record{Key: key}, n)
+	return int32(p)
+}
