@@ -15,11 +15,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/status"
 
 	"github.com/eventpipe/eventpipe/api/config"
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
+	"github.com/eventpipe/eventpipe/collector/backbone"
 	"github.com/eventpipe/eventpipe/collector/store"
 	"github.com/eventpipe/eventpipe/sinks"
 	"github.com/eventpipe/eventpipe/sinks/file"
@@ -38,16 +41,18 @@ type Collector struct {
 	reg        prometheus.Registerer
 	m          *metrics
 
-	store   *store.Store
-	sinkSrc sinkSource // the log as every runner reads it: one shared decode
-	runners []*sinks.Runner
-	closers []func() error
-	auth    *authenticator
-	grpc    *grpc.Server
-	grpcLis net.Listener
-	http    *http.Server
-	httpLis net.Listener
-	ready   *readiness
+	store *store.Store // nil in Kafka mode
+	// backbone replaces the store in Kafka mode (nil otherwise).
+	backbone *backbone.Writer
+	sinkSrc  sinkSource // the log as every runner reads it: one shared decode
+	runners  []*sinks.Runner
+	closers  []func() error
+	auth     *authenticator
+	grpc     *grpc.Server
+	grpcLis  net.Listener
+	http     *http.Server
+	httpLis  net.Listener
+	ready    *readiness
 	// drain is cancelled first on shutdown: streams finish what they hold
 	// and end, so GracefulStop does not wait for long-lived streams.
 	drain     context.Context
@@ -108,16 +113,25 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer, opts ...Opt
 		logger.Warn("bearer tokens are accepted over plaintext gRPC; set grpc.tls unless the network is trusted")
 	}
 
-	if c.store, err = store.Open(cfg.Store, logger.With("part", "store"), reg); err != nil {
-		return nil, fmt.Errorf("open store: %w", err)
-	}
-	c.sinkSrc = newSinkSource(c.store)
-	for _, sc := range cfg.Sinks {
-		if err := c.addSink(sc); err != nil {
+	if cfg.KafkaMode() {
+		// Sinks and Follow read the local log; in Kafka mode Validate
+		// refuses sinks, and Follow answers FailedPrecondition.
+		if err := c.openBackbone(); err != nil {
 			return nil, err
 		}
+		c.ready = &readiness{log: c.backbone, what: "kafka backbone"}
+	} else {
+		if c.store, err = store.Open(cfg.Store, logger.With("part", "store"), reg); err != nil {
+			return nil, fmt.Errorf("open store: %w", err)
+		}
+		c.sinkSrc = newSinkSource(c.store)
+		for _, sc := range cfg.Sinks {
+			if err := c.addSink(sc); err != nil {
+				return nil, err
+			}
+		}
+		c.ready = &readiness{log: c.store}
 	}
-	c.ready = &readiness{log: c.store}
 
 	if err := c.buildGRPC(); err != nil {
 		return nil, err
@@ -130,6 +144,23 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer, opts ...Opt
 		return nil, fmt.Errorf("listen http: %w", err)
 	}
 	return c, nil
+}
+
+// openBackbone builds the Kafka writer and checks (or creates) its topics:
+// a collector that cannot reach the brokers, or finds a topic missing with
+// create_topics off, does not start.
+func (c *Collector) openBackbone() error {
+	w, err := backbone.NewWriter(*c.cfg.Backbone, c.logger.With("part", "backbone"), c.reg)
+	if err != nil {
+		return err
+	}
+	c.backbone = w
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.Backbone.ProduceTimeout)
+	defer cancel()
+	if err := w.CheckTopics(ctx); err != nil {
+		return err
+	}
+	return nil
 }
 
 func (c *Collector) addSink(sc SinkConfig) error {
@@ -195,9 +226,17 @@ func (c *Collector) buildGRPC() error {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(tr.serverConfig())))
 	}
 	c.grpc = grpc.NewServer(opts...)
-	eventpipev1.RegisterIngestServer(c.grpc, &ingestServer{
-		log: c.store, logger: c.logger.With("api", "ingest"), m: c.m, pipeline: cfg.IngestPipeline, drain: c.drain,
-	})
+	ingest := &ingestServer{
+		logger: c.logger.With("api", "ingest"), m: c.m, pipeline: cfg.IngestPipeline, drain: c.drain,
+	}
+	if c.backbone != nil {
+		ingest.log, ingest.maxOcc = backboneLog{c.backbone}, c.backbone.MaxOccurrenceBytes()
+		eventpipev1.RegisterIngestServer(c.grpc, ingest)
+		eventpipev1.RegisterFollowServer(c.grpc, noFollowServer{})
+		return nil
+	}
+	ingest.log = storeLog{c.store}
+	eventpipev1.RegisterIngestServer(c.grpc, ingest)
 	eventpipev1.RegisterFollowServer(c.grpc, &followServer{
 		log: c.store, logger: c.logger.With("api", "follow"), m: c.m,
 		chunk: c.cfg.Follow.ReadChunk, maxTail: c.cfg.Follow.MaxTail, maxScan: c.cfg.Follow.MaxTailScan,
@@ -216,8 +255,20 @@ func (c *Collector) GRPCAddr() string { return c.grpcLis.Addr().String() }
 // HTTPAddr is the bound HTTP address.
 func (c *Collector) HTTPAddr() string { return c.httpLis.Addr().String() }
 
-// Store is the collector's log (for tests and tools in-process).
+// Store is the collector's log (for tests and tools in-process); nil in
+// Kafka mode.
 func (c *Collector) Store() *store.Store { return c.store }
+
+// noFollowServer answers Follow in Kafka mode until Follow is served from
+// the backbone topic: clearly, so a caller does not take it for an
+// outage.
+type noFollowServer struct {
+	eventpipev1.UnimplementedFollowServer
+}
+
+func (noFollowServer) Follow(*eventpipev1.FollowRequest, grpc.ServerStreamingServer[eventpipev1.FollowResponse]) error {
+	return status.Error(codes.FailedPrecondition, "follow is not served by collectors in log: kafka mode yet (it needs Follow over the backbone topic, docs/kafka-backbone.md); use a collector with log: local")
+}
 
 // Runners are the sink runners, in configuration order.
 func (c *Collector) Runners() []*sinks.Runner { return c.runners }
@@ -241,6 +292,10 @@ func (c *Collector) closeAll() {
 			c.logger.Warn("close store", "err", err)
 		}
 	}
+	if c.backbone != nil {
+		c.backbone.Close()
+		c.backbone = nil
+	}
 }
 
 // Run starts the store, then the sinks, then the servers, and blocks until
@@ -251,6 +306,9 @@ func (c *Collector) closeAll() {
 func (c *Collector) Run(ctx context.Context) error {
 	// c.cfg changes on reload: read what Run needs now.
 	grace, storeDir := c.cfg.GRPC.ShutdownGrace, c.cfg.Store.Dir
+	if c.backbone != nil {
+		storeDir = "kafka:" + c.cfg.Backbone.Topic
+	}
 	root, fail := context.WithCancelCause(ctx)
 	defer fail(nil)
 	var errMu sync.Mutex
@@ -278,7 +336,9 @@ func (c *Collector) Run(ctx context.Context) error {
 	storeCtx, stopStore := context.WithCancel(context.Background())
 	defer stopStore()
 	var storeG errgroup.Group
-	storeG.Go(func() error { early("store", c.store.Run(storeCtx)); return nil })
+	if c.store != nil {
+		storeG.Go(func() error { early("store", c.store.Run(storeCtx)); return nil })
+	}
 
 	sinkCtx, stopSinks := context.WithCancel(context.Background())
 	defer stopSinks()
@@ -353,10 +413,17 @@ func (c *Collector) Run(ctx context.Context) error {
 
 	stopStore()
 	storeG.Wait()
-	if err := c.store.Close(); err != nil {
-		record("close store", err)
+	if c.store != nil {
+		if err := c.store.Close(); err != nil {
+			record("close store", err)
+		}
+		c.store = nil
 	}
-	c.store = nil
+	if c.backbone != nil {
+		// Every acknowledged batch is in Kafka already: nothing to flush.
+		c.backbone.Close()
+		c.backbone = nil
+	}
 	c.logger.Info("collector stopped")
 	errMu.Lock()
 	defer errMu.Unlock()

@@ -11,6 +11,7 @@ import (
 	yaml "go.yaml.in/yaml/v2"
 
 	"github.com/eventpipe/eventpipe/api/config"
+	"github.com/eventpipe/eventpipe/collector/backbone"
 	"github.com/eventpipe/eventpipe/collector/store"
 	"github.com/eventpipe/eventpipe/sinks"
 	"github.com/eventpipe/eventpipe/sinks/file"
@@ -20,13 +21,20 @@ import (
 
 // Config is what a user writes in the collector's YAML file.
 type Config struct {
-	GRPC      GRPCConfig      `yaml:"grpc"`
-	Auth      AuthConfig      `yaml:"auth"`
-	HTTP      HTTPConfig      `yaml:"http"`
-	Store     store.Config    `yaml:"store"`
-	Follow    FollowConfig    `yaml:"follow"`
-	Readiness ReadinessConfig `yaml:"readiness"`
-	Sinks     []SinkConfig    `yaml:"sinks"`
+	// Log chooses where ingested occurrences are kept: "local" (the
+	// default, also when empty) is the embedded durable log configured
+	// under store:, one replica; "kafka" is the backbone topic configured
+	// under backbone:, any number of replicas (docs/kafka-backbone.md).
+	Log string `yaml:"log"`
+	// Backbone configures log: kafka; it must be absent otherwise.
+	Backbone  *backbone.Config `yaml:"backbone,omitempty"`
+	GRPC      GRPCConfig       `yaml:"grpc"`
+	Auth      AuthConfig       `yaml:"auth"`
+	HTTP      HTTPConfig       `yaml:"http"`
+	Store     store.Config     `yaml:"store"`
+	Follow    FollowConfig     `yaml:"follow"`
+	Readiness ReadinessConfig  `yaml:"readiness"`
+	Sinks     []SinkConfig     `yaml:"sinks"`
 }
 
 // GRPCConfig is the gRPC listener (Ingest and Follow).
@@ -96,6 +104,15 @@ type ReadinessConfig struct {
 	// not a reason to take the collector out of its Service.
 	LossWindow time.Duration `yaml:"loss_window"`
 }
+
+// Values of log.
+const (
+	LogLocal = "local"
+	LogKafka = "kafka"
+)
+
+// KafkaMode reports whether the collector keeps its log in Kafka.
+func (c Config) KafkaMode() bool { return c.Log == LogKafka }
 
 // Sink types.
 const (
@@ -338,9 +355,27 @@ func (c Config) Validate() error {
 	if c.HTTP.Listen != "" && c.HTTP.Listen == c.GRPC.Listen && !strings.HasSuffix(c.HTTP.Listen, ":0") {
 		add("http.listen", "must differ from grpc.listen")
 	}
-	prefixed("store", c.Store.Validate())
-	atLeast("store.retention.max_age", c.Store.Retention.MaxAge, minRetentionAge, true)
-	atLeast("store.dedupe_window", c.Store.DedupeWindow, minDedupeWindow, false)
+	switch c.Log {
+	case "", LogLocal:
+		if c.Backbone != nil {
+			add("backbone", "set, but log is %q: add log: kafka to use it, or remove the section", orLocal(c.Log))
+		}
+		prefixed("store", c.Store.Validate())
+		atLeast("store.retention.max_age", c.Store.Retention.MaxAge, minRetentionAge, true)
+		atLeast("store.dedupe_window", c.Store.DedupeWindow, minDedupeWindow, false)
+	case LogKafka:
+		if c.Backbone == nil {
+			add("backbone", "log: kafka needs a backbone section (at least backbone.brokers)")
+		} else {
+			prefixed("backbone", c.Backbone.Validate())
+		}
+		if c.Store != store.NewDefaultConfig() {
+			add("store", "set, but log is kafka: the backbone topic replaces the local log; remove the section")
+		}
+		errs = append(errs, c.kafkaModeLimits()...)
+	default:
+		add("log", "must be local or kafka, got %q", c.Log)
+	}
 	if c.Follow.MaxTail < 1 || c.Follow.MaxTail > 1_000_000 {
 		add("follow.max_tail", "must be between 1 and 1000000, got %d", c.Follow.MaxTail)
 	}
@@ -386,6 +421,28 @@ func (c Config) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+func orLocal(log string) string {
+	if log == "" {
+		return LogLocal
+	}
+	return log
+}
+
+// kafkaModeLimits refuses what log: kafka cannot do yet in this build,
+// and a Kafka sink that would write into the backbone topic itself.
+func (c Config) kafkaModeLimits() []error {
+	var errs []error
+	if len(c.Sinks) > 0 {
+		errs = append(errs, fmt.Errorf("sinks: not supported yet with log: kafka (sinks in kafka mode need the consumer-group sink runners, docs/kafka-backbone.md); remove them or use log: local"))
+	}
+	for i, s := range c.Sinks {
+		if s.Type == SinkKafka && s.Kafka != nil && c.Backbone != nil && (s.Kafka.Topic == c.Backbone.Topic || s.Kafka.Topic == c.Backbone.CursorTopic) {
+			errs = append(errs, fmt.Errorf("sinks[%d].kafka.topic: %q is a backbone topic; a Kafka sink needs a topic of its own", i, s.Kafka.Topic))
+		}
+	}
+	return errs
 }
 
 // unjoin splits an errors.Join result (and nested joins) into its parts.

@@ -46,6 +46,21 @@ func TestConfigExampleIsValid(t *testing.T) {
 	}
 }
 
+func TestConfigKafkaExampleIsValid(t *testing.T) {
+	c, err := LoadConfig("testdata/collector-kafka.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatalf("testdata/collector-kafka.yaml: %v", err)
+	}
+	// A partial backbone section keeps the defaults of the rest.
+	if !c.KafkaMode() || c.Backbone.Topic != "eventpipe.occurrences" || c.Backbone.CursorTopic != "eventpipe.cursors" ||
+		c.Backbone.DedupeWindow != 65536 || !c.Backbone.CreateTopics {
+		t.Errorf("backbone = %+v", c.Backbone)
+	}
+}
+
 func TestLoadTokens(t *testing.T) {
 	for _, f := range []string{"testdata/tokens.yaml", "testdata/tokens.csv"} {
 		es, err := LoadTokens(f)
@@ -103,6 +118,22 @@ func TestConfigBadFiles(t *testing.T) {
 			`sinks[0].kafka.brokers[0]: "256.1.1.1:1": host "256.1.1.1" is not a valid IPv4 address`,
 			`sinks[0].kafka.brokers[2]: "kafka-1:0": port 0 cannot be dialled`,
 			`sinks[1].loki.url: "127.0.0.1:99999": port 99999 is out of range 0-65535`,
+		},
+		"kafka-mode.bad.yaml": {
+			`backbone.brokers[0]: "kafka-0.kafka" is not host:port`,
+			"backbone.produce_timeout: 10ms is too short",
+			"store: set, but log is kafka",
+			"sinks: not supported yet with log: kafka",
+			`sinks[0].kafka.topic: "eventpipe.occurrences" is a backbone topic`,
+		},
+		"log-mode.bad.yaml": {
+			`log: must be local or kafka, got "embedded"`,
+		},
+		"backbone-without-kafka.bad.yaml": {
+			`backbone: set, but log is "local": add log: kafka to use it`,
+		},
+		"kafka-no-backbone.bad.yaml": {
+			"backbone: log: kafka needs a backbone section",
 		},
 		"insecure-exposed.bad.yaml": {
 			`auth.insecure: refused on grpc.listen "0.0.0.0:7070", which other hosts can reach: anyone there could ingest and follow every workspace unauthenticated; listen on 127.0.0.1, or set auth.allow_insecure_non_loopback: true for a throw-away test setup`,

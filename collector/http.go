@@ -51,12 +51,18 @@ type readinessLog interface {
 // refuses such a log unless store.accept_data_loss is set).
 type readiness struct {
 	log readinessLog
+	// what names the log in messages ("store" when empty).
+	what string
 }
 
 func (r *readiness) check(time.Time) []string {
 	var problems []string
 	if err := r.log.Writable(); err != nil {
-		problems = append(problems, "store not writable: "+err.Error())
+		what := r.what
+		if what == "" {
+			what = "store"
+		}
+		problems = append(problems, what+" not writable: "+err.Error())
 	}
 	return problems
 }

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
+	"github.com/eventpipe/eventpipe/collector/backbone"
 	"github.com/eventpipe/eventpipe/collector/store"
 	"github.com/eventpipe/eventpipe/sinks"
 )
@@ -20,11 +21,34 @@ import (
 // DefaultStream is the stream name used when a batch or GetCursor names none.
 const DefaultStream = "events"
 
-// ingestLog is what ingest needs from the durable log (*store.Store).
+// ingestLog is what ingest needs from the log: the local store
+// (storeLog) or the Kafka backbone (backboneLog).
 type ingestLog interface {
+	// Append stores occs durably before it returns (see store.Append).
 	Append(ctx context.Context, cluster, stream, resourceVersion string, occs []*eventpipev1.Occurrence) (store.AppendResult, error)
-	ClusterCursor(cluster, stream string) (string, bool)
+	// ClusterCursor is the stream's last recorded resourceVersion. An error
+	// means the answer is unknown (GetCursor says Unavailable), never "no
+	// cursor": an agent told "none" relists everything.
+	ClusterCursor(ctx context.Context, cluster, stream string) (string, bool, error)
+	// Read reads back stored records by offset; only called when Append
+	// reported duplicates.
 	Read(ctx context.Context, from uint64, max int) ([]sinks.Record, uint64, error)
+}
+
+// storeLog is the local store as ingest sees it.
+type storeLog struct{ *store.Store }
+
+func (l storeLog) ClusterCursor(_ context.Context, cluster, stream string) (string, bool, error) {
+	rv, ok := l.Store.ClusterCursor(cluster, stream)
+	return rv, ok, nil
+}
+
+// backboneLog is the Kafka backbone as ingest sees it. It never reports
+// duplicates (consumers remove them), so Read is never needed.
+type backboneLog struct{ *backbone.Writer }
+
+func (backboneLog) Read(context.Context, uint64, int) ([]sinks.Record, uint64, error) {
+	return nil, 0, errors.New("the Kafka backbone has no log offsets to read back")
 }
 
 // ingestServer implements eventpipe.v1.Ingest. A Batch is acknowledged only
@@ -35,6 +59,9 @@ type ingestServer struct {
 	logger   *slog.Logger
 	m        *metrics
 	pipeline int
+	// maxOcc is the largest encoded occurrence the log takes (0:
+	// maxOccurrenceBytes, the local store's limit).
+	maxOcc int
 	// drain is cancelled when the collector starts shutting down.
 	drain context.Context
 }
@@ -47,7 +74,14 @@ func (s *ingestServer) GetCursor(ctx context.Context, req *eventpipev1.GetCursor
 	if stream == "" {
 		stream = DefaultStream
 	}
-	rv, ok := s.log.ClusterCursor(req.GetCluster(), stream)
+	rv, ok, err := s.log.ClusterCursor(ctx, req.GetCluster(), stream)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, status.FromContextError(ctx.Err()).Err()
+		}
+		s.logger.Warn("cursor lookup failed; the agent asks again", "cluster", req.GetCluster(), "stream", stream, "err", err)
+		return nil, status.Errorf(codes.Unavailable, "cursor of %s/%s unknown for now (retry): %v", req.GetCluster(), stream, err)
+	}
 	return &eventpipev1.GetCursorResponse{ResourceVersion: rv, Found: ok}, nil
 }
 
@@ -314,6 +348,13 @@ func (s *ingestServer) appendRun(ctx context.Context, group []*pending, cluster,
 		group[0].ack = &eventpipev1.Ack{Seq: group[0].batch.GetSeq(), Stored: uint32(res.Stored), Duplicates: uint32(res.Duplicates), LastOffset: res.LastOffset, Rejected: group[0].rejected}
 		return nil
 	}
+	if res.Duplicates == 0 && res.LastOffset == 0 {
+		// A log without offsets (Kafka mode): counts only.
+		for _, g := range group {
+			g.ack = &eventpipev1.Ack{Seq: g.batch.GetSeq(), Stored: uint32(len(g.occs)), Rejected: g.rejected}
+		}
+		return nil
+	}
 	if res.Duplicates == 0 {
 		// Everything stored, densely and in order: split by length.
 		off := res.LastOffset - uint64(res.Stored)
@@ -416,9 +457,12 @@ func (s *ingestServer) reject(b *eventpipev1.Batch, i int, o *eventpipev1.Occurr
 
 // checkOccurrence says why the log would refuse o on its own ("" when it
 // would not): the slow path, run only after the log refused a batch.
-func checkOccurrence(o *eventpipev1.Occurrence) (reason, msg string) {
-	if size := proto.Size(o); size > maxOccurrenceBytes {
-		return reasonTooLarge, fmt.Sprintf("encoded occurrence is %d bytes, limit %d", size, maxOccurrenceBytes)
+func checkOccurrence(o *eventpipev1.Occurrence, limit int) (reason, msg string) {
+	if limit <= 0 {
+		limit = maxOccurrenceBytes
+	}
+	if size := proto.Size(o); size > limit {
+		return reasonTooLarge, fmt.Sprintf("encoded occurrence is %d bytes, limit %d", size, limit)
 	}
 	if _, err := proto.Marshal(o); err != nil {
 		return reasonInvalid, fmt.Sprintf("cannot be encoded: %v", err)
@@ -439,7 +483,7 @@ func (s *ingestServer) refuseInvalid(ctx context.Context, g *pending, cluster, s
 	}
 	kept := g.occs[:0:0]
 	for _, o := range g.occs {
-		if reason, msg := checkOccurrence(o); reason != "" {
+		if reason, msg := checkOccurrence(o, s.maxOcc); reason != "" {
 			g.rejected = append(g.rejected, s.reject(b, index[o], o, reason, msg))
 			continue
 		}
@@ -496,5 +540,5 @@ func appendStatus(ctx context.Context, err error) error {
 	if errors.Is(err, store.ErrInvalid) {
 		return status.Errorf(codes.InvalidArgument, "batch refused by the log: %v", err)
 	}
-	return status.Errorf(codes.Unavailable, "store append failed, batch not acknowledged (retry): %v", err)
+	return status.Errorf(codes.Unavailable, "log append failed, batch not acknowledged (retry): %v", err)
 }

@@ -40,7 +40,9 @@ func (f *failingLog) Append(_ context.Context, _, _, _ string, occs []*eventpipe
 	}
 	return store.AppendResult{Stored: len(occs), LastOffset: uint64(len(f.stored))}, nil
 }
-func (f *failingLog) ClusterCursor(string, string) (string, bool) { return "", false }
+func (f *failingLog) ClusterCursor(context.Context, string, string) (string, bool, error) {
+	return "", false, nil
+}
 func (f *failingLog) Read(context.Context, uint64, int) ([]sinks.Record, uint64, error) {
 	return nil, 0, errors.New("not used")
 }

@@ -162,6 +162,12 @@ func restartNeeded(a, b Config) []string {
 	if !reflect.DeepEqual(a.HTTP, b.HTTP) {
 		keys = append(keys, "http")
 	}
+	if a.Log != b.Log {
+		keys = append(keys, "log")
+	}
+	if !reflect.DeepEqual(a.Backbone, b.Backbone) {
+		keys = append(keys, "backbone")
+	}
 	if !reflect.DeepEqual(a.Store, b.Store) {
 		keys = append(keys, "store")
 	}

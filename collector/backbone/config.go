@@ -112,6 +112,18 @@ func NewDefaultConfig() Config {
 	}
 }
 
+// UnmarshalYAML fills the defaults before the user's values, so a
+// partial backbone: section (often just brokers) is complete.
+func (c *Config) UnmarshalYAML(unmarshal func(any) error) error {
+	type plain Config
+	p := plain(NewDefaultConfig())
+	if err := unmarshal(&p); err != nil {
+		return err
+	}
+	*c = Config(p)
+	return nil
+}
+
 // MinInsync is the min.insync.replicas topics are created with: the
 // configured value, else one less than the replication factor (at least
 // 1) and never more than a majority, so acks=all survives one broker down

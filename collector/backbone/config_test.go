@@ -120,3 +120,18 @@ func TestClientOptions(t *testing.T) {
 		t.Fatalf("missing CA file: %v", err)
 	}
 }
+
+func TestPartialSectionGetsDefaults(t *testing.T) {
+	c, err := ParseConfig([]byte("brokers: [\"k:9092\"]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := NewDefaultConfig()
+	want.Brokers = []string{"k:9092"}
+	if c.Topic != want.Topic || c.DedupeWindow != want.DedupeWindow || c.ProduceTimeout != want.ProduceTimeout {
+		t.Fatalf("parsed %+v", c)
+	}
+	if _, err := ParseConfig([]byte("brokers: [\"k:9092\"]\ntopics: x\n")); err == nil {
+		t.Fatal("unknown key accepted")
+	}
+}

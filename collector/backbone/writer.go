@@ -306,10 +306,11 @@ func (w *Writer) Append(ctx context.Context, cluster, stream, resourceVersion st
 		r.Topic = w.cfg.Topic
 		recs[i] = r
 	}
+	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, w.cfg.ProduceTimeout)
 	defer cancel()
 	if len(recs) > 0 {
-		if err := w.produce(ctx, topicBackbone, recs); err != nil {
+		if err := w.produce(parent, ctx, topicBackbone, recs); err != nil {
 			return res, fmt.Errorf("produce %d occurrences to %s: %w", len(recs), w.cfg.Topic, err)
 		}
 	}
@@ -317,7 +318,7 @@ func (w *Writer) Append(ctx context.Context, cluster, stream, resourceVersion st
 		// Only now: a cursor must never name a resourceVersion whose
 		// occurrences Kafka does not hold.
 		cur := &kgo.Record{Topic: w.cfg.CursorTopic, Key: []byte(cursorKey(cluster, stream)), Value: []byte(resourceVersion)}
-		if err := w.produce(ctx, topicCursor, []*kgo.Record{cur}); err != nil {
+		if err := w.produce(parent, ctx, topicCursor, []*kgo.Record{cur}); err != nil {
 			return res, fmt.Errorf("write cursor %s=%s to %s (the batch itself is in %s and will be re-sent): %w", cur.Key, resourceVersion, w.cfg.CursorTopic, w.cfg.Topic, err)
 		}
 	}
@@ -325,7 +326,14 @@ func (w *Writer) Append(ctx context.Context, cluster, stream, resourceVersion st
 	return res, nil
 }
 
-func (w *Writer) produce(ctx context.Context, topic string, recs []*kgo.Record) error {
+// ErrProduceTimeout is wrapped by Append's error when Kafka did not
+// acknowledge within backbone.produce_timeout (the caller's own context
+// still running): a Kafka problem to retry, not a caller that went away.
+var ErrProduceTimeout = errors.New("no acknowledgement from kafka within backbone.produce_timeout")
+
+// produce sends recs and waits for Kafka's acknowledgement under ctx,
+// which is parent bounded by produce_timeout.
+func (w *Writer) produce(parent, ctx context.Context, topic string, recs []*kgo.Record) error {
 	start := time.Now()
 	// The client checks a cancelled context only between produce
 	// attempts, which can be seconds apart while a partition has too few
@@ -338,7 +346,10 @@ func (w *Writer) produce(ctx context.Context, topic string, recs []*kgo.Record) 
 	select {
 	case err = <-done:
 	case <-ctx.Done():
-		err = fmt.Errorf("no acknowledgement within backbone.produce_timeout: %w", context.Cause(ctx))
+		err = ctx.Err()
+	}
+	if err != nil && parent.Err() == nil && ctx.Err() != nil {
+		err = fmt.Errorf("%w (%s): %v", ErrProduceTimeout, w.cfg.ProduceTimeout, err)
 	}
 	w.m.produceSeconds.WithLabelValues(topic).Observe(time.Since(start).Seconds())
 	if err != nil {
