@@ -76,8 +76,8 @@ func run() error {
 	var replicas string
 	flag.StringVar(&o.target, "target", "collector", "collector: real collectors over gRPC; writer: backbone.Writer.Append directly")
 	flag.StringVar(&o.phase, "phase", "all", "ingest, lag or all")
-	flag.StringVar(&replicas, "replicas", "1,3", "collector replica counts to measure, comma-separated")
-	flag.IntVar(&o.agents, "agents", 3, "agent streams (each its own cluster), spread round-robin over the replicas")
+	flag.StringVar(&replicas, "replicas", "1,2,3", "collector replica counts to measure, comma-separated")
+	flag.IntVar(&o.agents, "agents", 6, "agent streams (each its own cluster), spread round-robin over the replicas")
 	flag.IntVar(&o.batch, "batch", 500, "occurrences per batch")
 	flag.IntVar(&o.window, "window", 8, "batches in flight per agent (the collector's grpc.ingest_pipeline)")
 	flag.IntVar(&o.occurrences, "occurrences", 300_000, "occurrences per ingest run")
