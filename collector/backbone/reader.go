@@ -99,7 +99,7 @@ func (r *Reader) Close() { r.cl.Close() }
 func (r *Reader) Poll(ctx context.Context) ([]Record, error) {
 	for {
 		fs := r.cl.PollFetches(ctx)
-		if err := ctx.Err(); err != nil {
+		if err := ctx.Err(); err != nil && fs.NumRecords() == 0 {
 			return nil, err
 		}
 		if fs.IsClientClosed() {
