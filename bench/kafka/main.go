@@ -407,12 +407,36 @@ func topicTotal(ctx context.Context, cfg backbone.Config) (int64, error) {
 	return n, nil
 }
 
-// countingSink delivers nothing anywhere: it counts, and records how long
-// after its batch was sent each occurrence reached it.
+// countingSink delivers nothing anywhere: it counts each occurrence by its
+// event_id ("bench-<agent>/<batch>/<i>", see shipAgent), so a loss or a
+// duplicate shows, and records how long after its batch was sent each
+// occurrence reached it.
 type countingSink struct {
-	delivered atomic.Int64
-	mu        sync.Mutex
-	lat       []time.Duration
+	batches, batch int // per agent; occurrences per batch
+	delivered      atomic.Int64
+	mu             sync.Mutex
+	seen           []uint8 // deliveries per occurrence
+	bad            int     // event_ids the harness did not send
+	lat            []time.Duration
+}
+
+func newCountingSink(agents, batches, batch int) *countingSink {
+	return &countingSink{batches: batches, batch: batch, seen: make([]uint8, agents*batches*batch)}
+}
+
+func (s *countingSink) index(id string) (int, bool) {
+	f := strings.Split(strings.TrimPrefix(id, "bench-"), "/")
+	if len(f) != 3 {
+		return 0, false
+	}
+	a, err1 := strconv.Atoi(f[0])
+	n, err2 := strconv.Atoi(f[1])
+	i, err3 := strconv.Atoi(f[2])
+	if err1 != nil || err2 != nil || err3 != nil || n < 1 || n > s.batches || i < 0 || i >= s.batch {
+		return 0, false
+	}
+	x := (a*s.batches+n-1)*s.batch + i
+	return x, x >= 0 && x < len(s.seen)
 }
 
 func (s *countingSink) Push(_ context.Context, batch []sinks.Record) error {
@@ -420,10 +444,33 @@ func (s *countingSink) Push(_ context.Context, batch []sinks.Record) error {
 	s.mu.Lock()
 	for _, r := range batch {
 		s.lat = append(s.lat, now.Sub(r.Occurrence.GetObservedAt().AsTime()))
+		if x, ok := s.index(r.Occurrence.GetEventId()); ok {
+			if s.seen[x] < 255 {
+				s.seen[x]++
+			}
+		} else {
+			s.bad++
+		}
 	}
 	s.mu.Unlock()
 	s.delivered.Add(int64(len(batch)))
 	return nil
+}
+
+// check counts the occurrences never delivered and those delivered more
+// than once.
+func (s *countingSink) check() (missing, duplicated, bad int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range s.seen {
+		switch {
+		case c == 0:
+			missing++
+		case c > 1:
+			duplicated++
+		}
+	}
+	return missing, duplicated, s.bad
 }
 
 func lagRun(o options, replicas, run int) error {
@@ -436,14 +483,18 @@ func lagRun(o options, replicas, run int) error {
 	defer cancel()
 
 	// One sink, one consumer group, one member per replica.
-	sink := &countingSink{}
+	batches := max(int(float64(o.rate)*o.duration.Seconds())/o.agents/o.batch, 1)
+	sink := newCountingSink(o.agents, batches, o.batch)
 	rc := sinks.NewDefaultRunnerConfig("bench")
 	rc.Batch.MaxRecords = 1000
 	rc.Batch.MaxWait = 50 * time.Millisecond
 	gctx, gstop := context.WithCancel(ctx)
 	var gwg sync.WaitGroup
+	var regs []*prometheus.Registry
 	for range replicas {
-		g, err := backbone.NewGroupSinks(e.cfg, []backbone.GroupSink{{Runner: rc, Pusher: sink}}, nil, prometheus.NewRegistry())
+		reg := prometheus.NewRegistry()
+		regs = append(regs, reg)
+		g, err := backbone.NewGroupSinks(e.cfg, []backbone.GroupSink{{Runner: rc, Pusher: sink}}, nil, reg)
 		if err != nil {
 			gstop()
 			return err
@@ -498,7 +549,6 @@ func lagRun(o options, replicas, run int) error {
 		time.Sleep(200 * time.Millisecond)
 	}
 	var acked atomic.Int64
-	batches := max(int(float64(o.rate)*o.duration.Seconds())/o.agents/o.batch, 1)
 	interval := time.Duration(float64(time.Second) * float64(o.batch*o.agents) / float64(o.rate))
 	before := loadAvg()
 	type sample struct {
@@ -543,18 +593,21 @@ func lagRun(o options, replicas, run int) error {
 		if err == nil && sink.delivered.Load() >= total && lag == 0 {
 			break
 		}
-		if time.Since(drainStart) > 5*time.Minute {
+		if time.Since(drainStart) > 2*time.Minute {
 			close(stopSampling)
 			<-sampleDone
-			return fmt.Errorf("after 5 minutes of drain: delivered %d of %d, committed lag %d", sink.delivered.Load(), total, lag)
+			missing, dup, _ := sink.check()
+			return fmt.Errorf("after 2 minutes of drain: delivered %d of %d (%d never, %d more than once), committed lag %d; consumer counters %s",
+				sink.delivered.Load(), total, missing, dup, lag, counters(regs))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 	drain := time.Since(drainStart)
 	close(stopSampling)
 	<-sampleDone
-	if d := sink.delivered.Load(); d != total {
-		return fmt.Errorf("delivered %d, ingested %d (the counting sink must see each exactly once)", d, total)
+	if missing, dup, bad := sink.check(); sink.delivered.Load() != total || missing+dup+bad > 0 {
+		return fmt.Errorf("delivered %d, ingested %d: %d never delivered, %d more than once, %d unknown (each must be delivered exactly once); consumer counters %s",
+			sink.delivered.Load(), total, missing, dup, bad, counters(regs))
 	}
 	// Figures over the live-ingest samples only (the drain is reported apart).
 	var lagC, lagU []int64
@@ -602,4 +655,27 @@ func loadAvg() string {
 		return "?"
 	}
 	return strings.Join(f[:3], " ")
+}
+
+// counters sums the consumers' counters over the replicas' registries: what
+// they sent, filtered, dropped, lost, and what the dedupe window dropped.
+func counters(regs []*prometheus.Registry) string {
+	sum := map[string]float64{}
+	for _, reg := range regs {
+		mfs, _ := reg.Gather()
+		for _, mf := range mfs {
+			for _, m := range mf.GetMetric() {
+				if c := m.GetCounter(); c != nil {
+					sum[mf.GetName()] += c.GetValue()
+				}
+			}
+		}
+	}
+	var parts []string
+	for _, n := range []string{"eventpipe_sink_sent_records_total", "eventpipe_sink_filtered_records_total", "eventpipe_sink_failed_records_total",
+		"eventpipe_sink_lost_records_total", "eventpipe_collector_backbone_duplicates_dropped_total", "eventpipe_collector_backbone_undecodable_records_total",
+		"eventpipe_collector_backbone_dedupe_seeded_records_total", "eventpipe_collector_backbone_dedupe_evictions_total", "eventpipe_sink_cursor_commits_total"} {
+		parts = append(parts, fmt.Sprintf("%s=%.0f", strings.TrimPrefix(n, "eventpipe_"), sum[n]))
+	}
+	return strings.Join(parts, " ")
 }
