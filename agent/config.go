@@ -36,8 +36,14 @@ type Config struct {
 
 // CollectorConfig says where and how to reach the collector's Ingest service.
 type CollectorConfig struct {
-	// Address is host:port.
+	// Address is host:port, or a gRPC target (dns:///collector:7070: a
+	// headless Service's name resolves to every replica).
 	Address string `yaml:"address"`
+	// Addresses lists collector replicas (host:port each), instead of
+	// Address: the agent connects to one of them, in a random order so
+	// agents spread, and when it fails moves on to another, re-sending
+	// whatever was not acknowledged (docs/kafka-backbone.md, "Failover").
+	Addresses []string `yaml:"addresses"`
 	// Stream names the cursor at the collector (one per watch).
 	Stream string `yaml:"stream"`
 	// Insecure uses plaintext gRPC (tests, a sidecar on loopback). Otherwise
@@ -157,7 +163,7 @@ type HTTPConfig struct {
 }
 
 // NewDefaultConfig returns a configuration that needs only Cluster and
-// Collector.Address.
+// Collector.Address (or Collector.Addresses).
 func NewDefaultConfig() Config {
 	return Config{
 		Collector: CollectorConfig{Stream: "events", DialTimeout: 10 * time.Second},
@@ -259,10 +265,25 @@ func (c Config) Validate() error {
 	} else if strings.TrimSpace(c.Cluster) != c.Cluster {
 		add("cluster", "%q has leading or trailing spaces", c.Cluster)
 	}
-	if c.Collector.Address == "" {
-		add("collector.address", "must be set (host:port)")
-	} else if err := checkTarget(c.Collector.Address); err != nil {
-		add("collector.address", "%v", err)
+	switch {
+	case c.Collector.Address == "" && len(c.Collector.Addresses) == 0:
+		add("collector.address", "must be set (host:port), or collector.addresses (a list of replicas)")
+	case c.Collector.Address != "" && len(c.Collector.Addresses) > 0:
+		add("collector.addresses", "set collector.address or collector.addresses, not both")
+	case c.Collector.Address != "":
+		if err := checkTarget(c.Collector.Address); err != nil {
+			add("collector.address", "%v", err)
+		}
+	}
+	seenAddr := map[string]bool{}
+	for i, a := range c.Collector.Addresses {
+		at := fmt.Sprintf("collector.addresses[%d]", i)
+		if err := config.DialAddr(a); err != nil {
+			add(at, "%v (each entry is host:port)", err)
+		} else if seenAddr[a] {
+			add(at, "duplicate %q", a)
+		}
+		seenAddr[a] = true
 	}
 	if c.HTTP.Listen != "" {
 		if err := config.ListenAddr(c.HTTP.Listen); err != nil {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"strings"
 	"sync"
@@ -17,6 +18,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/resolver"
+	"google.golang.org/grpc/resolver/manual"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -403,12 +407,52 @@ func dialCollector(cfg CollectorConfig) (*grpc.ClientConn, error) {
 	if cfg.TokenFile != "" {
 		opts = append(opts, grpc.WithPerRPCCredentials(tokenFileCreds{path: cfg.TokenFile, secure: !cfg.Insecure}))
 	}
-	opts = append(opts, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16<<20), grpc.MaxCallSendMsgSize(64<<20)))
-	conn, err := grpc.NewClient(cfg.Address, opts...)
+	opts = append(opts,
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16<<20), grpc.MaxCallSendMsgSize(64<<20)),
+		// A collector whose node vanished sends no reset: pings find out,
+		// so the shipper moves to another replica instead of waiting on a
+		// dead connection. The collector permits pings every 10s.
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 20 * time.Second, Timeout: 10 * time.Second, PermitWithoutStream: true}),
+	)
+	target := cfg.Address
+	if len(cfg.Addresses) > 0 {
+		var r *manual.Resolver
+		target, r = replicasResolver(cfg.Addresses)
+		opts = append(opts, grpc.WithResolvers(r),
+			// One connection at a time, to the first replica of a shuffled
+			// list that answers; when it breaks, the next Ship stream
+			// goes to whichever answers then.
+			grpc.WithDefaultServiceConfig(`{"loadBalancingConfig":[{"pick_first":{"shuffleAddressList":true}}]}`))
+	}
+	conn, err := grpc.NewClient(target, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("collector client %s: %w", cfg.Address, err)
+		return nil, fmt.Errorf("collector client %s: %w", describeTarget(cfg), err)
 	}
 	return conn, nil
+}
+
+// replicasResolver serves collector.addresses to gRPC as one target. Each
+// address keeps its host as the TLS server name, as if dialled alone.
+func replicasResolver(addrs []string) (string, *manual.Resolver) {
+	r := manual.NewBuilderWithScheme("eventpipe-collectors")
+	state := resolver.State{}
+	for _, a := range addrs {
+		host, _, err := net.SplitHostPort(a)
+		if err != nil {
+			host = a
+		}
+		state.Addresses = append(state.Addresses, resolver.Address{Addr: a, ServerName: host})
+	}
+	r.InitialState(state)
+	return r.Scheme() + ":///collectors", r
+}
+
+// describeTarget names the collector(s) in messages.
+func describeTarget(cfg CollectorConfig) string {
+	if len(cfg.Addresses) > 0 {
+		return strings.Join(cfg.Addresses, ",")
+	}
+	return cfg.Address
 }
 
 // tokenFileCreds sends "authorization: Bearer <token>", re-reading the file

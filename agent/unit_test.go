@@ -59,6 +59,11 @@ func TestConfigFiles(t *testing.T) {
 			"enrich.persistent_window: 1us is below 1ms",
 		},
 		"placeholder.bad.yaml": {`cluster: "CHANGE-ME" is the placeholder of the shipped manifests`},
+		"replicas.bad.yaml": {
+			"collector.addresses: set collector.address or collector.addresses, not both",
+			`collector.addresses[1]: "dns:///collector:7070"`,
+			`collector.addresses[2]: duplicate "collector-0.collector:7070"`,
+		},
 		"addresses.bad.yaml": {
 			`collector.address: "256.1.1.1:7070": host "256.1.1.1" is not a valid IPv4 address`,
 			`http.listen: ":99999": port 99999 is out of range 0-65535`,

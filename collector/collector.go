@@ -15,10 +15,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
-	"google.golang.org/grpc/status"
 
 	"github.com/eventpipe/eventpipe/api/config"
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
@@ -42,17 +40,21 @@ type Collector struct {
 	m          *metrics
 
 	store *store.Store // nil in Kafka mode
-	// backbone replaces the store in Kafka mode (nil otherwise).
-	backbone *backbone.Writer
-	sinkSrc  sinkSource // the log as every runner reads it: one shared decode
-	runners  []*sinks.Runner
-	closers  []func() error
-	auth     *authenticator
-	grpc     *grpc.Server
-	grpcLis  net.Listener
-	http     *http.Server
-	httpLis  net.Listener
-	ready    *readiness
+	// backbone replaces the store in Kafka mode (nil otherwise), and
+	// groupSinks and kfollow read it in place of the local runners and
+	// Follow server.
+	backbone   *backbone.Writer
+	groupSinks *backbone.GroupSinks
+	kfollow    *kafkaFollowServer
+	sinkSrc    sinkSource // the log as every runner reads it: one shared decode
+	runners    []*sinks.Runner
+	closers    []func() error
+	auth       *authenticator
+	grpc       *grpc.Server
+	grpcLis    net.Listener
+	http       *http.Server
+	httpLis    net.Listener
+	ready      *readiness
 	// drain is cancelled first on shutdown: streams finish what they hold
 	// and end, so GracefulStop does not wait for long-lived streams.
 	drain     context.Context
@@ -114,9 +116,23 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer, opts ...Opt
 	}
 
 	if cfg.KafkaMode() {
-		// Sinks and Follow read the local log; in Kafka mode Validate
-		// refuses sinks, and Follow answers FailedPrecondition.
 		if err := c.openBackbone(); err != nil {
+			return nil, err
+		}
+		var list []backbone.GroupSink
+		for _, sc := range cfg.Sinks {
+			p, err := c.newPusher(sc)
+			if err != nil {
+				return nil, err
+			}
+			list = append(list, backbone.GroupSink{Runner: sc.RunnerConfig(), Pusher: p})
+		}
+		if len(list) > 0 {
+			if c.groupSinks, err = backbone.NewGroupSinks(*cfg.Backbone, list, logger.With("part", "sinks"), reg); err != nil {
+				return nil, err
+			}
+		}
+		if c.kfollow, err = newKafkaFollowServer(*cfg.Backbone, cfg.Follow, logger.With("api", "follow"), c.m, reg, c.drain); err != nil {
 			return nil, err
 		}
 		c.ready = &readiness{log: c.backbone, what: "kafka backbone"}
@@ -163,7 +179,9 @@ func (c *Collector) openBackbone() error {
 	return nil
 }
 
-func (c *Collector) addSink(sc SinkConfig) error {
+// newPusher builds the destination of one sink entry; its Close is run
+// when the collector stops.
+func (c *Collector) newPusher(sc SinkConfig) (sinks.Pusher, error) {
 	slogger := c.logger.With("sink", sc.Name)
 	var p sinks.Pusher
 	var closeFn func() error
@@ -171,25 +189,33 @@ func (c *Collector) addSink(sc SinkConfig) error {
 	case SinkFile:
 		s, err := file.New(*sc.File, slogger, c.reg)
 		if err != nil {
-			return fmt.Errorf("sink %q: %w", sc.Name, err)
+			return nil, fmt.Errorf("sink %q: %w", sc.Name, err)
 		}
 		p, closeFn = s, s.Close
 	case SinkLoki:
 		s, err := loki.New(*sc.Loki, slogger, c.reg)
 		if err != nil {
-			return fmt.Errorf("sink %q: %w", sc.Name, err)
+			return nil, fmt.Errorf("sink %q: %w", sc.Name, err)
 		}
 		p, closeFn = s, s.Close
 	case SinkKafka:
 		s, err := kafka.New(*sc.Kafka, slogger, c.reg)
 		if err != nil {
-			return fmt.Errorf("sink %q: %w", sc.Name, err)
+			return nil, fmt.Errorf("sink %q: %w", sc.Name, err)
 		}
 		p, closeFn = s, s.Close
 	default:
-		return fmt.Errorf("sink %q: unknown type %q", sc.Name, sc.Type)
+		return nil, fmt.Errorf("sink %q: unknown type %q", sc.Name, sc.Type)
 	}
 	c.closers = append(c.closers, closeFn)
+	return p, nil
+}
+
+func (c *Collector) addSink(sc SinkConfig) error {
+	p, err := c.newPusher(sc)
+	if err != nil {
+		return err
+	}
 	cur, err := c.store.Cursor(sc.Name)
 	if err != nil {
 		return fmt.Errorf("sink %q: cursor: %w", sc.Name, err)
@@ -232,7 +258,7 @@ func (c *Collector) buildGRPC() error {
 	if c.backbone != nil {
 		ingest.log, ingest.maxOcc = backboneLog{c.backbone}, c.backbone.MaxOccurrenceBytes()
 		eventpipev1.RegisterIngestServer(c.grpc, ingest)
-		eventpipev1.RegisterFollowServer(c.grpc, noFollowServer{})
+		eventpipev1.RegisterFollowServer(c.grpc, c.kfollow)
 		return nil
 	}
 	ingest.log = storeLog{c.store}
@@ -259,17 +285,6 @@ func (c *Collector) HTTPAddr() string { return c.httpLis.Addr().String() }
 // Kafka mode.
 func (c *Collector) Store() *store.Store { return c.store }
 
-// noFollowServer answers Follow in Kafka mode until Follow is served from
-// the backbone topic: clearly, so a caller does not take it for an
-// outage.
-type noFollowServer struct {
-	eventpipev1.UnimplementedFollowServer
-}
-
-func (noFollowServer) Follow(*eventpipev1.FollowRequest, grpc.ServerStreamingServer[eventpipev1.FollowResponse]) error {
-	return status.Error(codes.FailedPrecondition, "follow is not served by collectors in log: kafka mode yet (it needs Follow over the backbone topic, docs/kafka-backbone.md); use a collector with log: local")
-}
-
 // Runners are the sink runners, in configuration order.
 func (c *Collector) Runners() []*sinks.Runner { return c.runners }
 
@@ -292,6 +307,10 @@ func (c *Collector) closeAll() {
 			c.logger.Warn("close store", "err", err)
 		}
 	}
+	if c.kfollow != nil {
+		c.kfollow.Close()
+		c.kfollow = nil
+	}
 	if c.backbone != nil {
 		c.backbone.Close()
 		c.backbone = nil
@@ -305,7 +324,7 @@ func (c *Collector) closeAll() {
 // holds), stop the store and close it. Run may be called once.
 func (c *Collector) Run(ctx context.Context) error {
 	// c.cfg changes on reload: read what Run needs now.
-	grace, storeDir := c.cfg.GRPC.ShutdownGrace, c.cfg.Store.Dir
+	grace, storeDir, nSinks := c.cfg.GRPC.ShutdownGrace, c.cfg.Store.Dir, len(c.cfg.Sinks)
 	if c.backbone != nil {
 		storeDir = "kafka:" + c.cfg.Backbone.Topic
 	}
@@ -346,6 +365,12 @@ func (c *Collector) Run(ctx context.Context) error {
 	for _, r := range c.runners {
 		sinkG.Go(func() error { early("sink "+r.Name(), r.Run(sinkCtx)); return nil })
 	}
+	if c.groupSinks != nil {
+		// Each sink is a consumer group member; on stop it commits what
+		// its partitions delivered and leaves the groups, so the other
+		// replicas take the partitions over at once.
+		sinkG.Go(func() error { early("sinks (consumer groups)", c.groupSinks.Run(sinkCtx)); return nil })
+	}
 
 	frontCtx, stopFront := context.WithCancel(context.Background())
 	defer stopFront()
@@ -375,7 +400,7 @@ func (c *Collector) Run(ctx context.Context) error {
 			return nil
 		})
 	}
-	c.logger.Info("collector started", "grpc", c.GRPCAddr(), "http", c.HTTPAddr(), "sinks", len(c.runners), "store", storeDir)
+	c.logger.Info("collector started", "grpc", c.GRPCAddr(), "http", c.HTTPAddr(), "sinks", nSinks, "store", storeDir)
 
 	<-root.Done()
 	c.logger.Info("collector stopping: ingress first", "grace", grace)
@@ -389,6 +414,11 @@ func (c *Collector) Run(ctx context.Context) error {
 		c.logger.Warn("graceful stop timed out; closing open streams")
 		c.grpc.Stop()
 		<-stopped
+	}
+	if c.kfollow != nil {
+		// The gRPC server has stopped: every Follow stream has ended.
+		c.kfollow.Close()
+		c.kfollow = nil
 	}
 	hctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	if err := c.http.Shutdown(hctx); err != nil {

@@ -430,13 +430,10 @@ func orLocal(log string) string {
 	return log
 }
 
-// kafkaModeLimits refuses what log: kafka cannot do yet in this build,
-// and a Kafka sink that would write into the backbone topic itself.
+// kafkaModeLimits refuses a Kafka sink that would write into the
+// backbone's own topics.
 func (c Config) kafkaModeLimits() []error {
 	var errs []error
-	if len(c.Sinks) > 0 {
-		errs = append(errs, fmt.Errorf("sinks: not supported yet with log: kafka (sinks in kafka mode need the consumer-group sink runners, docs/kafka-backbone.md); remove them or use log: local"))
-	}
 	for i, s := range c.Sinks {
 		if s.Type == SinkKafka && s.Kafka != nil && c.Backbone != nil && (s.Kafka.Topic == c.Backbone.Topic || s.Kafka.Topic == c.Backbone.CursorTopic) {
 			errs = append(errs, fmt.Errorf("sinks[%d].kafka.topic: %q is a backbone topic; a Kafka sink needs a topic of its own", i, s.Kafka.Topic))

@@ -123,7 +123,6 @@ func TestConfigBadFiles(t *testing.T) {
 			`backbone.brokers[0]: "kafka-0.kafka" is not host:port`,
 			"backbone.produce_timeout: 10ms is too short",
 			"store: set, but log is kafka",
-			"sinks: not supported yet with log: kafka",
 			`sinks[0].kafka.topic: "eventpipe.occurrences" is a backbone topic`,
 		},
 		"log-mode.bad.yaml": {

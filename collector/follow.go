@@ -108,31 +108,49 @@ func (s selector) match(p *Principal, o *eventpipev1.Occurrence) bool {
 }
 
 func (f *followServer) Follow(req *eventpipev1.FollowRequest, stream eventpipev1.Follow_FollowServer) error {
+	return serveFollow(f.drain, stream, func(ctx context.Context) error { return f.follow(ctx, req, stream) })
+}
+
+// serveFollow runs one Follow stream (local or Kafka mode) until fn
+// returns; when the collector starts shutting down (drain) the stream ends
+// with Unavailable so the subscriber resumes elsewhere.
+func serveFollow(drain context.Context, stream eventpipev1.Follow_FollowServer, fn func(ctx context.Context) error) error {
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
-	defer context.AfterFunc(f.drain, cancel)()
-	err := f.follow(ctx, req, stream)
-	if f.drain.Err() != nil && stream.Context().Err() == nil {
-		return status.Error(codes.Unavailable, "collector shutting down: resume with after_cursor set to the last cursor received")
+	defer context.AfterFunc(drain, cancel)()
+	err := fn(ctx)
+	if drain.Err() != nil && stream.Context().Err() == nil {
+		return status.Error(codes.Unavailable, "collector shutting down: resume with after_cursor (or after_position) set to the last one received")
 	}
 	return err
 }
 
-func (f *followServer) follow(ctx context.Context, req *eventpipev1.FollowRequest, stream eventpipev1.Follow_FollowServer) error {
+// admitFollow checks a Follow request the same way in local and Kafka
+// mode: exactly one selector, an authenticated principal, the workspace
+// grant, the tail limit.
+func admitFollow(ctx context.Context, req *eventpipev1.FollowRequest, m *metrics, maxTail uint32) (selector, *Principal, error) {
 	sel, err := parseSelector(req)
 	if err != nil {
-		return err
+		return sel, nil, err
 	}
 	p := principalFrom(ctx)
 	if p == nil {
-		return status.Error(codes.Unauthenticated, "no principal")
+		return sel, nil, status.Error(codes.Unauthenticated, "no principal")
 	}
 	if sel.workspace != "" && !p.mayRead(sel.workspace) {
-		f.m.authFailures.WithLabelValues(authWorkspace).Inc()
-		return status.Errorf(codes.PermissionDenied, "%q may not follow workspace %q", p.Name, sel.workspace)
+		m.authFailures.WithLabelValues(authWorkspace).Inc()
+		return sel, nil, status.Errorf(codes.PermissionDenied, "%q may not follow workspace %q", p.Name, sel.workspace)
 	}
-	if req.GetTail() > f.maxTail {
-		return status.Errorf(codes.InvalidArgument, "tail %d exceeds the maximum %d (follow.max_tail)", req.GetTail(), f.maxTail)
+	if req.GetTail() > maxTail {
+		return sel, nil, status.Errorf(codes.InvalidArgument, "tail %d exceeds the maximum %d (follow.max_tail)", req.GetTail(), maxTail)
+	}
+	return sel, p, nil
+}
+
+func (f *followServer) follow(ctx context.Context, req *eventpipev1.FollowRequest, stream eventpipev1.Follow_FollowServer) error {
+	sel, p, err := admitFollow(ctx, req, f.m, f.maxTail)
+	if err != nil {
+		return err
 	}
 	f.m.subscribers.Inc()
 	defer f.m.subscribers.Dec()

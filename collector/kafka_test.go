@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -74,12 +75,18 @@ func getCursor(t *testing.T, addr, cluster string) (*eventpipev1.GetCursorRespon
 }
 
 // TestKafkaModeAckMeansInKafka: two replicas in Kafka mode; a batch
-// acknowledged by one is in the backbone topic, and the other replica
-// answers GetCursor with its resourceVersion.
+// acknowledged by one is in the backbone topic, the other replica answers
+// GetCursor with its resourceVersion and serves Follow for it, and the
+// replicas' file sinks (one consumer group) write every occurrence between
+// them.
 func TestKafkaModeAckMeansInKafka(t *testing.T) {
 	kc := startKafka(t)
 	cfg := kafkaConfig(t, kc)
-	a, b := startCollector(t, cfg), startCollector(t, cfg)
+	dir := t.TempDir()
+	cfgA, cfgB := cfg, cfg
+	cfgA.Sinks = []SinkConfig{fileSink("file", filepath.Join(dir, "a.jsonl"))}
+	cfgB.Sinks = []SinkConfig{fileSink("file", filepath.Join(dir, "b.jsonl"))}
+	a, b := startCollector(t, cfgA), startCollector(t, cfgB)
 	if a.c.Store() != nil {
 		t.Fatal("a local store was opened in Kafka mode")
 	}
@@ -148,10 +155,41 @@ func TestKafkaModeAckMeansInKafka(t *testing.T) {
 		t.Error("no produce latency observed")
 	}
 
-	_, err = follow(t, ctx, dial(t, b.c.GRPCAddr(), readerWS1), &eventpipev1.FollowRequest{SandboxId: "sbx-1"}, 1)
-	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "log: kafka") {
-		t.Errorf("Follow in Kafka mode: %v", err)
+	// Follow for one sandbox, from the replica that did not ingest.
+	wantSbx := 0
+	for _, b := range batches {
+		for _, o := range b.GetOccurrences() {
+			if o.GetSandbox().GetId() == "sbx-1" {
+				wantSbx++
+			}
+		}
 	}
+	got2, err := follow(t, ctx, dial(t, b.c.GRPCAddr(), readerWS1), &eventpipev1.FollowRequest{SandboxId: "sbx-1", Tail: 1000, NoFollow: true}, 0)
+	if err != nil || len(got2) != wantSbx {
+		t.Errorf("Follow sbx-1 on replica b: %d occurrences (err %v), want %d", len(got2), err, wantSbx)
+	}
+
+	// The file sinks: one consumer group over both replicas.
+	var inFiles map[string]int
+	eventually(t, "every occurrence in one of the file sinks", func() bool {
+		inFiles = readJSONL(t, filepath.Join(dir, "a.jsonl"))
+		for id, n := range readJSONL(t, filepath.Join(dir, "b.jsonl")) {
+			inFiles[id] += n
+		}
+		for id := range want {
+			if inFiles[id] == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	twice := 0
+	for _, n := range inFiles {
+		if n > 1 {
+			twice++
+		}
+	}
+	t.Logf("file sinks: %d event_ids, %d written more than once (a partition handed over between the replicas)", len(inFiles), twice)
 }
 
 // TestKafkaModeRefusedProduceIsNotAcknowledged: while Kafka refuses the
@@ -210,5 +248,38 @@ func TestKafkaModeMissingTopicRefusesStart(t *testing.T) {
 	_, err := New(cfg, testLogger(t), nil)
 	if !errors.Is(err, backbone.ErrTopicMissing) || !strings.Contains(err.Error(), "eventpipe.occurrences") || !strings.Contains(err.Error(), "create_topics") {
 		t.Fatalf("New: %v", err)
+	}
+}
+
+// TestKafkaModeOversizedOccurrenceRefusedAlone: an occurrence too large
+// for a backbone record is refused for good in the ack (too_large) and
+// the rest of its batch is stored, as in local mode.
+func TestKafkaModeOversizedOccurrenceRefusedAlone(t *testing.T) {
+	kc := startKafka(t)
+	cfg := kafkaConfig(t, kc)
+	cfg.Backbone.MaxRecordBytes = 64 << 10
+	a := startCollector(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	big := occ("c1/big/1", "sbx-1", "ws1", "demo", "gw")
+	big.Message = strings.Repeat("x", 60<<10)
+	acks, err := ship(t, ctx, dial(t, a.c.GRPCAddr(), agentToken),
+		batch(1, "c1", "7", occ("c1/ok/1", "sbx-1", "ws1", "demo", "gw"), big, occ("c1/ok/2", "sbx-2", "ws1", "demo", "gw")))
+	if err != nil || len(acks) != 1 {
+		t.Fatalf("acks %v, err %v", acks, err)
+	}
+	ack := acks[0]
+	if ack.GetStored() != 2 || len(ack.GetRejected()) != 1 || ack.GetRejected()[0].GetReason() != "too_large" || ack.GetRejected()[0].GetIndex() != 1 {
+		t.Fatalf("ack %v, want 2 stored and index 1 refused as too_large", ack)
+	}
+	got := map[string]bool{}
+	for _, r := range backboneRecords(t, cfg, 2) {
+		got[backbone.EventID(r)] = true
+	}
+	if !got["c1/ok/1"] || !got["c1/ok/2"] || got["c1/big/1"] {
+		t.Fatalf("backbone holds %v", got)
+	}
+	if resp, err := getCursor(t, a.c.GRPCAddr(), "c1"); err != nil || resp.GetResourceVersion() != "7" {
+		t.Fatalf("cursor %v %v, want 7", resp, err)
 	}
 }

@@ -134,8 +134,18 @@ func (c *Collector) reload() {
 		cur.Sinks[i].Filter = s.Filter
 		applied = append(applied, "sinks."+r.Name()+".filter")
 	}
+	var filterRestart []string
+	if c.groupSinks != nil {
+		// In Kafka mode each partition has its own runner, started by the
+		// consumer group: a new filter takes effect at the next start.
+		for _, s := range cur.Sinks {
+			if n, ok := byName[s.Name]; ok && !reflect.DeepEqual(n.Filter, s.Filter) {
+				filterRestart = append(filterRestart, "sinks."+s.Name+".filter (log: kafka)")
+			}
+		}
+	}
 
-	restart := restartNeeded(cur, next)
+	restart := append(restartNeeded(cur, next), filterRestart...)
 	cur.Auth = newAuth
 	c.cfg = cur
 	c.m.reloads.WithLabelValues("applied").Inc()

@@ -76,7 +76,8 @@ func runAgent(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	fs.Visit(func(f *flag.Flag) {
 		switch f.Name {
 		case "collector":
-			cfg.Collector.Address = *collector
+			// The flag names one collector and replaces the file's list.
+			cfg.Collector.Address, cfg.Collector.Addresses = *collector, nil
 		case "cluster":
 			cfg.Cluster = *cluster
 		case "collector-insecure":
@@ -158,7 +159,7 @@ func runAgent(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 			}
 		}()
 	}
-	logger.Info("agent starting", "cluster", cfg.Cluster, "collector", cfg.Collector.Address, "leader_election", cfg.LeaderElection.Enabled)
+	logger.Info("agent starting", "cluster", cfg.Cluster, "collector", cfg.Collector.Address, "collectors", cfg.Collector.Addresses, "leader_election", cfg.LeaderElection.Enabled)
 	if err := a.Run(ctx); err != nil {
 		logger.Error("agent stopped with an error", "err", err)
 		return 1

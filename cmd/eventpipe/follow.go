@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"flag"
 	"fmt"
@@ -59,14 +60,16 @@ Examples:
   eventpipe follow --sandbox 2ff21e26-1a7b-49a2-a640-14ae153f93ea --tail 200 --no-follow
   # resume where a previous run stopped (it prints the cursor on exit)
   eventpipe follow --sandbox 2ff21e26-1a7b-49a2-a640-14ae153f93ea --after 1234
+  # the same against collectors in Kafka mode (any replica; it prints the position on exit)
+  eventpipe follow --workspace repro --after-position <the position it printed>
   # machine-readable: one JSON object per line {"cursor": "...", "occurrence": {...}}
   eventpipe follow --gateway openshell -o json --insecure
   # only new events, against a local development collector (plaintext)
   eventpipe follow --insecure --sandbox 2ff21e26-1a7b-49a2-a640-14ae153f93ea --tail 0
 
 A reader token sees only the workspaces it was granted: a sandbox of another
-workspace shows no events. Ctrl-C stops (exit 0) and prints the cursor to resume
-from. While following, an unreachable collector is retried with backoff.
+workspace shows no events. Ctrl-C stops (exit 0) and prints the cursor (or, from
+collectors in Kafka mode, the position) to resume from. While following, an unreachable collector is retried with backoff.
 
 Exit status: 0 done or interrupted, 1 refused or failed, 2 bad flags.
 
@@ -83,6 +86,7 @@ type followOptions struct {
 	sandbox, workspace, name, gw string
 	tail                         uint
 	after                        uint64
+	afterPosition                string // base64url, as printed on exit
 	noFollow                     bool
 	output                       string
 }
@@ -104,6 +108,7 @@ func runFollow(ctx context.Context, args []string, _ io.Reader, stdout, stderr i
 	fs.StringVar(&o.gw, "gateway", "", "selector: every sandbox of this gateway id")
 	fs.UintVar(&o.tail, "tail", 50, "replay the last N matching events first (ignored with --after)")
 	fs.Uint64Var(&o.after, "after", 0, "resume: every matching event after this cursor (printed when a previous run stopped)")
+	fs.StringVar(&o.afterPosition, "after-position", "", "resume from collectors in Kafka mode: every matching event after this position (printed when a previous run stopped)")
 	fs.BoolVar(&o.noFollow, "no-follow", false, "print the replay and exit instead of following live")
 	fs.StringVar(&o.output, "output", "text", "output format: text or json")
 	fs.StringVar(&o.output, "o", "text", "shorthand for --output")
@@ -158,6 +163,9 @@ func (o *followOptions) validate() []string {
 	}
 	if o.output != "text" && o.output != "json" {
 		p = append(p, fmt.Sprintf("--output must be text or json, got %q", o.output))
+	}
+	if _, err := decodePosition(o.afterPosition); err != nil {
+		p = append(p, fmt.Sprintf("--after-position is not a position printed by eventpipe follow: %v", err))
 	}
 	if o.tail > 1<<32-1 {
 		p = append(p, fmt.Sprintf("--tail %d is too large", o.tail))
@@ -215,6 +223,11 @@ type follower struct {
 	// resume is the cursor to resume after: the last message printed, or
 	// the log's end when the subscription started and nothing matched yet.
 	resume uint64
+	// position is resume's counterpart from collectors in Kafka mode
+	// (FollowResponse.position, or the eventpipe-last-position-bin
+	// header); nil from a collector in local mode. Both are sent on a
+	// resume: each mode reads its own.
+	position []byte
 	// lossReported is the loss a DataLoss error already reported, so the
 	// header of the resubscription does not report it twice.
 	lossReported uint64
@@ -226,10 +239,11 @@ func (f *follower) request() *eventpipev1.FollowRequest {
 		NoFollow: f.opts.noFollow,
 	}
 	switch {
-	case f.resume > 0:
-		req.AfterCursor = f.resume
-	case f.opts.after > 0:
+	case f.resume > 0 || len(f.position) > 0:
+		req.AfterCursor, req.AfterPosition = f.resume, f.position
+	case f.opts.after > 0 || f.opts.afterPosition != "":
 		req.AfterCursor = f.opts.after
+		req.AfterPosition, _ = decodePosition(f.opts.afterPosition)
 	default:
 		req.Tail = uint32(f.opts.tail)
 	}
@@ -318,6 +332,9 @@ func (f *follower) explain(st *status.Status) string {
 		}
 		return fmt.Sprintf("the collector does not allow these credentials to follow %s: use a token or client certificate with role reader granted %s (%s)", what, need, st.Message())
 	case codes.OutOfRange:
+		if len(f.request().GetAfterPosition()) > 0 {
+			return fmt.Sprintf("cannot resume from that position: %s; run again without --after-position (or with --tail)", st.Message())
+		}
 		return fmt.Sprintf("cannot resume after cursor %d: %s; run again without --after (or with --tail)", f.request().GetAfterCursor(), st.Message())
 	case codes.InvalidArgument:
 		return fmt.Sprintf("the collector refused the request: %s", st.Message())
@@ -351,6 +368,9 @@ func (f *follower) once(ctx context.Context) (gotHeader bool, _ error) {
 			// subscription time was considered. (The trailer only repeats
 			// a loss the header already reported.)
 			f.resume = max(f.resume, mdUint(hdr, collector.HeaderLastCursor))
+			if p := mdBytes(hdr, collector.HeaderLastPosition); len(p) > 0 {
+				f.position = p
+			}
 			return gotHeader, nil
 		}
 		if err != nil {
@@ -360,6 +380,9 @@ func (f *follower) once(ctx context.Context) (gotHeader bool, _ error) {
 			return gotHeader, status.Errorf(codes.Canceled, "write output: %v", err)
 		}
 		f.resume = m.GetCursor()
+		if len(m.GetPosition()) > 0 {
+			f.position = m.GetPosition()
+		}
 	}
 }
 
@@ -378,8 +401,9 @@ func (f *follower) checkHeader(req *eventpipev1.FollowRequest, hdr metadata.MD) 
 	// Nothing printed yet and not resuming: everything up to the log's end
 	// at subscription time has been considered, so a reconnect continues
 	// after it instead of replaying the tail again.
-	if f.resume == 0 && req.GetAfterCursor() == 0 {
+	if f.resume == 0 && len(f.position) == 0 && req.GetAfterCursor() == 0 && len(req.GetAfterPosition()) == 0 {
 		f.resume = mdUint(hdr, collector.HeaderLastCursor)
+		f.position = mdBytes(hdr, collector.HeaderLastPosition)
 	}
 }
 
@@ -398,6 +422,11 @@ func (f *follower) warnLost(n, after uint64, more bool) {
 }
 
 func (f *follower) printResume() {
+	if len(f.position) > 0 {
+		p := base64.RawURLEncoding.EncodeToString(f.position)
+		fmt.Fprintf(f.stderr, "eventpipe follow: last position %s (resume with --after-position %s)\n", p, p)
+		return
+	}
 	if f.resume > 0 {
 		fmt.Fprintf(f.stderr, "eventpipe follow: last cursor %d (resume with --after %d)\n", f.resume, f.resume)
 	}
@@ -439,6 +468,23 @@ func tlsHint(msg string) string {
 func parseDataLoss(msg string) (n, after uint64) {
 	fmt.Sscanf(msg, "%d log records after cursor %d", &n, &after)
 	return n, after
+}
+
+// mdBytes is a binary (-bin) metadata value, nil when absent.
+func mdBytes(md metadata.MD, key string) []byte {
+	v := md.Get(key)
+	if len(v) == 0 || v[0] == "" {
+		return nil
+	}
+	return []byte(v[0])
+}
+
+// decodePosition reads --after-position (nil when empty).
+func decodePosition(s string) ([]byte, error) {
+	if s == "" {
+		return nil, nil
+	}
+	return base64.RawURLEncoding.DecodeString(strings.TrimRight(s, "="))
 }
 
 func mdUint(md metadata.MD, key string) uint64 {

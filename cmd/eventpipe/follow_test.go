@@ -742,3 +742,83 @@ func TestFollowCommandTLS(t *testing.T) {
 		})
 	}
 }
+
+// From collectors in Kafka mode the command keeps the position each
+// message carries, resumes with it (beside the cursor) after a broken
+// stream, and prints it on exit for --after-position.
+func TestFollowCommandResumesByPosition(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	oldMin := followBackoffMin
+	followBackoffMin = 20 * time.Millisecond
+	defer func() { followBackoffMin = oldMin }()
+	seed := seedOccurrences()
+	p0, p1, p2 := []byte{1, 0, 1, 0, 7}, []byte{1, 0, 1, 0, 8}, []byte{1, 0, 1, 0, 9}
+	sent := make(chan struct{})
+	srv := &scriptedFollow{reqs: make(chan *eventpipev1.FollowRequest, 10), calls: []func(eventpipev1.Follow_FollowServer) error{
+		func(st eventpipev1.Follow_FollowServer) error {
+			st.SendHeader(metadata.Pairs(collector.HeaderLostRecords, "0", collector.HeaderLastCursor, "0", collector.HeaderLastPosition, string(p0)))
+			if err := st.Send(&eventpipev1.FollowResponse{Cursor: 3, Occurrence: seed[2], Position: p1, Partition: 4}); err != nil {
+				return err
+			}
+			return status.Error(codes.Unavailable, "replica killed")
+		},
+		func(st eventpipev1.Follow_FollowServer) error {
+			st.SendHeader(metadata.Pairs(collector.HeaderLostRecords, "0", collector.HeaderLastCursor, "0", collector.HeaderLastPosition, string(p0)))
+			if err := st.Send(&eventpipev1.FollowResponse{Cursor: 6, Occurrence: seed[5], Position: p2, Partition: 1}); err != nil {
+				return err
+			}
+			close(sent)
+			<-st.Context().Done()
+			return nil
+		},
+	}}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	eventpipev1.RegisterFollowServer(gs, srv)
+	go gs.Serve(lis)
+	defer gs.Stop()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var out, errb syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- runFollow(ctx, []string{"--collector", lis.Addr().String(), "--insecure", "--workspace", "repro"}, nil, &out, &errb)
+	}()
+	select {
+	case <-sent:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("no resubscription; stderr:\n%s", errb.String())
+	}
+	waitFor(t, &out, "cursor=6")
+	cancel()
+	if code := <-done; code != 0 {
+		t.Fatalf("exit %d; stderr:\n%s", code, errb.String())
+	}
+	close(srv.reqs)
+	var reqs []*eventpipev1.FollowRequest
+	for r := range srv.reqs {
+		reqs = append(reqs, r)
+	}
+	if len(reqs) != 2 || len(reqs[0].GetAfterPosition()) != 0 || reqs[0].GetTail() != 50 {
+		t.Fatalf("first request %v", reqs)
+	}
+	if r := reqs[1]; !bytes.Equal(r.GetAfterPosition(), p1) || r.GetAfterCursor() != 3 || r.GetTail() != 0 {
+		t.Errorf("resume request: after_position %v after_cursor %d tail %d, want %v, 3, 0", r.GetAfterPosition(), r.GetAfterCursor(), r.GetTail(), p1)
+	}
+	want := "last position AQABAAk (resume with --after-position AQABAAk)"
+	if !strings.Contains(errb.String(), want) {
+		t.Errorf("stderr lacks %q:\n%s", want, errb.String())
+	}
+	// And --after-position sends it back.
+	o := followOptions{afterPosition: "AQABAAk", workspace: "repro", addr: "x:1", output: "text"}
+	if p := o.validate(); len(p) != 0 {
+		t.Fatalf("validate: %v", p)
+	}
+	f := &follower{opts: o}
+	if r := f.request(); !bytes.Equal(r.GetAfterPosition(), p2) || r.GetTail() != 0 {
+		t.Errorf("--after-position request: %v", r)
+	}
+}

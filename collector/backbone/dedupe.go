@@ -3,6 +3,7 @@ package backbone
 import (
 	"errors"
 	"fmt"
+	"hash/fnv"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -12,26 +13,39 @@ import (
 // copy an agent sends again when the acknowledgement of its batch was lost
 // in a collector failover (docs/kafka-consumers.md, "Dedupe window").
 //
-// Memory is bounded: a ring of Size ids and a set of the same ids. When the
-// ring is full the oldest id is forgotten (an eviction, counted); a resend
-// arriving more than Size records after its original is then let through
-// and the consumer is at-least-once for it, which is why the window's size
-// must cover the worst resend (the default does, see the doc).
+// Memory is bounded: a ring of Size ids and a set of the same ids, grown as
+// ids arrive (an idle partition costs nothing). Ids are kept as 128-bit
+// FNV-1a hashes (16 bytes instead of the id's 40-80): two different ids
+// collide with a probability near 2^-128 per pair, far below any other
+// cause of loss. When the ring is full the oldest id is forgotten (an
+// eviction, counted); a resend arriving more than Size records after its
+// original is then let through and the consumer is at-least-once for it,
+// which is why the window's size must cover the worst resend (the default
+// does, see the doc).
 //
 // A Window belongs to one goroutine (one partition's reader): it is not
 // safe for concurrent use.
 type Window struct {
-	ring    []string
-	next    int // where the next id goes
-	full    bool
-	set     map[string]struct{}
+	size    int
+	ring    []idKey
+	next    int // where the next id goes once the ring is full
+	set     map[idKey]struct{}
 	evicted uint64
+}
+
+type idKey [16]byte
+
+func keyOf(id string) idKey {
+	h := fnv.New128a()
+	_, _ = h.Write([]byte(id))
+	var k idKey
+	h.Sum(k[:0])
+	return k
 }
 
 // NewWindow returns a window of size ids (at least 1).
 func NewWindow(size int) *Window {
-	size = max(size, 1)
-	return &Window{ring: make([]string, size), set: make(map[string]struct{}, min(size, 1<<16))}
+	return &Window{size: max(size, 1), set: map[idKey]struct{}{}}
 }
 
 // Check reports whether id was seen within the window. A new id is
@@ -43,10 +57,11 @@ func (w *Window) Check(id string) (duplicate bool) {
 	if id == "" {
 		return false
 	}
-	if _, ok := w.set[id]; ok {
+	k := keyOf(id)
+	if _, ok := w.set[k]; ok {
 		return true
 	}
-	w.add(id)
+	w.add(k)
 	return false
 }
 
@@ -57,30 +72,31 @@ func (w *Window) Remember(id string) {
 	if id == "" {
 		return
 	}
-	if _, ok := w.set[id]; ok {
+	k := keyOf(id)
+	if _, ok := w.set[k]; ok {
 		return
 	}
-	w.add(id)
+	w.add(k)
 }
 
-func (w *Window) add(id string) {
-	if w.full {
-		delete(w.set, w.ring[w.next])
-		w.evicted++
+func (w *Window) add(k idKey) {
+	if len(w.ring) < w.size {
+		w.ring = append(w.ring, k)
+		w.set[k] = struct{}{}
+		return
 	}
-	w.ring[w.next] = id
-	w.set[id] = struct{}{}
-	w.next++
-	if w.next == len(w.ring) {
-		w.next, w.full = 0, true
-	}
+	delete(w.set, w.ring[w.next])
+	w.evicted++
+	w.ring[w.next] = k
+	w.set[k] = struct{}{}
+	w.next = (w.next + 1) % w.size
 }
 
 // Len is the number of ids remembered.
 func (w *Window) Len() int { return len(w.set) }
 
 // Size is the window's capacity.
-func (w *Window) Size() int { return len(w.ring) }
+func (w *Window) Size() int { return w.size }
 
 // Evictions counts the ids forgotten to make room since the window was
 // made.

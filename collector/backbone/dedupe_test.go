@@ -3,6 +3,7 @@ package backbone
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"testing"
 	"time"
 
@@ -52,9 +53,9 @@ func TestWindow(t *testing.T) {
 	}
 }
 
-// newCluster starts a kfake cluster of 3 brokers with topic (parts
+// startKfake starts a kfake cluster of 3 brokers with topic (parts
 // partitions) and returns client options for it.
-func newCluster(t *testing.T, topic string, parts int32) []kgo.Opt {
+func startKfake(t *testing.T, topic string, parts int32) []kgo.Opt {
 	t.Helper()
 	c, err := kfake.NewCluster(kfake.NumBrokers(3), kfake.SeedTopics(parts, topic))
 	if err != nil {
@@ -94,8 +95,8 @@ func produce(t *testing.T, opts []kgo.Opt, topic string, occs ...*eventpipev1.Oc
 	return recs
 }
 
-// readAll polls r until it has want records or the deadline passes.
-func readAll(t *testing.T, r *Reader, want int, d time.Duration) []Record {
+// pollRecords polls r until it has want records or the deadline passes.
+func pollRecords(t *testing.T, r *Reader, want int, d time.Duration) []Record {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
@@ -115,7 +116,7 @@ func readAll(t *testing.T, r *Reader, want int, d time.Duration) []Record {
 // fails when seeding is removed.
 func TestReaderSeedsWindowBeforeStart(t *testing.T) {
 	const topic = "bb"
-	opts := newCluster(t, topic, 1)
+	opts := startKfake(t, topic, 1)
 	var occs []*eventpipev1.Occurrence
 	for i := range 10 {
 		occs = append(occs, occ(fmt.Sprintf("c1/e/%d", i), "sbx-1"))
@@ -134,7 +135,7 @@ func TestReaderSeedsWindowBeforeStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	got := readAll(t, r, 1, 10*time.Second)
+	got := pollRecords(t, r, 1, 10*time.Second)
 	if len(got) != 1 || got[0].Occurrence.GetEventId() != "c1/e/10" {
 		var ids []string
 		for _, g := range got {
@@ -154,7 +155,7 @@ func TestReaderSeedsWindowBeforeStart(t *testing.T) {
 // the resend through and counts the evictions that made it so.
 func TestReaderWindowBounded(t *testing.T) {
 	const topic = "bb"
-	opts := newCluster(t, topic, 1)
+	opts := startKfake(t, topic, 1)
 	produce(t, opts, topic, occ("a", "s"), occ("b", "s"), occ("c", "s"), occ("d", "s"), occ("a", "s"), occ("d", "s"), occ("x", "s"))
 	m, _ := NewReadMetrics(nil)
 	r, err := NewReader(opts, topic, map[int32]int64{0: 0}, 2, ConsumerFollow, m, nil)
@@ -162,7 +163,7 @@ func TestReaderWindowBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	got := readAll(t, r, 6, 10*time.Second)
+	got := pollRecords(t, r, 6, 10*time.Second)
 	var ids []string
 	for _, g := range got {
 		ids = append(ids, g.Occurrence.GetEventId())
@@ -177,7 +178,7 @@ func TestReaderWindowBounded(t *testing.T) {
 
 func TestReaderSkipsUndecodable(t *testing.T) {
 	const topic = "bb"
-	opts := newCluster(t, topic, 1)
+	opts := startKfake(t, topic, 1)
 	cl, err := kgo.NewClient(append(opts, kgo.DefaultProduceTopic(topic))...)
 	if err != nil {
 		t.Fatal(err)
@@ -194,7 +195,7 @@ func TestReaderSkipsUndecodable(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	got := readAll(t, r, 1, 10*time.Second)
+	got := pollRecords(t, r, 1, 10*time.Second)
 	if len(got) != 1 || got[0].Occurrence.GetEventId() != "ok" || got[0].Offset != 1 {
 		t.Fatalf("got %v", got)
 	}
@@ -207,7 +208,7 @@ func TestReaderSkipsUndecodable(t *testing.T) {
 // partition PartitionOf names; it must be the one the producer chose.
 func TestPartitionOfMatchesProducer(t *testing.T) {
 	const topic = "bb"
-	opts := newCluster(t, topic, 12)
+	opts := startKfake(t, topic, 12)
 	var occs []*eventpipev1.Occurrence
 	for i := range 40 {
 		occs = append(occs, occ(fmt.Sprintf("e%d", i), fmt.Sprintf("sbx-%d", i)))
@@ -226,4 +227,29 @@ func counter(t *testing.T, c prometheus.Counter) float64 {
 		t.Fatal(err)
 	}
 	return m.GetCounter().GetValue()
+}
+
+// BenchmarkWindowFull measures a full default window: Check per id and the
+// heap it holds (reported as MB/window).
+func BenchmarkWindowFull(b *testing.B) {
+	ids := make([]string, DefaultDedupeWindow)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("prod-cluster-eu/5f0c2a6e-3f7b-4c1e-9d2a-%012d/%d", i, 1_000_000+i)
+	}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	w := NewWindow(DefaultDedupeWindow)
+	for _, id := range ids {
+		w.Check(id)
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	held := float64(after.HeapAlloc-before.HeapAlloc) / (1 << 20)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		w.Check(ids[i%len(ids)])
+	}
+	b.ReportMetric(held, "MB/window")
+	runtime.KeepAlive(w)
 }

@@ -113,7 +113,7 @@ func occurrences(from, n int) []*eventpipev1.Occurrence {
 // one per event_id.
 func TestGroupSinksRebalanceDuringLokiOutage(t *testing.T) {
 	const topic = "eventpipe.occurrences"
-	opts := newCluster(t, topic, 6)
+	opts := startKfake(t, topic, 6)
 	vl := victorialogs.Start(t)
 	lcfg := loki.NewDefaultConfig()
 	lcfg.URL = vl.PushURL()

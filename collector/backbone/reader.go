@@ -48,11 +48,32 @@ type Reader struct {
 
 	mu  sync.Mutex
 	hwm map[int32]int64 // high watermarks seen in fetches
+
+	filter func(*eventpipev1.Occurrence) bool
 }
 
+// SetFilter makes the Reader consider only the occurrences filter keeps
+// (a Follow's selector): the others are neither delivered nor remembered
+// in the window, so its memory holds only what the consumer could receive.
+// Records are then decoded before the window check. Call it before the
+// first Poll.
+func (r *Reader) SetFilter(filter func(*eventpipev1.Occurrence) bool) { r.filter = filter }
+
 type partState struct {
-	start int64 // first offset delivered; before it the window is seeded
-	w     *Window
+	start    int64 // first offset delivered; before it the window is seeded
+	w        *Window
+	progress int64 // offset after the last record handled at or after start
+}
+
+// Start is where a Reader begins in one partition.
+type Start struct {
+	// Offset is the first offset delivered.
+	Offset int64
+	// Window, when set, is the partition's dedupe window already filled by
+	// the caller (a Follow tail replay fills it with what it sent): the
+	// Reader then reads from Offset without seeding. When nil, the Reader
+	// seeds a new window from up to its size records before Offset.
+	Window *Window
 }
 
 // NewReader opens a client (opts: the backbone's ClientOptions) that reads
@@ -61,6 +82,15 @@ type partState struct {
 // before its start. consumer labels the metrics (SinkConsumer(name) or
 // ConsumerFollow). m and logger may be nil.
 func NewReader(opts []kgo.Opt, topic string, starts map[int32]int64, window int, consumer string, m *ReadMetrics, logger *slog.Logger) (*Reader, error) {
+	at := make(map[int32]Start, len(starts))
+	for p, o := range starts {
+		at[p] = Start{Offset: o}
+	}
+	return NewReaderAt(opts, topic, at, window, consumer, m, logger)
+}
+
+// NewReaderAt is NewReader with a Start per partition.
+func NewReaderAt(opts []kgo.Opt, topic string, starts map[int32]Start, window int, consumer string, m *ReadMetrics, logger *slog.Logger) (*Reader, error) {
 	if len(starts) == 0 {
 		return nil, errors.New("backbone reader: no partitions")
 	}
@@ -70,12 +100,19 @@ func NewReader(opts []kgo.Opt, topic string, starts map[int32]int64, window int,
 	r := &Reader{topic: topic, parts: map[int32]*partState{}, m: m.forConsumer(consumer),
 		logger: logger.With("consumer", consumer, "topic", topic), hwm: map[int32]int64{}}
 	at := map[int32]kgo.Offset{}
-	for p, start := range starts {
-		start = max(start, 0)
-		r.parts[p] = &partState{start: start, w: NewWindow(window)}
-		// Below the log start the client resets to the earliest offset
-		// (ConsumeResetOffset): the seed is then what retention kept.
-		at[p] = kgo.NewOffset().At(max(start-int64(window), 0))
+	for p, st := range starts {
+		start := max(st.Offset, 0)
+		ps := &partState{start: start, w: st.Window, progress: start}
+		from := start
+		if ps.w == nil {
+			ps.w = NewWindow(window)
+			// Below the log start the client resets to the earliest
+			// offset (ConsumeResetOffset): the seed is then what
+			// retention kept.
+			from = max(start-int64(window), 0)
+		}
+		r.parts[p] = ps
+		at[p] = kgo.NewOffset().At(from)
 	}
 	all := append(slices.Clip(opts),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: at}),
@@ -93,9 +130,11 @@ func NewReader(opts []kgo.Opt, topic string, starts map[int32]int64, window int,
 // Close releases the client.
 func (r *Reader) Close() { r.cl.Close() }
 
-// Poll blocks until it has at least one record to deliver, or ctx ends
-// (ctx's error). Fetch errors the client retries by itself are logged and
-// waited out.
+// Poll blocks until it has handled at least one record at or after a
+// partition's start, or ctx ends (ctx's error), and returns the records to
+// deliver: possibly none, when every record fetched was a duplicate or
+// undecodable (Progress then moved). Fetch errors the client retries by
+// itself are logged and waited out.
 func (r *Reader) Poll(ctx context.Context) ([]Record, error) {
 	for {
 		fs := r.cl.PollFetches(ctx)
@@ -119,12 +158,15 @@ func (r *Reader) Poll(ctx context.Context) ([]Record, error) {
 		})
 		r.mu.Unlock()
 		var out []Record
+		handled := false
 		fs.EachRecord(func(rec *kgo.Record) {
-			if o, ok := r.accept(rec); ok {
+			o, ok, h := r.accept(rec)
+			handled = handled || h
+			if ok {
 				out = append(out, Record{Partition: rec.Partition, Offset: rec.Offset, Occurrence: o})
 			}
 		})
-		if len(out) > 0 {
+		if handled {
 			return out, nil
 		}
 	}
@@ -139,11 +181,22 @@ func (r *Reader) HighWatermark(p int32) int64 {
 	return r.hwm[p]
 }
 
-// accept runs one fetched record through its partition's window.
-func (r *Reader) accept(rec *kgo.Record) (*eventpipev1.Occurrence, bool) {
+// Progress is the offset after the last record of p the Reader handled
+// (delivered, dropped as a duplicate or skipped as undecodable), the start
+// offset before any. Poll's goroutine only.
+func (r *Reader) Progress(p int32) int64 {
+	if ps := r.parts[p]; ps != nil {
+		return ps.progress
+	}
+	return 0
+}
+
+// accept runs one fetched record through its partition's window; handled
+// is false for a seeding record (before the start).
+func (r *Reader) accept(rec *kgo.Record) (_ *eventpipev1.Occurrence, deliver, handled bool) {
 	ps := r.parts[rec.Partition]
 	if ps == nil {
-		return nil, false
+		return nil, false, false
 	}
 	ev := ps.w.Evictions()
 	defer func() {
@@ -152,23 +205,37 @@ func (r *Reader) accept(rec *kgo.Record) (*eventpipev1.Occurrence, bool) {
 		}
 	}()
 	id := EventID(rec)
+	var o *eventpipev1.Occurrence
+	if r.filter != nil {
+		var err error
+		if o, err = Decode(rec); err == nil && !r.filter(o) {
+			if rec.Offset >= ps.start {
+				ps.progress = max(ps.progress, rec.Offset+1)
+			}
+			return nil, false, rec.Offset >= ps.start
+		}
+	}
 	if rec.Offset < ps.start {
 		ps.w.Remember(id)
 		r.m.seeded.Inc()
-		return nil, false
+		return nil, false, false
 	}
+	ps.progress = max(ps.progress, rec.Offset+1)
 	if ps.w.Check(id) {
 		r.m.duplicates.Inc()
 		r.logger.Debug("duplicate backbone record dropped", "partition", rec.Partition, "offset", rec.Offset, "event_id", id)
-		return nil, false
+		return nil, false, true
+	}
+	if o != nil {
+		return o, true, true
 	}
 	o, err := Decode(rec)
 	if err != nil {
 		r.m.undecodable.Inc()
 		r.logger.Warn("undecodable backbone record skipped", "partition", rec.Partition, "offset", rec.Offset, "err", err)
-		return nil, false
+		return nil, false, true
 	}
-	return o, true
+	return o, true, true
 }
 
 // Partitions returns the partition ids of topic.

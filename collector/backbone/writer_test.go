@@ -23,8 +23,8 @@ import (
 	"github.com/eventpipe/eventpipe/collector/store"
 )
 
-// newCluster starts a three-broker kfake cluster, closed with the test.
-func newCluster(t *testing.T, opts ...kfake.Opt) *kfake.Cluster {
+// newWriterCluster starts a three-broker kfake cluster, closed with the test.
+func newWriterCluster(t *testing.T, opts ...kfake.Opt) *kfake.Cluster {
 	t.Helper()
 	c, err := kfake.NewCluster(append([]kfake.Opt{kfake.NumBrokers(3)}, opts...)...)
 	if err != nil {
@@ -80,7 +80,7 @@ func occs(cluster string, from, n int, sandboxes int) []*eventpipev1.Occurrence 
 
 // readAll consumes topic from the start until it has want records (or
 // the deadline passes) and returns them.
-func readAll(t *testing.T, brokers []string, topic string, want int) []*kgo.Record {
+func wreadAll(t *testing.T, brokers []string, topic string, want int) []*kgo.Record {
 	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	if err != nil {
@@ -101,7 +101,7 @@ func readAll(t *testing.T, brokers []string, topic string, want int) []*kgo.Reco
 // occurrence of the batch is in the backbone topic, keyed by sandbox,
 // in order per key, and the cursor is readable by another replica.
 func TestAppendIsInKafkaWhenItReturns(t *testing.T) {
-	c := newCluster(t)
+	c := newWriterCluster(t)
 	cfg := testConfig(c)
 	reg := prometheus.NewRegistry()
 	a, b := newWriter(t, cfg, reg), newWriter(t, cfg, nil)
@@ -118,7 +118,7 @@ func TestAppendIsInKafkaWhenItReturns(t *testing.T) {
 	if res.Stored != 300 || res.Duplicates != 0 {
 		t.Fatalf("result %+v", res)
 	}
-	recs := readAll(t, cfg.Brokers, cfg.Topic, 300)
+	recs := wreadAll(t, cfg.Brokers, cfg.Topic, 300)
 	if len(recs) != 300 {
 		t.Fatalf("%d records in the topic, want 300", len(recs))
 	}
@@ -207,7 +207,7 @@ func failProduceTo(t *testing.T, c *kfake.Cluster, topic string, code int16, on 
 // fails Append and leaves the cursor where it was; a cursor Kafka does not
 // acknowledge fails Append too (the agent re-sends the batch).
 func TestCursorWrittenOnlyAfterItsBatch(t *testing.T) {
-	c := newCluster(t)
+	c := newWriterCluster(t)
 	cfg := testConfig(c)
 	cfg.ProduceTimeout = 3 * time.Second
 	w := newWriter(t, cfg, nil)
@@ -266,7 +266,7 @@ func appendEventually(t *testing.T, w *Writer, rv string, batch []*eventpipev1.O
 }
 
 func TestAppendRefusesOversizedOccurrence(t *testing.T) {
-	c := newCluster(t)
+	c := newWriterCluster(t)
 	cfg := testConfig(c)
 	cfg.MaxRecordBytes = 64 << 10
 	w := newWriter(t, cfg, nil)
@@ -285,7 +285,7 @@ func TestAppendRefusesOversizedOccurrence(t *testing.T) {
 // start-up and on readiness; with it, both topics are created, the cursor
 // topic compacted.
 func TestTopicsMissing(t *testing.T) {
-	c := newCluster(t)
+	c := newWriterCluster(t)
 	cfg := testConfig(c)
 	cfg.CreateTopics = false
 	w, err := NewWriter(cfg, testLogger(t), nil)
@@ -366,5 +366,25 @@ func TestWritableWithoutBrokers(t *testing.T) {
 	}
 	if _, _, err := w.ClusterCursor(ctx, "c1", "events"); err == nil {
 		t.Fatal("ClusterCursor answered without brokers")
+	}
+}
+
+// TestCreatorReadsCursorAtOnce: the replica that created the topics reads
+// the cursor topic right away (its reader was built before the topic
+// existed).
+func TestCreatorReadsCursorAtOnce(t *testing.T) {
+	c := newWriterCluster(t)
+	w := newWriter(t, testConfig(c), nil)
+	ctx := context.Background()
+	if _, err := w.Append(ctx, "c1", "events", "42", occs("c1", 0, 1, 1)); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	rv, ok, err := w.ClusterCursor(ctx, "c1", "events")
+	if err != nil || !ok || rv != "42" {
+		t.Fatalf("cursor %q %v %v", rv, ok, err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("first cursor read took %s", d)
 	}
 }

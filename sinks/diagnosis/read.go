@@ -24,6 +24,8 @@ const (
 	headerLostRecords     = "eventpipe-lost-records"
 	headerLastCursor      = "eventpipe-last-cursor"
 	headerTailScannedFrom = "eventpipe-tail-scanned-from"
+	// headerLastPosition: collectors in Kafka mode only (binary).
+	headerLastPosition = "eventpipe-last-position-bin"
 )
 
 // ReadInfo is what the collector said about a replay besides the
@@ -31,6 +33,9 @@ const (
 type ReadInfo struct {
 	// LastCursor is the log's end when the replay started.
 	LastCursor uint64
+	// LastPosition is LastCursor's counterpart from collectors in Kafka
+	// mode (nil in local mode): resume with it as after_position.
+	LastPosition []byte
 	// LostRecords were removed by retention before they could be read.
 	LostRecords uint64
 	// TailScannedFrom > 0: the collector stopped looking for older
@@ -62,6 +67,7 @@ func readInto(ctx context.Context, client eventpipev1.FollowClient, req *eventpi
 	}
 	if hdr, err := stream.Header(); err == nil {
 		info.LastCursor = mdUint(hdr, headerLastCursor)
+		info.LastPosition = mdBytes(hdr, headerLastPosition)
 		info.LostRecords = mdUint(hdr, headerLostRecords)
 		info.TailScannedFrom = mdUint(hdr, headerTailScannedFrom)
 	}
@@ -81,7 +87,16 @@ func readInto(ctx context.Context, client eventpipev1.FollowClient, req *eventpi
 func cloneRequest(req *eventpipev1.FollowRequest) *eventpipev1.FollowRequest {
 	return &eventpipev1.FollowRequest{SandboxId: req.GetSandboxId(), Workspace: req.GetWorkspace(),
 		SandboxName: req.GetSandboxName(), GatewayId: req.GetGatewayId(), Tail: req.GetTail(),
-		AfterCursor: req.GetAfterCursor(), NoFollow: req.GetNoFollow()}
+		AfterCursor: req.GetAfterCursor(), AfterPosition: req.GetAfterPosition(), NoFollow: req.GetNoFollow()}
+}
+
+// mdBytes is a binary (-bin) metadata value, nil when absent.
+func mdBytes(md metadata.MD, key string) []byte {
+	v := md.Get(key)
+	if len(v) == 0 || v[0] == "" {
+		return nil
+	}
+	return []byte(v[0])
 }
 
 func mdUint(md metadata.MD, key string) uint64 {
@@ -116,6 +131,10 @@ type WatchStatus struct {
 	Connected bool
 	// Cursor is the last position read (resume point).
 	Cursor uint64
+	// Position is the resume point from collectors in Kafka mode (opaque;
+	// nil in local mode). A resubscription sends it beside Cursor, so it
+	// resumes on any replica.
+	Position []byte
 	// LostRecords counts records retention removed before they were read.
 	LostRecords uint64
 	// Reconnects counts resubscriptions after a broken stream.
@@ -202,7 +221,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 		if status.Code(err) == codes.OutOfRange {
 			// The log was reset under us: start again from its tail.
 			w.mu.Lock()
-			w.status.Cursor = 0
+			w.status.Cursor, w.status.Position = 0, nil
 			w.mu.Unlock()
 		}
 		if got {
@@ -234,8 +253,8 @@ func (w *Watcher) once(ctx context.Context) (got bool, _ error) {
 	r := cloneRequest(w.req)
 	r.NoFollow = false
 	w.mu.Lock()
-	if w.status.Cursor > 0 {
-		r.AfterCursor, r.Tail = w.status.Cursor, 0
+	if w.status.Cursor > 0 || len(w.status.Position) > 0 {
+		r.AfterCursor, r.AfterPosition, r.Tail = w.status.Cursor, w.status.Position, 0
 	}
 	w.mu.Unlock()
 	stream, err := w.client.Follow(ctx, r)
@@ -255,10 +274,11 @@ func (w *Watcher) once(ctx context.Context) (got bool, _ error) {
 	w.mu.Lock()
 	w.status.Connected, w.status.LastError = true, ""
 	w.status.LostRecords += lost
-	if w.status.Cursor == 0 && r.GetAfterCursor() == 0 {
+	if w.status.Cursor == 0 && len(w.status.Position) == 0 && r.GetAfterCursor() == 0 && len(r.GetAfterPosition()) == 0 {
 		// Nothing read yet: resume after the log's end at subscription
 		// time (the tail replay covers what came before).
 		w.status.Cursor = mdUint(hdr, headerLastCursor)
+		w.status.Position = mdBytes(hdr, headerLastPosition)
 	}
 	w.mu.Unlock()
 	if lost > 0 {
@@ -275,7 +295,12 @@ func (w *Watcher) once(ctx context.Context) (got bool, _ error) {
 		}
 		w.mu.Lock()
 		changed := w.folder.Add(m.GetCursor(), m.GetOccurrence())
-		if m.GetCursor() > w.status.Cursor {
+		switch {
+		case len(m.GetPosition()) > 0:
+			// Kafka mode: cursors count within a partition; the position
+			// is the resume point.
+			w.status.Position, w.status.Cursor = m.GetPosition(), m.GetCursor()
+		case m.GetCursor() > w.status.Cursor:
 			w.status.Cursor = m.GetCursor()
 		}
 		w.mu.Unlock()

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -36,6 +38,10 @@ type follower struct {
 	hub *hub
 
 	cursor uint64 // last cursor read (0: none yet)
+	// position is the last resume position read from a collector in Kafka
+	// mode (nil in local mode); sent beside cursor on a resume, so the
+	// stream resumes on any replica.
+	position []byte
 }
 
 func newFollower(cfg Config, log *slog.Logger, m *metrics, h *hub) *follower {
@@ -80,7 +86,7 @@ func (f *follower) run(ctx context.Context) {
 			// The collector's log was reset (or is another collector):
 			// start over from its tail; event ids keep it from repeating.
 			f.log.Warn("collector cannot resume after our cursor; re-reading its tail", "cursor", f.cursor, "err", st.Message())
-			f.cursor = 0
+			f.cursor, f.position = 0, nil
 		case codes.DataLoss:
 			f.m.followErrors.WithLabelValues("data_loss").Inc()
 			f.log.Warn("collector retention removed events before the proxy read them", "err", st.Message())
@@ -106,8 +112,8 @@ func (f *follower) once(ctx context.Context, c eventpipev1.FollowClient) (got bo
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	req := &eventpipev1.FollowRequest{GatewayId: f.cfg.GatewayID}
-	if f.cursor > 0 {
-		req.AfterCursor = f.cursor
+	if f.cursor > 0 || len(f.position) > 0 {
+		req.AfterCursor, req.AfterPosition = f.cursor, f.position
 	} else {
 		req.Tail = uint32(f.cfg.Follow.StartTail)
 	}
@@ -122,7 +128,7 @@ func (f *follower) once(ctx context.Context, c eventpipev1.FollowClient) (got bo
 		f.hub.setFollowing(true)
 		f.log.Info("following the collector", "gateway_id", f.cfg.GatewayID, "after_cursor", req.AfterCursor, "tail", req.Tail)
 	}
-	restored := f.hub.restoredCursor()
+	fresh := req.AfterCursor == 0 && len(req.AfterPosition) == 0
 	for {
 		m, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
@@ -132,8 +138,11 @@ func (f *follower) once(ctx context.Context, c eventpipev1.FollowClient) (got bo
 			return got, err
 		}
 		f.cursor = m.GetCursor()
+		if len(m.GetPosition()) > 0 {
+			f.position = m.GetPosition()
+		}
 		f.m.occurrences.Inc()
-		f.hub.apply(m.GetCursor(), m.GetOccurrence(), req.AfterCursor == 0 && m.GetCursor() <= restored)
+		f.hub.applyAt(m.GetPartition(), m.GetCursor(), m.GetOccurrence(), fresh && f.hub.wasRestored(m.GetPartition(), m.GetCursor()))
 	}
 }
 
@@ -163,35 +172,67 @@ func jitter(d time.Duration) time.Duration {
 	return d - d/5 + time.Duration(rand.Int64N(int64(d/5)*2+1))
 }
 
-// readState reads the delivered cursor a previous run saved (0 if none).
-func readState(path string) (uint64, error) {
+// readState reads what a previous run saved as delivered (nil if
+// nothing). The file's first line is the cursor of partition 0 (the only
+// one of a collector in local mode, as files written before Kafka mode
+// hold); each further line is "<partition> <cursor>".
+func readState(path string) (delivered, error) {
 	if path == "" {
-		return 0, nil
+		return nil, nil
 	}
 	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
-		return 0, nil
+		return nil, nil
 	}
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	n, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("%s: not a cursor: %w", path, err)
+	d := delivered{}
+	for i, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		line = strings.TrimSpace(line)
+		var part int64
+		var cur uint64
+		if i == 0 {
+			cur, err = strconv.ParseUint(line, 10, 64)
+		} else if f := strings.Fields(line); len(f) == 2 {
+			part, err = strconv.ParseInt(f[0], 10, 32)
+			if err == nil {
+				cur, err = strconv.ParseUint(f[1], 10, 64)
+			}
+		} else {
+			err = errors.New("want <partition> <cursor>")
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s line %d: not a cursor: %w", path, i+1, err)
+		}
+		if cur > 0 {
+			d[int32(part)] = cur
+		}
 	}
-	return n, nil
+	if len(d) == 0 {
+		return nil, nil
+	}
+	return d, nil
 }
 
-// writeState saves the delivered cursor atomically (temp file + rename).
-func writeState(path string, cursor uint64) error {
-	if path == "" || cursor == 0 {
+// writeState saves what was delivered atomically (temp file + rename), in
+// readState's format.
+func writeState(path string, d delivered) error {
+	if path == "" || len(d) == 0 {
 		return nil
+	}
+	var sb strings.Builder
+	sb.WriteString(strconv.FormatUint(d[0], 10) + "\n")
+	for _, part := range slices.Sorted(maps.Keys(d)) {
+		if part != 0 {
+			fmt.Fprintf(&sb, "%d %d\n", part, d[part])
+		}
 	}
 	tmp, err := os.CreateTemp(filepath.Dir(path), ".driver-proxy-state-*")
 	if err != nil {
 		return err
 	}
-	_, werr := tmp.WriteString(strconv.FormatUint(cursor, 10) + "\n")
+	_, werr := tmp.WriteString(sb.String())
 	cerr := tmp.Close()
 	if werr != nil || cerr != nil {
 		os.Remove(tmp.Name())

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"container/list"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -13,7 +14,12 @@ import (
 
 // entry is one spliced platform event, encoded once for every stream.
 type entry struct {
-	cursor    uint64 // the collector's Follow cursor
+	// cursor is the collector's Follow cursor; it counts within partition
+	// (the backbone partition of a collector in Kafka mode, 0 in local
+	// mode), so events are ordered by seq, their arrival order.
+	cursor    uint64
+	partition int32
+	seq       uint64
 	sandboxID string
 	eventID   string
 	msg       []byte // an encoded WatchSandboxesEvent
@@ -77,9 +83,9 @@ type hub struct {
 	conns     map[uint64]*gwConn
 	connLRU   *list.List
 	subs      map[*subscriber]struct{}
-	restored  uint64 // delivered cursor of the previous run
-	anyConn   bool   // a connection was seen since start
-	events    int    // entries in all tails, at most cfg.MaxEvents
+	restored  delivered // what the previous run delivered
+	anyConn   bool      // a connection was seen since start
+	events    int       // entries in all tails, at most cfg.MaxEvents
 	// log is a ring of the last len(log) events in arrival order; event
 	// number seq is at log[seq%len(log)], for seq in [logNext-logLen, logNext).
 	log     []*entry
@@ -125,20 +131,53 @@ func newHub(cfg FollowConfig, m *metrics) *hub {
 
 func sandboxKey(id string) string { return strings.ToLower(id) }
 
-// restoreDelivered records the previous run's delivered cursor: entries
-// read back with a cursor at or below it are not sent again to the first
-// gateway connection (the gateway that kept running while the proxy
-// restarted already has them).
-func (h *hub) restoreDelivered(c uint64) {
+// restoreDelivered records what the previous run delivered: entries read
+// back at or below it are not sent again to the first gateway connection
+// (the gateway that kept running while the proxy restarted already has
+// them).
+func (h *hub) restoreDelivered(d delivered) {
 	h.mu.Lock()
-	h.restored = c
+	h.restored = d
 	h.mu.Unlock()
 }
 
-func (h *hub) restoredCursor() uint64 {
+// wasRestored reports whether the previous run delivered the event at
+// cursor of partition.
+func (h *hub) wasRestored(partition int32, cursor uint64) bool {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
-	return h.restored
+	return h.restored.covers(partition, cursor)
+}
+
+// delivered is how far the proxy has handed events to the gateway, per
+// partition: the collector's cursors count within a backbone partition in
+// Kafka mode (in local mode everything is partition 0, one cursor).
+type delivered map[int32]uint64
+
+func (d delivered) covers(partition int32, cursor uint64) bool {
+	return cursor > 0 && cursor <= d[partition]
+}
+
+// advance returns d raised to the highest cursor per partition of es, and
+// whether anything moved; d itself is not modified.
+func (d delivered) advance(es []*entry) (delivered, bool) {
+	var out delivered
+	for _, e := range es {
+		if e.cursor <= d[e.partition] || e.cursor <= out[e.partition] {
+			continue
+		}
+		if out == nil {
+			out = maps.Clone(d)
+			if out == nil {
+				out = delivered{}
+			}
+		}
+		out[e.partition] = e.cursor
+	}
+	if out == nil {
+		return d, false
+	}
+	return out, true
 }
 
 // get returns the sandbox's state, creating it (and evicting the least
@@ -186,6 +225,12 @@ func (h *hub) forget(id string) {
 // hands it to every open stream. restored marks occurrences the previous
 // run already delivered.
 func (h *hub) apply(cursor uint64, o *eventpipev1.Occurrence, restored bool) {
+	h.applyAt(0, cursor, o, restored)
+}
+
+// applyAt is apply for an occurrence read from a partition of a collector
+// in Kafka mode.
+func (h *hub) applyAt(partition int32, cursor uint64, o *eventpipev1.Occurrence, restored bool) {
 	id := o.GetSandbox().GetId()
 	if id == "" {
 		return
@@ -200,7 +245,7 @@ func (h *hub) apply(cursor uint64, o *eventpipev1.Occurrence, restored bool) {
 			return
 		}
 	}
-	e := &entry{cursor: cursor, sandboxID: id, eventID: o.GetEventId(), restored: restored,
+	e := &entry{cursor: cursor, partition: partition, seq: h.logNext, sandboxID: id, eventID: o.GetEventId(), restored: restored,
 		msg: driverwire.AppendPlatformEvent(nil, id, platformEvent(o))}
 	switch {
 	case h.cfg.TailPerSandbox == 0:
@@ -330,7 +375,7 @@ func (h *hub) conn(id uint64) *gwConn {
 		h.connLRU.MoveToFront(c.lru)
 		return c
 	}
-	c := &gwConn{id: id, sent: map[string]struct{}{}, skipRestore: !h.anyConn && h.restored > 0}
+	c := &gwConn{id: id, sent: map[string]struct{}{}, skipRestore: !h.anyConn && len(h.restored) > 0}
 	h.anyConn = true
 	c.lru = h.connLRU.PushFront(c)
 	h.conns[id] = c
@@ -346,7 +391,7 @@ func (h *hub) conn(id uint64) *gwConn {
 }
 
 // subscribe registers a stream of connection connID and returns, in
-// cursor order, the tail it must send first: the recent events of every
+// arrival order, the tail it must send first: the recent events of every
 // live sandbox not yet sent on this connection.
 func (h *hub) subscribe(connID uint64) (*subscriber, []*entry) {
 	h.mu.Lock()
@@ -377,7 +422,7 @@ func (h *hub) read(sub *subscriber, max int) (batch []*entry, overrun bool) {
 }
 
 // pending is what the subscriber's connection has not been sent yet from
-// the tails, in cursor order.
+// the tails, in arrival order.
 func (h *hub) pending(sub *subscriber) []*entry {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
@@ -396,9 +441,9 @@ func (h *hub) unsent(c *gwConn) []*entry {
 	}
 	slices.SortFunc(tail, func(a, b *entry) int {
 		switch {
-		case a.cursor < b.cursor:
+		case a.seq < b.seq:
 			return -1
-		case a.cursor > b.cursor:
+		case a.seq > b.seq:
 			return 1
 		}
 		return 0

@@ -72,7 +72,7 @@ type Proxy struct {
 	stopping chan struct{}
 
 	stateMu sync.Mutex
-	saved   uint64 // the cursor in the state file
+	saved   delivered // what the state file says was delivered
 }
 
 // New validates cfg and prepares a proxy. Nothing listens or dials until Run.
@@ -119,7 +119,7 @@ func (p *Proxy) Run(ctx context.Context) error {
 	if err != nil {
 		p.log.Warn("ignoring the saved follow state", "file", p.cfg.Follow.StateFile, "err", err)
 	}
-	if saved > 0 {
+	if len(saved) > 0 {
 		p.hub.restoreDelivered(saved)
 		p.saved = saved
 	}
@@ -166,19 +166,20 @@ func (p *Proxy) Run(ctx context.Context) error {
 	return err
 }
 
-// persistUpTo records, before events up to cursor c are sent, that they
-// were delivered (write-ahead: temp file + rename, no fsync; a killed
+// persistUpTo records, before the events es are sent, that they (and
+// everything before them, per partition) were delivered (write-ahead: temp file + rename, no fsync; a killed
 // proxy loses nothing written, a crashed node restarts the gateway too).
 // So a restarted proxy never sends them again to a gateway that kept
 // running; an event cut off between this write and its send is missed by
 // that gateway (at most once), not repeated.
-func (p *Proxy) persistUpTo(c uint64) {
+func (p *Proxy) persistUpTo(es []*entry) {
 	if p.cfg.Follow.StateFile == "" {
 		return
 	}
 	p.stateMu.Lock()
 	defer p.stateMu.Unlock()
-	if c <= p.saved {
+	c, moved := p.saved.advance(es)
+	if !moved {
 		return
 	}
 	if err := writeState(p.cfg.Follow.StateFile, c); err != nil {

@@ -54,7 +54,7 @@ func (p *Proxy) watch(ctx context.Context, ss grpc.ServerStream, up grpc.ClientS
 		p.metrics.spliced.Inc()
 		return nil
 	}
-	p.persistUpTo(maxCursor(tail))
+	p.persistUpTo(tail)
 	for len(tail) > 0 {
 		// Driver messages are not held back behind a long tail.
 		select {
@@ -87,7 +87,7 @@ func (p *Proxy) watch(ctx context.Context, ss grpc.ServerStream, up grpc.ClientS
 						"max_events", p.cfg.Follow.MaxEvents)
 					batch = append(p.hub.pending(sub), batch...)
 				}
-				p.persistUpTo(maxCursor(batch))
+				p.persistUpTo(batch)
 				for _, e := range batch {
 					select {
 					case r := <-driverCh:
@@ -110,14 +110,6 @@ func (p *Proxy) watch(ctx context.Context, ss grpc.ServerStream, up grpc.ClientS
 			return status.FromContextError(ctx.Err()).Err()
 		}
 	}
-}
-
-func maxCursor(es []*entry) uint64 {
-	var m uint64
-	for _, e := range es {
-		m = max(m, e.cursor)
-	}
-	return m
 }
 
 // relayWatch forwards one driver message; done reports the end of the

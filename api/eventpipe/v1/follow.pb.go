@@ -36,10 +36,18 @@ type FollowRequest struct {
 	// Ignored when after_cursor is set.
 	Tail uint32 `protobuf:"varint,5,opt,name=tail,proto3" json:"tail,omitempty"`
 	// Resume: send every matching occurrence with cursor > after_cursor.
-	// Cursors start at 1; 0 means "not set".
+	// Cursors start at 1; 0 means "not set". A collector in Kafka mode
+	// accepts after_cursor only with a sandbox_id selector (one partition);
+	// for the others it answers OUT_OF_RANGE: resume with after_position.
 	AfterCursor uint64 `protobuf:"varint,6,opt,name=after_cursor,json=afterCursor,proto3" json:"after_cursor,omitempty"`
 	// Stop after the replay instead of following live.
-	NoFollow      bool `protobuf:"varint,7,opt,name=no_follow,json=noFollow,proto3" json:"no_follow,omitempty"`
+	NoFollow bool `protobuf:"varint,7,opt,name=no_follow,json=noFollow,proto3" json:"no_follow,omitempty"`
+	// Resume from a position a collector in Kafka mode sent (FollowResponse
+	// .position, or the eventpipe-last-position-bin header): every matching
+	// occurrence after it, on any replica. Opaque; it takes precedence over
+	// after_cursor and tail. A collector in local mode ignores it, so a
+	// client sends after_cursor beside it.
+	AfterPosition []byte `protobuf:"bytes,8,opt,name=after_position,json=afterPosition,proto3" json:"after_position,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -123,11 +131,27 @@ func (x *FollowRequest) GetNoFollow() bool {
 	return false
 }
 
+func (x *FollowRequest) GetAfterPosition() []byte {
+	if x != nil {
+		return x.AfterPosition
+	}
+	return nil
+}
+
 type FollowResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Resume position: pass it back as after_cursor.
-	Cursor        uint64      `protobuf:"varint,1,opt,name=cursor,proto3" json:"cursor,omitempty"`
-	Occurrence    *Occurrence `protobuf:"bytes,2,opt,name=occurrence,proto3" json:"occurrence,omitempty"`
+	// Resume position in local mode: pass it back as after_cursor. In Kafka
+	// mode it is the record's offset in its backbone partition plus one
+	// (comparable only within one partition).
+	Cursor     uint64      `protobuf:"varint,1,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	Occurrence *Occurrence `protobuf:"bytes,2,opt,name=occurrence,proto3" json:"occurrence,omitempty"`
+	// Kafka mode: where to resume after this occurrence, across every
+	// partition the subscription reads; pass it back as after_position.
+	// Empty in local mode.
+	Position []byte `protobuf:"bytes,3,opt,name=position,proto3" json:"position,omitempty"`
+	// Kafka mode: the backbone partition the occurrence was read from
+	// (cursor counts within it). 0 in local mode.
+	Partition     int32 `protobuf:"varint,4,opt,name=partition,proto3" json:"partition,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -176,11 +200,25 @@ func (x *FollowResponse) GetOccurrence() *Occurrence {
 	return nil
 }
 
+func (x *FollowResponse) GetPosition() []byte {
+	if x != nil {
+		return x.Position
+	}
+	return nil
+}
+
+func (x *FollowResponse) GetPartition() int32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
 var File_eventpipe_v1_follow_proto protoreflect.FileDescriptor
 
 const file_eventpipe_v1_follow_proto_rawDesc = "" +
 	"\n" +
-	"\x19eventpipe/v1/follow.proto\x12\feventpipe.v1\x1a\x1deventpipe/v1/occurrence.proto\"\xe2\x01\n" +
+	"\x19eventpipe/v1/follow.proto\x12\feventpipe.v1\x1a\x1deventpipe/v1/occurrence.proto\"\x89\x02\n" +
 	"\rFollowRequest\x12\x1d\n" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x1c\n" +
@@ -190,12 +228,15 @@ const file_eventpipe_v1_follow_proto_rawDesc = "" +
 	"gateway_id\x18\x04 \x01(\tR\tgatewayId\x12\x12\n" +
 	"\x04tail\x18\x05 \x01(\rR\x04tail\x12!\n" +
 	"\fafter_cursor\x18\x06 \x01(\x04R\vafterCursor\x12\x1b\n" +
-	"\tno_follow\x18\a \x01(\bR\bnoFollow\"b\n" +
+	"\tno_follow\x18\a \x01(\bR\bnoFollow\x12%\n" +
+	"\x0eafter_position\x18\b \x01(\fR\rafterPosition\"\x9c\x01\n" +
 	"\x0eFollowResponse\x12\x16\n" +
 	"\x06cursor\x18\x01 \x01(\x04R\x06cursor\x128\n" +
 	"\n" +
 	"occurrence\x18\x02 \x01(\v2\x18.eventpipe.v1.OccurrenceR\n" +
-	"occurrence2O\n" +
+	"occurrence\x12\x1a\n" +
+	"\bposition\x18\x03 \x01(\fR\bposition\x12\x1c\n" +
+	"\tpartition\x18\x04 \x01(\x05R\tpartition2O\n" +
 	"\x06Follow\x12E\n" +
 	"\x06Follow\x12\x1b.eventpipe.v1.FollowRequest\x1a\x1c.eventpipe.v1.FollowResponse0\x01B=Z;github.com/eventpipe/eventpipe/api/eventpipe/v1;eventpipev1b\x06proto3"
 
