@@ -31,6 +31,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -85,7 +86,19 @@ func run() error {
 	flag.IntVar(&o.rate, "rate", 50_000, "target ingest rate of the lag phase (occurrences/s)")
 	flag.DurationVar(&o.duration, "duration", 30*time.Second, "length of the lag phase's live ingest")
 	flag.IntVar(&o.runs, "runs", 3, "runs of each measurement")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.Parse()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	for _, f := range strings.Split(replicas, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || n < 1 {

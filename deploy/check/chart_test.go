@@ -281,16 +281,7 @@ func checkConfigs(t *testing.T, v variant, docs []Doc) {
 				t.Errorf("collector.yaml: %v\n%s", err, s)
 				continue
 			}
-			if err := cfg.Validate(); err != nil && cfg.KafkaMode() && len(cfg.Sinks) > 0 && strings.Contains(err.Error(), kafkaSinksRefused) {
-				// This build's collector does not run sinks in Kafka mode yet:
-				// the rest of the config must still validate.
-				t.Logf("%s: the collector refuses sinks in Kafka mode in this build (%q); validating the rest", v.name, kafkaSinksRefused)
-				rest := cfg
-				rest.Sinks = nil
-				if err := rest.Validate(); err != nil {
-					t.Errorf("collector.yaml without its sinks does not validate: %v\n%s", err, s)
-				}
-			} else if err != nil {
+			if err := cfg.Validate(); err != nil {
 				t.Errorf("collector.yaml does not validate: %v\n%s", err, s)
 			}
 			sts, _ := collectorWorkload(docs)
@@ -301,6 +292,9 @@ func checkConfigs(t *testing.T, v variant, docs []Doc) {
 			}
 			if v.name == "all-on" && len(cfg.Sinks) != 3 {
 				t.Errorf("all-on: %d sinks, want file, loki, kafka", len(cfg.Sinks))
+			}
+			if v.name == "kafka" && (len(cfg.Sinks) != 1 || cfg.Sinks[0].Type != collector.SinkLoki) {
+				t.Errorf("kafka: sinks %+v, want the Loki sink (a consumer group)", cfg.Sinks)
 			}
 			if kafkaMode(v) != cfg.KafkaMode() {
 				t.Errorf("collector.yaml: log %q in the %s variant", cfg.Log, v.name)
@@ -644,7 +638,3 @@ func TestCollectorModes(t *testing.T) {
 		})
 	}
 }
-
-// kafkaSinksRefused is how a collector without the consumer-group sink
-// runners refuses sinks in Kafka mode (collector/config.go).
-const kafkaSinksRefused = "sinks: not supported yet with log: kafka"
