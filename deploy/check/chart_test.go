@@ -565,6 +565,12 @@ func TestCollectorModes(t *testing.T) {
 				t.Fatalf("%s: no pod spec", w.ID())
 			}
 			replicas, _, _ := unstructured.NestedFieldNoCopy(w.Object, "spec", "replicas")
+			checksum, _, _ := unstructured.NestedString(w.Object, "spec", "template", "metadata", "annotations", "checksum/config")
+			if kafkaMode(v) == (checksum == "") {
+				// Kafka mode applies a changed sink filter only at a restart:
+				// a config change must roll the replicas there, and only there.
+				t.Errorf("%s: checksum/config annotation %q in %s mode", w.ID(), checksum, map[bool]string{true: "kafka", false: "local"}[kafkaMode(v)])
+			}
 			claims, hasClaims, _ := unstructured.NestedSlice(w.Object, "spec", "volumeClaimTemplates")
 			mounts := map[string]string{}
 			for _, c := range spec.Containers {
