@@ -111,20 +111,20 @@ func run() error {
 	}
 	fmt.Printf("machine: %d CPUs (GOMAXPROCS %d), %s; kfake 3 brokers, %d partitions, replication 3; target %s; load %s\n",
 		runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(), o.partitions, o.target, loadAvg())
-	for _, r := range o.replicas {
-		for i := 1; i <= o.runs; i++ {
-			if o.phase == "ingest" || o.phase == "all" {
-				if err := ingestRun(o, r, i); err != nil {
-					return fmt.Errorf("ingest, %d replica(s), run %d: %w", r, i, err)
-				}
-			}
+	// Runs go round the replica counts (1, 2, 3, 1, 2, 3, ...), so a change
+	// of the machine's load during the set falls on every count alike.
+	for _, phase := range []string{"ingest", "lag"} {
+		if o.phase != phase && o.phase != "all" {
+			continue
 		}
-	}
-	for _, r := range o.replicas {
 		for i := 1; i <= o.runs; i++ {
-			if o.phase == "lag" || o.phase == "all" {
-				if err := lagRun(o, r, i); err != nil {
-					return fmt.Errorf("lag, %d replica(s), run %d: %w", r, i, err)
+			for _, r := range o.replicas {
+				run := ingestRun
+				if phase == "lag" {
+					run = lagRun
+				}
+				if err := run(o, r, i); err != nil {
+					return fmt.Errorf("%s, %d replica(s), run %d: %w", phase, r, i, err)
 				}
 			}
 		}
