@@ -328,3 +328,39 @@ func TestFollowPositionRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// TestKafkaFollowTailThenLiveDropsResends: a resend arriving live of an
+// occurrence the tail replay sent is dropped (the replay fills the live
+// stream's window); a new one arrives.
+func TestKafkaFollowTailThenLiveDropsResends(t *testing.T) {
+	bb := kafkaBackbone(t, 3)
+	all := gwOccs(0, 36) // sbx-05: ev-0005, ev-0017, ev-0029
+	produceBackbone(t, bb, all...)
+	r := startKafkaFollow(t, bb)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := eventpipev1.NewFollowClient(dial(t, r.addr, readerWS1)).Follow(ctx, &eventpipev1.FollowRequest{SandboxId: "sbx-05", Tail: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []*eventpipev1.FollowResponse
+	for len(got) < 2 {
+		m, err := st.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, m)
+	}
+	if ids(got) != "c1/ev-0017/1,c1/ev-0029/1" {
+		t.Fatalf("tail 2 = %s", ids(got))
+	}
+	fresh := occ("c1/ev-9999/1", "sbx-05", "ws1", "demo-05", "gw-1")
+	produceBackbone(t, bb, all[17], all[29], fresh)
+	m, err := st.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id := m.GetOccurrence().GetEventId(); id != "c1/ev-9999/1" {
+		t.Errorf("after the tail, live sent %s first, want the new c1/ev-9999/1 (the resends of replayed occurrences are duplicates)", id)
+	}
+}

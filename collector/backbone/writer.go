@@ -112,7 +112,9 @@ func NewWriter(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Wri
 	consOpts := append(base[:len(base):len(base)],
 		kgo.ConsumeTopics(cfg.CursorTopic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.FetchMaxWait(100*time.Millisecond),
+		// The reader long-polls the cursor topic in the background (a
+		// broker answers a waiting fetch as soon as a record arrives), so
+		// ClusterCursor usually finds what it needs already fetched.
 	)
 	if w.cursorCons, err = kgo.NewClient(consOpts...); err != nil {
 		w.prod.Close()
