@@ -339,6 +339,8 @@ func TestValuesSchemaRejects(t *testing.T) {
 		{"replicas not a number", []string{"agent.replicas=two"}, "/agent/replicas"},
 		{"collector scaled out on the local log", []string{"collector.replicas=2"}, "at '/collector/log': value must be 'kafka'"},
 		{"unknown log", []string{"collector.log=disk"}, "/collector/log"},
+		{"log in the collector's config instead of collector.log", []string{"collector.config.log=kafka"}, "'log' not allowed"},
+		{"backbone in the collector's config instead of collector.backbone", []string{"collector.config.backbone.topic=x"}, "'backbone' not allowed"},
 		{"kafka mode without brokers", []string{"collector.log=kafka", "sinks.file.enabled=false"}, "/collector/backbone/brokers"},
 		{"backbone broker without port", []string{"collector.log=kafka", "sinks.file.enabled=false", "collector.backbone.brokers={kafka}"}, "/collector/backbone/brokers/0"},
 		{"kafka mode with the file sink", []string{"collector.log=kafka", "collector.backbone.brokers={kafka:9092}"}, "at '/sinks/file/enabled': value must be false"},
