@@ -310,6 +310,16 @@ func (f *kafkaFollowServer) live(ctx context.Context, stream eventpipev1.Follow_
 			if noFollow && r.Offset >= ends[r.Partition] {
 				continue
 			}
+			if r.Skipped > 0 {
+				// Retention removed records of this partition before the
+				// subscriber read them: say so, as the local mode does;
+				// a resume from the last position reports the loss again
+				// in its header and goes on from the oldest record kept.
+				f.m.followLost.Add(float64(r.Skipped))
+				f.logger.Warn("follow subscriber fell behind retention; records lost", "caller", p.Name, "partition", r.Partition, "lost_records", r.Skipped)
+				return status.Errorf(codes.DataLoss, "%d log records after cursor %d of partition %d were removed by retention before they were read; resume with after_position set to the last position received (the loss is reported again in the %s header)",
+					r.Skipped, pos.next[r.Partition], r.Partition, HeaderLostRecords)
+			}
 			pos.next[r.Partition] = r.Offset + 1
 			if sel.match(p, r.Occurrence) {
 				if err := f.send(stream, r.Partition, r.Offset, r.Occurrence, pos); err != nil {

@@ -10,13 +10,15 @@ import (
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/eventpipe/eventpipe/agent"
-	"github.com/eventpipe/eventpipe/sinks/gateway/gatewaytest"
+	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
 	"github.com/eventpipe/eventpipe/testenv/kube"
 	"github.com/eventpipe/eventpipe/testenv/scenario"
 )
@@ -79,7 +81,7 @@ func (e *env) endToEnd() error {
 		return err
 	}
 	defer p.stop()
-	c, err := gatewaytest.Dial(p.sock)
+	c, err := dialPeer(p.sock)
 	if err != nil {
 		return err
 	}
@@ -114,6 +116,37 @@ func (e *env) endToEnd() error {
 				recv[uid] = now
 			}
 			recvMu.Unlock()
+		}
+	}()
+	// The same occurrences read straight from the collector's Follow
+	// stream (in this process, the proxy's selector): receipt there minus
+	// creation is the apiserver + agent + collector part; the gateway
+	// client's receipt minus this is the proxy's part (both clocks are
+	// this process's).
+	var folMu sync.Mutex
+	fol := map[string]time.Time{}
+	observed := map[string]time.Time{} // the agent's watch receipt (observed_at)
+	fconn, err := grpc.NewClient(e.col.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return err
+	}
+	defer fconn.Close()
+	fs, err := eventpipev1.NewFollowClient(fconn).Follow(ctx, &eventpipev1.FollowRequest{GatewayId: "openshell"})
+	if err != nil {
+		return err
+	}
+	go func() {
+		for {
+			m, err := fs.Recv()
+			if err != nil {
+				return
+			}
+			now := time.Now()
+			folMu.Lock()
+			uid := m.GetOccurrence().GetEvent().GetUid()
+			fol[uid] = now
+			observed[uid] = m.GetOccurrence().GetObservedAt().AsTime()
+			folMu.Unlock()
 		}
 	}()
 	var createdMu sync.Mutex
@@ -198,6 +231,31 @@ func (e *env) endToEnd() error {
 		fmt.Printf("e2e: %d Events never reached the gateway client (%d of them are in the collector's log), e.g. %s\n", len(missing), atCollector, missing[0])
 	}
 	fmt.Printf("e2e latency (Event created -> gateway client): %s\n", summaryMS(lat))
+	var toCol, toAgent, agentToCol, proxyLeg []time.Duration
+	recvMu.Lock()
+	folMu.Lock()
+	for uid, c := range created {
+		f, ok := fol[uid]
+		if !ok {
+			continue
+		}
+		toCol = append(toCol, max(f.Sub(c), 0))
+		o := observed[uid]
+		toAgent = append(toAgent, max(o.Sub(c), 0))
+		if o.Before(c) {
+			o = c // the watch delivered it before the create call returned
+		}
+		agentToCol = append(agentToCol, f.Sub(o))
+		if r, ok := recv[uid]; ok {
+			proxyLeg = append(proxyLeg, r.Sub(f))
+		}
+	}
+	folMu.Unlock()
+	recvMu.Unlock()
+	fmt.Printf("e2e part 1 (Event created -> collector Follow reader in process): %s\n", summaryMS(toCol))
+	fmt.Printf("e2e part 1a (Event created -> agent's watch receipt, observed_at): %s\n", summaryMS(toAgent))
+	fmt.Printf("e2e part 1b (agent's watch receipt -> collector Follow reader: agent batch, ship, collector fsync, Follow): %s\n", summaryMS(agentToCol))
+	fmt.Printf("e2e part 2 (collector Follow reader -> gateway client, through the proxy): %s\n", summaryMS(proxyLeg))
 	fmt.Printf("e2e latency p99: %.1fms\n", float64(pct(lat, .99))/float64(time.Millisecond))
 	return nil
 }

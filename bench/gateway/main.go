@@ -57,9 +57,18 @@ var (
 	e2eFor     = flag.Duration("e2e-for", 20*time.Second, "how long the end-to-end run creates Events (0: skip)")
 	workers    = flag.Int("workers", 16, "client goroutines creating Events in the e2e run")
 	keep       = flag.Bool("keep", false, "keep the work directory")
+	proxyEnv   = flag.String("proxy-env", "", "extra environment of the proxy process, comma-separated KEY=VALUE (e.g. GOMAXPROCS=1)")
+	proxyProf  = flag.String("proxy-cpu-profile", "", "write the latency run's proxy CPU profile to this file")
+	fsync      = flag.Bool("fsync", true, "the collector fsyncs its log (false: only to show how much of the e2e latency is the fsync)")
+	quietPeers = flag.Bool("quiet-peers", false, "the test gateway client and driver use fixed flow-control windows: no bandwidth-delay PINGs for the proxy to ack (grpc-go's default sends them)")
+	pipe       = flag.Bool("pipe", false, "also measure unary calls through a plain byte relay process (the floor of any relay design)")
+	only       = flag.String("only", "", "run only this part of the latency measurement: unary or stream (empty: both)")
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == pipeArg {
+		os.Exit(runPipe(os.Args[2:]))
+	}
 	flag.Parse()
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "bench/gateway:", err)
@@ -90,7 +99,7 @@ func run() error {
 	if err := build.Run(); err != nil {
 		return fmt.Errorf("build: %w", err)
 	}
-	if e.drv, err = gatewaytest.StartDriver(filepath.Join(dir, "driver", "driver.sock")); err != nil {
+	if e.drv, err = gatewaytest.StartDriver(filepath.Join(dir, "driver", "driver.sock"), driverOpts()...); err != nil {
 		return err
 	}
 	defer e.drv.Stop()
@@ -125,6 +134,11 @@ func run() error {
 func printLoad(when string) {
 	out, _ := exec.Command("uptime").Output()
 	fmt.Printf("load (%s): %s", when, out)
+	// CPU pressure: the share of time some runnable task waited for a core.
+	if b, err := os.ReadFile("/proc/pressure/cpu"); err == nil {
+		line, _, _ := strings.Cut(string(b), "\n")
+		fmt.Printf("cpu pressure (%s): %s\n", when, line)
+	}
 }
 
 func (e *env) startCollector() error {
@@ -133,6 +147,7 @@ func (e *env) startCollector() error {
 	cfg.GRPC.ShutdownGrace = time.Second
 	cfg.Auth.Insecure = true
 	cfg.Store.Dir = filepath.Join(e.dir, "log")
+	cfg.Store.Fsync = *fsync
 	c, err := collector.New(cfg, nil, prometheus.NewRegistry())
 	if err != nil {
 		return err
@@ -155,7 +170,13 @@ func (e *env) startProxy(name string, extra ...string) (*proc, error) {
 	sock := filepath.Join(e.dir, name, "proxy.sock")
 	args := append([]string{"driver-proxy", "--listen", sock, "--driver", e.drv.Path, "--gateway-id", "openshell",
 		"--collector", e.col.GRPCAddr(), "--insecure", "--log-level", "warn"}, extra...)
+	if name == "lat" && *proxyProf != "" {
+		args = append(args, "--cpu-profile", *proxyProf)
+	}
 	cmd := exec.Command(e.bin, args...)
+	if *proxyEnv != "" {
+		cmd.Env = append(os.Environ(), splitEnv(*proxyEnv)...)
+	}
 	cmd.Stderr = os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -225,12 +246,12 @@ func (e *env) latency() error {
 		return err
 	}
 	defer p.stop()
-	direct, err := gatewaytest.Dial(e.drv.Path)
+	direct, err := dialPeer(e.drv.Path)
 	if err != nil {
 		return err
 	}
 	defer direct.Close()
-	via, err := gatewaytest.Dial(p.sock)
+	via, err := dialPeer(p.sock)
 	if err != nil {
 		return err
 	}
@@ -247,34 +268,77 @@ func (e *env) latency() error {
 		// The proxy may still be reading its start tail.
 		time.Sleep(time.Second)
 	}
-	for _, rpc := range []struct {
+	rpcs := []struct {
 		name   string
 		method string
 		req    []byte
-	}{{"GetCapabilities", gatewaytest.MethodCaps, nil}, {"GetSandbox", gatewaytest.MethodGet, getReq}} {
+	}{{"GetCapabilities", gatewaytest.MethodCaps, nil}, {"GetSandbox", gatewaytest.MethodGet, getReq}}
+	if *only == "stream" {
+		rpcs = nil
+	}
+	clients := []*gatewaytest.Client{direct, via}
+	var pp *proc
+	var pc *gatewaytest.Client
+	if *pipe && len(rpcs) > 0 {
+		if pp, err = e.startPipe(); err != nil {
+			return err
+		}
+		defer pp.stop()
+		if pc, err = dialPeer(pp.sock); err != nil {
+			return err
+		}
+		defer pc.Close()
+		if _, err := waitServing(pc, 10*time.Second); err != nil {
+			return err
+		}
+		clients = append(clients, pc)
+	}
+	for _, rpc := range rpcs {
 		// Interleave direct and proxied calls so load changes hit both.
 		cpu0 := procCPU(p.cmd.Process.Pid)
-		var d, v []time.Duration
+		r0, w0 := procIO(p.cmd.Process.Pid)
+		var pcpu0 time.Duration
+		var pr0, pw0 int64
+		if pp != nil {
+			pcpu0 = procCPU(pp.cmd.Process.Pid)
+			pr0, pw0 = procIO(pp.cmd.Process.Pid)
+		}
+		var d, v, vp []time.Duration
 		for i := 0; i < *n; i++ {
-			for _, c := range []*gatewaytest.Client{direct, via} {
+			for _, c := range clients {
 				start := time.Now()
 				if _, err := c.Unary(context.Background(), rpc.method, rpc.req); err != nil {
 					return fmt.Errorf("%s: %w", rpc.name, err)
 				}
 				el := time.Since(start)
-				if c == direct {
+				switch c {
+				case direct:
 					d = append(d, el)
-				} else {
+				case via:
 					v = append(v, el)
+				default:
+					vp = append(vp, el)
 				}
 			}
+		}
+		if pp != nil {
+			pr1, pw1 := procIO(pp.cmd.Process.Pid)
+			fmt.Printf("unary %s via byte relay: %s\n", rpc.name, summary(vp))
+			fmt.Printf("unary %s byte relay added: p50 %s  p99 %s; relay CPU %s per call; %.1f read and %.1f write syscalls per call\n", rpc.name,
+				us(pct(vp, .5)-pct(d, .5)), us(pct(vp, .99)-pct(d, .99)), us((procCPU(pp.cmd.Process.Pid)-pcpu0)/time.Duration(*n)),
+				float64(pr1-pr0)/float64(*n), float64(pw1-pw0)/float64(*n))
 		}
 		fmt.Printf("unary %s direct:      %s\n", rpc.name, summary(d))
 		fmt.Printf("unary %s via proxy:   %s\n", rpc.name, summary(v))
 		fmt.Printf("unary %s added:       p50 %s  p99 %s\n", rpc.name, us(pct(v, .5)-pct(d, .5)), us(pct(v, .99)-pct(d, .99)))
-		fmt.Printf("unary %s proxy CPU:   %s per call (user+system)\n", rpc.name, us((procCPU(p.cmd.Process.Pid)-cpu0)/time.Duration(*n)))
+		r1, w1 := procIO(p.cmd.Process.Pid)
+		fmt.Printf("unary %s proxy CPU:   %s per call (user+system); %.1f read and %.1f write syscalls per call\n", rpc.name,
+			us((procCPU(p.cmd.Process.Pid)-cpu0)/time.Duration(*n)), float64(r1-r0)/float64(*n), float64(w1-w0)/float64(*n))
 	}
 
+	if *only == "unary" {
+		return nil
+	}
 	// Stream: the driver stamps each platform event with its send time
 	// (nanoseconds in timestamp_ms); both streams receive every message.
 	ctx, cancel := context.WithCancel(context.Background())
@@ -356,7 +420,7 @@ func (e *env) restart() error {
 			time.Sleep(200 * time.Microsecond)
 		}
 		acc := time.Since(start)
-		c, err := gatewaytest.Dial(sock)
+		c, err := dialPeer(sock)
 		if err != nil {
 			return err
 		}
@@ -379,7 +443,7 @@ func (e *env) restart() error {
 
 func summaryMS(d []time.Duration) string {
 	ms := func(x time.Duration) string { return fmt.Sprintf("%.1fms", float64(x)/float64(time.Millisecond)) }
-	return fmt.Sprintf("p50 %s  p90 %s  max %s  (n=%d)", ms(pct(d, .5)), ms(pct(d, .9)), ms(pct(d, 1)), len(d))
+	return fmt.Sprintf("p50 %s  p90 %s  p99 %s  max %s  (n=%d)", ms(pct(d, .5)), ms(pct(d, .9)), ms(pct(d, .99)), ms(pct(d, 1)), len(d))
 }
 
 // rss: the proxy with -sandboxes live sandboxes, each with events and an
@@ -396,7 +460,7 @@ func (e *env) rss() error {
 		return err
 	}
 	defer p.stop()
-	c, err := gatewaytest.Dial(p.sock)
+	c, err := dialPeer(p.sock)
 	if err != nil {
 		return err
 	}
@@ -486,7 +550,7 @@ func (e *env) rss() error {
 		e.drv.Put(gatewaytest.Sandbox{ID: benchID(s), Name: fmt.Sprintf("sb-%d", s),
 			Conditions: []gatewaytest.Condition{{Type: "Ready", Status: "False", Reason: "DependenciesNotReady", Message: "Pod exists with phase: Pending"}}})
 	}
-	direct, err := gatewaytest.Dial(e.drv.Path)
+	direct, err := dialPeer(e.drv.Path)
 	if err != nil {
 		return err
 	}
@@ -581,6 +645,42 @@ func procCPU(pid int) time.Duration {
 	ut, _ := strconv.ParseInt(f[11], 10, 64)
 	st, _ := strconv.ParseInt(f[12], 10, 64)
 	return time.Duration(ut+st) * 10 * time.Millisecond
+}
+
+// dialPeer dials like the gateway (with -quiet-peers: fixed windows).
+func dialPeer(path string) (*gatewaytest.Client, error) {
+	if *quietPeers {
+		return gatewaytest.Dial(path, grpc.WithStaticStreamWindowSize(1<<20), grpc.WithStaticConnWindowSize(4<<20))
+	}
+	return gatewaytest.Dial(path)
+}
+
+// driverOpts: the test driver's extra server options (-quiet-peers).
+func driverOpts() []grpc.ServerOption {
+	if *quietPeers {
+		return []grpc.ServerOption{grpc.StaticStreamWindowSize(1 << 20), grpc.StaticConnWindowSize(4 << 20)}
+	}
+	return nil
+}
+
+func splitEnv(s string) []string { return strings.Split(s, ",") }
+
+// procIO is a process's read and write syscall counts so far
+// (/proc/<pid>/io: syscr, syscw).
+func procIO(pid int) (reads, writes int64) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
+	if err != nil {
+		return 0, 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "syscr: "); ok {
+			reads, _ = strconv.ParseInt(v, 10, 64)
+		}
+		if v, ok := strings.CutPrefix(line, "syscw: "); ok {
+			writes, _ = strconv.ParseInt(v, 10, 64)
+		}
+	}
+	return reads, writes
 }
 
 // scrape reads gauges from the proxy's /metrics.

@@ -10,6 +10,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"runtime"
+	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -64,6 +67,8 @@ func runDriverProxy(ctx context.Context, args []string, _ io.Reader, stdout, std
 	metricsAddr := fs.String("metrics-listen", "", "serve /metrics on this address (empty: off)")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	procs := fs.Int("gomaxprocs", 1, "cores (Go Ps) the proxy runs on; 0: Go's default. Unless given, a GOMAXPROCS environment variable wins (see sinks/gateway/README.md, Performance)")
+	cpuProfile := fs.String("cpu-profile", "", "write a CPU profile of the whole run to this file (for bench/gateway)")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, driverProxyUsage)
 		fs.PrintDefaults()
@@ -144,9 +149,39 @@ func runDriverProxy(ctx context.Context, args []string, _ io.Reader, stdout, std
 		go func() { _ = srv.Serve(l) }()
 		defer srv.Close()
 	}
+	procsSet := false
+	fs.Visit(func(f *flag.Flag) { procsSet = procsSet || f.Name == "gomaxprocs" })
+	if n := proxyProcs(procsSet, *procs, os.Getenv("GOMAXPROCS")); n > 0 {
+		runtime.GOMAXPROCS(n)
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			fmt.Fprintf(stderr, "eventpipe driver-proxy: --cpu-profile: %v\n", err)
+			return 2
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintf(stderr, "eventpipe driver-proxy: --cpu-profile: %v\n", err)
+			return 2
+		}
+		defer pprof.StopCPUProfile()
+	}
 	if err := p.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
 		logger.Error("driver proxy failed", "err", err)
 		return 1
 	}
 	return 0
+}
+
+// proxyProcs is the GOMAXPROCS the proxy sets (0: leave Go's). One P by
+// default: a forwarded call passes through five goroutines, and with more
+// Ps each hand-off can wake another thread (futex, epoll, spinning), which
+// costs more than the call's own work (bench/gateway.md). A GOMAXPROCS
+// environment variable is kept unless --gomaxprocs is given.
+func proxyProcs(flagSet bool, flagValue int, env string) int {
+	if !flagSet && env != "" {
+		return 0
+	}
+	return max(flagValue, 0)
 }

@@ -74,8 +74,10 @@ func TestDriverProxyCommandForwards(t *testing.T) {
 	done := make(chan int, 1)
 	var stderr bytes.Buffer
 	go func() {
+		// --gomaxprocs 0: the command runs in this test process, whose
+		// Ps it must not change.
 		done <- runDriverProxy(ctx, []string{"--listen", sock, "--driver", drv.Path, "--gateway-id", "openshell",
-			"--collector", "127.0.0.1:1", "--insecure", "--log-level", "error"}, nil, &bytes.Buffer{}, &stderr)
+			"--collector", "127.0.0.1:1", "--insecure", "--log-level", "error", "--gomaxprocs", "0"}, nil, &bytes.Buffer{}, &stderr)
 	}()
 	c, err := gatewaytest.Dial(sock)
 	if err != nil {
@@ -107,5 +109,28 @@ func TestDriverProxyCommandForwards(t *testing.T) {
 		}
 	case <-time.After(15 * time.Second):
 		t.Fatal("driver-proxy did not stop")
+	}
+}
+
+// TestDriverProxyProcs: one P unless told otherwise; an operator's
+// GOMAXPROCS is kept unless --gomaxprocs is given.
+func TestDriverProxyProcs(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		flagSet bool
+		flag    int
+		env     string
+		want    int
+	}{
+		{"default", false, 1, "", 1},
+		{"env kept", false, 1, "4", 0},
+		{"flag wins over env", true, 2, "4", 2},
+		{"flag 0: Go's default", true, 0, "", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := proxyProcs(tc.flagSet, tc.flag, tc.env); got != tc.want {
+				t.Errorf("proxyProcs(%v, %d, %q) = %d, want %d", tc.flagSet, tc.flag, tc.env, got, tc.want)
+			}
+		})
 	}
 }

@@ -119,6 +119,7 @@ type ReadMetrics struct {
 	evictions   *prometheus.CounterVec
 	undecodable *prometheus.CounterVec
 	seeded      *prometheus.CounterVec
+	skipped     *prometheus.CounterVec
 }
 
 // NewReadMetrics builds and registers the counters; reg may be nil.
@@ -140,6 +141,10 @@ func NewReadMetrics(reg prometheus.Registerer) (*ReadMetrics, error) {
 			Name: "eventpipe_collector_backbone_dedupe_seeded_records_total",
 			Help: "Records read back before a consumer's start offset to fill its dedupe window (after a start, restart or rebalance).",
 		}, []string{"consumer"}),
+		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "eventpipe_collector_backbone_skipped_records_total",
+			Help: "Backbone offsets a consumer never read: removed by topic retention while it was behind (each range is logged; sinks also count them in eventpipe_sink_lost_records_total).",
+		}, []string{"consumer"}),
 	}
 	if reg == nil {
 		return m, nil
@@ -149,6 +154,7 @@ func NewReadMetrics(reg prometheus.Registerer) (*ReadMetrics, error) {
 	m.evictions = registerCounter(reg, m.evictions, &errs)
 	m.undecodable = registerCounter(reg, m.undecodable, &errs)
 	m.seeded = registerCounter(reg, m.seeded, &errs)
+	m.skipped = registerCounter(reg, m.skipped, &errs)
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("register backbone read metrics: %w", err)
 	}
@@ -170,7 +176,7 @@ func registerCounter(reg prometheus.Registerer, c *prometheus.CounterVec, errs *
 
 // consumerMetrics are ReadMetrics curried with one consumer's label.
 type consumerMetrics struct {
-	duplicates, evictions, undecodable, seeded prometheus.Counter
+	duplicates, evictions, undecodable, seeded, skipped prometheus.Counter
 }
 
 func (m *ReadMetrics) forConsumer(consumer string) consumerMetrics {
@@ -182,5 +188,6 @@ func (m *ReadMetrics) forConsumer(consumer string) consumerMetrics {
 		evictions:   m.evictions.WithLabelValues(consumer),
 		undecodable: m.undecodable.WithLabelValues(consumer),
 		seeded:      m.seeded.WithLabelValues(consumer),
+		skipped:     m.skipped.WithLabelValues(consumer),
 	}
 }

@@ -9,10 +9,13 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
+	"github.com/eventpipe/eventpipe/sinks"
 )
 
 func TestWindow(t *testing.T) {
@@ -74,25 +77,35 @@ func occ(id, sandbox string) *eventpipev1.Occurrence {
 // offset.
 func produce(t *testing.T, opts []kgo.Opt, topic string, occs ...*eventpipev1.Occurrence) []*kgo.Record {
 	t.Helper()
-	cl, err := kgo.NewClient(append(opts, kgo.DefaultProduceTopic(topic))...)
+	recs, err := produceRecs(opts, topic, occs...)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return recs
+}
+
+func produceErr(opts []kgo.Opt, topic string, occs ...*eventpipev1.Occurrence) error {
+	_, err := produceRecs(opts, topic, occs...)
+	return err
+}
+
+func produceRecs(opts []kgo.Opt, topic string, occs ...*eventpipev1.Occurrence) ([]*kgo.Record, error) {
+	cl, err := kgo.NewClient(append(opts, kgo.DefaultProduceTopic(topic))...)
+	if err != nil {
+		return nil, err
 	}
 	defer cl.Close()
 	var recs []*kgo.Record
 	for _, o := range occs {
 		r, err := Encode(o, "events")
 		if err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
 		recs = append(recs, r)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
-	return recs
+	return recs, cl.ProduceSync(ctx, recs...).FirstErr()
 }
 
 // pollRecords polls r until it has want records or the deadline passes.
@@ -252,4 +265,128 @@ func BenchmarkWindowFull(b *testing.B) {
 	}
 	b.ReportMetric(held, "MB/window")
 	runtime.KeepAlive(w)
+}
+
+// TestReaderPollKeepsRecordsWhenContextEnds: a poll that returns records
+// just as the caller's context ends (a runner's batch deadline) must hand
+// them over: the client has moved past them. Dropping them skipped records
+// silently (seen as gaps in a partition under load).
+func TestReaderPollKeepsRecordsWhenContextEnds(t *testing.T) {
+	const topic = "bb"
+	opts := startKfake(t, topic, 1)
+	produce(t, opts, topic, occ("a", "s"), occ("b", "s"))
+	r, err := NewReader(opts, topic, map[int32]int64{0: 0}, 16, ConsumerFollow, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	real := r.poll
+	r.poll = func(pctx context.Context) kgo.Fetches {
+		for {
+			fs := real(context.Background())
+			if fs.NumRecords() > 0 {
+				cancel() // the deadline fires while the fetch comes back
+				return fs
+			}
+		}
+	}
+	got, err := r.Poll(ctx)
+	if err != nil || len(got) != 2 {
+		t.Fatalf("Poll = %d records, %v; want the 2 fetched records", len(got), err)
+	}
+}
+
+// deleteRecords advances partition p's log start to before (retention).
+func deleteRecords(t *testing.T, opts []kgo.Opt, topic string, p int32, before int64) {
+	t.Helper()
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	req := kmsg.NewPtrDeleteRecordsRequest()
+	rt := kmsg.NewDeleteRecordsRequestTopic()
+	rt.Topic = topic
+	rp := kmsg.NewDeleteRecordsRequestTopicPartition()
+	rp.Partition, rp.Offset = p, before
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	req.TimeoutMillis = 5000
+	resp, err := req.RequestWith(context.Background(), cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, t2 := range resp.Topics {
+		for _, p2 := range t2.Partitions {
+			if err := kerr.ErrorForCode(p2.ErrorCode); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// TestReaderReportsRecordsRemovedWhileBehind: records retention removes
+// after a consumer started, before it read them, are reported on the next
+// record read (Skipped) and counted: never skipped silently.
+func TestReaderReportsRecordsRemovedWhileBehind(t *testing.T) {
+	const topic = "bb"
+	opts := startKfake(t, topic, 1)
+	var first []*eventpipev1.Occurrence
+	for i := range 5 {
+		first = append(first, occ(fmt.Sprintf("a%d", i), "s"))
+	}
+	produce(t, opts, topic, first...)
+	m, _ := NewReadMetrics(nil)
+	r, err := NewReader(opts, topic, map[int32]int64{0: 0}, 16, ConsumerFollow, m, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if got := pollRecords(t, r, 5, 10*time.Second); len(got) != 5 {
+		t.Fatalf("read %d of the first 5", len(got))
+	}
+	// The consumer falls behind: it fetches nothing while 10 more records
+	// arrive and retention removes 7 of them.
+	r.cl.PauseFetchPartitions(map[string][]int32{topic: {0}})
+	var more []*eventpipev1.Occurrence
+	for i := range 10 {
+		more = append(more, occ(fmt.Sprintf("b%d", i), "s"))
+	}
+	produce(t, opts, topic, more...)
+	deleteRecords(t, opts, topic, 0, 12)
+	r.cl.ResumeFetchPartitions(map[string][]int32{topic: {0}})
+	got := pollRecords(t, r, 3, 10*time.Second)
+	if len(got) != 3 || got[0].Offset != 12 || got[0].Skipped != 7 || got[1].Skipped != 0 {
+		t.Fatalf("after the removal: %+v; want offsets 12-14, the first with Skipped 7", got)
+	}
+	if n := counter(t, m.skipped.WithLabelValues(ConsumerFollow)); n != 7 {
+		t.Errorf("skipped counted %v, want 7", n)
+	}
+}
+
+func TestPartSourceReportsGaps(t *testing.T) {
+	rec := func(off, skipped uint64) bufRecord {
+		return bufRecord{Record: sinks.Record{Offset: off}, skipped: skipped}
+	}
+	s := &partSource{pendingLost: 2, buf: []bufRecord{rec(3, 0), rec(4, 0), rec(9, 4), rec(10, 0)}}
+	steps := []struct {
+		from     uint64
+		wantOffs []uint64
+		wantLost uint64
+	}{
+		{from: 1, wantOffs: []uint64{3, 4}, wantLost: 2}, // lost before the start; the gap before 9 ends the slice
+		{from: 5, wantOffs: []uint64{9, 10}, wantLost: 4},
+		{from: 11, wantOffs: nil, wantLost: 0},
+	}
+	for i, st := range steps {
+		got, lost, _ := s.Read(context.Background(), st.from, 10)
+		var offs []uint64
+		for _, r := range got {
+			offs = append(offs, r.Offset)
+		}
+		if fmt.Sprint(offs) != fmt.Sprint(st.wantOffs) || lost != st.wantLost {
+			t.Errorf("step %d: Read(%d) = %v, lost %d; want %v, lost %d", i, st.from, offs, lost, st.wantOffs, st.wantLost)
+		}
+	}
 }

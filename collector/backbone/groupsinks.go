@@ -420,7 +420,9 @@ func (m *member) work(ctx context.Context, cl *kgo.Client, w *partWorker) {
 	if start < logStart {
 		lost = uint64(logStart - start)
 	}
-	r, err := NewReader(m.g.opts, topic, map[int32]int64{w.p: start}, m.g.cfg.DedupeWindow, m.consumer, m.m, log)
+	// The Reader starts where records still are; what retention removed
+	// before is reported by the source's first Read (lost).
+	r, err := NewReader(m.g.opts, topic, map[int32]int64{w.p: max(start, logStart)}, m.g.cfg.DedupeWindow, m.consumer, m.m, log)
 	if err != nil {
 		log.Error("sink cannot read its partition", "err", err)
 		return
@@ -483,14 +485,25 @@ func (m *member) resolve(ctx context.Context, cl *kgo.Client, p int32) (start, l
 type partSource struct {
 	r           *Reader
 	p           int32
-	buf         []sinks.Record
+	buf         []bufRecord
 	pendingLost uint64 // records retention removed before the start, reported once
 	head        atomic.Uint64
+}
+
+// bufRecord is a record read ahead, with the offsets retention removed
+// just before it (Record.Skipped).
+type bufRecord struct {
+	sinks.Record
+	skipped uint64
 }
 
 var _ sinks.SourceHead = (*partSource)(nil)
 
 // Read returns buffered records with Offset >= from without blocking.
+// skipped counts the offsets in [from, first returned) that retention
+// removed before they were read: the runner counts and logs them as lost.
+// A later record with a gap before it ends the slice, so its gap is
+// reported by the next Read.
 func (s *partSource) Read(_ context.Context, from uint64, max int) ([]sinks.Record, uint64, error) {
 	lost := s.pendingLost
 	s.pendingLost = 0
@@ -499,9 +512,18 @@ func (s *partSource) Read(_ context.Context, from uint64, max int) ([]sinks.Reco
 		i++
 	}
 	s.buf = s.buf[i:]
-	n := min(max, len(s.buf))
-	out := slices.Clone(s.buf[:n])
-	s.buf = s.buf[n:]
+	if len(s.buf) > 0 {
+		lost += s.buf[0].skipped
+		s.buf[0].skipped = 0
+	}
+	out := make([]sinks.Record, 0, min(max, len(s.buf)))
+	for _, b := range s.buf {
+		if len(out) == max || (len(out) > 0 && b.skipped > 0) {
+			break
+		}
+		out = append(out, b.Record)
+	}
+	s.buf = s.buf[len(out):]
 	return out, lost, nil
 }
 
@@ -518,7 +540,7 @@ func (s *partSource) Wait(ctx context.Context, after uint64) error {
 			return err
 		}
 		for _, r := range recs {
-			s.buf = append(s.buf, sinks.Record{Offset: uint64(r.Offset) + 1, Occurrence: r.Occurrence})
+			s.buf = append(s.buf, bufRecord{Record: sinks.Record{Offset: uint64(r.Offset) + 1, Occurrence: r.Occurrence}, skipped: uint64(r.Skipped)})
 		}
 		if hw := s.r.HighWatermark(s.p); hw > 0 {
 			s.head.Store(max(s.head.Load(), uint64(hw)))

@@ -21,6 +21,12 @@ type Record struct {
 	Partition  int32
 	Offset     int64
 	Occurrence *eventpipev1.Occurrence
+	// Skipped counts the offsets of this partition that were never read
+	// between the previous record handled and this one: removed by
+	// retention while the consumer was behind (the backbone is neither
+	// compacted nor transactional, so its offsets are otherwise dense).
+	// The consumer reports them as lost; 0 normally.
+	Skipped int64
 }
 
 // Reader reads some partitions of the backbone topic from a start offset
@@ -50,6 +56,8 @@ type Reader struct {
 	hwm map[int32]int64 // high watermarks seen in fetches
 
 	filter func(*eventpipev1.Occurrence) bool
+	// poll is the client's PollFetches (a test stands in for it).
+	poll func(context.Context) kgo.Fetches
 }
 
 // SetFilter makes the Reader consider only the occurrences filter keeps
@@ -63,11 +71,16 @@ type partState struct {
 	start    int64 // first offset delivered; before it the window is seeded
 	w        *Window
 	progress int64 // offset after the last record handled at or after start
+	gap      int64 // offsets skipped, not yet reported with a delivered record
 }
 
 // Start is where a Reader begins in one partition.
 type Start struct {
-	// Offset is the first offset delivered.
+	// Offset is the first offset delivered. It must not be below the
+	// partition's log start (the caller accounts for what retention
+	// removed before it): the first record read after it must be at
+	// Offset, and any offset not read from there on is reported as
+	// Record.Skipped.
 	Offset int64
 	// Window, when set, is the partition's dedupe window already filled by
 	// the caller (a Follow tail replay fills it with what it sent): the
@@ -123,7 +136,7 @@ func NewReaderAt(opts []kgo.Opt, topic string, starts map[int32]Start, window in
 	if err != nil {
 		return nil, fmt.Errorf("backbone reader: %w", err)
 	}
-	r.cl = cl
+	r.cl, r.poll = cl, cl.PollFetches
 	return r, nil
 }
 
@@ -135,41 +148,51 @@ func (r *Reader) Close() { r.cl.Close() }
 // deliver: possibly none, when every record fetched was a duplicate or
 // undecodable (Progress then moved). Fetch errors the client retries by
 // itself are logged and waited out.
+//
+// Records a fetch returned are always handed over, even when ctx ended
+// while it returned (a caller's batch deadline): the client has moved
+// past them, and dropping them would skip them silently.
 func (r *Reader) Poll(ctx context.Context) ([]Record, error) {
 	for {
-		fs := r.cl.PollFetches(ctx)
-		if err := ctx.Err(); err != nil && fs.NumRecords() == 0 {
-			return nil, err
-		}
+		fs := r.poll(ctx)
 		if fs.IsClientClosed() {
 			return nil, kgo.ErrClientClosed
 		}
-		fs.EachError(func(t string, p int32, err error) {
-			if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-				return
-			}
-			r.logger.Warn("backbone fetch failed; retrying", "partition", p, "err", err)
-		})
-		r.mu.Lock()
-		fs.EachPartition(func(p kgo.FetchTopicPartition) {
-			if p.Err == nil && p.HighWatermark > r.hwm[p.Partition] {
-				r.hwm[p.Partition] = p.HighWatermark
-			}
-		})
-		r.mu.Unlock()
-		var out []Record
-		handled := false
-		fs.EachRecord(func(rec *kgo.Record) {
-			o, ok, h := r.accept(rec)
-			handled = handled || h
-			if ok {
-				out = append(out, Record{Partition: rec.Partition, Offset: rec.Offset, Occurrence: o})
-			}
-		})
-		if handled {
+		if out, handled := r.take(fs); handled {
 			return out, nil
 		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
 	}
+}
+
+// take runs a poll's records through the windows; handled reports whether
+// any record at or after a start was handled.
+func (r *Reader) take(fs kgo.Fetches) (out []Record, handled bool) {
+	fs.EachError(func(t string, p int32, err error) {
+		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+			return
+		}
+		r.logger.Warn("backbone fetch failed; retrying", "partition", p, "err", err)
+	})
+	r.mu.Lock()
+	fs.EachPartition(func(p kgo.FetchTopicPartition) {
+		if p.Err == nil && p.HighWatermark > r.hwm[p.Partition] {
+			r.hwm[p.Partition] = p.HighWatermark
+		}
+	})
+	r.mu.Unlock()
+	fs.EachRecord(func(rec *kgo.Record) {
+		o, ok, h := r.accept(rec)
+		handled = handled || h
+		if ok {
+			ps := r.parts[rec.Partition]
+			out = append(out, Record{Partition: rec.Partition, Offset: rec.Offset, Occurrence: o, Skipped: ps.gap})
+			ps.gap = 0
+		}
+	})
+	return out, handled
 }
 
 // HighWatermark is the highest high watermark (the offset the next record
@@ -206,12 +229,21 @@ func (r *Reader) accept(rec *kgo.Record) (_ *eventpipev1.Occurrence, deliver, ha
 	}()
 	id := EventID(rec)
 	var o *eventpipev1.Occurrence
+	if rec.Offset >= ps.start {
+		if rec.Offset < ps.progress {
+			return nil, false, false // read again (the client went back): handled already
+		}
+		if gap := rec.Offset - ps.progress; gap > 0 {
+			ps.gap += gap
+			r.m.skipped.Add(float64(gap))
+			r.logger.Error("backbone records removed by retention before this consumer read them",
+				"partition", rec.Partition, "from_offset", ps.progress, "to_offset", rec.Offset-1, "records", gap)
+		}
+		ps.progress = rec.Offset + 1
+	}
 	if r.filter != nil {
 		var err error
 		if o, err = Decode(rec); err == nil && !r.filter(o) {
-			if rec.Offset >= ps.start {
-				ps.progress = max(ps.progress, rec.Offset+1)
-			}
 			return nil, false, rec.Offset >= ps.start
 		}
 	}
@@ -220,7 +252,6 @@ func (r *Reader) accept(rec *kgo.Record) (_ *eventpipev1.Occurrence, deliver, ha
 		r.m.seeded.Inc()
 		return nil, false, false
 	}
-	ps.progress = max(ps.progress, rec.Offset+1)
 	if ps.w.Check(id) {
 		r.m.duplicates.Inc()
 		r.logger.Debug("duplicate backbone record dropped", "partition", rec.Partition, "offset", rec.Offset, "event_id", id)

@@ -81,6 +81,14 @@ func TestTransparentByteIdentical(t *testing.T) {
 		call{method: gatewaytest.MethodUnknown, reqs: [][]byte{reqWithUnknown("a"), reqWithUnknown("b", "c")}},
 		call{method: gatewaytest.MethodUnknownSv, reqs: [][]byte{reqWithUnknown("x"), {}, reqWithUnknown("y")}},
 		call{method: gatewaytest.Prefix + "CreateSandbox", reqs: nil}, // no request at all
+		// Messages larger than one HTTP/2 frame (16 KiB) arrive as a chain
+		// of buffers, which the proxy forwards without copying: the unary
+		// path (echoed by the test driver) and the stream path.
+		call{method: gatewaytest.Prefix + "CreateSandbox", reqs: [][]byte{reqWithUnknown(strings.Repeat("a", 300<<10))}},
+		call{method: gatewaytest.MethodUnknown, reqs: [][]byte{reqWithUnknown(strings.Repeat("b", 100<<10)), reqWithUnknown("c", strings.Repeat("d", 40<<10))}},
+		// Larger than the proxy's fixed 1 MiB stream window: both legs
+		// need window updates mid-message.
+		call{method: gatewaytest.Prefix + "DeleteWorkspace", reqs: [][]byte{reqWithUnknown(strings.Repeat("e", 3<<20))}},
 	)
 	for _, c := range calls {
 		t.Run(strings.TrimPrefix(c.method, "/"), func(t *testing.T) {

@@ -33,7 +33,7 @@ func (p *Proxy) watch(ctx context.Context, ss grpc.ServerStream, up grpc.ClientS
 			var f frame
 			err := up.RecvMsg(&f)
 			select {
-			case driverCh <- result{f.b, err}:
+			case driverCh <- result{f.bytes(), err}:
 			case <-ctx.Done():
 				return
 			}
@@ -47,7 +47,7 @@ func (p *Proxy) watch(ctx context.Context, ss grpc.ServerStream, up grpc.ClientS
 		if !p.hub.claim(sub, e) {
 			return nil
 		}
-		if err := ss.SendMsg(&frame{e.msg}); err != nil {
+		if err := ss.SendMsg(&frame{b: e.msg}); err != nil {
 			p.hub.unclaim(sub, e)
 			return err
 		}
@@ -125,7 +125,7 @@ func (p *Proxy) relayWatch(ss grpc.ServerStream, b []byte, rerr error) (done boo
 	if perr != nil {
 		p.metrics.malformed.Inc()
 		p.log.Warn("WatchSandboxes message not edited: cannot parse it; forwarded unchanged", "err", perr)
-		return false, ss.SendMsg(&frame{b})
+		return false, ss.SendMsg(&frame{b: b})
 	}
 	switch ev.Kind {
 	case driverwire.KindPlatform:
@@ -138,5 +138,5 @@ func (p *Proxy) relayWatch(ss grpc.ServerStream, b []byte, rerr error) (done boo
 	case driverwire.KindDeleted:
 		p.hub.forget(ev.SandboxID)
 	}
-	return false, ss.SendMsg(&frame{b})
+	return false, ss.SendMsg(&frame{b: b})
 }

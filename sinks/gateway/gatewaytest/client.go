@@ -19,11 +19,13 @@ type Client struct {
 
 // Dial returns a client of the socket at path (it connects lazily). It
 // accepts messages up to 64 MiB (gRPC's default, and tonic's, is 4 MiB: a
-// real gateway may refuse a ListSandboxes answer this client takes).
-func Dial(path string) (*Client, error) {
-	conn, err := grpc.NewClient("unix://"+path,
+// real gateway may refuse a ListSandboxes answer this client takes). opts
+// are added to the connection's (a benchmark uses them to play a gateway
+// with other HTTP/2 settings).
+func Dial(path string, opts ...grpc.DialOption) (*Client, error) {
+	conn, err := grpc.NewClient("unix://"+path, append([]grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.ForceCodec(rawCodec{}), grpc.MaxCallRecvMsgSize(64<<20)))
+		grpc.WithDefaultCallOptions(grpc.ForceCodec(rawCodec{}), grpc.MaxCallRecvMsgSize(64<<20))}, opts...)...)
 	if err != nil {
 		return nil, err
 	}

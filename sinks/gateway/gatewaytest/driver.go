@@ -54,6 +54,7 @@ type Driver struct {
 	watchers  map[chan []byte]struct{}
 	lastMD    map[string]metadata.MD
 	stopped   chan struct{}
+	opts      []grpc.ServerOption
 }
 
 // rawCodec is the test parts' pass-through codec.
@@ -72,10 +73,11 @@ func (rawCodec) Unmarshal(b []byte, v any) error {
 }
 
 // StartDriver listens on path (its directory is created 0700) and serves
-// until Stop.
-func StartDriver(path string) (*Driver, error) {
+// until Stop. opts are added to the gRPC server's (a benchmark uses them to
+// play a driver with other HTTP/2 settings).
+func StartDriver(path string, opts ...grpc.ServerOption) (*Driver, error) {
 	d := &Driver{Path: path, sandboxes: map[string]Sandbox{}, watchers: map[chan []byte]struct{}{},
-		lastMD: map[string]metadata.MD{}}
+		lastMD: map[string]metadata.MD{}, opts: opts}
 	return d, d.Start()
 }
 
@@ -90,7 +92,7 @@ func (d *Driver) Start() error {
 	if err != nil {
 		return err
 	}
-	srv := grpc.NewServer(grpc.ForceServerCodec(rawCodec{}), grpc.UnknownServiceHandler(d.handle))
+	srv := grpc.NewServer(append([]grpc.ServerOption{grpc.ForceServerCodec(rawCodec{}), grpc.UnknownServiceHandler(d.handle)}, d.opts...)...)
 	d.mu.Lock()
 	d.srv = srv
 	d.stopped = make(chan struct{})
