@@ -82,6 +82,11 @@ bench-agent: tools
 bench-collector:
 	$(GO) run ./bench/collector $(ARGS)
 
+## bench-kafka: the collector in Kafka mode on a 3-broker kfake (see bench/kafka.md).
+.PHONY: bench-kafka
+bench-kafka:
+	$(GO) run ./bench/kafka $(ARGS)
+
 ## bench-gateway: the driver proxy harness (see bench/gateway.md).
 .PHONY: bench-gateway
 bench-gateway: tools

@@ -29,6 +29,7 @@ import (
 
 	"github.com/eventpipe/eventpipe/agent"
 	"github.com/eventpipe/eventpipe/collector"
+	"github.com/eventpipe/eventpipe/collector/backbone"
 	"github.com/eventpipe/eventpipe/sinks"
 	"github.com/eventpipe/eventpipe/sinks/file"
 	"github.com/eventpipe/eventpipe/sinks/kafka"
@@ -94,6 +95,20 @@ func buildCatalogue(dir string) (*Catalogue, error) {
 	cancel()
 	if err := col.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
 		return nil, fmt.Errorf("stop collector: %w", err)
+	}
+
+	// Kafka mode's parts, from their real constructors (neither contacts
+	// the brokers): the backbone writer (produce, cursor metrics) and the
+	// read side every backbone consumer shares (duplicates, window).
+	bcfg := backbone.NewDefaultConfig()
+	bcfg.Brokers = []string{"127.0.0.1:9"}
+	w, err := backbone.NewWriter(bcfg, nil, rec)
+	if err != nil {
+		return nil, fmt.Errorf("backbone writer: %w", err)
+	}
+	w.Close()
+	if _, err := backbone.NewReadMetrics(rec); err != nil {
+		return nil, fmt.Errorf("backbone read metrics: %w", err)
 	}
 
 	acfg := agent.NewDefaultConfig()
@@ -244,28 +259,45 @@ func TestQueryCheckCanFail(t *testing.T) {
 	}
 }
 
-// The alerts the operations runbook promises.
-var requiredAlerts = []string{
-	"EventpipeAgentDown", "EventpipeAgentNoLeader", "EventpipeAgentWatchStale", "EventpipeAgentCursorAgeHigh",
-	"EventpipeCollectorNotAcknowledging", "EventpipeCollectorDown", "EventpipeCollectorAppendFailing",
-	"EventpipeLogRepaired", "EventpipeLogDataLoss", "EventpipeLogDiskNearlyFull", "EventpipeFollowSubscribersCutOff",
-	"EventpipeSinkLagging", "EventpipeSinkRecordsLost", "EventpipeSinkRecordsRefused", "EventpipeSinkCursorBeyondLog",
+// The alerts the operations runbook promises, by variant: the local log's
+// (all-on) and Kafka mode's (kafka), where the local log's own are left out.
+var requiredAlerts = map[string][]string{
+	"all-on": {
+		"EventpipeAgentDown", "EventpipeAgentNoLeader", "EventpipeAgentWatchStale", "EventpipeAgentCursorAgeHigh",
+		"EventpipeCollectorNotAcknowledging", "EventpipeCollectorDown", "EventpipeCollectorAppendFailing",
+		"EventpipeLogRepaired", "EventpipeLogDataLoss", "EventpipeLogDiskNearlyFull", "EventpipeFollowSubscribersCutOff",
+		"EventpipeSinkLagging", "EventpipeSinkRecordsLost", "EventpipeSinkRecordsRefused", "EventpipeSinkCursorBeyondLog",
+	},
+	"kafka": {
+		"EventpipeAgentDown", "EventpipeCollectorNotAcknowledging", "EventpipeCollectorDown",
+		"EventpipeBackboneProduceFailing", "EventpipeBackboneProduceErrors", "EventpipeBackboneProduceSlow",
+		"EventpipeBackboneCursorUnreadable", "EventpipeBackboneSinkLagGrowing", "EventpipeBackboneDuplicatesHigh",
+		"EventpipeBackboneUndecodableRecords", "EventpipeSinkLagging", "EventpipeSinkRecordsLost",
+	},
 }
+
+// localOnlyAlerts are about the local log's disk and files: not rendered
+// in Kafka mode.
+var localOnlyAlerts = []string{"EventpipeCollectorAppendFailing", "EventpipeLogRepaired", "EventpipeLogDataLoss", "EventpipeLogDiskNearlyFull"}
 
 // TestPrometheusRule: every alert of the chart's PrometheusRule parses with
 // the Prometheus parser, names only series eventpipe exports (or the few
 // External ones) with labels they have, carries a severity, a summary and a
-// runbook_url whose anchor is a heading of docs/runbooks.md.
+// runbook_url whose anchor is a heading of docs/runbooks.md; in both
+// collector modes.
 func TestPrometheusRule(t *testing.T) {
 	c := exported(t)
-	var all []variant
-	for _, v := range variants() {
-		if v.name == "all-on" {
-			all = append(all, v)
-		}
-	}
-	docs := render(t, all[0])
 	anchors := runbookAnchors(t)
+	for _, v := range variants() {
+		if requiredAlerts[v.name] == nil {
+			continue
+		}
+		t.Run(v.name, func(t *testing.T) { checkPrometheusRule(t, c, anchors, v) })
+	}
+}
+
+func checkPrometheusRule(t *testing.T, c *Catalogue, anchors map[string]bool, v variant) {
+	docs := render(t, v)
 	seen := map[string]bool{}
 	for _, d := range docs {
 		if d.Kind != "PrometheusRule" {
@@ -302,9 +334,16 @@ func TestPrometheusRule(t *testing.T) {
 			}
 		}
 	}
-	for _, a := range requiredAlerts {
+	for _, a := range requiredAlerts[v.name] {
 		if !seen[a] {
 			t.Errorf("no alert %s", a)
+		}
+	}
+	if kafkaMode(v) {
+		for _, a := range localOnlyAlerts {
+			if seen[a] {
+				t.Errorf("kafka mode has the local log's alert %s", a)
+			}
 		}
 	}
 }

@@ -44,6 +44,8 @@ func variants() []variant {
 		{name: "all-on", namespace: "eventpipe-all", values: []string{v("all-on.yaml")}},
 		{name: "minimal", namespace: "eventpipe-min", values: []string{v("minimal.yaml")}},
 		{name: "manifests", namespace: ManifestNamespace, values: []string{filepath.Join(root, "deploy", "helm", "manifests-values.yaml")}},
+		{name: "kafka", namespace: "eventpipe-kafka", values: []string{v("kafka.yaml")}},
+		{name: "manifests-kafka", namespace: ManifestNamespace, values: []string{filepath.Join(root, "deploy", "helm", "manifests-values.yaml"), filepath.Join(root, "deploy", "helm", "manifests-kafka-values.yaml")}},
 	}
 }
 
@@ -92,7 +94,15 @@ func TestRenderedObjects(t *testing.T) {
 					checkPodSpec(t, d, spec)
 				}
 			}
-			want := []string{"ClusterRole", "ClusterRoleBinding", "ServiceAccount", "ConfigMap", "Deployment", "Service", "StatefulSet"}
+			want := []string{"ClusterRole", "ClusterRoleBinding", "ServiceAccount", "ConfigMap", "Deployment", "Service"}
+			if kafkaMode(v) {
+				// The collector is a second Deployment; nothing is stateful.
+				if kinds["StatefulSet"] != 0 || kinds["Deployment"] != 2 || kinds["PersistentVolumeClaim"] != 0 {
+					t.Errorf("kafka mode kinds: %v", kinds)
+				}
+			} else {
+				want = append(want, "StatefulSet")
+			}
 			switch v.name {
 			case "default":
 				want = append(want, "Role", "RoleBinding", "Secret", "Certificate", "Issuer", "NetworkPolicy", "PodDisruptionBudget")
@@ -108,7 +118,9 @@ func TestRenderedObjects(t *testing.T) {
 						t.Errorf("minimal renders %d %s", kinds[k], k)
 					}
 				}
-			case "manifests":
+			case "kafka":
+				want = append(want, "Secret", "Certificate", "NetworkPolicy", "PodDisruptionBudget", "ServiceMonitor", "PrometheusRule")
+			case "manifests", "manifests-kafka":
 				if kinds["Secret"] != 0 || kinds["Certificate"] != 0 {
 					t.Errorf("manifests variant generates secrets or certificates: %v", kinds)
 				}
@@ -220,7 +232,8 @@ func checkConfigs(t *testing.T, v variant, docs []Doc) {
 		}
 	}
 	for _, f := range []string{"collector/token", "collector-ca/ca.crt", "client-tls/tls.crt", "client-tls/tls.key", "tls/tls.crt", "tls/tls.key", "tls/ca.crt",
-		"sinks/loki/password/password", "sinks/loki/tls/ca.crt", "sinks/kafka/password/password", "sinks/kafka/tls/ca.crt"} {
+		"sinks/loki/password/password", "sinks/loki/token/token", "sinks/loki/tls/ca.crt", "sinks/kafka/password/password", "sinks/kafka/tls/ca.crt",
+		"backbone/password/password", "backbone/tls/ca.crt"} {
 		write("secrets/"+f, []byte("placeholder\n"))
 	}
 	write("secrets/tokens/tokens.yaml", tokens)
@@ -271,12 +284,7 @@ func checkConfigs(t *testing.T, v variant, docs []Doc) {
 			if err := cfg.Validate(); err != nil {
 				t.Errorf("collector.yaml does not validate: %v\n%s", err, s)
 			}
-			var sts Doc
-			for _, o := range docs {
-				if o.Kind == "StatefulSet" {
-					sts = o
-				}
-			}
+			sts, _ := collectorWorkload(docs)
 			g, _, _ := unstructured.NestedFieldNoCopy(sts.Object, "spec", "template", "spec", "terminationGracePeriodSeconds")
 			grace, _ := g.(float64)
 			if grace == 0 || cfg.GRPC.ShutdownGrace >= time.Duration(grace)*time.Second {
@@ -284,6 +292,15 @@ func checkConfigs(t *testing.T, v variant, docs []Doc) {
 			}
 			if v.name == "all-on" && len(cfg.Sinks) != 3 {
 				t.Errorf("all-on: %d sinks, want file, loki, kafka", len(cfg.Sinks))
+			}
+			if v.name == "kafka" && (len(cfg.Sinks) != 1 || cfg.Sinks[0].Type != collector.SinkLoki) {
+				t.Errorf("kafka: sinks %+v, want the Loki sink (a consumer group)", cfg.Sinks)
+			}
+			if kafkaMode(v) != cfg.KafkaMode() {
+				t.Errorf("collector.yaml: log %q in the %s variant", cfg.Log, v.name)
+			}
+			if cfg.KafkaMode() && (cfg.Backbone == nil || len(cfg.Backbone.Brokers) == 0) {
+				t.Errorf("collector.yaml in kafka mode has no backbone brokers:\n%s", s)
 			}
 		}
 	}
@@ -320,7 +337,18 @@ func TestValuesSchemaRejects(t *testing.T) {
 		want string // in the error
 	}{
 		{"replicas not a number", []string{"agent.replicas=two"}, "/agent/replicas"},
-		{"collector scaled out", []string{"collector.replicas=2"}, "/collector/replicas"},
+		{"collector scaled out on the local log", []string{"collector.replicas=2"}, "at '/collector/log': value must be 'kafka'"},
+		{"unknown log", []string{"collector.log=disk"}, "/collector/log"},
+		{"log in the collector's config instead of collector.log", []string{"collector.config.log=kafka"}, "'log' not allowed"},
+		{"backbone in the collector's config instead of collector.backbone", []string{"collector.config.backbone.topic=x"}, "'backbone' not allowed"},
+		{"kafka mode without brokers", []string{"collector.log=kafka", "sinks.file.enabled=false"}, "/collector/backbone/brokers"},
+		{"backbone broker without port", []string{"collector.log=kafka", "sinks.file.enabled=false", "collector.backbone.brokers={kafka}"}, "/collector/backbone/brokers/0"},
+		{"kafka mode with the file sink", []string{"collector.log=kafka", "collector.backbone.brokers={kafka:9092}"}, "at '/sinks/file/enabled': value must be false"},
+		{"backbone topic name", []string{"collector.backbone.topic=events/all"}, "/collector/backbone/topic"},
+		{"backbone dedupe window too small", []string{"collector.backbone.config.dedupe_window=10"}, "/collector/backbone/config/dedupe_window"},
+		{"backbone produce timeout without unit", []string{"collector.backbone.config.produce_timeout=10"}, "/collector/backbone/config/produce_timeout"},
+		{"backbone unknown key", []string{"collector.backbone.config.acks=1"}, "acks"},
+		{"zero collector replicas", []string{"collector.replicas=0"}, "/collector/replicas"},
 		{"duration without unit", []string{"collector.config.grpc.shutdown_grace=20"}, "/collector/config/grpc/shutdown_grace"},
 		{"duration in words", []string{"collector.config.store.retention.max_age=7days"}, "/collector/config/store/retention/max_age"},
 		{"unknown anti-affinity", []string{"agent.podAntiAffinity=maybe"}, "/agent/podAntiAffinity"},
@@ -496,11 +524,125 @@ func ptr[T any](v T) *T { return &v }
 // returned as they are.
 func placeholder(t *testing.T, v variant, config string, validate func([]byte) error) string {
 	t.Helper()
-	if v.name != "manifests" {
+	if !strings.HasPrefix(v.name, "manifests") {
 		return config
 	}
 	if err := validate([]byte(config)); err == nil || !strings.Contains(err.Error(), "CHANGE-ME") {
 		t.Errorf("the manifests' config with cluster CHANGE-ME: got %v, want the placeholder refused", err)
 	}
 	return strings.ReplaceAll(config, "CHANGE-ME", "prod-eu-1")
+}
+
+// kafkaMode: the variant runs the collector with log: kafka.
+func kafkaMode(v variant) bool { return strings.Contains(v.name, "kafka") }
+
+// collectorWorkload is the collector's StatefulSet or Deployment.
+func collectorWorkload(docs []Doc) (Doc, bool) {
+	for _, d := range docs {
+		if (d.Kind == "StatefulSet" || d.Kind == "Deployment") && strings.HasSuffix(d.Name, "-collector") {
+			return d, true
+		}
+	}
+	return Doc{}, false
+}
+
+// TestCollectorModes: log: local renders the collector as today (a
+// one-replica StatefulSet whose log is on a PersistentVolumeClaim);
+// log: kafka renders a Deployment of collector.replicas with no claim and
+// no data volume (nothing on its disks matters), spread over nodes and
+// zones, under a PodDisruptionBudget; the agent reaches every replica
+// through the one Service.
+func TestCollectorModes(t *testing.T) {
+	for _, v := range variants() {
+		t.Run(v.name, func(t *testing.T) {
+			docs := render(t, v)
+			w, ok := collectorWorkload(docs)
+			if !ok {
+				t.Fatal("no collector workload")
+			}
+			var spec corev1.PodSpec
+			if s, ok := podSpec(w); ok {
+				spec = s
+			} else {
+				t.Fatalf("%s: no pod spec", w.ID())
+			}
+			replicas, _, _ := unstructured.NestedFieldNoCopy(w.Object, "spec", "replicas")
+			checksum, _, _ := unstructured.NestedString(w.Object, "spec", "template", "metadata", "annotations", "checksum/config")
+			if kafkaMode(v) == (checksum == "") {
+				// Kafka mode applies a changed sink filter only at a restart:
+				// a config change must roll the replicas there, and only there.
+				t.Errorf("%s: checksum/config annotation %q in %s mode", w.ID(), checksum, map[bool]string{true: "kafka", false: "local"}[kafkaMode(v)])
+			}
+			claims, hasClaims, _ := unstructured.NestedSlice(w.Object, "spec", "volumeClaimTemplates")
+			mounts := map[string]string{}
+			for _, c := range spec.Containers {
+				for _, m := range c.VolumeMounts {
+					mounts[m.MountPath] = m.Name
+				}
+			}
+			for _, vol := range spec.Volumes {
+				if vol.PersistentVolumeClaim != nil || vol.HostPath != nil || vol.Ephemeral != nil {
+					t.Errorf("%s: volume %s is a disk that outlives or binds the pod", w.ID(), vol.Name)
+				}
+			}
+			if kafkaMode(v) {
+				want := map[string]float64{"kafka": 3, "manifests-kafka": 3}[v.name]
+				if w.Kind != "Deployment" || replicas != want {
+					t.Errorf("kafka mode: %s with replicas %v, want a Deployment of %v", w.ID(), replicas, want)
+				}
+				if hasClaims || mounts["/var/lib/eventpipe"] != "" {
+					t.Errorf("kafka mode has a data volume: claims %v, mounts %v", claims, mounts)
+				}
+				for _, d := range docs {
+					if d.Kind == "PersistentVolumeClaim" {
+						t.Errorf("kafka mode renders %s", d.ID())
+					}
+				}
+				if len(spec.TopologySpreadConstraints) == 0 || spec.TopologySpreadConstraints[0].TopologyKey != "topology.kubernetes.io/zone" {
+					t.Errorf("kafka mode: topology spread %+v, want the zone spread", spec.TopologySpreadConstraints)
+				}
+				if mu, _, _ := unstructured.NestedFieldNoCopy(w.Object, "spec", "strategy", "rollingUpdate", "maxUnavailable"); mu != float64(0) {
+					t.Errorf("kafka mode: rolling update maxUnavailable %v, want 0 (a new replica joins before an old one leaves)", mu)
+				}
+				if v.name == "kafka" && (mounts["/var/run/secrets/eventpipe/backbone/password"] == "" || mounts["/var/run/secrets/eventpipe/backbone/tls"] == "") {
+					t.Errorf("kafka mode: the backbone's SASL password and CA are not mounted: %v", mounts)
+				}
+			} else {
+				if w.Kind != "StatefulSet" || replicas != float64(1) {
+					t.Errorf("local mode: %s with replicas %v, want a StatefulSet of 1", w.ID(), replicas)
+				}
+				if len(claims) != 1 || mounts["/var/lib/eventpipe"] != "data" {
+					t.Errorf("local mode: claims %v, mounts %v; want the data claim on /var/lib/eventpipe", claims, mounts)
+				} else if name, _, _ := unstructured.NestedString(claims[0].(map[string]any), "metadata", "name"); name != "data" {
+					t.Errorf("local mode: claim %q, want data (alerts and runbooks name data-<collector>-0)", name)
+				}
+				if len(spec.TopologySpreadConstraints) != 0 {
+					t.Errorf("local mode: topology spread %+v on one replica", spec.TopologySpreadConstraints)
+				}
+			}
+			pdb := false
+			for _, d := range docs {
+				if d.Kind == "PodDisruptionBudget" && d.Name == w.Name {
+					pdb = true
+				}
+			}
+			if v.name != "minimal" && !pdb {
+				t.Errorf("no PodDisruptionBudget for %s", w.ID())
+			}
+			for _, d := range docs {
+				data, _ := d.Object["data"].(map[string]any)
+				s, ok := data["agent.yaml"].(string)
+				if d.Kind != "ConfigMap" || !ok {
+					continue
+				}
+				cfg, err := agent.ParseConfig([]byte(s))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if want := w.Name + "." + v.namespace + ".svc:7070"; cfg.Collector.Address != want {
+					t.Errorf("agent's collector address %q, want the Service %q", cfg.Collector.Address, want)
+				}
+			}
+		})
+	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/eventpipe/eventpipe/agent"
 	"github.com/eventpipe/eventpipe/collector"
+	"github.com/eventpipe/eventpipe/collector/backbone"
 	"github.com/eventpipe/eventpipe/collector/store"
 )
 
@@ -44,7 +45,9 @@ func TestSchemaFollowsConfigStructs(t *testing.T) {
 		typ         reflect.Type
 		chartWrites []string
 	}{
-		{"collector.config", props("collector", "config"), reflect.TypeOf(collector.Config{}), []string{"auth", "http", "sinks"}},
+		{"collector.config", props("collector", "config"), reflect.TypeOf(collector.Config{}), []string{"auth", "http", "sinks", "log", "backbone"}},
+		{"collector.backbone.config", props("collector", "backbone", "config"), reflect.TypeOf(backbone.Config{}),
+			[]string{"brokers", "topic", "cursor_topic", "group_prefix", "create_topics", "partitions", "replication_factor", "tls", "sasl"}},
 		{"collector.config.grpc", props("collector", "config", "grpc"), reflect.TypeOf(collector.GRPCConfig{}), []string{"listen", "tls"}},
 		{"collector.config.store", props("collector", "config", "store"), reflect.TypeOf(store.Config{}), []string{"dir"}},
 		{"collector.config.store.retention", props("collector", "config", "store", "retention"), reflect.TypeOf(store.RetentionConfig{}), nil},

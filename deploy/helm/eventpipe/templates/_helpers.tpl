@@ -228,7 +228,39 @@ podAntiAffinity:
 {{- $sinks = append $sinks $s -}}
 {{- end -}}
 {{- end -}}
-{{- $store := dict "dir" "/var/lib/eventpipe/log" -}}
-{{- $base := dict "grpc" $grpc "auth" $auth "http" (dict "listen" (printf "0.0.0.0:%d" (int .Values.collector.metricsPort))) "store" $store "sinks" $sinks -}}
-{{- toYaml (mergeOverwrite (deepCopy .Values.collector.config) $base) -}}
+{{- $base := dict "grpc" $grpc "auth" $auth "http" (dict "listen" (printf "0.0.0.0:%d" (int .Values.collector.metricsPort))) "sinks" $sinks -}}
+{{- $user := deepCopy .Values.collector.config -}}
+{{- if eq .Values.collector.log "kafka" -}}
+{{- /* No local log: the store section stays out (the collector refuses one
+with log: kafka), whatever collector.config.store holds. */ -}}
+{{- $_ := unset $user "store" -}}
+{{- $_ := set $base "log" "kafka" -}}
+{{- $_ := set $base "backbone" (include "eventpipe.backboneConfig" . | fromYaml) -}}
+{{- else -}}
+{{- $_ := set $base "store" (dict "dir" "/var/lib/eventpipe/log") -}}
+{{- end -}}
+{{- toYaml (mergeOverwrite $user $base) -}}
+{{- end -}}
+
+{{/* The collector's backbone section for log: kafka (collector/backbone/config.go). */}}
+{{- define "eventpipe.backboneConfig" -}}
+{{- with .Values.collector.backbone -}}
+{{- if not .brokers }}{{ fail "collector.backbone.brokers must list at least one host:port with collector.log=kafka" }}{{ end -}}
+{{- $b := mergeOverwrite (deepCopy .config) (dict "brokers" .brokers "topic" .topic "cursor_topic" .cursorTopic "group_prefix" .groupPrefix "create_topics" .createTopics "partitions" (int .partitions) "replication_factor" (int .replicationFactor)) -}}
+{{- if .sasl.mechanism -}}
+{{- $_ := set $b "sasl" (dict "mechanism" .sasl.mechanism "username" (required "collector.backbone.sasl.username is required with a mechanism" .sasl.username) "password_file" (printf "/var/run/secrets/eventpipe/backbone/password/%s" .sasl.passwordSecret.key)) -}}
+{{- end -}}
+{{- if .tls.enabled -}}
+{{- $t := dict "enabled" true -}}
+{{- if .tls.secret.name -}}
+{{- $_ := set $t "ca_file" (printf "/var/run/secrets/eventpipe/backbone/tls/%s" .tls.secret.caKey) -}}
+{{- if .tls.secret.certKey -}}
+{{- $_ := set $t "cert_file" (printf "/var/run/secrets/eventpipe/backbone/tls/%s" .tls.secret.certKey) -}}
+{{- $_ := set $t "key_file" (printf "/var/run/secrets/eventpipe/backbone/tls/%s" .tls.secret.keyKey) -}}
+{{- end -}}
+{{- end -}}
+{{- $_ := set $b "tls" $t -}}
+{{- end -}}
+{{- toYaml $b -}}
+{{- end -}}
 {{- end -}}
