@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -112,6 +113,8 @@ type Proxy struct {
 	// end at once (the gateway redials the restarted proxy) while unary
 	// calls drain.
 	stopping chan struct{}
+
+	handoffs handoffs // frame relay: see handoffs
 
 	stateMu sync.Mutex
 	saved   uint64 // the cursor in the state file
@@ -313,11 +316,12 @@ func (p *Proxy) handle(_ any, ss grpc.ServerStream) error {
 	}
 	ctx, cancel := context.WithCancel(octx)
 	defer cancel()
-	up, err := p.driver.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}, method)
+	cs, err := p.driver.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}, method)
 	if err != nil {
 		p.metrics.rpcs.WithLabelValues(rpcLabel(method), "dial_error").Inc()
 		return err
 	}
+	up := &endedStream{ClientStream: cs}
 	// Gateway -> driver: requests, then the half-close.
 	if halfClosed {
 		_ = up.CloseSend()
@@ -343,12 +347,31 @@ func (p *Proxy) handle(_ any, ss grpc.ServerStream) error {
 	default:
 		rerr = p.relay(ss, up, method)
 	}
-	ss.SetTrailer(up.Trailer())
+	if up.ended.Load() {
+		// gRPC's Trailer may be read only once the stream has ended;
+		// when the gateway side ended first there is no trailer to pass.
+		ss.SetTrailer(up.Trailer())
+	}
 	p.metrics.rpcs.WithLabelValues(rpcLabel(method), codeLabel(rerr)).Inc()
 	if method != driverwire.MethodWatchSandboxes {
 		p.metrics.rpcSeconds.WithLabelValues(rpcLabel(method)).Observe(time.Since(start).Seconds())
 	}
 	return rerr
+}
+
+// endedStream notes when RecvMsg has returned an error (the driver's
+// stream has ended), after which its Trailer may be read.
+type endedStream struct {
+	grpc.ClientStream
+	ended atomic.Bool
+}
+
+func (s *endedStream) RecvMsg(m any) error {
+	err := s.ClientStream.RecvMsg(m)
+	if err != nil {
+		s.ended.Store(true)
+	}
+	return err
 }
 
 // errNoRequest: a unary call half-closed without a request.

@@ -121,8 +121,10 @@ func (p *Proxy) serveFrames(ctx context.Context, g net.Conn) {
 	if a, ok := g.RemoteAddr().(connAddr); ok {
 		id = uint64(a)
 	}
+	id = p.handoffs.take(id)
 	d, err := net.DialTimeout("unix", p.cfg.Driver, time.Second)
 	if err != nil {
+		p.handoffs.put(id)
 		p.refuseConn(g, fmt.Errorf("driver %s: %w", p.cfg.Driver, err))
 		return
 	}
@@ -137,15 +139,65 @@ func (p *Proxy) serveFrames(ctx context.Context, g net.Conn) {
 		}
 	}()
 	errc := make(chan error, 2)
+	driverEnded := make(chan struct{})
 	go func() { errc <- rc.fromGateway() }()
-	go func() { errc <- rc.fromDriver() }()
+	go func() { errc <- rc.fromDriver(); close(driverEnded) }()
 	err = <-errc
+	select {
+	case <-driverEnded:
+		// The driver side ended first: the gateway will redial, and is
+		// the same gateway.
+		if ctx.Err() == nil {
+			p.handoffs.put(id)
+		}
+	default:
+	}
 	rc.close()
 	<-errc
 	close(done)
 	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
 		p.log.Debug("frame relay connection ended", "conn", id, "err", err)
 	}
+}
+
+// handoffs carry a gateway connection's identity (Proxy.hub's per-connection
+// dedupe) to the gateway's next connection when the relay, not the
+// gateway, ended the first one because the driver went away: in frame
+// mode the gateway's connection follows the driver's, and a redial after a
+// driver restart is the same gateway, which must not get the tail again.
+// An identity not taken within handoffTTL lapses (a gateway that
+// restarted in that moment is taken for the old one and misses the tail,
+// as after a proxy restart).
+type handoffs struct {
+	mu  sync.Mutex
+	ids []handoff
+}
+
+type handoff struct {
+	id    uint64
+	until time.Time
+}
+
+const handoffTTL = 30 * time.Second
+
+func (h *handoffs) put(id uint64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.ids = append(h.ids, handoff{id, time.Now().Add(handoffTTL)})
+}
+
+// take returns the oldest live handed-off identity, or id.
+func (h *handoffs) take(id uint64) uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for len(h.ids) > 0 {
+		o := h.ids[0]
+		h.ids = h.ids[1:]
+		if time.Now().Before(o.until) {
+			return o.id
+		}
+	}
+	return id
 }
 
 func newRelayConn(p *Proxy, id uint64, g, d net.Conn) *relayConn {
@@ -446,7 +498,24 @@ func (rc *relayConn) fromGateway() error {
 				_ = rc.dfr.WriteWindowUpdate(0, driverConnGrant-65535)
 				rc.dmu.Unlock()
 			}
-		default: // PING, GOAWAY, extension frames
+		case http2.FramePing:
+			if h.flags().Has(http2.FlagPingAck) {
+				rc.forwardRaw(&rc.dmu, rc.dw, &h, buf) // the driver's PING
+				continue
+			}
+			// The relay is the gateway's connection-level peer (flow
+			// control above), so it answers the gateway's PINGs itself: a
+			// PING the gateway sends because of bytes the relay wrote (its
+			// bandwidth probe) must not count against the driver's PING
+			// policy (grpc-go servers answer too many with GOAWAY).
+			if len(buf) == 8 {
+				var d [8]byte
+				copy(d[:], buf)
+				rc.gmu.Lock()
+				_ = rc.gfr.WritePing(true, d)
+				rc.gmu.Unlock()
+			}
+		default: // GOAWAY, extension frames
 			rc.forwardRaw(&rc.dmu, rc.dw, &h, buf)
 		}
 	}
@@ -745,7 +814,11 @@ func (rc *relayConn) fromDriver() error {
 			rc.forwardRaw(&rc.gmu, rc.gw, &h, buf)
 		case http2.FrameContinuation:
 			return errors.New("driver sent a CONTINUATION without HEADERS")
-		default: // PING, WINDOW_UPDATE, PRIORITY, PUSH_PROMISE, extension frames
+		case http2.FramePing:
+			if !h.flags().Has(http2.FlagPingAck) { // acks: the relay sends the driver no PINGs
+				rc.forwardRaw(&rc.gmu, rc.gw, &h, buf)
+			}
+		default: // WINDOW_UPDATE, PRIORITY, PUSH_PROMISE, extension frames
 			rc.forwardRaw(&rc.gmu, rc.gw, &h, buf)
 		}
 	}

@@ -207,6 +207,10 @@ func TestSpliceConditionsAndDedupe(t *testing.T) {
 		pulling := occurrence(id, "Pulling", "workspace-init", `Pulling image "docker.io/library/busybox:0.0.0-does-not-exist"`)
 		failed := pullFailed(id, 2)
 		col.ship(t, pulling, failed)
+		// The driver's own events go only to a stream it already has.
+		if err := drv.WaitWatchers(context.Background(), 1); err != nil {
+			t.Fatal(err)
+		}
 		drv.Platform(id, gatewaytest.PlatformEvent{TimestampMS: 5, Source: "kubernetes", Type: "Normal", Reason: "Pulling", Message: "the driver's own",
 			Metadata: map[string]string{"openshell.progress.active_step": "pulling_image"}})
 		drv.Platform(id, gatewaytest.PlatformEvent{TimestampMS: 6, Source: "gateway", Type: "Normal", Reason: "Other", Message: "not kubernetes"})
