@@ -94,7 +94,8 @@ type relayConn struct {
 	owed           int64 // driver DATA forwarded, not yet granted back to it
 	ownCredit      int64 // intercepted request bytes not yet credited to the gateway
 	own            map[uint32]*ownStream
-	ownClosed      map[uint32]struct{} // answered, the gateway may still send
+	ownDone        map[uint32]struct{} // answered intercepted streams (see lateOwn)
+	ownDoneOrder   []uint32
 	fwd            map[uint32]fwdStream
 	maxStream      uint32 // highest stream id the gateway opened
 	goaway         bool   // a GOAWAY went to the gateway
@@ -206,7 +207,7 @@ func newRelayConn(p *Proxy, id uint64, g, d net.Conn) *relayConn {
 		gr: bufio.NewReaderSize(g, relayBufBytes), dr: bufio.NewReaderSize(d, relayBufBytes),
 		gw: bufio.NewWriterSize(g, relayBufBytes), dw: bufio.NewWriterSize(d, relayBufBytes),
 		gwConn: 65535, gwInit: 65535,
-		own: map[uint32]*ownStream{}, ownClosed: map[uint32]struct{}{}, fwd: map[uint32]fwdStream{},
+		own: map[uint32]*ownStream{}, ownDone: map[uint32]struct{}{}, fwd: map[uint32]fwdStream{},
 	}
 	rc.cond = sync.NewCond(&rc.mu)
 	rc.gfr = http2.NewFramer(rc.gw, nil)
@@ -523,18 +524,32 @@ func (rc *relayConn) fromGateway() error {
 
 // lateOwn drops a frame on an intercepted stream that was already
 // answered (crediting DATA to the gateway) and reports whether it did.
+// Such a frame must never reach the driver: to it the stream id may be
+// idle, and a WINDOW_UPDATE or RST_STREAM on an idle stream is a
+// connection error.
 func (rc *relayConn) lateOwn(h *frameHeader) bool {
 	sid := h.stream()
 	rc.mu.Lock()
-	_, ok := rc.ownClosed[sid]
-	if ok && (h.typ() == http2.FrameRSTStream || (h.typ() == http2.FrameData && h.flags().Has(http2.FlagDataEndStream))) {
-		delete(rc.ownClosed, sid)
-	}
+	_, ok := rc.ownDone[sid]
 	rc.mu.Unlock()
 	if ok && h.typ() == http2.FrameData {
 		rc.creditGateway(sid, int64(h.length()), true)
 	}
 	return ok
+}
+
+// markOwnDone remembers an answered intercepted stream (rc.mu held),
+// forgetting the oldest beyond maxOwnDone.
+func (rc *relayConn) markOwnDone(sid uint32) {
+	if _, ok := rc.ownDone[sid]; ok {
+		return
+	}
+	rc.ownDone[sid] = struct{}{}
+	rc.ownDoneOrder = append(rc.ownDoneOrder, sid)
+	if len(rc.ownDoneOrder) > maxOwnDone {
+		delete(rc.ownDone, rc.ownDoneOrder[0])
+		rc.ownDoneOrder = rc.ownDoneOrder[1:]
+	}
 }
 
 // gatewayHeaders handles one decoded gateway header block: a new stream
@@ -559,10 +574,7 @@ func (rc *relayConn) gatewayHeaders(h *frameHeader, block []byte) error {
 	rc.mu.Lock()
 	st := rc.own[sid]
 	_, known := rc.fwd[sid]
-	if _, late := rc.ownClosed[sid]; late {
-		if end {
-			delete(rc.ownClosed, sid)
-		}
+	if _, late := rc.ownDone[sid]; late {
 		rc.mu.Unlock()
 		return nil
 	}

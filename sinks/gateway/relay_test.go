@@ -281,9 +281,9 @@ func TestClientResets(t *testing.T) {
 				}
 			}
 			cancel()
-			ctx, cancel = context.WithCancel(context.Background())
-			go func() { time.Sleep(time.Duration(i%3) * time.Millisecond); cancel() }()
-			_, _ = via.Call(ctx, gatewaytest.MethodUnknown, reqWithUnknown(strings.Repeat("r", 200<<10)))
+			sctx, scancel := context.WithCancel(context.Background())
+			go func() { time.Sleep(time.Duration(i%3) * time.Millisecond); scancel() }()
+			_, _ = via.Call(sctx, gatewaytest.MethodUnknown, reqWithUnknown(strings.Repeat("r", 200<<10)))
 			ctx, cancel = context.WithTimeout(context.Background(), time.Duration(i*50)*time.Microsecond)
 			_, _ = via.Call(ctx, gatewaytest.MethodGet, reqWithUnknown(failingID))
 			cancel()

@@ -199,6 +199,7 @@ func (st *ownStream) reset() {
 	st.rc.mu.Lock()
 	st.done = true
 	delete(st.rc.own, st.id)
+	st.rc.markOwnDone(st.id)
 	st.rc.cond.Broadcast()
 	st.rc.mu.Unlock()
 	st.cancel()
@@ -412,24 +413,16 @@ func (st *ownStream) finish(err error) {
 	rc.mu.Lock()
 	if rc.own[st.id] == st {
 		delete(rc.own, st.id)
-		if !reqEnd {
-			rc.ownClosed[st.id] = struct{}{}
-			for id := range rc.ownClosed {
-				if len(rc.ownClosed) <= maxOwnClosed {
-					break
-				}
-				delete(rc.ownClosed, id)
-			}
-		}
 	}
+	rc.markOwnDone(st.id)
 	st.done = true
 	rc.cond.Broadcast()
 	rc.mu.Unlock()
 }
 
-// maxOwnClosed bounds the intercepted streams whose late frames from the
+// maxOwnDone bounds the intercepted streams whose late frames from the
 // gateway are still recognised (and dropped) after their answer.
-const maxOwnClosed = 4096
+const maxOwnDone = 4096
 
 // encodeGrpcMessage percent-encodes a grpc-message value (bytes outside
 // printable ASCII, and '%').
