@@ -42,10 +42,11 @@ type Config struct {
 	// the gateway once, from eventpipe. On by default. They pass again
 	// while the Follow stream has been down for follow.fail_open_after.
 	DropDriverKubernetesEvents bool `yaml:"drop_driver_kubernetes_events"`
-	// Relay picks how calls are forwarded: RelayGRPC (a gRPC server leg
-	// and a gRPC client leg) or RelayFrame (HTTP/2 frames relayed as they
-	// are, the edited methods answered through the gRPC client leg; see
-	// relay.go and bench/gateway.md).
+	// Relay picks how calls are forwarded: RelayFrame, the default
+	// (HTTP/2 frames relayed as they are, the edited methods answered
+	// through the gRPC client leg; see relay.go), or RelayGRPC (a gRPC
+	// server leg and a gRPC client leg, the design before 2026-12-01).
+	// bench/gateway.md has the figures of both.
 	Relay string `yaml:"relay"`
 	// ShutdownGrace bounds how long Run waits for open RPCs on shutdown.
 	ShutdownGrace time.Duration `yaml:"shutdown_grace"`
@@ -104,7 +105,7 @@ func NewDefaultConfig() Config {
 	return Config{
 		Layout:                     driverwire.Layout,
 		DropDriverKubernetesEvents: true,
-		Relay:                      RelayGRPC,
+		Relay:                      RelayFrame,
 		ShutdownGrace:              5 * time.Second,
 		Follow: FollowConfig{
 			TailPerSandbox: 50,
