@@ -182,7 +182,8 @@ func TestInterleavedStreams(t *testing.T) {
 // TestLargeMessagesSmallWindows: a gateway with the smallest windows HTTP/2
 // allows (64 KiB a stream and a connection, no window growth) gets edited
 // ListSandboxes answers (relay-written) and forwarded 1 MiB echoes at the
-// same time, each many times its windows: nothing stalls, nothing is cut.
+// same time, each many times its windows, and edited calls with requests
+// larger than the windows: nothing stalls, nothing is cut.
 func TestLargeMessagesSmallWindows(t *testing.T) {
 	forRelays(t, func(t *testing.T, relay string) {
 		const extra = 3000
@@ -228,6 +229,24 @@ func TestLargeMessagesSmallWindows(t *testing.T) {
 					cancel()
 				}
 			}()
+		}
+		// Requests larger than the windows to an edited method: the
+		// driver never sees their bytes, so the relay must credit the
+		// gateway's connection and stream windows itself or the next
+		// request stalls.
+		bigGet := reqWithUnknown(failingID, "", strings.Repeat("g", 200<<10))
+		for range 4 {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			r, err := c.Unary(ctx, gatewaytest.MethodGet, bigGet)
+			cancel()
+			if err != nil {
+				t.Fatalf("GetSandbox with a 200 KiB request: %v", err)
+			}
+			sbs, err := gatewaytest.DecodeSandboxes(r.Bodies[0])
+			if err != nil || len(sbs) != 1 {
+				t.Fatalf("GetSandbox answer: %v", err)
+			}
+			checkFailing(t, "GetSandbox with a large request", sbs[0], true)
 		}
 		wg.Wait()
 	})
