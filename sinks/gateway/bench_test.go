@@ -8,8 +8,9 @@ import (
 	"github.com/eventpipe/eventpipe/sinks/gateway/gatewaytest"
 )
 
-// BenchmarkUnary: GetCapabilities round trips, direct and through the
-// proxy (all in this process: the difference is the proxy's cost).
+// BenchmarkUnary: GetCapabilities round trips, direct, through the proxy
+// in grpc mode ("proxy") and in frame mode ("frame"); all in this
+// process: the difference is the proxy's cost.
 func BenchmarkUnary(b *testing.B) {
 	dir := shortDir(b)
 	drv := startDriver(b, dir)
