@@ -2,21 +2,26 @@ package gateway
 
 import (
 	"context"
+	"path/filepath"
 	"testing"
 
 	"github.com/eventpipe/eventpipe/sinks/gateway/gatewaytest"
 )
 
-// BenchmarkUnary: GetCapabilities round trips, direct and through the
-// proxy (all in this process: the difference is the proxy's cost).
+// BenchmarkUnary: GetCapabilities round trips, direct, through the proxy
+// in grpc mode ("proxy") and in frame mode ("frame"); all in this
+// process: the difference is the proxy's cost.
 func BenchmarkUnary(b *testing.B) {
 	dir := shortDir(b)
 	drv := startDriver(b, dir)
-	rp := startProxy(b, proxyConfig(dir, drv.Path, "127.0.0.1:1"))
+	grpcProxy := startProxy(b, proxyConfig(RelayGRPC, dir, drv.Path, "127.0.0.1:1"))
+	fcfg := proxyConfig(RelayFrame, dir, drv.Path, "127.0.0.1:1")
+	fcfg.Listen = filepath.Join(dir, "frame", "proxy.sock")
+	frameProxy := startProxy(b, fcfg)
 	for _, tc := range []struct {
 		name string
 		path string
-	}{{"direct", drv.Path}, {"proxy", rp.p.cfg.Listen}} {
+	}{{"direct", drv.Path}, {"proxy", grpcProxy.p.cfg.Listen}, {"frame", frameProxy.p.cfg.Listen}} {
 		b.Run(tc.name, func(b *testing.B) {
 			c := dialT(b, tc.path)
 			ctx := context.Background()

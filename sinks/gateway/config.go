@@ -15,6 +15,12 @@ import (
 	"github.com/eventpipe/eventpipe/sinks/gateway/driverwire"
 )
 
+// The relay modes (Config.Relay).
+const (
+	RelayGRPC  = "grpc"
+	RelayFrame = "frame"
+)
+
 // Config is what a user writes for eventpipe driver-proxy (YAML).
 type Config struct {
 	// Listen is the Unix socket the gateway dials
@@ -36,6 +42,12 @@ type Config struct {
 	// the gateway once, from eventpipe. On by default. They pass again
 	// while the Follow stream has been down for follow.fail_open_after.
 	DropDriverKubernetesEvents bool `yaml:"drop_driver_kubernetes_events"`
+	// Relay picks how calls are forwarded: RelayFrame, the default
+	// (HTTP/2 frames relayed as they are, the edited methods answered
+	// through the gRPC client leg; see relay.go), or RelayGRPC (a gRPC
+	// server leg and a gRPC client leg, the design before 2026-12-01).
+	// bench/gateway.md has the figures of both.
+	Relay string `yaml:"relay"`
 	// ShutdownGrace bounds how long Run waits for open RPCs on shutdown.
 	ShutdownGrace time.Duration `yaml:"shutdown_grace"`
 }
@@ -93,6 +105,7 @@ func NewDefaultConfig() Config {
 	return Config{
 		Layout:                     driverwire.Layout,
 		DropDriverKubernetesEvents: true,
+		Relay:                      RelayFrame,
 		ShutdownGrace:              5 * time.Second,
 		Follow: FollowConfig{
 			TailPerSandbox: 50,
@@ -166,6 +179,9 @@ func (c Config) Validate() error {
 	}
 	if c.Collector.Insecure && (c.Collector.CAFile != "" || c.Collector.CertFile != "" || c.Collector.ServerName != "") {
 		add("collector.insecure", "plaintext cannot be combined with ca_file, cert_file or server_name")
+	}
+	if c.Relay != RelayGRPC && c.Relay != RelayFrame {
+		add("relay", "must be %q or %q, got %q", RelayGRPC, RelayFrame, c.Relay)
 	}
 	if c.ShutdownGrace <= 0 {
 		add("shutdown_grace", "must be positive, got %s", c.ShutdownGrace)

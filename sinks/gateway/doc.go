@@ -9,10 +9,13 @@
 //   - Transparent: every RPC, known to this build or not, unary or
 //     streaming, passes through byte for byte with its request metadata
 //     (trace context included), deadline, response headers, trailers and
-//     status (details included). A gRPC server with a raw codec and an
-//     unknown-service handler forwards frames it never decodes, except in
-//     exactly three places, all through package driverwire:
-//     WatchSandboxes messages, GetSandbox and ListSandboxes responses.
+//     status (details included). The frame relay (relay: frame, the
+//     default; relay.go) forwards HTTP/2 frames and never decodes a
+//     message; the gRPC legs (relay: grpc) forward messages with a raw
+//     codec. Either way exactly three places are edited, all through
+//     package driverwire: WatchSandboxes messages, GetSandbox and
+//     ListSandboxes responses (in frame mode the relay answers those
+//     calls itself through its gRPC client leg).
 //   - Platform events: every attributed occurrence of this gateway (the
 //     collector's Follow stream, gateway_id selector) becomes one
 //     WatchSandboxesPlatformEvent (source "kubernetes") spliced into every

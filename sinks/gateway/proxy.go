@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -113,6 +114,8 @@ type Proxy struct {
 	// calls drain.
 	stopping chan struct{}
 
+	handoffs handoffs // frame relay: see handoffs
+
 	stateMu sync.Mutex
 	saved   delivered // what the state file says was delivered
 }
@@ -171,29 +174,23 @@ func (p *Proxy) Run(ctx context.Context) error {
 		return err
 	}
 	l := &peerListener{UnixListener: ul, uid: os.Geteuid(), log: p.log, rejected: p.metrics.peerRejected.Inc}
-	srv := grpc.NewServer(
-		grpc.ForceServerCodecV2(rawCodec{}),
-		grpc.UnknownServiceHandler(p.handle),
-		grpc.MaxRecvMsgSize(maxMsgBytes), grpc.MaxSendMsgSize(maxMsgBytes),
-		grpc.StaticStreamWindowSize(streamWindow), grpc.StaticConnWindowSize(connWindow),
-		// Calls run on a few long-lived goroutines whose stacks have
-		// already grown, instead of a new goroutine (and its stack growth
-		// through two gRPC stacks) per call; a WatchSandboxes stream that
-		// holds one is covered by gRPC starting a goroutine when all are
-		// busy.
-		grpc.NumStreamWorkers(streamWorkers),
-	)
 	p.log.Info("driver proxy listening", "listen", p.cfg.Listen, "driver", p.cfg.Driver,
-		"gateway_id", p.cfg.GatewayID, "collector", p.cfg.Collector.Address, "layout", p.cfg.Layout)
+		"gateway_id", p.cfg.GatewayID, "collector", p.cfg.Collector.Address, "layout", p.cfg.Layout, "relay", p.cfg.Relay)
 	p.readyOnce.Do(func() { close(p.ready) })
 
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error {
-		if err := srv.Serve(l); err != nil && !errors.Is(err, grpc.ErrServerStopped) && !errors.Is(err, net.ErrClosed) {
-			return fmt.Errorf("serve %s: %w", p.cfg.Listen, err)
-		}
-		return nil
-	})
+	var srv *grpc.Server
+	if p.cfg.Relay == RelayFrame {
+		g.Go(func() error { return p.serveFrameListener(gctx, l) })
+	} else {
+		srv = p.newServer()
+		g.Go(func() error {
+			if err := srv.Serve(l); err != nil && !errors.Is(err, grpc.ErrServerStopped) && !errors.Is(err, net.ErrClosed) {
+				return fmt.Errorf("serve %s: %w", p.cfg.Listen, err)
+			}
+			return nil
+		})
+	}
 	fctx, fcancel := context.WithCancel(gctx)
 	defer fcancel()
 	f := newFollower(p.cfg, p.log, p.metrics, p.hub)
@@ -202,6 +199,9 @@ func (p *Proxy) Run(ctx context.Context) error {
 		<-gctx.Done()
 		close(p.stopping)
 		fcancel()
+		if srv == nil {
+			return nil // the frame relay drains its connections itself
+		}
 		done := make(chan struct{})
 		go func() { srv.GracefulStop(); close(done) }()
 		select {
@@ -214,6 +214,46 @@ func (p *Proxy) Run(ctx context.Context) error {
 	})
 	err = g.Wait()
 	return err
+}
+
+// newServer is the gRPC server leg of relay: grpc.
+func (p *Proxy) newServer() *grpc.Server {
+	return grpc.NewServer(
+		grpc.ForceServerCodecV2(rawCodec{}),
+		grpc.UnknownServiceHandler(p.handle),
+		grpc.MaxRecvMsgSize(maxMsgBytes), grpc.MaxSendMsgSize(maxMsgBytes),
+		grpc.StaticStreamWindowSize(streamWindow), grpc.StaticConnWindowSize(connWindow),
+		// Calls run on a few long-lived goroutines whose stacks have
+		// already grown, instead of a new goroutine (and its stack growth
+		// through two gRPC stacks) per call; a WatchSandboxes stream that
+		// holds one is covered by gRPC starting a goroutine when all are
+		// busy.
+		grpc.NumStreamWorkers(streamWorkers),
+	)
+}
+
+// serveFrameListener accepts gateway connections for the frame relay
+// until ctx ends, then waits for every connection to drain (each within
+// the shutdown grace).
+func (p *Proxy) serveFrameListener(ctx context.Context, l net.Listener) error {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	stop := context.AfterFunc(ctx, func() { l.Close() })
+	defer stop()
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			return fmt.Errorf("accept on %s: %w", p.cfg.Listen, err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p.serveFrames(ctx, c)
+		}()
+	}
 }
 
 // persistUpTo records, before the events es are sent, that they (and
@@ -277,11 +317,12 @@ func (p *Proxy) handle(_ any, ss grpc.ServerStream) error {
 	}
 	ctx, cancel := context.WithCancel(octx)
 	defer cancel()
-	up, err := p.driver.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}, method)
+	cs, err := p.driver.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}, method)
 	if err != nil {
 		p.metrics.rpcs.WithLabelValues(rpcLabel(method), "dial_error").Inc()
 		return err
 	}
+	up := &endedStream{ClientStream: cs}
 	// Gateway -> driver: requests, then the half-close.
 	if halfClosed {
 		_ = up.CloseSend()
@@ -307,12 +348,31 @@ func (p *Proxy) handle(_ any, ss grpc.ServerStream) error {
 	default:
 		rerr = p.relay(ss, up, method)
 	}
-	ss.SetTrailer(up.Trailer())
+	if up.ended.Load() {
+		// gRPC's Trailer may be read only once the stream has ended;
+		// when the gateway side ended first there is no trailer to pass.
+		ss.SetTrailer(up.Trailer())
+	}
 	p.metrics.rpcs.WithLabelValues(rpcLabel(method), codeLabel(rerr)).Inc()
 	if method != driverwire.MethodWatchSandboxes {
 		p.metrics.rpcSeconds.WithLabelValues(rpcLabel(method)).Observe(time.Since(start).Seconds())
 	}
 	return rerr
+}
+
+// endedStream notes when RecvMsg has returned an error (the driver's
+// stream has ended), after which its Trailer may be read.
+type endedStream struct {
+	grpc.ClientStream
+	ended atomic.Bool
+}
+
+func (s *endedStream) RecvMsg(m any) error {
+	err := s.ClientStream.RecvMsg(m)
+	if err != nil {
+		s.ended.Store(true)
+	}
+	return err
 }
 
 // errNoRequest: a unary call half-closed without a request.

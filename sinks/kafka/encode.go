@@ -141,10 +141,6 @@ func messageSize(m *kafka.Message) int {
 // reports that. fits is false when even an empty message field does not
 // fit: the record must be refused.
 func (e *encoder) encode(o *eventpipev1.Occurrence) (msg kafka.Message, truncated, fits bool, err error) {
-	if e.format == FormatProtobuf {
-		// proto.Marshal refuses invalid UTF-8; AppendJSON replaces it itself.
-		o = sanitize.ValidUTF8(o)
-	}
 	mark, hmark := len(e.arena), len(e.headers)
 	msg, err = e.build(o)
 	if err != nil {
@@ -189,9 +185,15 @@ func (e *encoder) build(o *eventpipev1.Occurrence) (kafka.Message, error) {
 	start := len(e.arena)
 	switch e.format {
 	case FormatProtobuf:
+		// proto.Marshal refuses invalid UTF-8 (AppendJSON replaces it
+		// itself). Marshal first and repair only on failure: checking every
+		// string up front is a reflective walk per record.
 		b, err := proto.MarshalOptions{Deterministic: true}.MarshalAppend(e.arena, o)
 		if err != nil {
-			return kafka.Message{}, err
+			o = sanitize.ValidUTF8(o)
+			if b, err = (proto.MarshalOptions{Deterministic: true}).MarshalAppend(e.arena, o); err != nil {
+				return kafka.Message{}, err
+			}
 		}
 		e.arena, ct = b, hdrProtobuf
 	case FormatOCSF:

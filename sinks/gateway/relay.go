@@ -1,0 +1,955 @@
+package gateway
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+	"google.golang.org/grpc/codes"
+
+	"github.com/eventpipe/eventpipe/sinks/gateway/driverwire"
+)
+
+// The frame relay (relay: frame) is the intercepting design of
+// bench/gateway.md: every gateway connection gets its own driver
+// connection, and two goroutines copy HTTP/2 frames between them, one per
+// direction, so a forwarded call costs one wake-up per hop. Only the three
+// edited methods are not forwarded: the relay answers those streams itself
+// through the proxy's gRPC client leg (Proxy.handle, as in grpc mode).
+//
+// What that takes, and where it is done:
+//
+//   - Gateway -> driver header blocks are decoded (the gateway's HPACK
+//     state) and re-encoded with the relay's own encoder (the driver's
+//     state), because the blocks of intercepted streams never reach the
+//     driver. Driver -> gateway blocks pass verbatim; they are decoded only
+//     to keep the decoder in step and to read grpc-status for the metrics.
+//     The relay's own header blocks use literals that are never indexed, so
+//     the gateway's table stays the driver's.
+//   - Stream flow control of forwarded streams stays end to end. At the
+//     connection level the relay is the endpoint towards the driver: it
+//     grants the driver its own window, spends the gateway's window (its
+//     SETTINGS and WINDOW_UPDATEs on stream 0) for the driver's DATA and its
+//     own alike, and credits the gateway for request DATA of intercepted
+//     streams, which the driver never sees.
+//   - SETTINGS, PING, PRIORITY, GOAWAY (last stream id raised over open
+//     intercepted streams), RST_STREAM, WINDOW_UPDATE and unknown frames
+//     pass through; frames on intercepted streams stop at the relay.
+const (
+	relayBufBytes   = 64 << 10
+	maxFramePayload = 16384 // what the relay writes; every peer accepts it
+	creditEvery     = 8192  // request bytes of intercepted streams credited in batches
+	driverConnGrant = connWindow
+)
+
+// Settings identifiers the relay reads.
+const (
+	settingHeaderTableSize   = 0x1
+	settingInitialWindowSize = 0x4
+)
+
+// relayConn is one gateway connection and its driver connection.
+type relayConn struct {
+	p      *Proxy
+	id     uint64
+	g, d   net.Conn
+	gr, dr *bufio.Reader
+
+	gmu sync.Mutex // guards gw, gfr (writes to the gateway)
+	gw  *bufio.Writer
+	gfr *http2.Framer
+	dmu sync.Mutex // guards dw, dfr (writes to the driver)
+	dw  *bufio.Writer
+	dfr *http2.Framer
+
+	// Owned by the gateway reader.
+	decG   *hpack.Decoder
+	encD   *hpack.Encoder
+	encBuf bytes.Buffer
+	fields []hpack.HeaderField
+	// Owned by the driver reader.
+	decD      *hpack.Decoder
+	endStatus string
+	// The relay's own header blocks to the gateway (rc.gmu held).
+	gEnc    *hpack.Encoder
+	gEncBuf bytes.Buffer
+
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu   sync.Mutex
+	cond *sync.Cond
+	// gwConn is the gateway's connection window left for bytes towards
+	// it; gwInit its SETTINGS_INITIAL_WINDOW_SIZE (intercepted streams).
+	gwConn, gwInit int64
+	owed           int64 // driver DATA forwarded, not yet granted back to it
+	ownCredit      int64 // intercepted request bytes not yet credited to the gateway
+	own            map[uint32]*ownStream
+	ownDone        map[uint32]struct{} // answered intercepted streams (see lateOwn)
+	ownDoneOrder   []uint32
+	fwd            map[uint32]fwdStream
+	maxStream      uint32 // highest stream id the gateway opened
+	goaway         bool   // a GOAWAY went to the gateway
+	goawayLast     uint32
+	closed         bool
+	// Table sizes announced by one side, applied by the other side's
+	// reader before its next header block.
+	driverTable, gatewayTable uint32
+	driverTableSet            bool
+	gatewayTableSet           bool
+}
+
+// fwdStream is a forwarded call, for rpcs_total and rpc_duration_seconds.
+type fwdStream struct {
+	method string
+	start  time.Time
+}
+
+// serveFrames relays one accepted gateway connection until either side
+// closes or ctx ends (then gracefully: GOAWAY, open calls finish within
+// the shutdown grace).
+func (p *Proxy) serveFrames(ctx context.Context, g net.Conn) {
+	id := uint64(0)
+	if a, ok := g.RemoteAddr().(connAddr); ok {
+		id = uint64(a)
+	}
+	id = p.handoffs.take(id)
+	d, err := net.DialTimeout("unix", p.cfg.Driver, time.Second)
+	if err != nil {
+		p.handoffs.put(id)
+		p.refuseConn(g, fmt.Errorf("driver %s: %w", p.cfg.Driver, err))
+		return
+	}
+	rc := newRelayConn(p, id, g, d)
+	defer rc.cancel()
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-ctx.Done():
+			rc.shutdown()
+		case <-done:
+		}
+	}()
+	errc := make(chan error, 2)
+	driverEnded := make(chan struct{})
+	go func() { errc <- rc.fromGateway() }()
+	go func() { errc <- rc.fromDriver(); close(driverEnded) }()
+	err = <-errc
+	select {
+	case <-driverEnded:
+		// The driver side ended first: the gateway will redial, and is
+		// the same gateway.
+		if ctx.Err() == nil {
+			p.handoffs.put(id)
+		}
+	default:
+	}
+	rc.close()
+	<-errc
+	close(done)
+	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+		p.log.Debug("frame relay connection ended", "conn", id, "err", err)
+	}
+}
+
+// handoffs carry a gateway connection's identity (Proxy.hub's per-connection
+// dedupe) to the gateway's next connection when the relay, not the
+// gateway, ended the first one because the driver went away: in frame
+// mode the gateway's connection follows the driver's, and a redial after a
+// driver restart is the same gateway, which must not get the tail again.
+// An identity not taken within handoffTTL lapses (a gateway that
+// restarted in that moment is taken for the old one and misses the tail,
+// as after a proxy restart).
+type handoffs struct {
+	mu  sync.Mutex
+	ids []handoff
+}
+
+type handoff struct {
+	id    uint64
+	until time.Time
+}
+
+const handoffTTL = 30 * time.Second
+
+func (h *handoffs) put(id uint64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.ids = append(h.ids, handoff{id, time.Now().Add(handoffTTL)})
+}
+
+// take returns the oldest live handed-off identity, or id.
+func (h *handoffs) take(id uint64) uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for len(h.ids) > 0 {
+		o := h.ids[0]
+		h.ids = h.ids[1:]
+		if time.Now().Before(o.until) {
+			return o.id
+		}
+	}
+	return id
+}
+
+func newRelayConn(p *Proxy, id uint64, g, d net.Conn) *relayConn {
+	rc := &relayConn{
+		p: p, id: id, g: g, d: d,
+		gr: bufio.NewReaderSize(g, relayBufBytes), dr: bufio.NewReaderSize(d, relayBufBytes),
+		gw: bufio.NewWriterSize(g, relayBufBytes), dw: bufio.NewWriterSize(d, relayBufBytes),
+		gwConn: 65535, gwInit: 65535,
+		own: map[uint32]*ownStream{}, ownDone: map[uint32]struct{}{}, fwd: map[uint32]fwdStream{},
+	}
+	rc.cond = sync.NewCond(&rc.mu)
+	rc.gfr = http2.NewFramer(rc.gw, nil)
+	rc.dfr = http2.NewFramer(rc.dw, nil)
+	rc.decG = hpack.NewDecoder(4096, func(f hpack.HeaderField) { rc.fields = append(rc.fields, f) })
+	rc.encD = hpack.NewEncoder(&rc.encBuf)
+	rc.gEnc = hpack.NewEncoder(&rc.gEncBuf)
+	rc.decD = hpack.NewDecoder(4096, func(f hpack.HeaderField) {
+		if f.Name == "grpc-status" {
+			rc.endStatus = f.Value
+		}
+	})
+	rc.ctx, rc.cancel = context.WithCancel(context.Background())
+	return rc
+}
+
+// close ends both connections and every intercepted stream.
+func (rc *relayConn) close() {
+	rc.mu.Lock()
+	if rc.closed {
+		rc.mu.Unlock()
+		return
+	}
+	rc.closed = true
+	for sid, f := range rc.fwd {
+		rc.p.metrics.rpcs.WithLabelValues(rpcLabel(f.method), codes.Unavailable.String()).Inc()
+		delete(rc.fwd, sid)
+	}
+	rc.cond.Broadcast()
+	rc.mu.Unlock()
+	rc.cancel()
+	rc.g.Close()
+	rc.d.Close()
+}
+
+// shutdown tells the gateway to open no more streams here, lets open
+// calls finish (intercepted WatchSandboxes streams end at once with
+// UNAVAILABLE through Proxy.stopping), and closes the connection after
+// the shutdown grace at the latest.
+func (rc *relayConn) shutdown() {
+	rc.mu.Lock()
+	last := rc.maxStream
+	if rc.goaway {
+		last = min(last, rc.goawayLast)
+	}
+	rc.goaway, rc.goawayLast = true, last
+	rc.mu.Unlock()
+	rc.gmu.Lock()
+	_ = rc.gfr.WriteGoAway(last, http2.ErrCodeNo, []byte("eventpipe driver-proxy shutting down"))
+	_ = rc.gw.Flush()
+	rc.gmu.Unlock()
+	deadline := time.Now().Add(rc.p.cfg.ShutdownGrace)
+	for time.Now().Before(deadline) {
+		rc.mu.Lock()
+		open := len(rc.fwd) + len(rc.own)
+		closed := rc.closed
+		rc.mu.Unlock()
+		if open == 0 || closed {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	rc.close()
+}
+
+// frameHeader is a raw 9-byte frame header.
+type frameHeader [9]byte
+
+func (h *frameHeader) length() uint32       { return uint32(h[0])<<16 | uint32(h[1])<<8 | uint32(h[2]) }
+func (h *frameHeader) typ() http2.FrameType { return http2.FrameType(h[3]) }
+func (h *frameHeader) flags() http2.Flags   { return http2.Flags(h[4]) }
+func (h *frameHeader) stream() uint32       { return binary.BigEndian.Uint32(h[5:9]) & 0x7fffffff }
+
+// readFrame reads one frame into buf (grown as needed).
+func readFrame(r *bufio.Reader, h *frameHeader, buf []byte) ([]byte, error) {
+	if _, err := io.ReadFull(r, h[:]); err != nil {
+		return buf, err
+	}
+	n := int(h.length())
+	if cap(buf) < n {
+		buf = make([]byte, n)
+	}
+	buf = buf[:n]
+	_, err := io.ReadFull(r, buf)
+	return buf, err
+}
+
+// headerFragment is the header block fragment of a HEADERS payload.
+func headerFragment(h *frameHeader, p []byte) ([]byte, error) {
+	if h.flags().Has(http2.FlagHeadersPadded) {
+		if len(p) < 1 || int(p[0]) > len(p)-1 {
+			return nil, errors.New("HEADERS: bad padding")
+		}
+		pad := int(p[0])
+		p = p[1 : len(p)-pad]
+	}
+	if h.flags().Has(http2.FlagHeadersPriority) {
+		if len(p) < 5 {
+			return nil, errors.New("HEADERS: short priority")
+		}
+		p = p[5:]
+	}
+	return p, nil
+}
+
+// dataPayload strips DATA padding.
+func dataPayload(h *frameHeader, p []byte) ([]byte, error) {
+	if h.flags().Has(http2.FlagDataPadded) {
+		if len(p) < 1 || int(p[0]) > len(p)-1 {
+			return nil, errors.New("DATA: bad padding")
+		}
+		return p[1 : len(p)-int(p[0])], nil
+	}
+	return p, nil
+}
+
+// readBlock reads a header block: the HEADERS frame h/p and its
+// CONTINUATIONs. raw gets every frame verbatim (when non-nil).
+func readBlock(r *bufio.Reader, h *frameHeader, p []byte, block, raw *bytes.Buffer) error {
+	frag, err := headerFragment(h, p)
+	if err != nil {
+		return err
+	}
+	block.Write(frag)
+	if raw != nil {
+		raw.Write(h[:])
+		raw.Write(p)
+	}
+	end := h.flags().Has(http2.FlagHeadersEndHeaders)
+	var ch frameHeader
+	var cp []byte
+	for !end {
+		if cp, err = readFrame(r, &ch, cp); err != nil {
+			return err
+		}
+		if ch.typ() != http2.FrameContinuation || ch.stream() != h.stream() {
+			return fmt.Errorf("header block of stream %d interrupted by a %s frame", h.stream(), ch.typ())
+		}
+		block.Write(cp)
+		if raw != nil {
+			raw.Write(ch[:])
+			raw.Write(cp)
+		}
+		end = ch.flags().Has(http2.FlagContinuationEndHeaders)
+	}
+	return nil
+}
+
+// settings calls fn for each (id, value) of a SETTINGS payload.
+func settings(p []byte, fn func(id uint16, v uint32)) {
+	for ; len(p) >= 6; p = p[6:] {
+		fn(binary.BigEndian.Uint16(p), binary.BigEndian.Uint32(p[2:]))
+	}
+}
+
+// interceptedMethod: the methods whose answers eventpipe edits. Get and
+// List are answered by the relay only while a pull failure is active
+// (otherwise there is nothing to edit and they are forwarded).
+func (rc *relayConn) intercepted(method string) bool {
+	switch method {
+	case driverwire.MethodWatchSandboxes:
+		return true
+	case driverwire.MethodGetSandbox, driverwire.MethodListSandboxes:
+		return rc.p.hub.anyFailures()
+	}
+	return false
+}
+
+// fromGateway reads the gateway's frames and forwards them to the driver.
+func (rc *relayConn) fromGateway() error {
+	pre := make([]byte, len(http2.ClientPreface))
+	if _, err := io.ReadFull(rc.gr, pre); err != nil {
+		return err
+	}
+	if string(pre) != http2.ClientPreface {
+		return errors.New("gateway did not send the HTTP/2 client preface")
+	}
+	rc.dmu.Lock()
+	rc.dw.Write(pre)
+	rc.dmu.Unlock()
+	granted := false
+
+	var h frameHeader
+	var buf []byte
+	var block bytes.Buffer
+	var err error
+	for {
+		if rc.gr.Buffered() == 0 {
+			if err := rc.flushBoth(); err != nil {
+				return err
+			}
+		}
+		if buf, err = readFrame(rc.gr, &h, buf); err != nil {
+			return err
+		}
+		sid := h.stream()
+		if sid != 0 && h.typ() != http2.FrameHeaders && rc.lateOwn(&h) {
+			continue
+		}
+		switch h.typ() {
+		case http2.FrameHeaders:
+			block.Reset()
+			if err := readBlock(rc.gr, &h, buf, &block, nil); err != nil {
+				return err
+			}
+			if err := rc.gatewayHeaders(&h, block.Bytes()); err != nil {
+				return err
+			}
+		case http2.FrameContinuation:
+			return errors.New("gateway sent a CONTINUATION without HEADERS")
+		case http2.FrameData:
+			rc.mu.Lock()
+			st := rc.own[sid]
+			rc.mu.Unlock()
+			if st == nil {
+				rc.forwardRaw(&rc.dmu, rc.dw, &h, buf)
+				continue
+			}
+			data, err := dataPayload(&h, buf)
+			if err != nil {
+				return err
+			}
+			end := h.flags().Has(http2.FlagDataEndStream)
+			st.addRequest(data, end)
+			rc.creditGateway(sid, int64(h.length()), end)
+		case http2.FrameWindowUpdate:
+			if len(buf) != 4 {
+				return errors.New("WINDOW_UPDATE: bad length")
+			}
+			inc := int64(binary.BigEndian.Uint32(buf) & 0x7fffffff)
+			rc.mu.Lock()
+			if sid == 0 {
+				rc.gwConn += inc
+				rc.cond.Broadcast()
+				rc.mu.Unlock()
+				continue
+			}
+			if st := rc.own[sid]; st != nil {
+				st.window += inc
+				rc.cond.Broadcast()
+				rc.mu.Unlock()
+				continue
+			}
+			rc.mu.Unlock()
+			rc.forwardRaw(&rc.dmu, rc.dw, &h, buf)
+		case http2.FrameRSTStream:
+			rc.mu.Lock()
+			st := rc.own[sid]
+			if f, ok := rc.fwd[sid]; ok {
+				rc.endForwarded(sid, f, codes.Canceled.String())
+			}
+			rc.mu.Unlock()
+			if st != nil {
+				st.reset()
+				continue
+			}
+			rc.forwardRaw(&rc.dmu, rc.dw, &h, buf)
+		case http2.FramePriority:
+			rc.mu.Lock()
+			st := rc.own[sid]
+			rc.mu.Unlock()
+			if st == nil {
+				rc.forwardRaw(&rc.dmu, rc.dw, &h, buf)
+			}
+		case http2.FrameSettings:
+			if !h.flags().Has(http2.FlagSettingsAck) {
+				rc.mu.Lock()
+				settings(buf, func(id uint16, v uint32) {
+					switch id {
+					case settingInitialWindowSize:
+						delta := int64(v) - rc.gwInit
+						rc.gwInit = int64(v)
+						for _, st := range rc.own {
+							st.window += delta
+						}
+					case settingHeaderTableSize:
+						rc.gatewayTable, rc.gatewayTableSet = v, true
+					}
+				})
+				rc.cond.Broadcast()
+				rc.mu.Unlock()
+			}
+			rc.forwardRaw(&rc.dmu, rc.dw, &h, buf)
+			if !granted {
+				// The relay is the driver's connection-level flow-control
+				// peer; the first frame after the preface must be SETTINGS.
+				granted = true
+				rc.dmu.Lock()
+				_ = rc.dfr.WriteWindowUpdate(0, driverConnGrant-65535)
+				rc.dmu.Unlock()
+			}
+		case http2.FramePing:
+			if h.flags().Has(http2.FlagPingAck) {
+				rc.forwardRaw(&rc.dmu, rc.dw, &h, buf) // the driver's PING
+				continue
+			}
+			// The relay is the gateway's connection-level peer (flow
+			// control above), so it answers the gateway's PINGs itself: a
+			// PING the gateway sends because of bytes the relay wrote (its
+			// bandwidth probe) must not count against the driver's PING
+			// policy (grpc-go servers answer too many with GOAWAY).
+			if len(buf) == 8 {
+				var d [8]byte
+				copy(d[:], buf)
+				rc.gmu.Lock()
+				_ = rc.gfr.WritePing(true, d)
+				rc.gmu.Unlock()
+			}
+		default: // GOAWAY, extension frames
+			rc.forwardRaw(&rc.dmu, rc.dw, &h, buf)
+		}
+	}
+}
+
+// lateOwn drops a frame on an intercepted stream that was already
+// answered (crediting DATA to the gateway) and reports whether it did.
+// Such a frame must never reach the driver: to it the stream id may be
+// idle, and a WINDOW_UPDATE or RST_STREAM on an idle stream is a
+// connection error.
+func (rc *relayConn) lateOwn(h *frameHeader) bool {
+	sid := h.stream()
+	rc.mu.Lock()
+	_, ok := rc.ownDone[sid]
+	rc.mu.Unlock()
+	if ok && h.typ() == http2.FrameData {
+		rc.creditGateway(sid, int64(h.length()), true)
+	}
+	return ok
+}
+
+// markOwnDone remembers an answered intercepted stream (rc.mu held),
+// forgetting the oldest beyond maxOwnDone.
+func (rc *relayConn) markOwnDone(sid uint32) {
+	if _, ok := rc.ownDone[sid]; ok {
+		return
+	}
+	rc.ownDone[sid] = struct{}{}
+	rc.ownDoneOrder = append(rc.ownDoneOrder, sid)
+	if len(rc.ownDoneOrder) > maxOwnDone {
+		delete(rc.ownDone, rc.ownDoneOrder[0])
+		rc.ownDoneOrder = rc.ownDoneOrder[1:]
+	}
+}
+
+// gatewayHeaders handles one decoded gateway header block: a new stream
+// (forwarded re-encoded, or intercepted), or trailers of a stream.
+func (rc *relayConn) gatewayHeaders(h *frameHeader, block []byte) error {
+	rc.mu.Lock()
+	if rc.driverTableSet {
+		rc.decG.SetAllowedMaxDynamicTableSize(max(rc.driverTable, 4096))
+		rc.encD.SetMaxDynamicTableSizeLimit(rc.driverTable)
+		rc.driverTableSet = false
+	}
+	rc.mu.Unlock()
+	rc.fields = rc.fields[:0]
+	if _, err := rc.decG.Write(block); err != nil {
+		return fmt.Errorf("gateway header block: %w", err)
+	}
+	if err := rc.decG.Close(); err != nil {
+		return fmt.Errorf("gateway header block: %w", err)
+	}
+	sid := h.stream()
+	end := h.flags().Has(http2.FlagHeadersEndStream)
+	rc.mu.Lock()
+	st := rc.own[sid]
+	_, known := rc.fwd[sid]
+	if _, late := rc.ownDone[sid]; late {
+		rc.mu.Unlock()
+		return nil
+	}
+	isNew := st == nil && !known && sid > rc.maxStream
+	refused := isNew && rc.goaway && sid > rc.goawayLast
+	if isNew {
+		rc.maxStream = sid
+	}
+	rc.mu.Unlock()
+	switch {
+	case st != nil: // trailers from the gateway on an intercepted stream
+		if end {
+			st.addRequest(nil, true)
+		}
+		return nil
+	case refused:
+		rc.gmu.Lock()
+		_ = rc.gfr.WriteRSTStream(sid, http2.ErrCodeRefusedStream)
+		rc.gmu.Unlock()
+		return nil
+	case isNew:
+		method, enc := "", ""
+		for _, f := range rc.fields {
+			switch f.Name {
+			case ":path":
+				method = f.Value
+			case "grpc-encoding":
+				enc = f.Value
+			}
+		}
+		if (enc == "" || enc == "identity") && rc.intercepted(method) {
+			rc.startOwn(sid, method, rc.fields, end)
+			return nil
+		}
+		rc.mu.Lock()
+		rc.fwd[sid] = fwdStream{method: method, start: time.Now()}
+		rc.mu.Unlock()
+	}
+	// Re-encode for the driver: the gateway's table holds entries from
+	// blocks the driver never saw.
+	rc.encBuf.Reset()
+	for _, f := range rc.fields {
+		if err := rc.encD.WriteField(f); err != nil {
+			return err
+		}
+	}
+	rc.dmu.Lock()
+	defer rc.dmu.Unlock()
+	return writeBlock(rc.dfr, sid, rc.encBuf.Bytes(), end)
+}
+
+// writeBlock writes a header block as HEADERS and CONTINUATION frames.
+func writeBlock(fr *http2.Framer, sid uint32, b []byte, end bool) error {
+	first := b
+	if len(first) > maxFramePayload {
+		first = first[:maxFramePayload]
+	}
+	b = b[len(first):]
+	if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: sid, BlockFragment: first, EndStream: end, EndHeaders: len(b) == 0}); err != nil {
+		return err
+	}
+	for len(b) > 0 {
+		n := min(len(b), maxFramePayload)
+		if err := fr.WriteContinuation(sid, n == len(b), b[:n]); err != nil {
+			return err
+		}
+		b = b[n:]
+	}
+	return nil
+}
+
+func (rc *relayConn) forwardRaw(mu *sync.Mutex, w *bufio.Writer, h *frameHeader, p []byte) {
+	mu.Lock()
+	w.Write(h[:])
+	w.Write(p)
+	mu.Unlock()
+}
+
+// flushBoth flushes what the gateway reader wrote (mostly to the driver,
+// credits and refusals to the gateway).
+func (rc *relayConn) flushBoth() error {
+	rc.dmu.Lock()
+	err := rc.dw.Flush()
+	rc.dmu.Unlock()
+	if err != nil {
+		return err
+	}
+	rc.gmu.Lock()
+	err = rc.gw.Flush()
+	rc.gmu.Unlock()
+	return err
+}
+
+// creditGateway returns the window the gateway spent on request DATA of
+// an intercepted stream (the driver, which never saw it, will not).
+func (rc *relayConn) creditGateway(sid uint32, n int64, end bool) {
+	if n == 0 {
+		return
+	}
+	rc.mu.Lock()
+	rc.ownCredit += n
+	conn := int64(0)
+	if rc.ownCredit >= creditEvery {
+		conn, rc.ownCredit = rc.ownCredit, 0
+	}
+	var stream int64
+	if st := rc.own[sid]; st != nil && !end {
+		st.recvCredit += n
+		if st.recvCredit >= creditEvery {
+			stream, st.recvCredit = st.recvCredit, 0
+		}
+	}
+	rc.mu.Unlock()
+	if conn == 0 && stream == 0 {
+		return
+	}
+	rc.gmu.Lock()
+	if conn > 0 {
+		_ = rc.gfr.WriteWindowUpdate(0, uint32(conn))
+	}
+	if stream > 0 {
+		_ = rc.gfr.WriteWindowUpdate(sid, uint32(stream))
+	}
+	rc.gmu.Unlock()
+}
+
+// endForwarded records a forwarded call's end (rc.mu held).
+func (rc *relayConn) endForwarded(sid uint32, f fwdStream, code string) {
+	delete(rc.fwd, sid)
+	rc.p.metrics.rpcs.WithLabelValues(rpcLabel(f.method), code).Inc()
+	rc.p.metrics.rpcSeconds.WithLabelValues(rpcLabel(f.method)).Observe(time.Since(f.start).Seconds())
+}
+
+// fromDriver reads the driver's frames and forwards them to the gateway.
+func (rc *relayConn) fromDriver() error {
+	var h frameHeader
+	var buf []byte
+	var block, raw bytes.Buffer
+	var err error
+	for {
+		if rc.dr.Buffered() == 0 {
+			rc.gmu.Lock()
+			err := rc.gw.Flush()
+			rc.gmu.Unlock()
+			if err != nil {
+				return err
+			}
+		}
+		if buf, err = readFrame(rc.dr, &h, buf); err != nil {
+			return err
+		}
+		sid := h.stream()
+		switch h.typ() {
+		case http2.FrameHeaders:
+			block.Reset()
+			raw.Reset()
+			if err := readBlock(rc.dr, &h, buf, &block, &raw); err != nil {
+				return err
+			}
+			rc.mu.Lock()
+			if rc.gatewayTableSet {
+				rc.decD.SetAllowedMaxDynamicTableSize(max(rc.gatewayTable, 4096))
+				rc.gatewayTableSet = false
+			}
+			rc.mu.Unlock()
+			rc.endStatus = ""
+			if _, err := rc.decD.Write(block.Bytes()); err != nil {
+				return fmt.Errorf("driver header block: %w", err)
+			}
+			if err := rc.decD.Close(); err != nil {
+				return fmt.Errorf("driver header block: %w", err)
+			}
+			if h.flags().Has(http2.FlagHeadersEndStream) {
+				code := codes.Unknown.String()
+				if rc.endStatus != "" {
+					code = statusLabel(rc.endStatus)
+				}
+				rc.mu.Lock()
+				if f, ok := rc.fwd[sid]; ok {
+					rc.endForwarded(sid, f, code)
+				}
+				rc.mu.Unlock()
+			}
+			rc.gmu.Lock()
+			rc.gw.Write(raw.Bytes())
+			rc.gmu.Unlock()
+		case http2.FrameData:
+			n := int64(h.length())
+			if err := rc.spendGateway(n, nil); err != nil {
+				return err
+			}
+			if h.flags().Has(http2.FlagDataEndStream) {
+				rc.mu.Lock()
+				if f, ok := rc.fwd[sid]; ok {
+					rc.endForwarded(sid, f, codes.Internal.String()) // no trailers
+				}
+				rc.mu.Unlock()
+			}
+			rc.forwardRaw(&rc.gmu, rc.gw, &h, buf)
+			rc.mu.Lock()
+			rc.owed += n
+			grant := int64(0)
+			if rc.owed >= driverConnGrant/4 {
+				grant, rc.owed = rc.owed, 0
+			}
+			rc.mu.Unlock()
+			if grant > 0 {
+				rc.dmu.Lock()
+				_ = rc.dfr.WriteWindowUpdate(0, uint32(grant))
+				err := rc.dw.Flush()
+				rc.dmu.Unlock()
+				if err != nil {
+					return err
+				}
+			}
+		case http2.FrameRSTStream:
+			rc.mu.Lock()
+			if f, ok := rc.fwd[sid]; ok && len(buf) == 4 {
+				rc.endForwarded(sid, f, rstLabel(http2.ErrCode(binary.BigEndian.Uint32(buf))))
+			}
+			rc.mu.Unlock()
+			rc.forwardRaw(&rc.gmu, rc.gw, &h, buf)
+		case http2.FrameGoAway:
+			if len(buf) < 8 {
+				return errors.New("GOAWAY: short")
+			}
+			last := binary.BigEndian.Uint32(buf) & 0x7fffffff
+			rc.mu.Lock()
+			for sid := range rc.own {
+				last = max(last, sid)
+			}
+			if rc.goaway {
+				last = min(last, rc.goawayLast)
+			}
+			rc.goaway, rc.goawayLast = true, last
+			rc.mu.Unlock()
+			binary.BigEndian.PutUint32(buf, last)
+			rc.forwardRaw(&rc.gmu, rc.gw, &h, buf)
+		case http2.FrameSettings:
+			if !h.flags().Has(http2.FlagSettingsAck) {
+				rc.mu.Lock()
+				settings(buf, func(id uint16, v uint32) {
+					if id == settingHeaderTableSize {
+						rc.driverTable, rc.driverTableSet = v, true
+					}
+				})
+				rc.mu.Unlock()
+			}
+			rc.forwardRaw(&rc.gmu, rc.gw, &h, buf)
+		case http2.FrameContinuation:
+			return errors.New("driver sent a CONTINUATION without HEADERS")
+		case http2.FramePing:
+			if !h.flags().Has(http2.FlagPingAck) { // acks: the relay sends the driver no PINGs
+				rc.forwardRaw(&rc.gmu, rc.gw, &h, buf)
+			}
+		default: // WINDOW_UPDATE, PRIORITY, PUSH_PROMISE, extension frames
+			rc.forwardRaw(&rc.gmu, rc.gw, &h, buf)
+		}
+	}
+}
+
+// spendGateway waits until the gateway's connection window (and the
+// stream's, for an intercepted stream) holds n bytes and takes them. What
+// is buffered for the gateway is flushed before waiting.
+func (rc *relayConn) spendGateway(n int64, st *ownStream) error {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	for {
+		if rc.closed {
+			return net.ErrClosed
+		}
+		if st != nil && st.done {
+			return context.Canceled
+		}
+		if rc.gwConn >= n && (st == nil || st.window >= n) {
+			rc.gwConn -= n
+			if st != nil {
+				st.window -= n
+			}
+			return nil
+		}
+		rc.mu.Unlock()
+		rc.gmu.Lock()
+		err := rc.gw.Flush()
+		rc.gmu.Unlock()
+		rc.mu.Lock()
+		if err != nil {
+			return err
+		}
+		if rc.gwConn >= n && (st == nil || st.window >= n) {
+			continue
+		}
+		rc.cond.Wait()
+	}
+}
+
+func statusLabel(v string) string {
+	var n uint32
+	for _, c := range v {
+		if c < '0' || c > '9' {
+			return codes.Unknown.String()
+		}
+		n = n*10 + uint32(c-'0')
+	}
+	return codes.Code(n).String()
+}
+
+// rstLabel is the status gRPC clients give a stream reset with code c.
+func rstLabel(c http2.ErrCode) string {
+	switch c {
+	case http2.ErrCodeCancel:
+		return codes.Canceled.String()
+	case http2.ErrCodeRefusedStream:
+		return codes.Unavailable.String()
+	case http2.ErrCodeEnhanceYourCalm:
+		return codes.ResourceExhausted.String()
+	case http2.ErrCodeInadequateSecurity:
+		return codes.PermissionDenied.String()
+	}
+	return codes.Internal.String()
+}
+
+// refuseConn answers a gateway connection whose driver cannot be reached:
+// every stream gets UNAVAILABLE at once, then GOAWAY, so the gateway
+// retries on a new connection (which dials the driver again) without
+// backing off.
+func (p *Proxy) refuseConn(g net.Conn, derr error) {
+	defer g.Close()
+	_ = g.SetDeadline(time.Now().Add(2 * time.Second))
+	br, bw := bufio.NewReader(g), bufio.NewWriter(g)
+	pre := make([]byte, len(http2.ClientPreface))
+	if _, err := io.ReadFull(br, pre); err != nil || string(pre) != http2.ClientPreface {
+		return
+	}
+	fr := http2.NewFramer(bw, br)
+	fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	_ = fr.WriteSettings()
+	_ = bw.Flush()
+	var enc bytes.Buffer
+	henc := hpack.NewEncoder(&enc)
+	msg := encodeGrpcMessage("eventpipe driver-proxy: driver unavailable: " + derr.Error())
+	goaway := false
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			return
+		}
+		switch f := f.(type) {
+		case *http2.SettingsFrame:
+			if !f.IsAck() {
+				_ = fr.WriteSettingsAck()
+			}
+		case *http2.PingFrame:
+			if !f.IsAck() {
+				_ = fr.WritePing(true, f.Data)
+			}
+		case *http2.MetaHeadersFrame:
+			p.metrics.rpcs.WithLabelValues(rpcLabel(f.PseudoValue("path")), "dial_error").Inc()
+			enc.Reset()
+			for _, hf := range []hpack.HeaderField{{Name: ":status", Value: "200"}, {Name: "content-type", Value: "application/grpc"},
+				{Name: "grpc-status", Value: fmt.Sprint(int(codes.Unavailable))}, {Name: "grpc-message", Value: msg}} {
+				_ = henc.WriteField(hf)
+			}
+			_ = fr.WriteHeaders(http2.HeadersFrameParam{StreamID: f.StreamID, BlockFragment: enc.Bytes(), EndStream: true, EndHeaders: true})
+			if !goaway {
+				_ = fr.WriteGoAway(f.StreamID, http2.ErrCodeNo, nil)
+				goaway = true
+			}
+		case *http2.GoAwayFrame:
+			return
+		}
+		if br.Buffered() == 0 {
+			if bw.Flush() != nil {
+				return
+			}
+		}
+	}
+}
