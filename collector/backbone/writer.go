@@ -415,6 +415,13 @@ func (w *Writer) catchUpCursors(ctx context.Context) error {
 	}
 	for behind() {
 		fs := w.cursorCons.PollFetches(ctx)
+		// Keep what the fetch returned even when ctx ended meanwhile: the
+		// client has moved past these records and will not return them
+		// again, so dropping them would leave a stale cursor.
+		fs.EachRecord(func(r *kgo.Record) {
+			w.cursors[string(r.Key)] = string(r.Value)
+			w.cursorNext[r.Partition] = r.Offset + 1
+		})
 		if err := ctx.Err(); err != nil {
 			return err
 		}
@@ -430,10 +437,6 @@ func (w *Writer) catchUpCursors(ctx context.Context) error {
 		if ferr != nil {
 			return ferr
 		}
-		fs.EachRecord(func(r *kgo.Record) {
-			w.cursors[string(r.Key)] = string(r.Value)
-			w.cursorNext[r.Partition] = r.Offset + 1
-		})
 	}
 	return nil
 }
