@@ -159,6 +159,7 @@ func TestKafkaBackboneSurvivesCollectorKills(t *testing.T) {
       query_params: {disable_message_parsing: "1"}
       timeout: 2s
     commit_interval: %s
+    retry: {initial: 100ms, max: 1s}
 `, vl.PushURL(), commitInterval)
 	cols := make([]*child, 3)
 	addrs := make([]string, 3)
@@ -291,24 +292,35 @@ hold:
 	loadDone := make(chan error, 1)
 	go func() { loadDone <- g.run(ctx, n, rate, 8) }()
 
-	// killActive SIGKILLs the replica the agent ships to.
-	killActive := func(round int) {
+	// killActive SIGKILLs the replica the agent ships to. With lokiDown,
+	// Loki is down from before Kafka refuses until after the kill, so the
+	// killed replica's sink members die retrying a push Loki never took:
+	// one that committed before Loki acknowledged would lose those records
+	// (its successor starts at the commit). Without, they die with pushes
+	// Loki took but whose offsets may not be committed yet (duplicates).
+	killActive := func(round int, lokiDown bool) {
 		t.Helper()
 		best := active()
+		if lokiDown {
+			vl.Stop()
+		}
 		refuse.Store(true)
 		time.Sleep(700 * time.Millisecond)
 		cols[best].kill()
 		refuse.Store(false)
-		t.Logf("kill %d: SIGKILLed %s with %d Events created (%v)", round, cols[best].name, len(g.created()), time.Since(start).Round(time.Millisecond))
+		if lokiDown {
+			vl.Restart()
+		}
+		t.Logf("kill %d: SIGKILLed %s with %d Events created, Loki down %v (%v)", round, cols[best].name, len(g.created()), lokiDown, time.Since(start).Round(time.Millisecond))
 	}
 	waitFor(t, 60*time.Second, "the load to be acknowledged in part", func() (bool, string) {
 		rv, _ := cursor()
 		return rv != cursor0, rv
 	})
 	time.Sleep(time.Second)
-	killActive(1)
+	killActive(1, true)
 	time.Sleep(2 * time.Second)
-	killActive(2)
+	killActive(2, false)
 	if err := <-loadDone; err != nil {
 		t.Fatal(err)
 	}
