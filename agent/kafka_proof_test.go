@@ -408,16 +408,16 @@ hold:
 	var rows []map[string]any
 	for {
 		rows, err = vl.WaitFor(lctx, `{job="eventpipe"} | fields event_id`, len(want))
-		if err != nil {
-			m, first := missingFrom(lokiIDs)
-			t.Fatalf("Loki: %v (%d of %d missing, e.g. %s)", err, m, len(want), first)
-		}
 		lokiIDs = map[string]int{}
 		for _, r := range rows {
 			id, _ := r["event_id"].(string)
 			lokiIDs[id]++
 		}
-		if m, _ := missingFrom(lokiIDs); m == 0 {
+		m, first := missingFrom(lokiIDs)
+		if err != nil {
+			t.Fatalf("Loki: %v (%d of %d created occurrences missing, e.g. %s)", err, m, len(want), first)
+		}
+		if m == 0 {
 			break
 		}
 		time.Sleep(500 * time.Millisecond)
