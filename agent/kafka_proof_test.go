@@ -17,12 +17,14 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
 	"github.com/eventpipe/eventpipe/collector"
+	"github.com/eventpipe/eventpipe/collector/backbone"
 	"github.com/eventpipe/eventpipe/testenv/scenario"
 	"github.com/eventpipe/eventpipe/testenv/victorialogs"
 )
@@ -93,7 +95,9 @@ auth:
 // proxy follows. While Events are created, the replica the agent ships to
 // (also the one followed, and a sink group member mid-push) is SIGKILLed,
 // then the next one; the follower resumes on a live replica with its last
-// position.
+// position. The first kill falls while Kafka refuses writes and Loki is
+// down; the second while cursor writes wait, so the agent resends batches
+// Kafka stored and the backbone holds copies (see killActive).
 //
 // Checked: every created Event's occurrence is in the backbone topic
 // (duplicates there bounded by what can have been in flight), in Loki and
@@ -105,9 +109,7 @@ auth:
 // commit_interval's worth); and the agent did not relist. Then the agent
 // is SIGKILLed too and restarted: it must resume from the cursor the last
 // replica reads from Kafka (written by replicas since killed), without
-// relisting (eventpipe_agent_relists_total stays 0). Each kill happens
-// while Kafka refuses writes, so the killed replica holds batches Kafka
-// has not taken.
+// relisting (eventpipe_agent_relists_total stays 0).
 func TestKafkaBackboneSurvivesCollectorKills(t *testing.T) {
 	start := time.Now()
 	n, rate := 4500, 300
@@ -126,13 +128,32 @@ func TestKafkaBackboneSurvivesCollectorKills(t *testing.T) {
 	// moment of each kill, so the killed replica holds batches Kafka has
 	// not taken. A replica that acknowledged before Kafka did would lose
 	// them with its process.
-	var refuse atomic.Bool
+	//
+	// While holdCursor is set, produces to the cursor topic wait (a slow
+	// broker for it): the replica has then written batches to the backbone
+	// but not acknowledged them to the agent, and a kill makes the agent
+	// resend them, so the backbone holds copies the consumers' windows
+	// must drop (bench/kafka-dedupe.md, run 2).
+	var refuse, holdCursor atomic.Bool
+	var cursorTopicID [16]byte // set before holdCursor is first set
 	kc.ControlKey(int16(kmsg.Produce), func(kr kmsg.Request) (kmsg.Response, error, bool) {
 		kc.KeepControl()
+		req := kr.(*kmsg.ProduceRequest)
+		if holdCursor.Load() {
+			for _, rt := range req.Topics {
+				if rt.Topic == backbone.DefaultCursorTopic || rt.TopicID == cursorTopicID {
+					kc.SleepControl(func() {
+						for holdCursor.Load() {
+							time.Sleep(10 * time.Millisecond)
+						}
+					})
+					break
+				}
+			}
+		}
 		if !refuse.Load() {
 			return nil, nil, false
 		}
-		req := kr.(*kmsg.ProduceRequest)
 		resp := req.ResponseKind().(*kmsg.ProduceResponse)
 		for _, rt := range req.Topics {
 			st := kmsg.NewProduceResponseTopic()
@@ -292,26 +313,41 @@ hold:
 	loadDone := make(chan error, 1)
 	go func() { loadDone <- g.run(ctx, n, rate, 8) }()
 
-	// killActive SIGKILLs the replica the agent ships to. With lokiDown,
-	// Loki is down from before Kafka refuses until after the kill, so the
-	// killed replica's sink members die retrying a push Loki never took:
-	// one that committed before Loki acknowledged would lose those records
-	// (its successor starts at the commit). Without, they die with pushes
-	// Loki took but whose offsets may not be committed yet (duplicates).
-	killActive := func(round int, lokiDown bool) {
+	// killActive SIGKILLs the replica the agent ships to.
+	//
+	// The first kill (refuseAndLokiDown) falls while Kafka refuses writes,
+	// so the replica dies holding batches Kafka has not taken, and while
+	// Loki is down, so its sink members die retrying a push Loki never
+	// took: one that committed before Loki acknowledged would lose those
+	// records (its successor starts at the commit).
+	//
+	// The second (holdCursor) falls while cursor writes wait, so the
+	// replica dies holding acknowledgements of batches Kafka stored: the
+	// agent resends them and the backbone holds copies. Loki is up: the
+	// sink members die with pushes Loki took whose offsets may not be
+	// committed yet.
+	id, err := topicIDOf(ctx, brokers, backbone.DefaultCursorTopic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cursorTopicID = id
+	killActive := func(round int, refuseAndLokiDown bool) {
 		t.Helper()
 		best := active()
-		if lokiDown {
+		if refuseAndLokiDown {
 			vl.Stop()
+			refuse.Store(true)
+		} else {
+			holdCursor.Store(true)
 		}
-		refuse.Store(true)
 		time.Sleep(700 * time.Millisecond)
 		cols[best].kill()
 		refuse.Store(false)
-		if lokiDown {
+		holdCursor.Store(false)
+		if refuseAndLokiDown {
 			vl.Restart()
 		}
-		t.Logf("kill %d: SIGKILLed %s with %d Events created, Loki down %v (%v)", round, cols[best].name, len(g.created()), lokiDown, time.Since(start).Round(time.Millisecond))
+		t.Logf("kill %d: SIGKILLed %s with %d Events created, refused and Loki down %v (%v)", round, cols[best].name, len(g.created()), refuseAndLokiDown, time.Since(start).Round(time.Millisecond))
 	}
 	waitFor(t, 60*time.Second, "the load to be acknowledged in part", func() (bool, string) {
 		rv, _ := cursor()
@@ -427,13 +463,17 @@ hold:
 		lokiDups += lokiIDs[id] - 1
 	}
 	allDups := len(rows) - len(lokiIDs)
-	var dropped float64
+	// What the windows of the replica still alive dropped (the killed
+	// ones' counters died with them).
+	var droppedSink, droppedFollow float64
 	for _, i := range alive() {
-		v, _ := cols[i].metric("eventpipe_collector_backbone_duplicates_dropped_total", "")
-		dropped += v
+		v, _ := cols[i].metric("eventpipe_collector_backbone_duplicates_dropped_total", `consumer="sink.loki"`)
+		droppedSink += v
+		v, _ = cols[i].metric("eventpipe_collector_backbone_duplicates_dropped_total", `consumer="follow"`)
+		droppedFollow += v
 	}
-	t.Logf("Loki: %d rows for %d event ids; %d duplicate rows of the %d created occurrences (%d over all rows, the initial listing included); live replicas' windows dropped %v copies",
-		len(rows), len(lokiIDs), lokiDups, len(want), allDups, dropped)
+	t.Logf("Loki: %d rows for %d event ids; %d duplicate rows of the %d created occurrences (%d over all rows, the initial listing included); the live replica's windows dropped %v copies (sink) and %v (follow)",
+		len(rows), len(lokiIDs), lokiDups, len(want), allDups, droppedSink, droppedFollow)
 	if limit := 2 * (int(float64(rate)*commitInterval.Seconds()) + inFlight*batchSize); allDups > limit {
 		t.Errorf("Loki holds %d duplicate rows, more than two lost partitions' sets can redeliver (%d: commit_interval at %d/s plus %d in flight, per kill)",
 			allDups, limit, rate, inFlight*batchSize)
@@ -552,6 +592,31 @@ func (f *proofFollower) snapshot() map[string]int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return maps.Clone(f.ids)
+}
+
+// topicIDOf is a topic's id (Produce v13 and later name topics by id).
+func topicIDOf(ctx context.Context, brokers []string, topic string) ([16]byte, error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		return [16]byte{}, err
+	}
+	defer cl.Close()
+	req := kmsg.NewPtrMetadataRequest()
+	rt := kmsg.NewMetadataRequestTopic()
+	rt.Topic = kmsg.StringPtr(topic)
+	req.Topics = append(req.Topics, rt)
+	mctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	resp, err := req.RequestWith(mctx, cl)
+	if err != nil {
+		return [16]byte{}, fmt.Errorf("metadata for %s: %w", topic, err)
+	}
+	for _, t := range resp.Topics {
+		if t.Topic != nil && *t.Topic == topic && t.ErrorCode == 0 {
+			return t.TopicID, nil
+		}
+	}
+	return [16]byte{}, fmt.Errorf("topic %s not found", topic)
 }
 
 // dialInsecure is a plaintext gRPC connection to a collector.
