@@ -86,6 +86,43 @@ auth:
 	return c, grpcAddr
 }
 
+// startReadyCollectorChild is startCollectorChild, waiting until the
+// process is ready. A process that exits first (its ports, picked free,
+// were taken meanwhile by another process on this shared machine) is
+// started again on other ports; /readyz is only believed while the child
+// runs, since the port may now belong to someone else's collector.
+func startReadyCollectorChild(t *testing.T, dir, name string, brokers []string, extra string) (*child, string) {
+	t.Helper()
+	for attempt := 1; ; attempt++ {
+		c, addr := startCollectorChild(t, dir, name, brokers, extra)
+		var exited bool
+		waitFor(t, 60*time.Second, name+" ready", func() (bool, string) {
+			select {
+			case <-c.done:
+				exited = true
+				return true, ""
+			default:
+			}
+			return c.ready(), ""
+		})
+		if !exited {
+			// A foreign /readyz may have answered before this child
+			// failed to bind: believe it only if the child still runs.
+			select {
+			case <-c.done:
+				exited = true
+			case <-time.After(300 * time.Millisecond):
+				return c, addr
+			}
+		}
+		b, _ := os.ReadFile(c.log)
+		if attempt == 3 {
+			t.Fatalf("%s exited before it was ready, three times; log:\n%s", name, tail(string(b), 2000))
+		}
+		t.Logf("%s exited before it was ready (attempt %d), starting it again: %s", name, attempt, tail(string(b), 300))
+	}
+}
+
 // TestKafkaBackboneSurvivesCollectorKills is the proof of Kafka mode's
 // guarantees end to end: three collector processes (log: kafka) over a
 // three-broker kfake cluster, each running a Loki sink (a real
@@ -185,10 +222,7 @@ func TestKafkaBackboneSurvivesCollectorKills(t *testing.T) {
 	cols := make([]*child, 3)
 	addrs := make([]string, 3)
 	for i := range cols {
-		cols[i], addrs[i] = startCollectorChild(t, dir, fmt.Sprintf("collector-%d", i), brokers, sinkCfg)
-	}
-	for _, c := range cols {
-		waitFor(t, 60*time.Second, c.name+" ready", func() (bool, string) { return c.ready(), "" })
+		cols[i], addrs[i] = startReadyCollectorChild(t, dir, fmt.Sprintf("collector-%d", i), brokers, sinkCfg)
 	}
 
 	// Sandboxes for the Events to be about, so they are attributed and a
