@@ -226,14 +226,15 @@ func TestKafkaBackboneSurvivesCollectorKills(t *testing.T) {
 	}
 
 	// Sandboxes for the Events to be about, so they are attributed and a
-	// workspace Follow selects them; twelve spread the load over the six
-	// partitions. A fresh workspace per run: the apiserver outlives it.
+	// workspace Follow selects them; 24 spread the load over the six
+	// partitions (keyed by sandbox id), so every replica's sink partitions
+	// see traffic. A fresh workspace per run: the apiserver outlives it.
 	workspace := "kproof-" + scenario.NewUUID()[:8]
 	clients, err := scenario.NewClients(cluster.AdminConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
-	sbs := make([]scenario.Sandbox, 12)
+	sbs := make([]scenario.Sandbox, 24)
 	sb := scenario.NewBuilder("kafka-proof-sandboxes", "the sandboxes the load's Events are about")
 	for i := range sbs {
 		sbs[i] = scenario.NewSandbox(fmt.Sprintf("kp-%02d", i), workspace, scenario.ModeManaged)
@@ -369,7 +370,11 @@ hold:
 		t.Helper()
 		best := active()
 		if refuseAndLokiDown {
+			// Loki goes down while records still flow for longer than a
+			// sink batch's max_wait (1s), so every member has a batch
+			// Loki refused and retries it; then Kafka refuses too.
 			vl.Stop()
+			time.Sleep(1500 * time.Millisecond)
 			refuse.Store(true)
 		} else {
 			holdCursor.Store(true)
@@ -472,7 +477,7 @@ hold:
 	// not drop those, they come after the committed offset). What reaches
 	// a partition in one commit_interval is bounded here by the load's rate
 	// plus the agent's in-flight batches resent at once after a failover.
-	lctx, lcancel := context.WithTimeout(context.Background(), 60*time.Second)
+	lctx, lcancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer lcancel()
 	var lokiIDs map[string]int
 	var rows []map[string]any
