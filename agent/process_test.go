@@ -181,6 +181,10 @@ func (c *child) ready() bool {
 type loadGen struct {
 	cs kubernetes.Interface
 	ns string
+	// pods, when set, are the pods the Events name (round robin), so they
+	// are attributed to sandboxes; otherwise they name pods load-0..199,
+	// which do not exist.
+	pods []string
 
 	mu  sync.Mutex
 	ids map[string]bool // event_id
@@ -242,6 +246,9 @@ func (g *loadGen) run(ctx context.Context, n, rate, workers int) error {
 func (g *loadGen) create(ctx context.Context, i int) error {
 	now := metav1.Now()
 	pod := fmt.Sprintf("load-%d", i%200)
+	if len(g.pods) > 0 {
+		pod = g.pods[i%len(g.pods)]
+	}
 	e := &corev1.Event{
 		ObjectMeta:     metav1.ObjectMeta{Name: fmt.Sprintf("%s.%x", pod, now.UnixNano()+int64(i)), Namespace: g.ns},
 		InvolvedObject: corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: g.ns, Name: pod, FieldPath: "spec.containers{agent}"},
