@@ -135,6 +135,13 @@ type ShipConfig struct {
 	MaxBatchBytes int `yaml:"max_batch_bytes"`
 	// FlushInterval: a non-empty batch is sent at the latest after this.
 	FlushInterval time.Duration `yaml:"flush_interval"`
+	// FlushWhenIdle sends a batch as soon as the processor has handled
+	// what the watch delivered, when no earlier batch is waiting for its
+	// acknowledgement. Latency then does not wait for flush_interval at low
+	// rates (what a sandbox's user waits on); under load batches fill while
+	// others are in flight. false: only batch_size, max_batch_bytes and
+	// flush_interval send a batch.
+	FlushWhenIdle bool `yaml:"flush_when_idle"`
 	// MaxInFlight batches sent but not acknowledged.
 	MaxInFlight    int           `yaml:"max_in_flight"`
 	BackoffInitial time.Duration `yaml:"backoff_initial"`
@@ -190,6 +197,7 @@ func NewDefaultConfig() Config {
 			BatchSize:      500,
 			MaxBatchBytes:  4 << 20,
 			FlushInterval:  200 * time.Millisecond,
+			FlushWhenIdle:  true,
 			MaxInFlight:    4,
 			BackoffInitial: 200 * time.Millisecond,
 			BackoffMax:     10 * time.Second,

@@ -77,8 +77,11 @@ func (p *processor) run(ctx context.Context) error {
 			}
 			p.in.done(chunk)
 			p.m.queueLength.Set(float64(p.in.n.Load()))
+			if !p.flushIfIdle(ctx) {
+				return nil
+			}
 		case key := <-diagnose:
-			if !p.diagnose(ctx, key) {
+			if !p.diagnose(ctx, key) || !p.flushIfIdle(ctx) {
 				return nil
 			}
 		case <-changed:
@@ -223,6 +226,18 @@ func (p *processor) add(ctx context.Context, o *eventpipev1.Occurrence, source s
 		return p.flush(ctx)
 	}
 	return true
+}
+
+// flushIfIdle sends the batch at once when nothing is waiting for an
+// acknowledgement (ship.flush_when_idle): at a low event rate an
+// occurrence then waits for no timer, and under load batches still fill
+// while earlier ones are in flight (the way Nagle's algorithm batches).
+// false when ctx ended.
+func (p *processor) flushIfIdle(ctx context.Context) bool {
+	if !p.cfg.Ship.FlushWhenIdle || len(p.batch) == 0 || p.shipper == nil || !p.shipper.idle() {
+		return true
+	}
+	return p.flush(ctx)
 }
 
 // flush hands the batch (possibly empty: a cursor-only batch) to the

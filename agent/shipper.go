@@ -102,6 +102,10 @@ func (s *shipper) submit(ctx context.Context, b *eventpipev1.Batch, created time
 	return nil
 }
 
+// idle reports whether no batch is waiting for its acknowledgement: a
+// batch sent now goes out at once and nothing it could join is on the way.
+func (s *shipper) idle() bool { return len(s.slots) == 0 }
+
 // oldestUnacked is the creation time of the oldest unacknowledged batch
 // (zero when none).
 func (s *shipper) oldestUnacked() time.Time {

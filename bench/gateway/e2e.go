@@ -44,7 +44,13 @@ func (e *env) endToEnd() error {
 	acfg.Collector.Insecure = true
 	acfg.HTTP.Listen = ""
 	acfg.LeaderElection.Enabled = false
-	acfg.Ship.FlushInterval = 20 * time.Millisecond
+	// The agent's shipping defaults (flush_interval 200ms, flush_when_idle
+	// on): the figure is what a default install gets. -agent-flush-interval
+	// reproduces the earlier runs (20ms, before flush_when_idle existed).
+	if *agentFlushInterval > 0 {
+		acfg.Ship.FlushInterval = *agentFlushInterval
+	}
+	acfg.Ship.FlushWhenIdle = *agentFlushWhenIdle
 	ag, err := agent.New(acfg, cl.AgentConfig(), agent.Options{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		return err
