@@ -1,0 +1,353 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/eventpipe/eventpipe/sinks/gateway/gatewaytest"
+)
+
+// Interop with the HTTP/2 implementation OpenShell runs on: the gateway and
+// the driver are tonic on hyper on the Rust h2 crate, while every other
+// test here has grpc-go on both sides of the proxy. testenv/h2peer is a
+// gRPC peer written directly on h2 (built by `make h2peer`): as the gateway
+// it runs a fixed suite (HPACK churn, concurrent unary and streaming calls,
+// 1.2-3 MiB messages through h2's default 64 KiB windows, trailers-only
+// errors, deadlines); as the driver it echoes like gatewaytest.Driver. Each
+// suite runs straight against the driver and through the proxy in each
+// relay mode, and the answers must be the same byte for byte.
+
+// h2peerBin is testenv/h2peer's binary. Missing, the test fails under CI
+// (make test builds it) and is skipped elsewhere.
+func h2peerBin(t *testing.T) string {
+	t.Helper()
+	dir := os.Getenv("EVENTPIPE_BIN_DIR")
+	if dir == "" {
+		dir = filepath.Join("..", "..", ".bin")
+	}
+	p, err := filepath.Abs(filepath.Join(dir, "h2peer"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(p); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("h2peer not built (%v): `make h2peer` (part of make test) builds it", err)
+		}
+		t.Skipf("h2peer not built (%v): run `make h2peer` to run the h2 interop test", err)
+	}
+	return p
+}
+
+type h2Msg struct {
+	N   int    `json:"n"`
+	FNV string `json:"fnv"`
+	Hex string `json:"hex"`
+}
+
+// h2Result is one call of the h2peer client suite.
+type h2Result struct {
+	Name     string      `json:"name"`
+	Method   string      `json:"method"`
+	Req      []h2Msg     `json:"req"`
+	Status   int         `json:"status"`
+	Headers  [][2]string `json:"headers"`
+	Msgs     []h2Msg     `json:"msgs"`
+	Trailers [][2]string `json:"trailers"`
+	Error    string      `json:"error"`
+}
+
+func (r h2Result) header(name string) string {
+	for _, kv := range append(slices.Clone(r.Headers), r.Trailers...) {
+		if kv[0] == name {
+			return kv[1]
+		}
+	}
+	return ""
+}
+
+// runH2Client runs the h2peer client suite on socket and returns its calls
+// by name.
+func runH2Client(t *testing.T, bin, socket string) map[string]h2Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "client", socket)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("h2peer client: %v\n%s", err, stderr.String())
+	}
+	res := map[string]h2Result{}
+	sc := bufio.NewScanner(strings.NewReader(string(out)))
+	sc.Buffer(nil, 1<<20)
+	done := false
+	for sc.Scan() {
+		line := sc.Bytes()
+		var end struct {
+			Done *int   `json:"done"`
+			Conn string `json:"conn"`
+		}
+		if err := json.Unmarshal(line, &end); err != nil {
+			t.Fatalf("h2peer client line %q: %v", line, err)
+		}
+		if end.Done != nil {
+			done = true
+			if *end.Done != len(res) {
+				t.Errorf("h2peer client: %d calls reported, %d lines", *end.Done, len(res))
+			}
+			if end.Conn != "Ok(Ok(Ok(())))" {
+				t.Errorf("h2peer client: the connection did not end cleanly: %s", end.Conn)
+			}
+			continue
+		}
+		var r h2Result
+		if err := json.Unmarshal(line, &r); err != nil {
+			t.Fatalf("h2peer client line: %v", err)
+		}
+		res[r.Name] = r
+	}
+	if !done {
+		t.Fatalf("h2peer client ended without its summary line; stderr:\n%s", stderr.String())
+	}
+	return res
+}
+
+// startH2Server runs h2peer as the driver on socket.
+func startH2Server(t *testing.T, bin, socket string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(socket), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "server", socket)
+	cmd.Stderr = os.Stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil || !strings.Contains(line, "listening") {
+		t.Fatalf("h2peer server did not start: %q %v", line, err)
+	}
+}
+
+// fnvExtend continues an FNV-1a 64 digest over b (FNV has no finalisation).
+func fnvExtend(t *testing.T, digest string, b []byte) string {
+	t.Helper()
+	h, err := strconv.ParseUint(digest, 16, 64)
+	if err != nil {
+		t.Fatalf("digest %q: %v", digest, err)
+	}
+	for _, c := range b {
+		h ^= uint64(c)
+		h *= 0x100000001b3
+	}
+	return fmt.Sprintf("%016x", h)
+}
+
+// checkEcho checks an echoed call: one answer per request message, each
+// the request with field 906 ("echo:" + method) appended, and status OK.
+func checkEcho(t *testing.T, r h2Result) {
+	t.Helper()
+	if r.Error != "" {
+		t.Errorf("%s: %s", r.Name, r.Error)
+		return
+	}
+	suffix := protowire.AppendString(protowire.AppendTag(nil, 906, protowire.BytesType), "echo:"+r.Method)
+	if len(r.Msgs) != len(r.Req) {
+		t.Errorf("%s: %d answers to %d messages", r.Name, len(r.Msgs), len(r.Req))
+		return
+	}
+	for i, q := range r.Req {
+		a := r.Msgs[i]
+		if a.N != q.N+len(suffix) || a.FNV != fnvExtend(t, q.FNV, suffix) {
+			t.Errorf("%s: answer %d is %d bytes (fnv %s), want the %d-byte request echoed", r.Name, i, a.N, a.FNV, q.N)
+		}
+	}
+	if got := r.header("grpc-status"); got != "0" || r.Status != 200 {
+		t.Errorf("%s: HTTP %d grpc-status %q, want 200 and 0", r.Name, r.Status, got)
+	}
+	if want := r.Method; r.header("x-driver-method") != want {
+		t.Errorf("%s: x-driver-method %q, want %q", r.Name, r.header("x-driver-method"), want)
+	}
+}
+
+// sameCall compares a call through the proxy with the same call made
+// straight to the driver: status, headers and trailers (as sets: HPACK
+// does not keep the order of different names across re-encoding) and
+// every message byte for byte. In grpc mode the gateway's peer is a
+// grpc-go server, which always sends grpc-message (empty on OK); the gRPC
+// spec reads an absent and an empty grpc-message alike, so that one
+// addition is not a difference.
+func sameCall(t *testing.T, relay string, direct, via h2Result) {
+	t.Helper()
+	if relay == RelayGRPC {
+		empty := func(kv [2]string) bool { return kv == [2]string{"grpc-message", ""} }
+		for _, r := range []*h2Result{&direct, &via} {
+			r.Headers = slices.DeleteFunc(slices.Clone(r.Headers), empty)
+			r.Trailers = slices.DeleteFunc(slices.Clone(r.Trailers), empty)
+		}
+	}
+	norm := func(h [][2]string) [][2]string {
+		h = slices.Clone(h)
+		slices.SortFunc(h, func(a, b [2]string) int { return strings.Compare(a[0]+"\x00"+a[1], b[0]+"\x00"+b[1]) })
+		return h
+	}
+	if via.Error != direct.Error || via.Status != direct.Status {
+		t.Errorf("%s: HTTP %d error %q through the proxy, %d %q direct", via.Name, via.Status, via.Error, direct.Status, direct.Error)
+	}
+	if g, w := norm(via.Headers), norm(direct.Headers); !slices.Equal(g, w) {
+		t.Errorf("%s: headers through the proxy\n  %q\ndirect\n  %q", via.Name, g, w)
+	}
+	if g, w := norm(via.Trailers), norm(direct.Trailers); !slices.Equal(g, w) {
+		t.Errorf("%s: trailers through the proxy\n  %q\ndirect\n  %q", via.Name, g, w)
+	}
+	if !slices.Equal(via.Msgs, direct.Msgs) {
+		t.Errorf("%s: %d messages through the proxy differ from the %d direct", via.Name, len(via.Msgs), len(direct.Msgs))
+	}
+}
+
+func TestH2Interop(t *testing.T) {
+	bin := h2peerBin(t)
+	for _, driver := range []string{"go", "h2"} {
+		t.Run("driver="+driver, func(t *testing.T) {
+			forRelays(t, func(t *testing.T, relay string) {
+				dir := shortDir(t)
+				sock := filepath.Join(dir, "driver", "driver.sock")
+				if driver == "go" {
+					d := startDriver(t, dir)
+					d.Put(testSandbox(healthyID, "healthy"))
+					d.Put(testSandbox(failingID, "failing"))
+				} else {
+					startH2Server(t, bin, sock)
+				}
+				direct := runH2Client(t, bin, sock)
+				for _, r := range direct {
+					switch {
+					case strings.HasSuffix(r.Method, "/DescribeSandboxFuture"), strings.HasSuffix(r.Method, "/Chat"):
+						checkEcho(t, r)
+					case r.Error != "":
+						t.Errorf("%s direct: %s", r.Name, r.Error)
+					}
+				}
+				if got := direct["stop"].header("grpc-status"); got != "9" {
+					t.Errorf("stop: grpc-status %q, want 9 (FailedPrecondition)", got)
+				}
+				col := startCollector(t, dir, "")
+				rp := startProxy(t, proxyConfig(relay, dir, sock, col.addr))
+				via := runH2Client(t, bin, rp.p.cfg.Listen)
+				if len(via) != len(direct) {
+					t.Fatalf("%d calls through the proxy, %d direct", len(via), len(direct))
+				}
+				for name, d := range direct {
+					sameCall(t, relay, d, via[name])
+				}
+			})
+		})
+	}
+}
+
+// TestH2InteropEdited: while a pull failure is active the frame relay
+// answers GetSandbox and ListSandboxes itself (its own HPACK blocks, DATA
+// and flow control towards an h2 gateway); everything else of the suite
+// is still forwarded unchanged.
+func TestH2InteropEdited(t *testing.T) {
+	bin := h2peerBin(t)
+	forRelays(t, func(t *testing.T, relay string) {
+		drv, rp := failingSetup(t, relay, 0)
+		direct := runH2Client(t, bin, drv.Path)
+		via := runH2Client(t, bin, rp.p.cfg.Listen)
+		for name, d := range direct {
+			switch name {
+			case "get-failing", "list":
+				continue
+			}
+			sameCall(t, relay, d, via[name])
+		}
+		g := via["get-failing"]
+		if g.Error != "" || g.header("grpc-status") != "0" || len(g.Msgs) != 1 {
+			t.Fatalf("get-failing through the proxy: %+v", g)
+		}
+		b, err := hex.DecodeString(g.Msgs[0].Hex)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := gatewaytest.DecodeSandbox(getSandboxField(t, b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c, ok := resp.Condition("ImagePulled"); !ok || c.Status != "False" {
+			t.Errorf("get-failing through the proxy: no ImagePulled=False condition: %+v", resp)
+		}
+		if g.header("x-echo-x-call") != "get-failing" {
+			t.Errorf("get-failing: the driver's headers did not reach the gateway: %q", g.Headers)
+		}
+		l := via["list"]
+		if l.Error != "" || l.header("grpc-status") != "0" || len(l.Msgs) != 1 {
+			t.Fatalf("list through the proxy: %+v", l)
+		}
+		b, err = hex.DecodeString(l.Msgs[0].Hex)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sbs, err := gatewaytest.DecodeSandboxes(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		failing := 0
+		for _, s := range sbs {
+			if _, ok := s.Condition("ImagePulled"); ok {
+				failing++
+			}
+		}
+		if len(sbs) != 2 || failing != 1 {
+			t.Errorf("list through the proxy: %d sandboxes, %d with ImagePulled, want 2 and 1", len(sbs), failing)
+		}
+	})
+}
+
+// getSandboxField is field 1 (the sandbox) of a GetSandboxResponse.
+func getSandboxField(t *testing.T, b []byte) []byte {
+	t.Helper()
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			t.Fatal("bad GetSandboxResponse")
+		}
+		b = b[n:]
+		if num == 1 && typ == protowire.BytesType {
+			v, m := protowire.ConsumeBytes(b)
+			if m < 0 {
+				t.Fatal("bad GetSandboxResponse")
+			}
+			return v
+		}
+		m := protowire.ConsumeFieldValue(num, typ, b)
+		if m < 0 {
+			t.Fatal("bad GetSandboxResponse")
+		}
+		b = b[m:]
+	}
+	t.Fatal("GetSandboxResponse without a sandbox")
+	return nil
+}

@@ -1,0 +1,429 @@
+//! h2peer: gRPC over HTTP/2 on the `h2` crate (the implementation under
+//! tonic and hyper, which the OpenShell gateway and driver use), speaking
+//! the gRPC wire format by hand (no protobuf library: the driver proxy is
+//! byte-transparent for the methods used here).
+//!
+//!   h2peer client SOCKET   run a fixed suite of calls in the gateway's
+//!                          role and print one JSON line per call
+//!   h2peer server SOCKET   serve in the driver's role: every method echoes
+//!                          each request message with field 906 appended
+//!                          ("echo:" + path), like gatewaytest.Driver
+//!
+//! The suite covers sequential calls whose metadata churns the HPACK dynamic
+//! table (repeated, unique and oversized values, binary metadata), then
+//! unary and streaming calls all at once on the one connection, messages
+//! beyond the default 64 KiB windows (up to 3 MiB), trailers-only error
+//! answers and deadlines. sinks/gateway/h2interop_test.go checks the lines.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use h2::RecvStream;
+use http::{HeaderMap, Request, Response};
+use tokio::net::{UnixListener, UnixStream};
+
+const SVC: &str = "/openshell.compute.v1.ComputeDriver/";
+const CHAT: &str = "/openshell.compute.v2.ComputeDriverNext/Chat";
+const FAILING_ID: &str = "7f7c2c8e-4a9b-4c1e-9e57-1f0b3a9d2c11";
+
+/// One call of the suite.
+#[derive(Clone)]
+struct Call {
+    name: String,
+    method: String,
+    msgs: Vec<Vec<u8>>,
+    meta: Vec<(String, String)>,
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.len() != 3 {
+        eprintln!("usage: h2peer client|server SOCKET");
+        std::process::exit(2);
+    }
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let res = match args[1].as_str() {
+        "client" => rt.block_on(client(&args[2])),
+        "server" => rt.block_on(server(&args[2])),
+        _ => Err("unknown mode".into()),
+    };
+    if let Err(e) = res {
+        eprintln!("h2peer: {}", e);
+        std::process::exit(1);
+    }
+}
+
+type Error = Box<dyn std::error::Error>;
+
+/// Deterministic filler bytes (an LCG), so every run sends the same suite.
+fn fill(seed: u64, n: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    (0..n)
+        .map(|_| {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (x >> 33) as u8
+        })
+        .collect()
+}
+
+fn suite() -> (Vec<Call>, Vec<Call>) {
+    let unknown = format!("{}DescribeSandboxFuture", SVC);
+    let mut seq = Vec::new();
+    for i in 0..24u64 {
+        let mut meta = vec![
+            ("x-tenant".to_string(), "tenant-a".to_string()),
+            ("x-call".to_string(), format!("seq-{}", i)),
+            ("traceparent".to_string(), format!("00-{:032x}-{:016x}-01", i * 7919 + 1, i + 11)),
+            ("x-bin-bin".to_string(), b64(&fill(i + 1000, 20))),
+        ];
+        if i % 5 == 0 {
+            // Over a third of the default 4096-byte table: evicts entries.
+            let big: String = fill(i + 2000, 1500).iter().map(|b| (b'a' + b % 26) as char).collect();
+            meta.push(("x-big".to_string(), big));
+        }
+        if i % 3 == 0 {
+            meta.push(("grpc-timeout".to_string(), "30S".to_string()));
+        }
+        seq.push(Call { name: format!("seq-{}", i), method: unknown.clone(), msgs: vec![fill(i, 100 + 37 * i as usize)], meta });
+    }
+    let mut conc = Vec::new();
+    for i in 0..16u64 {
+        conc.push(Call {
+            name: format!("conc-unary-{}", i),
+            method: unknown.clone(),
+            msgs: vec![fill(100 + i, 10 + (i as usize * 331) % 5000)],
+            meta: vec![("x-call".to_string(), format!("conc-unary-{}", i)), ("x-tenant".to_string(), "tenant-b".to_string())],
+        });
+    }
+    for i in 0..4u64 {
+        conc.push(Call {
+            name: format!("conc-stream-{}", i),
+            method: CHAT.to_string(),
+            msgs: (0..25u64).map(|j| fill(200 + i * 100 + j, 1 + ((i * 25 + j) as usize * 797) % 20000)).collect(),
+            meta: vec![("x-call".to_string(), format!("conc-stream-{}", i))],
+        });
+    }
+    conc.push(Call { name: "large-unary-1.5MiB".into(), method: unknown.clone(), msgs: vec![fill(300, 3 << 19)], meta: vec![] });
+    conc.push(Call { name: "large-unary-3MiB".into(), method: unknown.clone(), msgs: vec![fill(301, 3 << 20)], meta: vec![] });
+    conc.push(Call {
+        name: "large-stream".into(),
+        method: CHAT.to_string(),
+        msgs: (0..3u64).map(|j| fill(310 + j, 1_200_000 + j as usize)).collect(),
+        meta: vec![("grpc-timeout".to_string(), "60S".to_string())],
+    });
+    conc.push(Call { name: "caps".into(), method: format!("{}GetCapabilities", SVC), msgs: vec![vec![]], meta: vec![] });
+    conc.push(Call { name: "stop".into(), method: format!("{}StopSandbox", SVC), msgs: vec![vec![0x0a, 2, b's', b'1']], meta: vec![] });
+    let mut get = vec![0x0a, 10];
+    get.extend_from_slice(b"sb-missing");
+    conc.push(Call { name: "get-missing".into(), method: format!("{}GetSandbox", SVC), msgs: vec![get], meta: vec![] });
+    // The failing sandbox of sinks/gateway's relay tests: while the proxy
+    // knows its pull failure, the frame relay answers Get and List itself.
+    let mut get = vec![0x0a, FAILING_ID.len() as u8];
+    get.extend_from_slice(FAILING_ID.as_bytes());
+    conc.push(Call { name: "get-failing".into(), method: format!("{}GetSandbox", SVC), msgs: vec![get], meta: vec![("x-call".into(), "get-failing".into())] });
+    conc.push(Call { name: "list".into(), method: format!("{}ListSandboxes", SVC), msgs: vec![vec![]], meta: vec![] });
+    (seq, conc)
+}
+
+async fn client(path: &str) -> Result<(), Error> {
+    let io = UnixStream::connect(path).await?;
+    // h2's defaults (64 KiB stream and connection windows): every large
+    // message needs many WINDOW_UPDATEs through the relay.
+    let (h2c, conn) = h2::client::handshake(io).await?;
+    let conn = tokio::spawn(async move { conn.await });
+    let (seq, conc) = suite();
+    let mut n = 0;
+    for c in seq {
+        println!("{}", run_call(h2c.clone(), c).await);
+        n += 1;
+    }
+    let mut tasks = Vec::new();
+    for c in conc {
+        tasks.push(tokio::spawn(run_call(h2c.clone(), c)));
+    }
+    for t in tasks {
+        println!("{}", t.await?);
+        n += 1;
+    }
+    drop(h2c);
+    let end = tokio::time::timeout(Duration::from_secs(5), conn).await;
+    println!("{{\"done\":{},\"conn\":{}}}", n, json_str(&format!("{:?}", end.map(|r| r.map(|r| r.map_err(|e| e.to_string()))))));
+    Ok(())
+}
+
+/// run_call makes one call and renders its result as a JSON line.
+async fn run_call(h2c: h2::client::SendRequest<Bytes>, c: Call) -> String {
+    let mut out = format!("{{\"name\":{},\"method\":{}", json_str(&c.name), json_str(&c.method));
+    out.push_str(",\"req\":");
+    out.push_str(&msgs_json(&c.msgs));
+    match call(h2c, &c).await {
+        Ok((status, headers, msgs, trailers)) => {
+            let _ = write!(out, ",\"status\":{},\"headers\":{},\"msgs\":{},\"trailers\":{}", status, headers_json(&headers), msgs_json(&msgs), headers_json(&trailers));
+        }
+        Err(e) => {
+            let _ = write!(out, ",\"error\":{}", json_str(&e.to_string()));
+        }
+    }
+    out.push('}');
+    out
+}
+
+async fn call(h2c: h2::client::SendRequest<Bytes>, c: &Call) -> Result<(u16, HeaderMap, Vec<Vec<u8>>, HeaderMap), Error> {
+    let mut h2c = h2c.ready().await?;
+    let mut req = Request::builder()
+        .method("POST")
+        .uri(format!("http://driver{}", c.method))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .header("user-agent", "h2peer");
+    for (k, v) in &c.meta {
+        req = req.header(k.as_str(), v.as_str());
+    }
+    let (resp, mut send) = h2c.send_request(req.body(())?, false)?;
+    // Requests are written by a task of their own: a streaming call's
+    // answers arrive while it still sends, as with tonic.
+    let msgs = c.msgs.clone();
+    let sender = tokio::spawn(async move {
+        let n = msgs.len();
+        for (i, m) in msgs.into_iter().enumerate() {
+            let mut b = BytesMut::with_capacity(5 + m.len());
+            b.extend_from_slice(&[0]);
+            b.extend_from_slice(&(m.len() as u32).to_be_bytes());
+            b.extend_from_slice(&m);
+            let mut b = b.freeze();
+            // Send within the capacity h2 grants, so flow control paces us.
+            while !b.is_empty() {
+                send.reserve_capacity(b.len());
+                let cap = match futures_capacity(&mut send).await {
+                    Some(Ok(c)) => c,
+                    Some(Err(e)) => return Err(e.to_string()),
+                    None => return Err("stream closed while sending".into()),
+                };
+                let chunk = b.split_to(cap.min(b.len()));
+                send.send_data(chunk, i + 1 == n && b.is_empty()).map_err(|e| e.to_string())?;
+            }
+        }
+        if n == 0 {
+            send.send_data(Bytes::new(), true).map_err(|e| e.to_string())?;
+        }
+        Ok::<(), String>(())
+    });
+    let resp: Response<RecvStream> = resp.await?;
+    let (parts, mut body) = resp.into_parts();
+    let mut buf = Vec::new();
+    while let Some(chunk) = body.data().await {
+        let chunk = chunk?;
+        let _ = body.flow_control().release_capacity(chunk.len());
+        buf.extend_from_slice(&chunk);
+    }
+    let trailers = body.trailers().await?.unwrap_or_default();
+    match sender.await? {
+        Ok(()) => {}
+        // A server may answer (trailers-only) before reading the request.
+        Err(e) if trailers.is_empty() && !parts.headers.contains_key("grpc-status") => return Err(e.into()),
+        Err(_) => {}
+    }
+    Ok((parts.status.as_u16(), parts.headers, split_msgs(&buf)?, trailers))
+}
+
+async fn futures_capacity(s: &mut h2::SendStream<Bytes>) -> Option<Result<usize, h2::Error>> {
+    std::future::poll_fn(|cx| s.poll_capacity(cx)).await
+}
+
+fn split_msgs(mut b: &[u8]) -> Result<Vec<Vec<u8>>, Error> {
+    let mut out = Vec::new();
+    while !b.is_empty() {
+        if b.len() < 5 {
+            return Err("truncated gRPC message prefix".into());
+        }
+        if b[0] != 0 {
+            return Err("compressed gRPC message".into());
+        }
+        let n = u32::from_be_bytes([b[1], b[2], b[3], b[4]]) as usize;
+        if b.len() < 5 + n {
+            return Err("truncated gRPC message".into());
+        }
+        out.push(b[5..5 + n].to_vec());
+        b = &b[5 + n..];
+    }
+    Ok(out)
+}
+
+// ---- server (the driver's role) ----
+
+async fn server(path: &str) -> Result<(), Error> {
+    let _ = std::fs::remove_file(path);
+    let l = UnixListener::bind(path)?;
+    println!("{{\"listening\":{}}}", json_str(path));
+    loop {
+        let (io, _) = l.accept().await?;
+        tokio::spawn(async move {
+            let mut conn = match h2::server::handshake(io).await {
+                Ok(c) => c,
+                Err(e) => return eprintln!("h2peer server: handshake: {}", e),
+            };
+            while let Some(r) = conn.accept().await {
+                match r {
+                    Ok((req, respond)) => {
+                        tokio::spawn(async move {
+                            if let Err(e) = serve(req, respond).await {
+                                eprintln!("h2peer server: stream: {}", e);
+                            }
+                        });
+                    }
+                    Err(e) => return eprintln!("h2peer server: connection: {}", e),
+                }
+            }
+        });
+    }
+}
+
+async fn serve(req: Request<RecvStream>, mut respond: h2::server::SendResponse<Bytes>) -> Result<(), Error> {
+    let (parts, mut body) = req.into_parts();
+    let method = parts.uri.path().to_string();
+    let mut resp = Response::builder().status(200).header("content-type", "application/grpc").header("x-driver-method", method.as_str());
+    let mut echo: Vec<(String, String)> = Vec::new();
+    for (k, v) in parts.headers.iter() {
+        let k = k.as_str();
+        if k == "content-type" || k == "user-agent" || k == "te" || k == "grpc-timeout" {
+            continue;
+        }
+        echo.push((format!("x-echo-{}", k), String::from_utf8_lossy(v.as_bytes()).into_owned()));
+    }
+    echo.sort();
+    for (k, v) in &echo {
+        resp = resp.header(k.as_str(), v.as_str());
+    }
+    let deadline = if parts.headers.contains_key("grpc-timeout") { "set" } else { "none" };
+    resp = resp.header("x-driver-deadline", deadline);
+    if method.ends_with("/StopSandbox") {
+        // A trailers-only answer (the status in the only header block),
+        // after reading the request as a tonic unary handler does.
+        while let Some(chunk) = body.data().await {
+            let _ = body.flow_control().release_capacity(chunk?.len());
+        }
+        let r = resp.header("grpc-status", "9").header("grpc-message", "sandbox is deleting").body(())?;
+        respond.send_response(r, true)?;
+        return Ok(());
+    }
+    let mut send = respond.send_response(resp.body(())?, false)?;
+    let suffix = echo_field(&method);
+    let mut buf = BytesMut::new();
+    while let Some(chunk) = body.data().await {
+        let chunk = chunk?;
+        let _ = body.flow_control().release_capacity(chunk.len());
+        buf.extend_from_slice(&chunk);
+        while buf.len() >= 5 {
+            let n = u32::from_be_bytes([buf[1], buf[2], buf[3], buf[4]]) as usize;
+            if buf.len() < 5 + n {
+                break;
+            }
+            let m = buf.split_to(5 + n);
+            let mut out = BytesMut::with_capacity(m.len() + suffix.len());
+            out.extend_from_slice(&[0]);
+            out.extend_from_slice(&((n + suffix.len()) as u32).to_be_bytes());
+            out.extend_from_slice(&m[5..]);
+            out.extend_from_slice(&suffix);
+            send.send_data(out.freeze(), false)?;
+        }
+    }
+    let mut t = HeaderMap::new();
+    t.insert("grpc-status", "0".parse()?);
+    t.insert("x-driver-trailer", format!("t:{}", method).parse()?);
+    send.send_trailers(t)?;
+    Ok(())
+}
+
+/// echo_field is protobuf field 906 (length-delimited) holding "echo:"+method.
+fn echo_field(method: &str) -> Vec<u8> {
+    let v = format!("echo:{}", method);
+    let mut b = Vec::new();
+    varint(&mut b, (906 << 3) | 2);
+    varint(&mut b, v.len() as u64);
+    b.extend_from_slice(v.as_bytes());
+    b
+}
+
+fn varint(b: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        b.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    b.push(v as u8);
+}
+
+// ---- output ----
+
+/// FNV-1a 64: a message's digest. It has no finalisation, so the test can
+/// extend a request's digest by the echo suffix to predict the answer's.
+fn fnv(b: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf29ce484222325;
+    for &c in b {
+        h ^= c as u64;
+        h = h.wrapping_mul(0x100000001b3);
+    }
+    h
+}
+
+fn msgs_json(msgs: &[Vec<u8>]) -> String {
+    let mut s = String::from("[");
+    for (i, m) in msgs.iter().enumerate() {
+        if i > 0 {
+            s.push(',');
+        }
+        let _ = write!(s, "{{\"n\":{},\"fnv\":\"{:016x}\"", m.len(), fnv(m));
+        if m.len() <= 4096 {
+            s.push_str(",\"hex\":\"");
+            for c in m {
+                let _ = write!(s, "{:02x}", c);
+            }
+            s.push('"');
+        }
+        s.push('}');
+    }
+    s.push(']');
+    s
+}
+
+fn headers_json(h: &HeaderMap) -> String {
+    let mut s = String::from("[");
+    for (i, (k, v)) in h.iter().enumerate() {
+        if i > 0 {
+            s.push(',');
+        }
+        let _ = write!(s, "[{},{}]", json_str(k.as_str()), json_str(&String::from_utf8_lossy(v.as_bytes())));
+    }
+    s.push(']');
+    s
+}
+
+fn json_str(v: &str) -> String {
+    let mut s = String::from("\"");
+    for c in v.chars() {
+        match c {
+            '"' => s.push_str("\\\""),
+            '\\' => s.push_str("\\\\"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(s, "\\u{:04x}", c as u32);
+            }
+            c => s.push(c),
+        }
+    }
+    s.push('"');
+    s
+}
+
+fn b64(b: &[u8]) -> String {
+    const A: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut s = String::new();
+    for ch in b.chunks(3) {
+        let n = (ch[0] as u32) << 16 | (*ch.get(1).unwrap_or(&0) as u32) << 8 | *ch.get(2).unwrap_or(&0) as u32;
+        for i in 0..4 {
+            if i <= ch.len() {
+                s.push(A[(n >> (18 - 6 * i) & 63) as usize] as char);
+            }
+        }
+    }
+    s
+}
