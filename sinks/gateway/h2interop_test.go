@@ -67,6 +67,13 @@ type h2Result struct {
 	Msgs     []h2Msg     `json:"msgs"`
 	Trailers [][2]string `json:"trailers"`
 	Error    string      `json:"error"`
+	// hol's held calls: bytes sent, and what came back.
+	Sent   int `json:"sent"`
+	Result struct {
+		Bytes      int    `json:"bytes"`
+		GRPCStatus string `json:"grpc_status"`
+		Error      string `json:"error"`
+	} `json:"result"`
 }
 
 func (r h2Result) header(name string) string {
@@ -78,13 +85,18 @@ func (r h2Result) header(name string) string {
 	return ""
 }
 
-// runH2Client runs the h2peer client suite on socket and returns its calls
-// by name.
-func runH2Client(t *testing.T, bin, socket string) map[string]h2Result {
+// runH2Client runs an h2peer client (mode client: the suite; hol: see
+// TestH2InteropHeldAnswers) on socket, with hyper's settings or h2's
+// defaults, and returns its calls by name.
+func runH2Client(t *testing.T, bin, mode, socket string, hyper bool) map[string]h2Result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "client", socket)
+	args := []string{mode, socket}
+	if hyper {
+		args = append(args, "hyper")
+	}
+	cmd := exec.CommandContext(ctx, bin, args...)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -127,12 +139,16 @@ func runH2Client(t *testing.T, bin, socket string) map[string]h2Result {
 }
 
 // startH2Server runs h2peer as the driver on socket.
-func startH2Server(t *testing.T, bin, socket string) {
+func startH2Server(t *testing.T, bin, socket string, hyper bool) {
 	t.Helper()
 	if err := os.MkdirAll(filepath.Dir(socket), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "server", socket)
+	args := []string{"server", socket}
+	if hyper {
+		args = append(args, "hyper")
+	}
+	cmd := exec.Command(bin, args...)
 	cmd.Stderr = os.Stderr
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -227,43 +243,108 @@ func sameCall(t *testing.T, relay string, direct, via h2Result) {
 	}
 }
 
+// h2Drivers are the drivers the suites run against: the Go test driver,
+// and h2peer with h2's defaults and with hyper's server settings.
+var h2Drivers = []string{"go", "h2", "hyper"}
+
+// startH2Driver starts driver kind in dir and returns its socket.
+func startH2Driver(t *testing.T, bin, kind, dir string) string {
+	t.Helper()
+	sock := filepath.Join(dir, "driver", "driver.sock")
+	if kind == "go" {
+		d := startDriver(t, dir)
+		d.Put(testSandbox(healthyID, "healthy"))
+		d.Put(testSandbox(failingID, "failing"))
+	} else {
+		startH2Server(t, bin, sock, kind == "hyper")
+	}
+	return sock
+}
+
 func TestH2Interop(t *testing.T) {
 	bin := h2peerBin(t)
-	for _, driver := range []string{"go", "h2"} {
-		t.Run("driver="+driver, func(t *testing.T) {
-			forRelays(t, func(t *testing.T, relay string) {
-				dir := shortDir(t)
-				sock := filepath.Join(dir, "driver", "driver.sock")
-				if driver == "go" {
-					d := startDriver(t, dir)
-					d.Put(testSandbox(healthyID, "healthy"))
-					d.Put(testSandbox(failingID, "failing"))
-				} else {
-					startH2Server(t, bin, sock)
-				}
-				direct := runH2Client(t, bin, sock)
-				for _, r := range direct {
-					switch {
-					case strings.HasSuffix(r.Method, "/DescribeSandboxFuture"), strings.HasSuffix(r.Method, "/Chat"):
-						checkEcho(t, r)
-					case r.Error != "":
-						t.Errorf("%s direct: %s", r.Name, r.Error)
+	for _, driver := range h2Drivers {
+		for _, hyper := range []bool{false, true} {
+			t.Run(fmt.Sprintf("driver=%s/hyper-client=%v", driver, hyper), func(t *testing.T) {
+				forRelays(t, func(t *testing.T, relay string) {
+					dir := shortDir(t)
+					sock := startH2Driver(t, bin, driver, dir)
+					direct := runH2Client(t, bin, "client", sock, hyper)
+					for _, r := range direct {
+						switch {
+						case strings.HasSuffix(r.Method, "/DescribeSandboxFuture"), strings.HasSuffix(r.Method, "/Chat"):
+							checkEcho(t, r)
+						case r.Error != "":
+							t.Errorf("%s direct: %s", r.Name, r.Error)
+						}
 					}
-				}
-				if got := direct["stop"].header("grpc-status"); got != "9" {
-					t.Errorf("stop: grpc-status %q, want 9 (FailedPrecondition)", got)
-				}
-				col := startCollector(t, dir, "")
-				rp := startProxy(t, proxyConfig(relay, dir, sock, col.addr))
-				via := runH2Client(t, bin, rp.p.cfg.Listen)
-				if len(via) != len(direct) {
-					t.Fatalf("%d calls through the proxy, %d direct", len(via), len(direct))
-				}
-				for name, d := range direct {
-					sameCall(t, relay, d, via[name])
-				}
+					if got := direct["stop"].header("grpc-status"); got != "9" {
+						t.Errorf("stop: grpc-status %q, want 9 (FailedPrecondition)", got)
+					}
+					col := startCollector(t, dir, "")
+					rp := startProxy(t, proxyConfig(relay, dir, sock, col.addr))
+					via := runH2Client(t, bin, "client", rp.p.cfg.Listen, hyper)
+					if len(via) != len(direct) {
+						t.Fatalf("%d calls through the proxy, %d direct", len(via), len(direct))
+					}
+					for name, d := range direct {
+						sameCall(t, relay, d, via[name])
+					}
+				})
 			})
-		})
+		}
+	}
+}
+
+// TestH2InteropHeldAnswers: answers the gateway does not read yet fill its
+// connection window; a call that uploads beyond the driver's window and is
+// answered without DATA must still complete meanwhile, because on a direct
+// connection WINDOW_UPDATE and HEADERS frames are not flow-controlled.
+// Then the held answers are read in full.
+func TestH2InteropHeldAnswers(t *testing.T) {
+	bin := h2peerBin(t)
+	for _, driver := range h2Drivers {
+		for _, hyper := range []bool{false, true} {
+			t.Run(fmt.Sprintf("driver=%s/hyper-client=%v", driver, hyper), func(t *testing.T) {
+				forRelays(t, func(t *testing.T, relay string) {
+					if relay == RelayFrame && os.Getenv("EVENTPIPE_H2_HOL") == "" {
+						// Known (2026-12-01): the frame relay's driver reader
+						// waits for the gateway's connection window before a
+						// DATA frame, holding every frame behind it (the
+						// driver's WINDOW_UPDATEs for the upload too).
+						t.Skip("frame relay head-of-line blocking on the gateway's connection window: known, set EVENTPIPE_H2_HOL=1 to run")
+					}
+					dir := shortDir(t)
+					sock := startH2Driver(t, bin, driver, dir)
+					col := startCollector(t, dir, "")
+					rp := startProxy(t, proxyConfig(relay, dir, sock, col.addr))
+					for _, path := range []string{sock, rp.p.cfg.Listen} {
+						res := runH2Client(t, bin, "hol", path, hyper)
+						via := "direct"
+						if path != sock {
+							via = "through the proxy"
+						}
+						up := res["hol-upload"]
+						if up.Error != "" || up.header("grpc-status") != "9" {
+							t.Errorf("%s: the upload call: error %q grpc-status %q, want FailedPrecondition", via, up.Error, up.header("grpc-status"))
+						}
+						held := 0
+						for name, r := range res {
+							if !strings.HasPrefix(name, "hol-held-") {
+								continue
+							}
+							held++
+							if r.Result.Error != "" || r.Result.GRPCStatus != "0" || r.Result.Bytes < r.Sent {
+								t.Errorf("%s: %s: %+v, want %d+ bytes and OK", via, name, r.Result, r.Sent)
+							}
+						}
+						if held == 0 {
+							t.Errorf("%s: no held calls reported", via)
+						}
+					}
+				})
+			})
+		}
 	}
 }
 
@@ -275,8 +356,8 @@ func TestH2InteropEdited(t *testing.T) {
 	bin := h2peerBin(t)
 	forRelays(t, func(t *testing.T, relay string) {
 		drv, rp := failingSetup(t, relay, 0)
-		direct := runH2Client(t, bin, drv.Path)
-		via := runH2Client(t, bin, rp.p.cfg.Listen)
+		direct := runH2Client(t, bin, "client", drv.Path, true)
+		via := runH2Client(t, bin, "client", rp.p.cfg.Listen, true)
 		for name, d := range direct {
 			switch name {
 			case "get-failing", "list":

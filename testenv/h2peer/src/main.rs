@@ -38,14 +38,16 @@ struct Call {
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    if args.len() != 3 {
-        eprintln!("usage: h2peer client|server SOCKET");
+    if args.len() < 3 || args.len() > 4 || (args.len() == 4 && args[3] != "hyper") {
+        eprintln!("usage: h2peer client|hol|server SOCKET [hyper]");
         std::process::exit(2);
     }
+    let hyper = args.len() == 4;
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let res = match args[1].as_str() {
-        "client" => rt.block_on(client(&args[2])),
-        "server" => rt.block_on(server(&args[2])),
+        "client" => rt.block_on(client(&args[2], hyper)),
+        "hol" => rt.block_on(hol(&args[2], hyper)),
+        "server" => rt.block_on(server(&args[2], hyper)),
         _ => Err("unknown mode".into()),
     };
     if let Err(e) = res {
@@ -126,12 +128,22 @@ fn suite() -> (Vec<Call>, Vec<Call>) {
     (seq, conc)
 }
 
-async fn client(path: &str) -> Result<(), Error> {
+/// connect opens a client connection: h2's defaults (64 KiB stream and
+/// connection windows, so every large message needs many WINDOW_UPDATEs),
+/// or with `hyper` the settings hyper 1.x gives a tonic client (2 MiB
+/// stream and 5 MiB connection windows, 16 KiB header lists).
+async fn connect(path: &str, hyper: bool) -> Result<(h2::client::SendRequest<Bytes>, tokio::task::JoinHandle<Result<(), h2::Error>>), Error> {
     let io = UnixStream::connect(path).await?;
-    // h2's defaults (64 KiB stream and connection windows): every large
-    // message needs many WINDOW_UPDATEs through the relay.
-    let (h2c, conn) = h2::client::handshake(io).await?;
-    let conn = tokio::spawn(async move { conn.await });
+    let mut b = h2::client::Builder::new();
+    if hyper {
+        b.initial_window_size(2 << 20).initial_connection_window_size(5 << 20).max_header_list_size(16 << 10);
+    }
+    let (h2c, conn) = b.handshake(io).await?;
+    Ok((h2c, tokio::spawn(async move { conn.await })))
+}
+
+async fn client(path: &str, hyper: bool) -> Result<(), Error> {
+    let (h2c, conn) = connect(path, hyper).await?;
     let (seq, conc) = suite();
     let mut n = 0;
     for c in seq {
@@ -227,6 +239,77 @@ async fn call(h2c: h2::client::SendRequest<Bytes>, c: &Call) -> Result<(u16, Hea
     Ok((parts.status.as_u16(), parts.headers, split_msgs(&buf)?, trailers))
 }
 
+/// hol: calls whose answers the gateway does not read yet fill its
+/// connection window; meanwhile a call that uploads more than the driver's
+/// window and is answered without DATA (trailers-only) must still complete,
+/// as it does on a direct connection: the driver's WINDOW_UPDATEs and
+/// header blocks are not flow-controlled. Then the held answers are read.
+async fn hol(path: &str, hyper: bool) -> Result<(), Error> {
+    let (h2c, conn) = connect(path, hyper).await?;
+    // Enough unread answer bytes to exceed the gateway's connection window
+    // (64 KiB, or 5 MiB with hyper) while each fits its stream window.
+    let (n, size) = if hyper { (3, 1_900_000) } else { (2, 60_000) };
+    let mut held = Vec::new();
+    for i in 0..n {
+        let mut h2c = h2c.clone().ready().await?;
+        let req = Request::builder()
+            .method("POST")
+            .uri(format!("http://driver{}", CHAT))
+            .header("content-type", "application/grpc")
+            .header("te", "trailers")
+            .body(())?;
+        let (resp, mut send) = h2c.send_request(req, false)?;
+        let m = fill(400 + i, size);
+        let mut b = BytesMut::new();
+        b.extend_from_slice(&[0]);
+        b.extend_from_slice(&(m.len() as u32).to_be_bytes());
+        b.extend_from_slice(&m);
+        send.send_data(b.freeze(), true)?;
+        held.push((resp, send, m.len()));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let up = Call {
+        name: "hol-upload".into(),
+        method: format!("{}StopSandbox", SVC),
+        msgs: vec![fill(500, if hyper { 3 << 20 } else { 300_000 })],
+        meta: vec![],
+    };
+    let t0 = std::time::Instant::now();
+    let line = match tokio::time::timeout(Duration::from_secs(5), run_call(h2c.clone(), up)).await {
+        Ok(line) => line,
+        Err(_) => "{\"name\":\"hol-upload\",\"error\":\"no answer within 5s\"}".to_string(),
+    };
+    println!("{}", line);
+    eprintln!("h2peer hol: upload call took {:?}", t0.elapsed());
+    let mut done = 1;
+    for (i, (resp, _send, n)) in held.into_iter().enumerate() {
+        let r = tokio::time::timeout(Duration::from_secs(10), async move {
+            let resp = resp.await?;
+            let mut body = resp.into_body();
+            let mut got = 0;
+            while let Some(c) = body.data().await {
+                let c = c?;
+                let _ = body.flow_control().release_capacity(c.len());
+                got += c.len();
+            }
+            let t = body.trailers().await?.unwrap_or_default();
+            Ok::<_, h2::Error>((got, t.get("grpc-status").map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())))
+        })
+        .await;
+        let r = match r {
+            Ok(Ok((got, st))) => format!("{{\"bytes\":{},\"grpc_status\":{}}}", got, json_str(&st.unwrap_or_default())),
+            Ok(Err(e)) => format!("{{\"error\":{}}}", json_str(&e.to_string())),
+            Err(_) => "{\"error\":\"no answer within 10s\"}".to_string(),
+        };
+        println!("{{\"name\":\"hol-held-{}\",\"sent\":{},\"result\":{}}}", i, n, r);
+        done += 1;
+    }
+    drop(h2c);
+    let end = tokio::time::timeout(Duration::from_secs(5), conn).await;
+    println!("{{\"done\":{},\"conn\":{}}}", done, json_str(&format!("{:?}", end.map(|r| r.map(|r| r.map_err(|e| e.to_string()))))));
+    Ok(())
+}
+
 async fn futures_capacity(s: &mut h2::SendStream<Bytes>) -> Option<Result<usize, h2::Error>> {
     std::future::poll_fn(|cx| s.poll_capacity(cx)).await
 }
@@ -252,14 +335,21 @@ fn split_msgs(mut b: &[u8]) -> Result<Vec<Vec<u8>>, Error> {
 
 // ---- server (the driver's role) ----
 
-async fn server(path: &str) -> Result<(), Error> {
+/// server serves the driver's role: with `hyper`, with the settings hyper
+/// 1.x gives a tonic server (1 MiB windows, 200 concurrent streams, 16 KiB
+/// header lists), else with h2's defaults.
+async fn server(path: &str, hyper: bool) -> Result<(), Error> {
     let _ = std::fs::remove_file(path);
     let l = UnixListener::bind(path)?;
     println!("{{\"listening\":{}}}", json_str(path));
     loop {
         let (io, _) = l.accept().await?;
+        let mut b = h2::server::Builder::new();
+        if hyper {
+            b.initial_window_size(1 << 20).initial_connection_window_size(1 << 20).max_concurrent_streams(200).max_header_list_size(16 << 10);
+        }
         tokio::spawn(async move {
-            let mut conn = match h2::server::handshake(io).await {
+            let mut conn = match b.handshake(io).await {
                 Ok(c) => c,
                 Err(e) => return eprintln!("h2peer server: handshake: {}", e),
             };
