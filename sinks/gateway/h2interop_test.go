@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -149,7 +150,8 @@ func startH2Server(t *testing.T, bin, socket string, hyper bool) {
 		args = append(args, "hyper")
 	}
 	cmd := exec.Command(bin, args...)
-	cmd.Stderr = os.Stderr
+	var stderr syncBuffer
+	cmd.Stderr = &stderr
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -160,11 +162,32 @@ func startH2Server(t *testing.T, bin, socket string, hyper bool) {
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
+		if t.Failed() {
+			t.Logf("h2peer server stderr:\n%s", stderr.String())
+		}
 	})
 	line, err := bufio.NewReader(stdout).ReadString('\n')
 	if err != nil || !strings.Contains(line, "listening") {
 		t.Fatalf("h2peer server did not start: %q %v", line, err)
 	}
+}
+
+// syncBuffer is a strings.Builder safe for a process's writes and a read.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 // fnvExtend continues an FNV-1a 64 digest over b (FNV has no finalisation).
@@ -307,13 +330,6 @@ func TestH2InteropHeldAnswers(t *testing.T) {
 		for _, hyper := range []bool{false, true} {
 			t.Run(fmt.Sprintf("driver=%s/hyper-client=%v", driver, hyper), func(t *testing.T) {
 				forRelays(t, func(t *testing.T, relay string) {
-					if relay == RelayFrame && os.Getenv("EVENTPIPE_H2_HOL") == "" {
-						// Known (2026-12-01): the frame relay's driver reader
-						// waits for the gateway's connection window before a
-						// DATA frame, holding every frame behind it (the
-						// driver's WINDOW_UPDATEs for the upload too).
-						t.Skip("frame relay head-of-line blocking on the gateway's connection window: known, set EVENTPIPE_H2_HOL=1 to run")
-					}
 					dir := shortDir(t)
 					sock := startH2Driver(t, bin, driver, dir)
 					col := startCollector(t, dir, "")

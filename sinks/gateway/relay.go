@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"sync"
 	"time"
 
@@ -31,16 +32,18 @@ import (
 //   - Gateway -> driver header blocks are decoded (the gateway's HPACK
 //     state) and re-encoded with the relay's own encoder (the driver's
 //     state), because the blocks of intercepted streams never reach the
-//     driver. Driver -> gateway blocks pass verbatim; they are decoded only
-//     to keep the decoder in step and to read grpc-status for the metrics.
-//     The relay's own header blocks use literals that are never indexed, so
-//     the gateway's table stays the driver's.
+//     driver. Driver -> gateway blocks are decoded too (grpc-status for the
+//     metrics) and re-encoded with the relay's encoder towards the gateway,
+//     which also writes the relay's own blocks: a driver block may be held
+//     behind its stream's DATA (next point) while later ones go out.
 //   - Stream flow control of forwarded streams stays end to end. At the
 //     connection level the relay is the endpoint towards the driver: it
 //     grants the driver its own window, spends the gateway's window (its
 //     SETTINGS and WINDOW_UPDATEs on stream 0) for the driver's DATA and its
 //     own alike, and credits the gateway for request DATA of intercepted
-//     streams, which the driver never sees.
+//     streams, which the driver never sees. Driver DATA the gateway's
+//     window cannot take yet is held with the rest of its stream, never
+//     holding up other streams' frames (see fromDriver).
 //   - SETTINGS, PING, PRIORITY, GOAWAY (last stream id raised over open
 //     intercepted streams), RST_STREAM, WINDOW_UPDATE and unknown frames
 //     pass through; frames on intercepted streams stop at the relay.
@@ -79,6 +82,11 @@ type relayConn struct {
 	// Owned by the driver reader.
 	decD      *hpack.Decoder
 	endStatus string
+	dfields   []hpack.HeaderField
+	// Driver frames held for the gateway's connection window (rc.gmu
+	// held; see fromDriver), and how many (rc.mu).
+	pend      map[uint32][]pendFrame
+	pendOrder []uint32
 	// The relay's own header blocks to the gateway (rc.gmu held).
 	gEnc    *hpack.Encoder
 	gEncBuf bytes.Buffer
@@ -101,11 +109,15 @@ type relayConn struct {
 	goaway         bool   // a GOAWAY went to the gateway
 	goawayLast     uint32
 	closed         bool
+	pendFrames     int
 	// Table sizes announced by one side, applied by the other side's
 	// reader before its next header block.
 	driverTable, gatewayTable uint32
 	driverTableSet            bool
 	gatewayTableSet           bool
+	// The gateway's table size for the relay's encoder towards it.
+	gwEncTable    uint32
+	gwEncTableSet bool
 }
 
 // fwdStream is a forwarded call, for rpcs_total and rpc_duration_seconds.
@@ -208,6 +220,7 @@ func newRelayConn(p *Proxy, id uint64, g, d net.Conn) *relayConn {
 		gw: bufio.NewWriterSize(g, relayBufBytes), dw: bufio.NewWriterSize(d, relayBufBytes),
 		gwConn: 65535, gwInit: 65535,
 		own: map[uint32]*ownStream{}, ownDone: map[uint32]struct{}{}, fwd: map[uint32]fwdStream{},
+		pend: map[uint32][]pendFrame{},
 	}
 	rc.cond = sync.NewCond(&rc.mu)
 	rc.gfr = http2.NewFramer(rc.gw, nil)
@@ -219,6 +232,8 @@ func newRelayConn(p *Proxy, id uint64, g, d net.Conn) *relayConn {
 		if f.Name == "grpc-status" {
 			rc.endStatus = f.Value
 		}
+		f.Sensitive = false // the relay's own encoder decides indexing
+		rc.dfields = append(rc.dfields, f)
 	})
 	rc.ctx, rc.cancel = context.WithCancel(context.Background())
 	return rc
@@ -442,7 +457,13 @@ func (rc *relayConn) fromGateway() error {
 			if sid == 0 {
 				rc.gwConn += inc
 				rc.cond.Broadcast()
+				held := rc.pendFrames > 0
 				rc.mu.Unlock()
+				if held {
+					if err := rc.drainPending(); err != nil {
+						return err
+					}
+				}
 				continue
 			}
 			if st := rc.own[sid]; st != nil {
@@ -463,6 +484,9 @@ func (rc *relayConn) fromGateway() error {
 			if st != nil {
 				st.reset()
 				continue
+			}
+			if err := rc.dropPending(sid); err != nil {
+				return err
 			}
 			rc.forwardRaw(&rc.dmu, rc.dw, &h, buf)
 		case http2.FramePriority:
@@ -485,6 +509,7 @@ func (rc *relayConn) fromGateway() error {
 						}
 					case settingHeaderTableSize:
 						rc.gatewayTable, rc.gatewayTableSet = v, true
+						rc.gwEncTable, rc.gwEncTableSet = v, true
 					}
 				})
 				rc.cond.Broadcast()
@@ -709,10 +734,22 @@ func (rc *relayConn) endForwarded(sid uint32, f fwdStream, code string) {
 }
 
 // fromDriver reads the driver's frames and forwards them to the gateway.
+//
+// It never waits for the gateway's connection window: a DATA frame that
+// does not fit is held (with whatever follows on its stream) and sent
+// when the gateway grants more (drainPending), while the frames of other
+// streams and of the connection go on. Waiting here instead would hold
+// the driver's WINDOW_UPDATEs and header blocks behind that DATA, which on
+// a direct connection are not flow-controlled: a gateway that uploads
+// while it leaves answers unread would stall (testenv/h2peer hol). What
+// is held is bounded by the connection window the relay grants the
+// driver (driverConnGrant), which it grants back only as DATA is sent on.
+// Header blocks are re-encoded for the gateway with the relay's encoder,
+// since held blocks no longer go out in the driver's encoding order.
 func (rc *relayConn) fromDriver() error {
 	var h frameHeader
 	var buf []byte
-	var block, raw bytes.Buffer
+	var block bytes.Buffer
 	var err error
 	for {
 		if rc.dr.Buffered() == 0 {
@@ -724,14 +761,14 @@ func (rc *relayConn) fromDriver() error {
 			}
 		}
 		if buf, err = readFrame(rc.dr, &h, buf); err != nil {
+			rc.waitPending()
 			return err
 		}
 		sid := h.stream()
 		switch h.typ() {
 		case http2.FrameHeaders:
 			block.Reset()
-			raw.Reset()
-			if err := readBlock(rc.dr, &h, buf, &block, &raw); err != nil {
+			if err := readBlock(rc.dr, &h, buf, &block, nil); err != nil {
 				return err
 			}
 			rc.mu.Lock()
@@ -741,13 +778,15 @@ func (rc *relayConn) fromDriver() error {
 			}
 			rc.mu.Unlock()
 			rc.endStatus = ""
+			rc.dfields = nil // a fresh slice: it may be held
 			if _, err := rc.decD.Write(block.Bytes()); err != nil {
 				return fmt.Errorf("driver header block: %w", err)
 			}
 			if err := rc.decD.Close(); err != nil {
 				return fmt.Errorf("driver header block: %w", err)
 			}
-			if h.flags().Has(http2.FlagHeadersEndStream) {
+			end := h.flags().Has(http2.FlagHeadersEndStream)
+			if end {
 				code := codes.Unknown.String()
 				if rc.endStatus != "" {
 					code = statusLabel(rc.endStatus)
@@ -759,13 +798,17 @@ func (rc *relayConn) fromDriver() error {
 				rc.mu.Unlock()
 			}
 			rc.gmu.Lock()
-			rc.gw.Write(raw.Bytes())
+			if len(rc.pend[sid]) > 0 {
+				rc.holdLocked(sid, pendFrame{fields: rc.dfields, end: end})
+				rc.gmu.Unlock()
+				continue
+			}
+			err := rc.writeDriverBlockLocked(sid, rc.dfields, end)
 			rc.gmu.Unlock()
-		case http2.FrameData:
-			n := int64(h.length())
-			if err := rc.spendGateway(n, nil); err != nil {
+			if err != nil {
 				return err
 			}
+		case http2.FrameData:
 			if h.flags().Has(http2.FlagDataEndStream) {
 				rc.mu.Lock()
 				if f, ok := rc.fwd[sid]; ok {
@@ -773,20 +816,28 @@ func (rc *relayConn) fromDriver() error {
 				}
 				rc.mu.Unlock()
 			}
-			rc.forwardRaw(&rc.gmu, rc.gw, &h, buf)
+			n := int64(h.length())
+			rc.gmu.Lock()
+			// Decided and counted in one step under rc.mu: a gateway
+			// WINDOW_UPDATE read meanwhile either comes first (and the
+			// frame is sent) or sees the frame held (and drains it).
 			rc.mu.Lock()
-			rc.owed += n
-			grant := int64(0)
-			if rc.owed >= driverConnGrant/4 {
-				grant, rc.owed = rc.owed, 0
+			sent := len(rc.pend[sid]) == 0 && rc.gwConn >= n
+			if sent {
+				rc.gwConn -= n
+			} else {
+				rc.pendFrames++
 			}
 			rc.mu.Unlock()
-			if grant > 0 {
-				rc.dmu.Lock()
-				_ = rc.dfr.WriteWindowUpdate(0, uint32(grant))
-				err := rc.dw.Flush()
-				rc.dmu.Unlock()
-				if err != nil {
+			if sent {
+				rc.gw.Write(h[:])
+				rc.gw.Write(buf)
+			} else {
+				rc.queueLocked(sid, pendFrame{data: true, h: h, p: bytes.Clone(buf)})
+			}
+			rc.gmu.Unlock()
+			if sent {
+				if err := rc.grantDriver(n); err != nil {
 					return err
 				}
 			}
@@ -796,6 +847,11 @@ func (rc *relayConn) fromDriver() error {
 				rc.endForwarded(sid, f, rstLabel(http2.ErrCode(binary.BigEndian.Uint32(buf))))
 			}
 			rc.mu.Unlock()
+			// What is held for the stream is void: the gateway drops a
+			// reset stream's frames.
+			if err := rc.dropPending(sid); err != nil {
+				return err
+			}
 			rc.forwardRaw(&rc.gmu, rc.gw, &h, buf)
 		case http2.FrameGoAway:
 			if len(buf) < 8 {
@@ -826,49 +882,175 @@ func (rc *relayConn) fromDriver() error {
 			rc.forwardRaw(&rc.gmu, rc.gw, &h, buf)
 		case http2.FrameContinuation:
 			return errors.New("driver sent a CONTINUATION without HEADERS")
+		case http2.FramePushPromise:
+			// gRPC servers do not push, and its header block would have to
+			// be re-encoded too.
+			return errors.New("driver sent a PUSH_PROMISE")
 		case http2.FramePing:
 			if !h.flags().Has(http2.FlagPingAck) { // acks: the relay sends the driver no PINGs
 				rc.forwardRaw(&rc.gmu, rc.gw, &h, buf)
 			}
-		default: // WINDOW_UPDATE, PRIORITY, PUSH_PROMISE, extension frames
+		default: // WINDOW_UPDATE, PRIORITY, extension frames
 			rc.forwardRaw(&rc.gmu, rc.gw, &h, buf)
 		}
 	}
 }
 
-// spendGateway waits until the gateway's connection window (and the
-// stream's, for an intercepted stream) holds n bytes and takes them. What
-// is buffered for the gateway is flushed before waiting.
-func (rc *relayConn) spendGateway(n int64, st *ownStream) error {
+// pendFrame is a driver frame held for the gateway: DATA (h, p) or a
+// decoded header block (fields, end).
+type pendFrame struct {
+	data   bool
+	h      frameHeader
+	p      []byte
+	fields []hpack.HeaderField
+	end    bool
+}
+
+// holdLocked appends f to what is held for stream sid (rc.gmu held).
+func (rc *relayConn) holdLocked(sid uint32, f pendFrame) {
 	rc.mu.Lock()
-	defer rc.mu.Unlock()
-	for {
-		if rc.closed {
-			return net.ErrClosed
-		}
-		if st != nil && st.done {
-			return context.Canceled
-		}
-		if rc.gwConn >= n && (st == nil || st.window >= n) {
-			rc.gwConn -= n
-			if st != nil {
-				st.window -= n
-			}
-			return nil
-		}
-		rc.mu.Unlock()
-		rc.gmu.Lock()
-		err := rc.gw.Flush()
-		rc.gmu.Unlock()
-		rc.mu.Lock()
-		if err != nil {
+	rc.pendFrames++
+	rc.mu.Unlock()
+	rc.queueLocked(sid, f)
+}
+
+// queueLocked appends f, already counted in rc.pendFrames, to what is
+// held for stream sid (rc.gmu held).
+func (rc *relayConn) queueLocked(sid uint32, f pendFrame) {
+	if len(rc.pend[sid]) == 0 {
+		rc.pendOrder = append(rc.pendOrder, sid)
+	}
+	rc.pend[sid] = append(rc.pend[sid], f)
+}
+
+// writeDriverBlockLocked re-encodes a driver header block for the gateway
+// and writes it (rc.gmu held).
+func (rc *relayConn) writeDriverBlockLocked(sid uint32, fields []hpack.HeaderField, end bool) error {
+	rc.gEncStartLocked()
+	for _, f := range fields {
+		if err := rc.gEnc.WriteField(f); err != nil {
 			return err
 		}
-		if rc.gwConn >= n && (st == nil || st.window >= n) {
+	}
+	return writeBlock(rc.gfr, sid, rc.gEncBuf.Bytes(), end)
+}
+
+// gEncStartLocked starts a header block of the relay's encoder towards
+// the gateway, applying a table size the gateway announced (rc.gmu held).
+func (rc *relayConn) gEncStartLocked() {
+	rc.mu.Lock()
+	if rc.gwEncTableSet {
+		rc.gEnc.SetMaxDynamicTableSizeLimit(rc.gwEncTable)
+		rc.gwEncTableSet = false
+	}
+	rc.mu.Unlock()
+	rc.gEncBuf.Reset()
+}
+
+// drainPending sends what is held as far as the gateway's connection
+// window allows, stream by stream in the order they were held.
+func (rc *relayConn) drainPending() error {
+	var sent int64
+	rc.gmu.Lock()
+	kept := rc.pendOrder[:0]
+	var werr error
+	for _, sid := range rc.pendOrder {
+		q := rc.pend[sid]
+		i := 0
+		for ; i < len(q) && werr == nil; i++ {
+			f := q[i]
+			if !f.data {
+				werr = rc.writeDriverBlockLocked(sid, f.fields, f.end)
+				continue
+			}
+			n := int64(len(f.p))
+			rc.mu.Lock()
+			ok := rc.gwConn >= n
+			if ok {
+				rc.gwConn -= n
+			}
+			rc.mu.Unlock()
+			if !ok {
+				break
+			}
+			rc.gw.Write(f.h[:])
+			rc.gw.Write(f.p)
+			sent += n
+		}
+		rc.mu.Lock()
+		rc.pendFrames -= i
+		rc.cond.Broadcast()
+		rc.mu.Unlock()
+		if i == len(q) {
+			delete(rc.pend, sid)
 			continue
 		}
+		rc.pend[sid] = q[i:]
+		kept = append(kept, sid)
+	}
+	rc.pendOrder = kept
+	rc.gmu.Unlock()
+	if werr != nil {
+		return werr
+	}
+	return rc.grantDriver(sent)
+}
+
+// dropPending forgets what is held for a reset stream, granting its DATA
+// back to the driver.
+func (rc *relayConn) dropPending(sid uint32) error {
+	rc.gmu.Lock()
+	q := rc.pend[sid]
+	delete(rc.pend, sid)
+	if len(q) > 0 {
+		rc.pendOrder = slices.DeleteFunc(rc.pendOrder, func(s uint32) bool { return s == sid })
+	}
+	rc.gmu.Unlock()
+	if len(q) == 0 {
+		return nil
+	}
+	var n int64
+	for _, f := range q {
+		n += int64(len(f.p))
+	}
+	rc.mu.Lock()
+	rc.pendFrames -= len(q)
+	rc.cond.Broadcast()
+	rc.mu.Unlock()
+	return rc.grantDriver(n)
+}
+
+// waitPending waits until what is held has gone to the gateway or the
+// connection closed: a driver that ended its connection has still had its
+// last answers delivered.
+func (rc *relayConn) waitPending() {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	for rc.pendFrames > 0 && !rc.closed {
 		rc.cond.Wait()
 	}
+}
+
+// grantDriver records n bytes of driver DATA sent on (or dropped) and
+// grants the driver its connection window back in batches.
+func (rc *relayConn) grantDriver(n int64) error {
+	if n == 0 {
+		return nil
+	}
+	rc.mu.Lock()
+	rc.owed += n
+	grant := int64(0)
+	if rc.owed >= driverConnGrant/4 {
+		grant, rc.owed = rc.owed, 0
+	}
+	rc.mu.Unlock()
+	if grant == 0 {
+		return nil
+	}
+	rc.dmu.Lock()
+	defer rc.dmu.Unlock()
+	_ = rc.dfr.WriteWindowUpdate(0, uint32(grant))
+	return rc.dw.Flush()
 }
 
 func statusLabel(v string) string {
