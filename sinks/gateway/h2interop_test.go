@@ -68,6 +68,8 @@ type h2Result struct {
 	Msgs     []h2Msg     `json:"msgs"`
 	Trailers [][2]string `json:"trailers"`
 	Error    string      `json:"error"`
+	// goaway: the errors of the attempts before the one that answered.
+	Retries []string `json:"retries"`
 	// hol's held calls: bytes sent, and what came back.
 	Sent   int `json:"sent"`
 	Result struct {
@@ -111,8 +113,9 @@ func runH2Client(t *testing.T, bin, mode, socket string, hyper bool) map[string]
 	for sc.Scan() {
 		line := sc.Bytes()
 		var end struct {
-			Done *int   `json:"done"`
-			Conn string `json:"conn"`
+			Done  *int   `json:"done"`
+			Conn  string `json:"conn"`
+			Dials int    `json:"dials"`
 		}
 		if err := json.Unmarshal(line, &end); err != nil {
 			t.Fatalf("h2peer client line %q: %v", line, err)
@@ -139,8 +142,9 @@ func runH2Client(t *testing.T, bin, mode, socket string, hyper bool) map[string]
 	return res
 }
 
-// startH2Server runs h2peer as the driver on socket.
-func startH2Server(t *testing.T, bin, socket string, hyper bool) {
+// startH2Server runs h2peer as the driver on socket (env: its extra
+// environment).
+func startH2Server(t *testing.T, bin, socket string, hyper bool, env ...string) {
 	t.Helper()
 	if err := os.MkdirAll(filepath.Dir(socket), 0o700); err != nil {
 		t.Fatal(err)
@@ -150,6 +154,7 @@ func startH2Server(t *testing.T, bin, socket string, hyper bool) {
 		args = append(args, "hyper")
 	}
 	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), env...)
 	var stderr syncBuffer
 	cmd.Stderr = &stderr
 	stdout, err := cmd.StdoutPipe()
@@ -204,8 +209,13 @@ func fnvExtend(t *testing.T, digest string, b []byte) string {
 	return fmt.Sprintf("%016x", h)
 }
 
+// h2Cancelled is the suite's call that the gateway resets after two
+// answers.
+const h2Cancelled = "cancel-after-2"
+
 // checkEcho checks an echoed call: one answer per request message, each
-// the request with field 906 ("echo:" + method) appended, and status OK.
+// the request with field 906 ("echo:" + method) appended, and status OK
+// (for h2Cancelled: two answers, and no status).
 func checkEcho(t *testing.T, r h2Result) {
 	t.Helper()
 	if r.Error != "" {
@@ -213,15 +223,25 @@ func checkEcho(t *testing.T, r h2Result) {
 		return
 	}
 	suffix := protowire.AppendString(protowire.AppendTag(nil, 906, protowire.BytesType), "echo:"+r.Method)
-	if len(r.Msgs) != len(r.Req) {
-		t.Errorf("%s: %d answers to %d messages", r.Name, len(r.Msgs), len(r.Req))
+	want := len(r.Req)
+	if r.Name == h2Cancelled {
+		want = 2
+	}
+	if len(r.Msgs) != want {
+		t.Errorf("%s: %d answers to %d messages, want %d", r.Name, len(r.Msgs), len(r.Req), want)
 		return
 	}
-	for i, q := range r.Req {
-		a := r.Msgs[i]
+	for i, a := range r.Msgs {
+		q := r.Req[i]
 		if a.N != q.N+len(suffix) || a.FNV != fnvExtend(t, q.FNV, suffix) {
 			t.Errorf("%s: answer %d is %d bytes (fnv %s), want the %d-byte request echoed", r.Name, i, a.N, a.FNV, q.N)
 		}
+	}
+	if r.Name == h2Cancelled {
+		if len(r.Trailers) != 0 || r.header("x-echo-x-call") != h2Cancelled {
+			t.Errorf("%s: trailers %q, headers %q", r.Name, r.Trailers, r.Headers)
+		}
+		return
 	}
 	if got := r.header("grpc-status"); got != "0" || r.Status != 200 {
 		t.Errorf("%s: HTTP %d grpc-status %q, want 200 and 0", r.Name, r.Status, got)
@@ -447,4 +467,40 @@ func getSandboxField(t *testing.T, b []byte) []byte {
 	}
 	t.Fatal("GetSandboxResponse without a sandbox")
 	return nil
+}
+
+// TestH2InteropDriverGoaway: a driver on h2 that shuts every connection
+// down gracefully after its 7th call (GOAWAY with the last id 2^31-1 and a
+// PING, then GOAWAY with the real one, then close), as a stopping tonic
+// server does. The gateway (h2peer goaway: 30 calls in a row, redialling
+// when told to go away) must get every answer; a call may only be refused
+// before the driver took it (GOAWAY NO_ERROR, then retried), never lost
+// after. In frame mode the gateway's connection follows the driver's; in
+// grpc mode the proxy's client leg redials and the gateway sees nothing.
+func TestH2InteropDriverGoaway(t *testing.T) {
+	bin := h2peerBin(t)
+	forRelays(t, func(t *testing.T, relay string) {
+		dir := shortDir(t)
+		sock := filepath.Join(dir, "driver", "driver.sock")
+		startH2Server(t, bin, sock, true, "H2PEER_GOAWAY_AFTER=7")
+		col := startCollector(t, dir, "")
+		rp := startProxy(t, proxyConfig(relay, dir, sock, col.addr))
+		for _, path := range []string{sock, rp.p.cfg.Listen} {
+			res := runH2Client(t, bin, "goaway", path, true)
+			if len(res) != 30 {
+				t.Fatalf("%d calls reported, want 30", len(res))
+			}
+			retries := 0
+			for _, r := range res {
+				checkEcho(t, r)
+				for _, e := range r.Retries {
+					retries++
+					if !strings.Contains(e, "not a result of an error") {
+						t.Errorf("%s (%s): an attempt failed with %q, want only a GOAWAY refusal", r.Name, path, e)
+					}
+				}
+			}
+			t.Logf("%s: %d calls refused by GOAWAY and retried", path, retries)
+		}
+	})
 }

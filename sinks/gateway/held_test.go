@@ -36,6 +36,7 @@ type rawGateway struct {
 	got     map[uint32][]byte
 	status  map[uint32]string // grpc-status of ended streams
 	recv    int64             // DATA bytes received in all
+	auto    map[uint32]bool   // streams whose DATA is granted back at once
 	err     error
 	enc     *hpack.Encoder
 	hb      bytes.Buffer
@@ -49,7 +50,7 @@ func dialRawGateway(t *testing.T, path string) *rawGateway {
 	}
 	t.Cleanup(func() { c.Close() })
 	g := &rawGateway{t: t, c: c, bw: bufio.NewWriter(c), conn: 65535, init: 65535,
-		streams: map[uint32]int64{}, got: map[uint32][]byte{}, status: map[uint32]string{}}
+		streams: map[uint32]int64{}, got: map[uint32][]byte{}, status: map[uint32]string{}, auto: map[uint32]bool{}}
 	g.cond = sync.NewCond(&g.mu)
 	g.fr = http2.NewFramer(g.bw, bufio.NewReader(c))
 	g.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
@@ -95,6 +96,12 @@ func (g *rawGateway) read() {
 		case *http2.DataFrame:
 			g.got[f.StreamID] = append(g.got[f.StreamID], f.Data()...)
 			g.recv += int64(f.Length)
+			if n := f.Length; g.auto[f.StreamID] && n > 0 {
+				g.write(func() {
+					_ = g.fr.WriteWindowUpdate(0, n)
+					_ = g.fr.WriteWindowUpdate(f.StreamID, n)
+				})
+			}
 		case *http2.MetaHeadersFrame:
 			for _, hf := range f.RegularFields() {
 				if hf.Name == "grpc-status" {
@@ -234,6 +241,46 @@ func TestHeldAnswersDoNotBlock(t *testing.T) {
 			g.mu.Unlock()
 			g.c.Close()
 			<-done
+		}
+	})
+}
+
+// TestHeldAnswerWindowSplit: one answer the gateway leaves unread takes
+// all but about 5 KB of its 64 KiB connection window; the gateway then
+// reads another call's 40 KB answer as it comes. Directly the driver sends
+// what fits and the reads free the rest; through the proxy a DATA frame
+// larger than the window left must be split the same way, not wait whole
+// for a window that only this stream's reads would free.
+func TestHeldAnswerWindowSplit(t *testing.T) {
+	forRelays(t, func(t *testing.T, relay string) {
+		dir := shortDir(t)
+		drv := startDriver(t, dir)
+		col := startCollector(t, dir, "")
+		rp := startProxy(t, proxyConfig(relay, dir, drv.Path, col.addr))
+		for _, path := range []string{drv.Path, rp.p.cfg.Listen} {
+			via := map[bool]string{true: "direct", false: "through the proxy"}[path == drv.Path]
+			g := dialRawGateway(t, path)
+			g.call(1, gatewaytest.MethodUnknownSv, bytes.Repeat([]byte("a"), 60000))
+			if !g.waitFor(5*time.Second, func() bool { return g.recv >= 60000 }) {
+				t.Fatalf("%s: the held answer did not arrive (%d bytes, %v)", via, g.recv, g.err)
+			}
+			g.mu.Lock()
+			g.auto[3] = true
+			g.mu.Unlock()
+			body := bytes.Repeat([]byte("c"), 40000)
+			g.call(3, gatewaytest.MethodUnknownSv, body)
+			if !g.waitFor(5*time.Second, func() bool { return g.status[3] != "" }) {
+				g.mu.Lock()
+				t.Errorf("%s: the read answer did not end: %d of %d bytes (%v)", via, len(g.got[3]), len(body), g.err)
+				g.mu.Unlock()
+			} else {
+				g.mu.Lock()
+				if b := g.got[3]; g.status[3] != "0" || len(b) < 5 || !bytes.HasPrefix(b[5:], body) {
+					t.Errorf("%s: the read answer: status %q, %d bytes", via, g.status[3], len(b))
+				}
+				g.mu.Unlock()
+			}
+			g.c.Close()
 		}
 	})
 }

@@ -829,17 +829,22 @@ func (rc *relayConn) fromDriver() error {
 				rc.pendFrames++
 			}
 			rc.mu.Unlock()
+			done := int64(0)
 			if sent {
 				rc.gw.Write(h[:])
 				rc.gw.Write(buf)
+				done = n
 			} else {
-				rc.queueLocked(sid, pendFrame{data: true, h: h, p: bytes.Clone(buf)})
+				rc.queueLocked(sid, pendFrame{data: true, h: h, p: bytes.Clone(buf), credit: n})
+				// What the window has left goes now (a part of the frame).
+				done, err = rc.drainLocked()
 			}
 			rc.gmu.Unlock()
-			if sent {
-				if err := rc.grantDriver(n); err != nil {
-					return err
-				}
+			if err != nil {
+				return err
+			}
+			if err := rc.grantDriver(done); err != nil {
+				return err
 			}
 		case http2.FrameRSTStream:
 			rc.mu.Lock()
@@ -902,6 +907,7 @@ type pendFrame struct {
 	data   bool
 	h      frameHeader
 	p      []byte
+	credit int64 // the driver's connection window the frame took
 	fields []hpack.HeaderField
 	end    bool
 }
@@ -948,34 +954,80 @@ func (rc *relayConn) gEncStartLocked() {
 }
 
 // drainPending sends what is held as far as the gateway's connection
-// window allows, stream by stream in the order they were held.
+// window allows (drainLocked).
 func (rc *relayConn) drainPending() error {
-	var sent int64
 	rc.gmu.Lock()
+	sent, err := rc.drainLocked()
+	rc.gmu.Unlock()
+	if err != nil {
+		return err
+	}
+	return rc.grantDriver(sent)
+}
+
+// drainLocked sends what is held, stream by stream in the order they were
+// held, as far as the gateway's connection window allows, and returns the
+// driver DATA bytes done with (rc.gmu held). A DATA frame larger than
+// what is left of the window is split (without its padding): with whole
+// frames only, a gateway that reads one stream first could wait for a
+// frame that never fits while the window sits with a stream it reads
+// later, where a direct connection would have sent part of it.
+func (rc *relayConn) drainLocked() (int64, error) {
+	var sent int64
 	kept := rc.pendOrder[:0]
 	var werr error
 	for _, sid := range rc.pendOrder {
 		q := rc.pend[sid]
 		i := 0
 		for ; i < len(q) && werr == nil; i++ {
-			f := q[i]
+			f := &q[i]
 			if !f.data {
 				werr = rc.writeDriverBlockLocked(sid, f.fields, f.end)
 				continue
 			}
 			n := int64(len(f.p))
 			rc.mu.Lock()
-			ok := rc.gwConn >= n
-			if ok {
+			avail := rc.gwConn
+			whole := avail >= n
+			if whole {
 				rc.gwConn -= n
 			}
 			rc.mu.Unlock()
-			if !ok {
+			if whole {
+				rc.gw.Write(f.h[:])
+				rc.gw.Write(f.p)
+				sent += f.credit
+				continue
+			}
+			data, err := dataPayload(&f.h, f.p)
+			if err != nil {
+				werr = err
+				continue
+			}
+			end := f.h.flags().Has(http2.FlagDataEndStream)
+			k := min(avail, int64(len(data)))
+			if k <= 0 && len(data) > 0 {
 				break
 			}
-			rc.gw.Write(f.h[:])
-			rc.gw.Write(f.p)
-			sent += n
+			rc.mu.Lock()
+			rc.gwConn -= k
+			rc.mu.Unlock()
+			last := k == int64(len(data))
+			werr = rc.gfr.WriteData(sid, last && end, data[:k])
+			if last {
+				sent += f.credit
+				continue
+			}
+			// The rest stays held as an unpadded frame.
+			rest := data[k:]
+			var flags http2.Flags
+			if end {
+				flags = http2.FlagDataEndStream
+			}
+			f.h = frameHeader{byte(len(rest) >> 16), byte(len(rest) >> 8), byte(len(rest)), byte(http2.FrameData), byte(flags)}
+			binary.BigEndian.PutUint32(f.h[5:], sid)
+			f.p = rest
+			break
 		}
 		rc.mu.Lock()
 		rc.pendFrames -= i
@@ -989,11 +1041,7 @@ func (rc *relayConn) drainPending() error {
 		kept = append(kept, sid)
 	}
 	rc.pendOrder = kept
-	rc.gmu.Unlock()
-	if werr != nil {
-		return werr
-	}
-	return rc.grantDriver(sent)
+	return sent, werr
 }
 
 // dropPending forgets what is held for a reset stream, granting its DATA
@@ -1011,7 +1059,7 @@ func (rc *relayConn) dropPending(sid uint32) error {
 	}
 	var n int64
 	for _, f := range q {
-		n += int64(len(f.p))
+		n += f.credit
 	}
 	rc.mu.Lock()
 	rc.pendFrames -= len(q)

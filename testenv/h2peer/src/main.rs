@@ -25,6 +25,7 @@ use tokio::net::{UnixListener, UnixStream};
 
 const SVC: &str = "/openshell.compute.v1.ComputeDriver/";
 const CHAT: &str = "/openshell.compute.v2.ComputeDriverNext/Chat";
+const CANCEL: &str = "cancel-after-2";
 const FAILING_ID: &str = "7f7c2c8e-4a9b-4c1e-9e57-1f0b3a9d2c11";
 
 /// One call of the suite.
@@ -39,7 +40,7 @@ struct Call {
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.len() < 3 || args.len() > 4 || (args.len() == 4 && args[3] != "hyper") {
-        eprintln!("usage: h2peer client|hol|server SOCKET [hyper]");
+        eprintln!("usage: h2peer client|hol|goaway|server SOCKET [hyper]");
         std::process::exit(2);
     }
     let hyper = args.len() == 4;
@@ -47,6 +48,7 @@ fn main() {
     let res = match args[1].as_str() {
         "client" => rt.block_on(client(&args[2], hyper)),
         "hol" => rt.block_on(hol(&args[2], hyper)),
+        "goaway" => rt.block_on(goaway(&args[2], hyper)),
         "server" => rt.block_on(server(&args[2], hyper)),
         _ => Err("unknown mode".into()),
     };
@@ -88,6 +90,16 @@ fn suite() -> (Vec<Call>, Vec<Call>) {
             meta.push(("grpc-timeout".to_string(), "30S".to_string()));
         }
         seq.push(Call { name: format!("seq-{}", i), method: unknown.clone(), msgs: vec![fill(i, 100 + 37 * i as usize)], meta });
+        if i == 11 {
+            // The gateway cancels a stream midway (RST_STREAM CANCEL); the
+            // calls after it share the connection.
+            seq.push(Call {
+                name: CANCEL.into(),
+                method: CHAT.to_string(),
+                msgs: (0..5u64).map(|j| fill(600 + j, 3000)).collect(),
+                meta: vec![("x-call".to_string(), CANCEL.to_string())],
+            });
+        }
     }
     let mut conc = Vec::new();
     for i in 0..16u64 {
@@ -193,6 +205,34 @@ async fn call(h2c: h2::client::SendRequest<Bytes>, c: &Call) -> Result<(u16, Hea
         req = req.header(k.as_str(), v.as_str());
     }
     let (resp, mut send) = h2c.send_request(req.body(())?, false)?;
+    if c.name == CANCEL {
+        // Send every message but keep the stream open, read two answers,
+        // then reset the stream.
+        for m in &c.msgs {
+            let mut b = BytesMut::with_capacity(5 + m.len());
+            b.extend_from_slice(&[0]);
+            b.extend_from_slice(&(m.len() as u32).to_be_bytes());
+            b.extend_from_slice(m);
+            send.send_data(b.freeze(), false)?;
+        }
+        let resp: Response<RecvStream> = resp.await?;
+        let (parts, mut body) = resp.into_parts();
+        let mut buf = Vec::new();
+        while split_msgs_prefix(&buf) < 2 {
+            match body.data().await {
+                Some(chunk) => {
+                    let chunk = chunk?;
+                    let _ = body.flow_control().release_capacity(chunk.len());
+                    buf.extend_from_slice(&chunk);
+                }
+                None => return Err("the stream ended before two answers".into()),
+            }
+        }
+        send.send_reset(h2::Reason::CANCEL);
+        let mut msgs = split_msgs(&buf[..split_msgs_len(&buf, 2)])?;
+        msgs.truncate(2);
+        return Ok((parts.status.as_u16(), parts.headers, msgs, HeaderMap::new()));
+    }
     // Requests are written by a task of their own: a streaming call's
     // answers arrive while it still sends, as with tonic.
     let msgs = c.msgs.clone();
@@ -310,8 +350,81 @@ async fn hol(path: &str, hyper: bool) -> Result<(), Error> {
     Ok(())
 }
 
+/// goaway: 30 unary calls one after another, redialling when the
+/// connection is going away (the driver shuts connections down
+/// gracefully, see server); a call is tried at most 3 times. Every error
+/// is reported with its call.
+async fn goaway(path: &str, hyper: bool) -> Result<(), Error> {
+    let mut cur: Option<h2::client::SendRequest<Bytes>> = None;
+    let mut dials = 0;
+    for i in 0..30u64 {
+        let c = Call {
+            name: format!("goaway-{}", i),
+            method: format!("{}DescribeSandboxFuture", SVC),
+            msgs: vec![fill(700 + i, 2000)],
+            meta: vec![("x-call".to_string(), format!("goaway-{}", i))],
+        };
+        let mut errors = Vec::new();
+        let mut line = String::new();
+        for _ in 0..3 {
+            let h2c = match &cur {
+                Some(h) => h.clone(),
+                None => {
+                    dials += 1;
+                    let (h, _conn) = connect(path, hyper).await?;
+                    cur = Some(h.clone());
+                    h
+                }
+            };
+            match call(h2c, &c).await {
+                Ok((status, headers, msgs, trailers)) => {
+                    line = format!(
+                        "{{\"name\":{},\"method\":{},\"req\":{},\"status\":{},\"headers\":{},\"msgs\":{},\"trailers\":{}",
+                        json_str(&c.name), json_str(&c.method), msgs_json(&c.msgs), status, headers_json(&headers), msgs_json(&msgs), headers_json(&trailers)
+                    );
+                    break;
+                }
+                Err(e) => {
+                    errors.push(json_str(&e.to_string()));
+                    cur = None;
+                }
+            }
+        }
+        if line.is_empty() {
+            line = format!("{{\"name\":{},\"error\":\"3 attempts failed\"", json_str(&c.name));
+        }
+        println!("{},\"retries\":[{}]}}", line, errors.join(","));
+    }
+    println!("{{\"done\":30,\"dials\":{},\"conn\":\"Ok(Ok(Ok(())))\"}}", dials);
+    Ok(())
+}
+
 async fn futures_capacity(s: &mut h2::SendStream<Bytes>) -> Option<Result<usize, h2::Error>> {
     std::future::poll_fn(|cx| s.poll_capacity(cx)).await
+}
+
+/// split_msgs_prefix counts the whole gRPC messages at the start of b.
+fn split_msgs_prefix(b: &[u8]) -> usize {
+    let (mut n, mut off) = (0, 0);
+    while b.len() >= off + 5 {
+        let l = u32::from_be_bytes([b[off + 1], b[off + 2], b[off + 3], b[off + 4]]) as usize;
+        if b.len() < off + 5 + l {
+            break;
+        }
+        off += 5 + l;
+        n += 1;
+    }
+    n
+}
+
+/// split_msgs_len is the byte length of the first k whole messages of b.
+fn split_msgs_len(b: &[u8], k: usize) -> usize {
+    let mut off = 0;
+    for _ in 0..k {
+        let l = u32::from_be_bytes([b[off + 1], b[off + 2], b[off + 3], b[off + 4]]) as usize;
+        off += 5 + l;
+    }
+    off
 }
 
 fn split_msgs(mut b: &[u8]) -> Result<Vec<Vec<u8>>, Error> {
@@ -348,12 +461,22 @@ async fn server(path: &str, hyper: bool) -> Result<(), Error> {
         if hyper {
             b.initial_window_size(1 << 20).initial_connection_window_size(1 << 20).max_concurrent_streams(200).max_header_list_size(16 << 10);
         }
+        // H2PEER_GOAWAY_AFTER=n: shut each connection down gracefully
+        // after its n-th stream (h2 sends GOAWAY with the last id 2^31-1
+        // and a PING, then GOAWAY with the real last id), as a tonic driver
+        // that is stopping does.
+        let goaway_after: usize = std::env::var("H2PEER_GOAWAY_AFTER").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
         tokio::spawn(async move {
             let mut conn = match b.handshake(io).await {
                 Ok(c) => c,
                 Err(e) => return eprintln!("h2peer server: handshake: {}", e),
             };
+            let mut streams = 0;
             while let Some(r) = conn.accept().await {
+                streams += 1;
+                if streams == goaway_after {
+                    conn.graceful_shutdown();
+                }
                 match r {
                     Ok((req, respond)) => {
                         tokio::spawn(async move {
