@@ -3,6 +3,7 @@ package gateway
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/binary"
 	"net"
 	"strings"
@@ -109,7 +110,9 @@ func (g *rawGateway) read() {
 				}
 			}
 		case *http2.RSTStreamFrame:
-			g.status[f.StreamID] = "rst:" + f.ErrCode.String()
+			if _, ok := g.status[f.StreamID]; !ok { // a reset after the answer keeps its status
+				g.status[f.StreamID] = "rst:" + f.ErrCode.String()
+			}
 		case *http2.GoAwayFrame:
 			g.err = errGoAway
 		}
@@ -131,7 +134,10 @@ func (g *rawGateway) write(fn func()) {
 
 // call opens stream sid on method and sends one message, keeping to the
 // driver's windows; it waits for them without holding up the reader.
-func (g *rawGateway) call(sid uint32, method string, body []byte) {
+func (g *rawGateway) call(sid uint32, method string, body []byte) { g.callEnd(sid, method, body, true) }
+
+// callEnd is call, ending the request stream or leaving it open.
+func (g *rawGateway) callEnd(sid uint32, method string, body []byte, end bool) {
 	g.mu.Lock()
 	g.streams[sid] += g.init
 	g.mu.Unlock()
@@ -163,7 +169,7 @@ func (g *rawGateway) call(sid uint32, method string, body []byte) {
 		g.mu.Unlock()
 		part := msg[:n]
 		msg = msg[n:]
-		g.write(func() { _ = g.fr.WriteData(sid, len(msg) == 0, part) })
+		g.write(func() { _ = g.fr.WriteData(sid, end && len(msg) == 0, part) })
 	}
 }
 
@@ -280,6 +286,50 @@ func TestHeldAnswerWindowSplit(t *testing.T) {
 				}
 				g.mu.Unlock()
 			}
+			g.c.Close()
+		}
+	})
+}
+
+// TestHeldAnswerThenReset: with the gateway's connection window spent by
+// two unread answers, a unary call whose request stream the gateway has
+// not ended is answered by the driver and then reset with NO_ERROR (what
+// grpc-go does, RFC 9113 8.1). Directly the reset comes after the answer;
+// through the proxy the held answer must not be dropped for the reset.
+func TestHeldAnswerThenReset(t *testing.T) {
+	forRelays(t, func(t *testing.T, relay string) {
+		dir := shortDir(t)
+		drv := startDriver(t, dir)
+		col := startCollector(t, dir, "")
+		rp := startProxy(t, proxyConfig(relay, dir, drv.Path, col.addr))
+		direct := dialT(t, drv.Path)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		want, err := direct.Unary(ctx, gatewaytest.MethodCaps, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, path := range []string{drv.Path, rp.p.cfg.Listen} {
+			via := map[bool]string{true: "direct", false: "through the proxy"}[path == drv.Path]
+			g := dialRawGateway(t, path)
+			g.call(1, gatewaytest.MethodUnknownSv, bytes.Repeat([]byte("a"), 60000))
+			g.call(3, gatewaytest.MethodUnknownSv, bytes.Repeat([]byte("b"), 60000))
+			if !g.waitFor(5*time.Second, func() bool { return g.recv >= 65535 || (relay == RelayFrame && path != drv.Path && g.recv >= 60000) }) {
+				t.Fatalf("%s: the held answers did not arrive (%d bytes, %v)", via, g.recv, g.err)
+			}
+			time.Sleep(200 * time.Millisecond)
+			g.callEnd(5, gatewaytest.MethodCaps, nil, false)
+			time.Sleep(300 * time.Millisecond) // answered and reset by now
+			g.write(func() { _ = g.fr.WriteWindowUpdate(0, 1<<20) })
+			if !g.waitFor(5*time.Second, func() bool { return g.status[5] != "" }) {
+				t.Fatalf("%s: no answer on stream 5: %v (%v)", via, g.status, g.err)
+			}
+			g.mu.Lock()
+			b := g.got[5]
+			if g.status[5] != "0" || len(b) < 5 || !bytes.Equal(b[5:], want.Bodies[0]) {
+				t.Errorf("%s: stream 5 got %d bytes (status %q), want the driver's answer (%d bytes)", via, len(b), g.status[5], 5+len(want.Bodies[0]))
+			}
+			g.mu.Unlock()
 			g.c.Close()
 		}
 	})

@@ -232,7 +232,6 @@ func newRelayConn(p *Proxy, id uint64, g, d net.Conn) *relayConn {
 		if f.Name == "grpc-status" {
 			rc.endStatus = f.Value
 		}
-		f.Sensitive = false // the relay's own encoder decides indexing
 		rc.dfields = append(rc.dfields, f)
 	})
 	rc.ctx, rc.cancel = context.WithCancel(context.Background())
@@ -852,12 +851,17 @@ func (rc *relayConn) fromDriver() error {
 				rc.endForwarded(sid, f, rstLabel(http2.ErrCode(binary.BigEndian.Uint32(buf))))
 			}
 			rc.mu.Unlock()
-			// What is held for the stream is void: the gateway drops a
-			// reset stream's frames.
-			if err := rc.dropPending(sid); err != nil {
-				return err
+			// Behind what is held for the stream, as on a direct
+			// connection: a driver that answered before the request ended
+			// resets it with NO_ERROR after a complete answer.
+			rc.gmu.Lock()
+			if len(rc.pend[sid]) > 0 {
+				rc.holdLocked(sid, pendFrame{h: h, p: bytes.Clone(buf), raw: true})
+			} else {
+				rc.gw.Write(h[:])
+				rc.gw.Write(buf)
 			}
-			rc.forwardRaw(&rc.gmu, rc.gw, &h, buf)
+			rc.gmu.Unlock()
 		case http2.FrameGoAway:
 			if len(buf) < 8 {
 				return errors.New("GOAWAY: short")
@@ -901,10 +905,11 @@ func (rc *relayConn) fromDriver() error {
 	}
 }
 
-// pendFrame is a driver frame held for the gateway: DATA (h, p) or a
-// decoded header block (fields, end).
+// pendFrame is a driver frame held for the gateway: DATA (h, p), a
+// decoded header block (fields, end) or a RST_STREAM (raw).
 type pendFrame struct {
 	data   bool
+	raw    bool // RST_STREAM, sent as it came
 	h      frameHeader
 	p      []byte
 	credit int64 // the driver's connection window the frame took
@@ -981,6 +986,11 @@ func (rc *relayConn) drainLocked() (int64, error) {
 		i := 0
 		for ; i < len(q) && werr == nil; i++ {
 			f := &q[i]
+			if f.raw {
+				rc.gw.Write(f.h[:])
+				rc.gw.Write(f.p)
+				continue
+			}
 			if !f.data {
 				werr = rc.writeDriverBlockLocked(sid, f.fields, f.end)
 				continue
