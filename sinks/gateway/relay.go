@@ -80,9 +80,10 @@ type relayConn struct {
 	encBuf bytes.Buffer
 	fields []hpack.HeaderField
 	// Owned by the driver reader.
-	decD      *hpack.Decoder
-	endStatus string
-	dfields   []hpack.HeaderField
+	decD        *hpack.Decoder
+	endStatus   string
+	dfields     []hpack.HeaderField
+	dfieldsHeld bool
 	// Driver frames held for the gateway's connection window (rc.gmu
 	// held; see fromDriver), and how many (rc.mu).
 	pend      map[uint32][]pendFrame
@@ -777,7 +778,10 @@ func (rc *relayConn) fromDriver() error {
 			}
 			rc.mu.Unlock()
 			rc.endStatus = ""
-			rc.dfields = nil // a fresh slice: it may be held
+			if rc.dfieldsHeld { // the last block's fields are held: a fresh slice
+				rc.dfields, rc.dfieldsHeld = nil, false
+			}
+			rc.dfields = rc.dfields[:0]
 			if _, err := rc.decD.Write(block.Bytes()); err != nil {
 				return fmt.Errorf("driver header block: %w", err)
 			}
@@ -799,6 +803,7 @@ func (rc *relayConn) fromDriver() error {
 			rc.gmu.Lock()
 			if len(rc.pend[sid]) > 0 {
 				rc.holdLocked(sid, pendFrame{fields: rc.dfields, end: end})
+				rc.dfieldsHeld = true
 				rc.gmu.Unlock()
 				continue
 			}
