@@ -55,7 +55,7 @@ $(BIN)/victoria-logs:
 H2PEER_CRATES := librust-h2-dev librust-tokio-dev librust-bytes-dev librust-http-dev
 CARGO ?= $(shell command -v cargo || echo $(HOME)/.cargo/bin/cargo)
 h2peer: $(BIN)/h2peer
-$(BIN)/h2peer: testenv/h2peer/Cargo.toml testenv/h2peer/.cargo/config.toml $(wildcard testenv/h2peer/src/*.rs)
+$(BIN)/h2peer: $(ROOT)/testenv/h2peer/Cargo.toml $(ROOT)/testenv/h2peer/.cargo/config.toml $(wildcard $(ROOT)/testenv/h2peer/src/*.rs)
 	dpkg -s $(H2PEER_CRATES) >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq $(H2PEER_CRATES); }
 	cd $(ROOT)/testenv/h2peer && CARGO_TARGET_DIR=$(BIN)/h2peer-target $(CARGO) build --offline --release --quiet
 	cp $(BIN)/h2peer-target/release/h2peer $@

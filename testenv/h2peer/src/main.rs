@@ -44,7 +44,10 @@ fn main() {
         std::process::exit(2);
     }
     let hyper = args.len() == 4;
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     let res = match args[1].as_str() {
         "client" => rt.block_on(client(&args[2], hyper)),
         "hol" => rt.block_on(hol(&args[2], hyper)),
@@ -62,10 +65,14 @@ type Error = Box<dyn std::error::Error>;
 
 /// Deterministic filler bytes (an LCG), so every run sends the same suite.
 fn fill(seed: u64, n: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    let mut x = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
     (0..n)
         .map(|_| {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             (x >> 33) as u8
         })
         .collect()
@@ -78,18 +85,29 @@ fn suite() -> (Vec<Call>, Vec<Call>) {
         let mut meta = vec![
             ("x-tenant".to_string(), "tenant-a".to_string()),
             ("x-call".to_string(), format!("seq-{}", i)),
-            ("traceparent".to_string(), format!("00-{:032x}-{:016x}-01", i * 7919 + 1, i + 11)),
+            (
+                "traceparent".to_string(),
+                format!("00-{:032x}-{:016x}-01", i * 7919 + 1, i + 11),
+            ),
             ("x-bin-bin".to_string(), b64(&fill(i + 1000, 20))),
         ];
         if i % 5 == 0 {
             // Over a third of the default 4096-byte table: evicts entries.
-            let big: String = fill(i + 2000, 1500).iter().map(|b| (b'a' + b % 26) as char).collect();
+            let big: String = fill(i + 2000, 1500)
+                .iter()
+                .map(|b| (b'a' + b % 26) as char)
+                .collect();
             meta.push(("x-big".to_string(), big));
         }
         if i % 3 == 0 {
             meta.push(("grpc-timeout".to_string(), "30S".to_string()));
         }
-        seq.push(Call { name: format!("seq-{}", i), method: unknown.clone(), msgs: vec![fill(i, 100 + 37 * i as usize)], meta });
+        seq.push(Call {
+            name: format!("seq-{}", i),
+            method: unknown.clone(),
+            msgs: vec![fill(i, 100 + 37 * i as usize)],
+            meta,
+        });
         if i == 11 {
             // The gateway cancels a stream midway (RST_STREAM CANCEL); the
             // calls after it share the connection.
@@ -107,36 +125,78 @@ fn suite() -> (Vec<Call>, Vec<Call>) {
             name: format!("conc-unary-{}", i),
             method: unknown.clone(),
             msgs: vec![fill(100 + i, 10 + (i as usize * 331) % 5000)],
-            meta: vec![("x-call".to_string(), format!("conc-unary-{}", i)), ("x-tenant".to_string(), "tenant-b".to_string())],
+            meta: vec![
+                ("x-call".to_string(), format!("conc-unary-{}", i)),
+                ("x-tenant".to_string(), "tenant-b".to_string()),
+            ],
         });
     }
     for i in 0..4u64 {
         conc.push(Call {
             name: format!("conc-stream-{}", i),
             method: CHAT.to_string(),
-            msgs: (0..25u64).map(|j| fill(200 + i * 100 + j, 1 + ((i * 25 + j) as usize * 797) % 20000)).collect(),
+            msgs: (0..25u64)
+                .map(|j| fill(200 + i * 100 + j, 1 + ((i * 25 + j) as usize * 797) % 20000))
+                .collect(),
             meta: vec![("x-call".to_string(), format!("conc-stream-{}", i))],
         });
     }
-    conc.push(Call { name: "large-unary-1.5MiB".into(), method: unknown.clone(), msgs: vec![fill(300, 3 << 19)], meta: vec![] });
-    conc.push(Call { name: "large-unary-3MiB".into(), method: unknown.clone(), msgs: vec![fill(301, 3 << 20)], meta: vec![] });
+    conc.push(Call {
+        name: "large-unary-1.5MiB".into(),
+        method: unknown.clone(),
+        msgs: vec![fill(300, 3 << 19)],
+        meta: vec![],
+    });
+    conc.push(Call {
+        name: "large-unary-3MiB".into(),
+        method: unknown.clone(),
+        msgs: vec![fill(301, 3 << 20)],
+        meta: vec![],
+    });
     conc.push(Call {
         name: "large-stream".into(),
         method: CHAT.to_string(),
-        msgs: (0..3u64).map(|j| fill(310 + j, 1_200_000 + j as usize)).collect(),
+        msgs: (0..3u64)
+            .map(|j| fill(310 + j, 1_200_000 + j as usize))
+            .collect(),
         meta: vec![("grpc-timeout".to_string(), "60S".to_string())],
     });
-    conc.push(Call { name: "caps".into(), method: format!("{}GetCapabilities", SVC), msgs: vec![vec![]], meta: vec![] });
-    conc.push(Call { name: "stop".into(), method: format!("{}StopSandbox", SVC), msgs: vec![vec![0x0a, 2, b's', b'1']], meta: vec![] });
+    conc.push(Call {
+        name: "caps".into(),
+        method: format!("{}GetCapabilities", SVC),
+        msgs: vec![vec![]],
+        meta: vec![],
+    });
+    conc.push(Call {
+        name: "stop".into(),
+        method: format!("{}StopSandbox", SVC),
+        msgs: vec![vec![0x0a, 2, b's', b'1']],
+        meta: vec![],
+    });
     let mut get = vec![0x0a, 10];
     get.extend_from_slice(b"sb-missing");
-    conc.push(Call { name: "get-missing".into(), method: format!("{}GetSandbox", SVC), msgs: vec![get], meta: vec![] });
+    conc.push(Call {
+        name: "get-missing".into(),
+        method: format!("{}GetSandbox", SVC),
+        msgs: vec![get],
+        meta: vec![],
+    });
     // The failing sandbox of sinks/gateway's relay tests: while the proxy
     // knows its pull failure, the frame relay answers Get and List itself.
     let mut get = vec![0x0a, FAILING_ID.len() as u8];
     get.extend_from_slice(FAILING_ID.as_bytes());
-    conc.push(Call { name: "get-failing".into(), method: format!("{}GetSandbox", SVC), msgs: vec![get], meta: vec![("x-call".into(), "get-failing".into())] });
-    conc.push(Call { name: "list".into(), method: format!("{}ListSandboxes", SVC), msgs: vec![vec![]], meta: vec![] });
+    conc.push(Call {
+        name: "get-failing".into(),
+        method: format!("{}GetSandbox", SVC),
+        msgs: vec![get],
+        meta: vec![("x-call".into(), "get-failing".into())],
+    });
+    conc.push(Call {
+        name: "list".into(),
+        method: format!("{}ListSandboxes", SVC),
+        msgs: vec![vec![]],
+        meta: vec![],
+    });
     (seq, conc)
 }
 
@@ -144,14 +204,25 @@ fn suite() -> (Vec<Call>, Vec<Call>) {
 /// connection windows, so every large message needs many WINDOW_UPDATEs),
 /// or with `hyper` the settings hyper 1.x gives a tonic client (2 MiB
 /// stream and 5 MiB connection windows, 16 KiB header lists).
-async fn connect(path: &str, hyper: bool) -> Result<(h2::client::SendRequest<Bytes>, tokio::task::JoinHandle<Result<(), h2::Error>>), Error> {
+async fn connect(
+    path: &str,
+    hyper: bool,
+) -> Result<
+    (
+        h2::client::SendRequest<Bytes>,
+        tokio::task::JoinHandle<Result<(), h2::Error>>,
+    ),
+    Error,
+> {
     let io = UnixStream::connect(path).await?;
     let mut b = h2::client::Builder::new();
     if hyper {
-        b.initial_window_size(2 << 20).initial_connection_window_size(5 << 20).max_header_list_size(16 << 10);
+        b.initial_window_size(2 << 20)
+            .initial_connection_window_size(5 << 20)
+            .max_header_list_size(16 << 10);
     }
     let (h2c, conn) = b.handshake(io).await?;
-    Ok((h2c, tokio::spawn(async move { conn.await })))
+    Ok((h2c, tokio::spawn(conn)))
 }
 
 async fn client(path: &str, hyper: bool) -> Result<(), Error> {
@@ -172,18 +243,36 @@ async fn client(path: &str, hyper: bool) -> Result<(), Error> {
     }
     drop(h2c);
     let end = tokio::time::timeout(Duration::from_secs(5), conn).await;
-    println!("{{\"done\":{},\"conn\":{}}}", n, json_str(&format!("{:?}", end.map(|r| r.map(|r| r.map_err(|e| e.to_string()))))));
+    println!(
+        "{{\"done\":{},\"conn\":{}}}",
+        n,
+        json_str(&format!(
+            "{:?}",
+            end.map(|r| r.map(|r| r.map_err(|e| e.to_string())))
+        ))
+    );
     Ok(())
 }
 
 /// run_call makes one call and renders its result as a JSON line.
 async fn run_call(h2c: h2::client::SendRequest<Bytes>, c: Call) -> String {
-    let mut out = format!("{{\"name\":{},\"method\":{}", json_str(&c.name), json_str(&c.method));
+    let mut out = format!(
+        "{{\"name\":{},\"method\":{}",
+        json_str(&c.name),
+        json_str(&c.method)
+    );
     out.push_str(",\"req\":");
     out.push_str(&msgs_json(&c.msgs));
     match call(h2c, &c).await {
         Ok((status, headers, msgs, trailers)) => {
-            let _ = write!(out, ",\"status\":{},\"headers\":{},\"msgs\":{},\"trailers\":{}", status, headers_json(&headers), msgs_json(&msgs), headers_json(&trailers));
+            let _ = write!(
+                out,
+                ",\"status\":{},\"headers\":{},\"msgs\":{},\"trailers\":{}",
+                status,
+                headers_json(&headers),
+                msgs_json(&msgs),
+                headers_json(&trailers)
+            );
         }
         Err(e) => {
             let _ = write!(out, ",\"error\":{}", json_str(&e.to_string()));
@@ -193,7 +282,10 @@ async fn run_call(h2c: h2::client::SendRequest<Bytes>, c: Call) -> String {
     out
 }
 
-async fn call(h2c: h2::client::SendRequest<Bytes>, c: &Call) -> Result<(u16, HeaderMap, Vec<Vec<u8>>, HeaderMap), Error> {
+async fn call(
+    h2c: h2::client::SendRequest<Bytes>,
+    c: &Call,
+) -> Result<(u16, HeaderMap, Vec<Vec<u8>>, HeaderMap), Error> {
     let mut h2c = h2c.ready().await?;
     let mut req = Request::builder()
         .method("POST")
@@ -253,11 +345,13 @@ async fn call(h2c: h2::client::SendRequest<Bytes>, c: &Call) -> Result<(u16, Hea
                     None => return Err("stream closed while sending".into()),
                 };
                 let chunk = b.split_to(cap.min(b.len()));
-                send.send_data(chunk, i + 1 == n && b.is_empty()).map_err(|e| e.to_string())?;
+                send.send_data(chunk, i + 1 == n && b.is_empty())
+                    .map_err(|e| e.to_string())?;
             }
         }
         if n == 0 {
-            send.send_data(Bytes::new(), true).map_err(|e| e.to_string())?;
+            send.send_data(Bytes::new(), true)
+                .map_err(|e| e.to_string())?;
         }
         Ok::<(), String>(())
     });
@@ -273,10 +367,17 @@ async fn call(h2c: h2::client::SendRequest<Bytes>, c: &Call) -> Result<(u16, Hea
     match sender.await? {
         Ok(()) => {}
         // A server may answer (trailers-only) before reading the request.
-        Err(e) if trailers.is_empty() && !parts.headers.contains_key("grpc-status") => return Err(e.into()),
+        Err(e) if trailers.is_empty() && !parts.headers.contains_key("grpc-status") => {
+            return Err(e.into())
+        }
         Err(_) => {}
     }
-    Ok((parts.status.as_u16(), parts.headers, split_msgs(&buf)?, trailers))
+    Ok((
+        parts.status.as_u16(),
+        parts.headers,
+        split_msgs(&buf)?,
+        trailers,
+    ))
 }
 
 /// hol: calls whose answers the gateway does not read yet fill its
@@ -333,20 +434,38 @@ async fn hol(path: &str, hyper: bool) -> Result<(), Error> {
                 got += c.len();
             }
             let t = body.trailers().await?.unwrap_or_default();
-            Ok::<_, h2::Error>((got, t.get("grpc-status").map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())))
+            Ok::<_, h2::Error>((
+                got,
+                t.get("grpc-status")
+                    .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned()),
+            ))
         })
         .await;
         let r = match r {
-            Ok(Ok((got, st))) => format!("{{\"bytes\":{},\"grpc_status\":{}}}", got, json_str(&st.unwrap_or_default())),
+            Ok(Ok((got, st))) => format!(
+                "{{\"bytes\":{},\"grpc_status\":{}}}",
+                got,
+                json_str(&st.unwrap_or_default())
+            ),
             Ok(Err(e)) => format!("{{\"error\":{}}}", json_str(&e.to_string())),
             Err(_) => "{\"error\":\"no answer within 10s\"}".to_string(),
         };
-        println!("{{\"name\":\"hol-held-{}\",\"sent\":{},\"result\":{}}}", i, n, r);
+        println!(
+            "{{\"name\":\"hol-held-{}\",\"sent\":{},\"result\":{}}}",
+            i, n, r
+        );
         done += 1;
     }
     drop(h2c);
     let end = tokio::time::timeout(Duration::from_secs(5), conn).await;
-    println!("{{\"done\":{},\"conn\":{}}}", done, json_str(&format!("{:?}", end.map(|r| r.map(|r| r.map_err(|e| e.to_string()))))));
+    println!(
+        "{{\"done\":{},\"conn\":{}}}",
+        done,
+        json_str(&format!(
+            "{:?}",
+            end.map(|r| r.map(|r| r.map_err(|e| e.to_string())))
+        ))
+    );
     Ok(())
 }
 
@@ -391,11 +510,17 @@ async fn goaway(path: &str, hyper: bool) -> Result<(), Error> {
             }
         }
         if line.is_empty() {
-            line = format!("{{\"name\":{},\"error\":\"3 attempts failed\"", json_str(&c.name));
+            line = format!(
+                "{{\"name\":{},\"error\":\"3 attempts failed\"",
+                json_str(&c.name)
+            );
         }
         println!("{},\"retries\":[{}]}}", line, errors.join(","));
     }
-    println!("{{\"done\":30,\"dials\":{},\"conn\":\"Ok(Ok(Ok(())))\"}}", dials);
+    println!(
+        "{{\"done\":30,\"dials\":{},\"conn\":\"Ok(Ok(Ok(())))\"}}",
+        dials
+    );
     Ok(())
 }
 
@@ -459,13 +584,19 @@ async fn server(path: &str, hyper: bool) -> Result<(), Error> {
         let (io, _) = l.accept().await?;
         let mut b = h2::server::Builder::new();
         if hyper {
-            b.initial_window_size(1 << 20).initial_connection_window_size(1 << 20).max_concurrent_streams(200).max_header_list_size(16 << 10);
+            b.initial_window_size(1 << 20)
+                .initial_connection_window_size(1 << 20)
+                .max_concurrent_streams(200)
+                .max_header_list_size(16 << 10);
         }
         // H2PEER_GOAWAY_AFTER=n: shut each connection down gracefully
         // after its n-th stream (h2 sends GOAWAY with the last id 2^31-1
         // and a PING, then GOAWAY with the real last id), as a tonic driver
         // that is stopping does.
-        let goaway_after: usize = std::env::var("H2PEER_GOAWAY_AFTER").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
+        let goaway_after: usize = std::env::var("H2PEER_GOAWAY_AFTER")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
         tokio::spawn(async move {
             let mut conn = match b.handshake(io).await {
                 Ok(c) => c,
@@ -492,23 +623,36 @@ async fn server(path: &str, hyper: bool) -> Result<(), Error> {
     }
 }
 
-async fn serve(req: Request<RecvStream>, mut respond: h2::server::SendResponse<Bytes>) -> Result<(), Error> {
+async fn serve(
+    req: Request<RecvStream>,
+    mut respond: h2::server::SendResponse<Bytes>,
+) -> Result<(), Error> {
     let (parts, mut body) = req.into_parts();
     let method = parts.uri.path().to_string();
-    let mut resp = Response::builder().status(200).header("content-type", "application/grpc").header("x-driver-method", method.as_str());
+    let mut resp = Response::builder()
+        .status(200)
+        .header("content-type", "application/grpc")
+        .header("x-driver-method", method.as_str());
     let mut echo: Vec<(String, String)> = Vec::new();
     for (k, v) in parts.headers.iter() {
         let k = k.as_str();
         if k == "content-type" || k == "user-agent" || k == "te" || k == "grpc-timeout" {
             continue;
         }
-        echo.push((format!("x-echo-{}", k), String::from_utf8_lossy(v.as_bytes()).into_owned()));
+        echo.push((
+            format!("x-echo-{}", k),
+            String::from_utf8_lossy(v.as_bytes()).into_owned(),
+        ));
     }
     echo.sort();
     for (k, v) in &echo {
         resp = resp.header(k.as_str(), v.as_str());
     }
-    let deadline = if parts.headers.contains_key("grpc-timeout") { "set" } else { "none" };
+    let deadline = if parts.headers.contains_key("grpc-timeout") {
+        "set"
+    } else {
+        "none"
+    };
     resp = resp.header("x-driver-deadline", deadline);
     if method.ends_with("/StopSandbox") {
         // A trailers-only answer (the status in the only header block),
@@ -516,7 +660,10 @@ async fn serve(req: Request<RecvStream>, mut respond: h2::server::SendResponse<B
         while let Some(chunk) = body.data().await {
             let _ = body.flow_control().release_capacity(chunk?.len());
         }
-        let r = resp.header("grpc-status", "9").header("grpc-message", "sandbox is deleting").body(())?;
+        let r = resp
+            .header("grpc-status", "9")
+            .header("grpc-message", "sandbox is deleting")
+            .body(())?;
         respond.send_response(r, true)?;
         return Ok(());
     }
@@ -605,7 +752,12 @@ fn headers_json(h: &HeaderMap) -> String {
         if i > 0 {
             s.push(',');
         }
-        let _ = write!(s, "[{},{}]", json_str(k.as_str()), json_str(&String::from_utf8_lossy(v.as_bytes())));
+        let _ = write!(
+            s,
+            "[{},{}]",
+            json_str(k.as_str()),
+            json_str(&String::from_utf8_lossy(v.as_bytes()))
+        );
     }
     s.push(']');
     s
@@ -631,7 +783,9 @@ fn b64(b: &[u8]) -> String {
     const A: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut s = String::new();
     for ch in b.chunks(3) {
-        let n = (ch[0] as u32) << 16 | (*ch.get(1).unwrap_or(&0) as u32) << 8 | *ch.get(2).unwrap_or(&0) as u32;
+        let n = (ch[0] as u32) << 16
+            | (*ch.get(1).unwrap_or(&0) as u32) << 8
+            | *ch.get(2).unwrap_or(&0) as u32;
         for i in 0..4 {
             if i <= ch.len() {
                 s.push(A[(n >> (18 - 6 * i) & 63) as usize] as char);
