@@ -73,6 +73,15 @@ type relayConn struct {
 	dmu sync.Mutex // guards dw, dfr (writes to the driver)
 	dw  *bufio.Writer
 	dfr *http2.Framer
+	// Frames a reader sends back to its own peer (credits, PING acks,
+	// refusals, held-frame drains) go through these queues and their
+	// writer goroutines (ctlWriter), never through the other direction's
+	// write lock: that lock may be held by the other reader, stuck writing
+	// to a peer that stopped reading because its own writes are stuck
+	// (h2 does), and the reader waiting for it would stop reading that
+	// peer: a deadlock (testenv/h2peer, 3 MiB both ways at once).
+	gq, dq  *ctlQueue
+	writers sync.WaitGroup
 
 	// Owned by the gateway reader.
 	decG   *hpack.Decoder
@@ -152,6 +161,9 @@ func (p *Proxy) serveFrames(ctx context.Context, g net.Conn) {
 		case <-done:
 		}
 	}()
+	rc.writers.Add(2)
+	go rc.ctlWriter(rc.gq, &rc.gmu, rc.gw, true)
+	go rc.ctlWriter(rc.dq, &rc.dmu, rc.dw, false)
 	errc := make(chan error, 2)
 	driverEnded := make(chan struct{})
 	go func() { errc <- rc.fromGateway() }()
@@ -168,6 +180,7 @@ func (p *Proxy) serveFrames(ctx context.Context, g net.Conn) {
 	}
 	rc.close()
 	<-errc
+	rc.writers.Wait()
 	close(done)
 	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
 		p.log.Debug("frame relay connection ended", "conn", id, "err", err)
@@ -224,6 +237,7 @@ func newRelayConn(p *Proxy, id uint64, g, d net.Conn) *relayConn {
 		pend: map[uint32][]pendFrame{},
 	}
 	rc.cond = sync.NewCond(&rc.mu)
+	rc.gq, rc.dq = newCtlQueue(), newCtlQueue()
 	rc.gfr = http2.NewFramer(rc.gw, nil)
 	rc.dfr = http2.NewFramer(rc.dw, nil)
 	rc.decG = hpack.NewDecoder(4096, func(f hpack.HeaderField) { rc.fields = append(rc.fields, f) })
@@ -460,9 +474,7 @@ func (rc *relayConn) fromGateway() error {
 				held := rc.pendFrames > 0
 				rc.mu.Unlock()
 				if held {
-					if err := rc.drainPending(); err != nil {
-						return err
-					}
+					rc.gq.drainHeld()
 				}
 				continue
 			}
@@ -485,9 +497,7 @@ func (rc *relayConn) fromGateway() error {
 				st.reset()
 				continue
 			}
-			if err := rc.dropPending(sid); err != nil {
-				return err
-			}
+			rc.gq.dropHeld(sid)
 			rc.forwardRaw(&rc.dmu, rc.dw, &h, buf)
 		case http2.FramePriority:
 			rc.mu.Lock()
@@ -537,9 +547,7 @@ func (rc *relayConn) fromGateway() error {
 			if len(buf) == 8 {
 				var d [8]byte
 				copy(d[:], buf)
-				rc.gmu.Lock()
-				_ = rc.gfr.WritePing(true, d)
-				rc.gmu.Unlock()
+				rc.gq.put(func(fr *http2.Framer) { _ = fr.WritePing(true, d) })
 			}
 		default: // GOAWAY, extension frames
 			rc.forwardRaw(&rc.dmu, rc.dw, &h, buf)
@@ -616,9 +624,7 @@ func (rc *relayConn) gatewayHeaders(h *frameHeader, block []byte) error {
 		}
 		return nil
 	case refused:
-		rc.gmu.Lock()
-		_ = rc.gfr.WriteRSTStream(sid, http2.ErrCodeRefusedStream)
-		rc.gmu.Unlock()
+		rc.gq.put(func(fr *http2.Framer) { _ = fr.WriteRSTStream(sid, http2.ErrCodeRefusedStream) })
 		return nil
 	case isNew:
 		method, enc := "", ""
@@ -678,18 +684,12 @@ func (rc *relayConn) forwardRaw(mu *sync.Mutex, w *bufio.Writer, h *frameHeader,
 	mu.Unlock()
 }
 
-// flushBoth flushes what the gateway reader wrote (mostly to the driver,
-// credits and refusals to the gateway).
+// flushBoth flushes what the gateway reader wrote to the driver (what it
+// sends the gateway goes through rc.gq).
 func (rc *relayConn) flushBoth() error {
 	rc.dmu.Lock()
 	err := rc.dw.Flush()
 	rc.dmu.Unlock()
-	if err != nil {
-		return err
-	}
-	rc.gmu.Lock()
-	err = rc.gw.Flush()
-	rc.gmu.Unlock()
 	return err
 }
 
@@ -716,14 +716,14 @@ func (rc *relayConn) creditGateway(sid uint32, n int64, end bool) {
 	if conn == 0 && stream == 0 {
 		return
 	}
-	rc.gmu.Lock()
-	if conn > 0 {
-		_ = rc.gfr.WriteWindowUpdate(0, uint32(conn))
-	}
-	if stream > 0 {
-		_ = rc.gfr.WriteWindowUpdate(sid, uint32(stream))
-	}
-	rc.gmu.Unlock()
+	rc.gq.put(func(fr *http2.Framer) {
+		if conn > 0 {
+			_ = fr.WriteWindowUpdate(0, uint32(conn))
+		}
+		if stream > 0 {
+			_ = fr.WriteWindowUpdate(sid, uint32(stream))
+		}
+	})
 }
 
 // endForwarded records a forwarded call's end (rc.mu held).
@@ -737,7 +737,7 @@ func (rc *relayConn) endForwarded(sid uint32, f fwdStream, code string) {
 //
 // It never waits for the gateway's connection window: a DATA frame that
 // does not fit is held (with whatever follows on its stream) and sent
-// when the gateway grants more (drainPending), while the frames of other
+// when the gateway grants more (ctlWriter, drainLocked), while the frames of other
 // streams and of the connection go on. Waiting here instead would hold
 // the driver's WINDOW_UPDATEs and header blocks behind that DATA, which on
 // a direct connection are not flow-controlled: a gateway that uploads
@@ -963,18 +963,6 @@ func (rc *relayConn) gEncStartLocked() {
 	rc.gEncBuf.Reset()
 }
 
-// drainPending sends what is held as far as the gateway's connection
-// window allows (drainLocked).
-func (rc *relayConn) drainPending() error {
-	rc.gmu.Lock()
-	sent, err := rc.drainLocked()
-	rc.gmu.Unlock()
-	if err != nil {
-		return err
-	}
-	return rc.grantDriver(sent)
-}
-
 // drainLocked sends what is held, stream by stream in the order they were
 // held, as far as the gateway's connection window allows, and returns the
 // driver DATA bytes done with (rc.gmu held). A DATA frame larger than
@@ -1059,19 +1047,15 @@ func (rc *relayConn) drainLocked() (int64, error) {
 	return sent, werr
 }
 
-// dropPending forgets what is held for a reset stream, granting its DATA
-// back to the driver.
-func (rc *relayConn) dropPending(sid uint32) error {
-	rc.gmu.Lock()
+// dropLocked forgets what is held for a stream the gateway reset and
+// returns the driver DATA bytes it had taken (rc.gmu held).
+func (rc *relayConn) dropLocked(sid uint32) int64 {
 	q := rc.pend[sid]
-	delete(rc.pend, sid)
-	if len(q) > 0 {
-		rc.pendOrder = slices.DeleteFunc(rc.pendOrder, func(s uint32) bool { return s == sid })
-	}
-	rc.gmu.Unlock()
 	if len(q) == 0 {
-		return nil
+		return 0
 	}
+	delete(rc.pend, sid)
+	rc.pendOrder = slices.DeleteFunc(rc.pendOrder, func(s uint32) bool { return s == sid })
 	var n int64
 	for _, f := range q {
 		n += f.credit
@@ -1080,7 +1064,7 @@ func (rc *relayConn) dropPending(sid uint32) error {
 	rc.pendFrames -= len(q)
 	rc.cond.Broadcast()
 	rc.mu.Unlock()
-	return rc.grantDriver(n)
+	return n
 }
 
 // waitPending waits until what is held has gone to the gateway or the
@@ -1110,10 +1094,104 @@ func (rc *relayConn) grantDriver(n int64) error {
 	if grant == 0 {
 		return nil
 	}
-	rc.dmu.Lock()
-	defer rc.dmu.Unlock()
-	_ = rc.dfr.WriteWindowUpdate(0, uint32(grant))
-	return rc.dw.Flush()
+	rc.dq.put(func(fr *http2.Framer) { _ = fr.WriteWindowUpdate(0, uint32(grant)) })
+	return nil
+}
+
+// ctlQueue holds frames for one peer written by the other direction's
+// reader, and held-frame work for the gateway side; ctlWriter sends them.
+type ctlQueue struct {
+	mu    sync.Mutex
+	buf   bytes.Buffer
+	fr    *http2.Framer
+	drain bool
+	drops []uint32
+	kick  chan struct{}
+}
+
+func newCtlQueue() *ctlQueue {
+	q := &ctlQueue{kick: make(chan struct{}, 1)}
+	q.fr = http2.NewFramer(&q.buf, nil)
+	return q
+}
+
+func (q *ctlQueue) wake() {
+	select {
+	case q.kick <- struct{}{}:
+	default:
+	}
+}
+
+// put writes frames with fn into the queue.
+func (q *ctlQueue) put(fn func(fr *http2.Framer)) {
+	q.mu.Lock()
+	fn(q.fr)
+	q.mu.Unlock()
+	q.wake()
+}
+
+// drainHeld asks for held driver frames to be sent (the gateway's window
+// grew).
+func (q *ctlQueue) drainHeld() {
+	q.mu.Lock()
+	q.drain = true
+	q.mu.Unlock()
+	q.wake()
+}
+
+// dropHeld asks for what is held for a stream the gateway reset to be
+// forgotten.
+func (q *ctlQueue) dropHeld(sid uint32) {
+	q.mu.Lock()
+	q.drops = append(q.drops, sid)
+	q.mu.Unlock()
+	q.wake()
+}
+
+// ctlWriter sends what q holds to its peer (under mu, into w) until the
+// connection ends; the gateway side's writer (gateway) also drops and
+// drains held driver frames.
+func (rc *relayConn) ctlWriter(q *ctlQueue, mu *sync.Mutex, w *bufio.Writer, gateway bool) {
+	defer rc.writers.Done()
+	var b []byte
+	for {
+		select {
+		case <-q.kick:
+		case <-rc.ctx.Done():
+			return
+		}
+		q.mu.Lock()
+		b = append(b[:0], q.buf.Bytes()...)
+		q.buf.Reset()
+		drain, drops := q.drain, q.drops
+		q.drain, q.drops = false, nil
+		q.mu.Unlock()
+		var credit int64
+		mu.Lock()
+		w.Write(b)
+		var err error
+		if gateway {
+			for _, sid := range drops {
+				credit += rc.dropLocked(sid)
+			}
+			if drain {
+				var sent int64
+				sent, err = rc.drainLocked()
+				credit += sent
+			}
+		}
+		if err == nil {
+			err = w.Flush()
+		}
+		mu.Unlock()
+		if err != nil {
+			rc.close()
+			return
+		}
+		if credit > 0 {
+			_ = rc.grantDriver(credit)
+		}
+	}
 }
 
 func statusLabel(v string) string {
