@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
+	"google.golang.org/grpc"
 
 	"github.com/eventpipe/eventpipe/sinks/gateway/gatewaytest"
 )
@@ -331,6 +332,104 @@ func TestHeldAnswerThenReset(t *testing.T) {
 			}
 			g.mu.Unlock()
 			g.c.Close()
+		}
+	})
+}
+
+// TestGatewayWritesWhileNotReading: a gateway that sends 8 MiB on a stream
+// without reading meanwhile (h2, under tonic, stops reading its socket
+// while its writes are blocked), to a driver that echoes as it reads, with
+// windows big enough for all of it. Directly the driver keeps reading
+// while its answers wait in the socket, so the upload completes and the
+// answers are read after. Through the proxy the same: the frame relay's
+// gateway reader once waited for the gateway write lock (to flush) while
+// the driver reader held it, stuck writing to the gateway: a deadlock.
+func TestGatewayWritesWhileNotReading(t *testing.T) {
+	forRelays(t, func(t *testing.T, relay string) {
+		dir := shortDir(t)
+		drv, err := gatewaytest.StartDriver(dir+"/driver/driver.sock", grpc.InitialWindowSize(16<<20), grpc.InitialConnWindowSize(16<<20))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(drv.Stop)
+		col := startCollector(t, dir, "")
+		rp := startProxy(t, proxyConfig(relay, dir, drv.Path, col.addr))
+		for _, path := range []string{drv.Path, rp.p.cfg.Listen} {
+			via := map[bool]string{true: "direct", false: "through the proxy"}[path == drv.Path]
+			c, err := net.Dial("unix", path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = c.SetDeadline(time.Now().Add(15 * time.Second))
+			bw := bufio.NewWriterSize(c, 64<<10)
+			fr := http2.NewFramer(bw, bufio.NewReader(c))
+			fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+			bw.WriteString(http2.ClientPreface)
+			_ = fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 16 << 20})
+			_ = fr.WriteWindowUpdate(0, 16<<20)
+			var hb bytes.Buffer
+			enc := hpack.NewEncoder(&hb)
+			for _, f := range []hpack.HeaderField{
+				{Name: ":method", Value: "POST"}, {Name: ":scheme", Value: "http"}, {Name: ":path", Value: gatewaytest.MethodUnknownSv},
+				{Name: ":authority", Value: "localhost"}, {Name: "content-type", Value: "application/grpc"}, {Name: "te", Value: "trailers"},
+			} {
+				_ = enc.WriteField(f)
+			}
+			_ = fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: hb.Bytes(), EndHeaders: true})
+			const msgs, size = 16, 512 << 10
+			var werr error
+			for i := 0; i < msgs && werr == nil; i++ {
+				msg := make([]byte, 5+size)
+				binary.BigEndian.PutUint32(msg[1:], size)
+				for j := 0; len(msg) > 0 && werr == nil; j++ {
+					n := min(len(msg), 16384)
+					werr = fr.WriteData(1, i == msgs-1 && n == len(msg), msg[:n])
+					msg = msg[n:]
+					if j%16 == 15 && werr == nil {
+						// Pauses, so the relay's gateway reader runs dry
+						// (and flushes) while the answers pile up.
+						werr = bw.Flush()
+						time.Sleep(time.Millisecond)
+					}
+				}
+			}
+			if werr == nil {
+				werr = bw.Flush()
+			}
+			if werr != nil {
+				t.Fatalf("%s: writing 8 MiB without reading: %v", via, werr)
+			}
+			got, status := 0, ""
+			for status == "" {
+				f, err := fr.ReadFrame()
+				if err != nil {
+					t.Fatalf("%s: reading the answers: %v (%d bytes so far)", via, err, got)
+				}
+				switch f := f.(type) {
+				case *http2.DataFrame:
+					got += len(f.Data())
+				case *http2.MetaHeadersFrame:
+					for _, hf := range f.RegularFields() {
+						if hf.Name == "grpc-status" {
+							status = hf.Value
+						}
+					}
+				case *http2.SettingsFrame:
+					if !f.IsAck() {
+						_ = fr.WriteSettingsAck()
+						_ = bw.Flush()
+					}
+				case *http2.PingFrame:
+					if !f.IsAck() {
+						_ = fr.WritePing(true, f.Data)
+						_ = bw.Flush()
+					}
+				}
+			}
+			if status != "0" || got < msgs*(5+size) {
+				t.Errorf("%s: status %q, %d answer bytes, want OK and %d+", via, status, got, msgs*(5+size))
+			}
+			c.Close()
 		}
 	})
 }
