@@ -44,6 +44,8 @@ import (
 //     streams, which the driver never sees. Driver DATA the gateway's
 //     window cannot take yet is held with the rest of its stream, never
 //     holding up other streams' frames (see fromDriver).
+//   - A reader never waits for the other direction's write lock: frames it
+//     sends back to its own peer go through ctlQueue and ctlWriter.
 //   - SETTINGS, PING, PRIORITY, GOAWAY (last stream id raised over open
 //     intercepted streams), RST_STREAM, WINDOW_UPDATE and unknown frames
 //     pass through; frames on intercepted streams stop at the relay.
