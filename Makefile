@@ -14,7 +14,7 @@ VICTORIALOGS_VERSION := v1.52.2
 PROTOC_GEN_GO_VERSION := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 
-.PHONY: all build run test tools kube-tools victoria-logs proto proto-tools vet fmt bench dev-cluster clean
+.PHONY: all build run test tools kube-tools victoria-logs h2peer proto proto-tools vet fmt bench dev-cluster clean
 
 all: build
 
@@ -37,8 +37,8 @@ test: tools
 	$(GO) test $(GOTEST_FLAGS) ./...
 	$(MAKE) chart-check image-check
 
-## tools: kube-apiserver, etcd (testenv/build) and victoria-logs into $(BIN).
-tools: kube-tools victoria-logs
+## tools: kube-apiserver, etcd (testenv/build), victoria-logs and h2peer into $(BIN).
+tools: kube-tools victoria-logs h2peer
 
 kube-tools:
 	$(ROOT)/testenv/build/build.sh "$(BIN)"
@@ -47,6 +47,19 @@ victoria-logs: $(BIN)/victoria-logs
 $(BIN)/victoria-logs:
 	mkdir -p $(BIN)
 	GOBIN=$(BIN) GOFLAGS=-trimpath $(GO) install github.com/VictoriaMetrics/VictoriaLogs/app/victoria-logs@$(VICTORIALOGS_VERSION)
+
+## h2peer: the Rust gRPC peer (the h2 crate under tonic) of the driver proxy's
+## interop test (testenv/h2peer, sinks/gateway/h2interop_test.go). No crates.io:
+## it builds offline against the crates Debian packages (apt-installed when
+## missing, like protoc in proto-tools). Cold: ~15 s apt + ~25 s cargo.
+H2PEER_CRATES := librust-h2-dev librust-tokio-dev librust-bytes-dev librust-http-dev
+CARGO ?= $(shell command -v cargo || echo $(HOME)/.cargo/bin/cargo)
+h2peer: $(BIN)/h2peer
+$(BIN)/h2peer: $(ROOT)/testenv/h2peer/Cargo.toml $(ROOT)/testenv/h2peer/.cargo/config.toml $(wildcard $(ROOT)/testenv/h2peer/src/*.rs)
+	dpkg -s $(H2PEER_CRATES) >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq $(H2PEER_CRATES); }
+	cargo=$(CARGO); [ -x "$$cargo" ] || { apt-get update -qq && apt-get install -y -qq cargo && cargo=/usr/bin/cargo; }; \
+	cd $(ROOT)/testenv/h2peer && CARGO_TARGET_DIR=$(BIN)/h2peer-target "$$cargo" build --offline --release --quiet
+	cp $(BIN)/h2peer-target/release/h2peer $@
 
 ## proto: regenerate api/eventpipe/v1/*.pb.go (committed).
 proto: proto-tools

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"sync"
 	"time"
 
@@ -31,16 +32,20 @@ import (
 //   - Gateway -> driver header blocks are decoded (the gateway's HPACK
 //     state) and re-encoded with the relay's own encoder (the driver's
 //     state), because the blocks of intercepted streams never reach the
-//     driver. Driver -> gateway blocks pass verbatim; they are decoded only
-//     to keep the decoder in step and to read grpc-status for the metrics.
-//     The relay's own header blocks use literals that are never indexed, so
-//     the gateway's table stays the driver's.
+//     driver. Driver -> gateway blocks are decoded too (grpc-status for the
+//     metrics) and re-encoded with the relay's encoder towards the gateway,
+//     which also writes the relay's own blocks: a driver block may be held
+//     behind its stream's DATA (next point) while later ones go out.
 //   - Stream flow control of forwarded streams stays end to end. At the
 //     connection level the relay is the endpoint towards the driver: it
 //     grants the driver its own window, spends the gateway's window (its
 //     SETTINGS and WINDOW_UPDATEs on stream 0) for the driver's DATA and its
 //     own alike, and credits the gateway for request DATA of intercepted
-//     streams, which the driver never sees.
+//     streams, which the driver never sees. Driver DATA the gateway's
+//     window cannot take yet is held with the rest of its stream, never
+//     holding up other streams' frames (see fromDriver).
+//   - A reader never waits for the other direction's write lock: frames it
+//     sends back to its own peer go through ctlQueue and ctlWriter.
 //   - SETTINGS, PING, PRIORITY, GOAWAY (last stream id raised over open
 //     intercepted streams), RST_STREAM, WINDOW_UPDATE and unknown frames
 //     pass through; frames on intercepted streams stop at the relay.
@@ -70,6 +75,15 @@ type relayConn struct {
 	dmu sync.Mutex // guards dw, dfr (writes to the driver)
 	dw  *bufio.Writer
 	dfr *http2.Framer
+	// Frames a reader sends back to its own peer (credits, PING acks,
+	// refusals, held-frame drains) go through these queues and their
+	// writer goroutines (ctlWriter), never through the other direction's
+	// write lock: that lock may be held by the other reader, stuck writing
+	// to a peer that stopped reading because its own writes are stuck
+	// (h2 does), and the reader waiting for it would stop reading that
+	// peer: a deadlock (testenv/h2peer, 3 MiB both ways at once).
+	gq, dq  *ctlQueue
+	writers sync.WaitGroup
 
 	// Owned by the gateway reader.
 	decG   *hpack.Decoder
@@ -77,8 +91,14 @@ type relayConn struct {
 	encBuf bytes.Buffer
 	fields []hpack.HeaderField
 	// Owned by the driver reader.
-	decD      *hpack.Decoder
-	endStatus string
+	decD        *hpack.Decoder
+	endStatus   string
+	dfields     []hpack.HeaderField
+	dfieldsHeld bool
+	// Driver frames held for the gateway's connection window (rc.gmu
+	// held; see fromDriver), and how many (rc.mu).
+	pend      map[uint32][]pendFrame
+	pendOrder []uint32
 	// The relay's own header blocks to the gateway (rc.gmu held).
 	gEnc    *hpack.Encoder
 	gEncBuf bytes.Buffer
@@ -101,11 +121,15 @@ type relayConn struct {
 	goaway         bool   // a GOAWAY went to the gateway
 	goawayLast     uint32
 	closed         bool
+	pendFrames     int
 	// Table sizes announced by one side, applied by the other side's
 	// reader before its next header block.
 	driverTable, gatewayTable uint32
 	driverTableSet            bool
 	gatewayTableSet           bool
+	// The gateway's table size for the relay's encoder towards it.
+	gwEncTable    uint32
+	gwEncTableSet bool
 }
 
 // fwdStream is a forwarded call, for rpcs_total and rpc_duration_seconds.
@@ -139,6 +163,9 @@ func (p *Proxy) serveFrames(ctx context.Context, g net.Conn) {
 		case <-done:
 		}
 	}()
+	rc.writers.Add(2)
+	go rc.ctlWriter(rc.gq, &rc.gmu, rc.gw, true)
+	go rc.ctlWriter(rc.dq, &rc.dmu, rc.dw, false)
 	errc := make(chan error, 2)
 	driverEnded := make(chan struct{})
 	go func() { errc <- rc.fromGateway() }()
@@ -155,6 +182,7 @@ func (p *Proxy) serveFrames(ctx context.Context, g net.Conn) {
 	}
 	rc.close()
 	<-errc
+	rc.writers.Wait()
 	close(done)
 	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
 		p.log.Debug("frame relay connection ended", "conn", id, "err", err)
@@ -208,8 +236,10 @@ func newRelayConn(p *Proxy, id uint64, g, d net.Conn) *relayConn {
 		gw: bufio.NewWriterSize(g, relayBufBytes), dw: bufio.NewWriterSize(d, relayBufBytes),
 		gwConn: 65535, gwInit: 65535,
 		own: map[uint32]*ownStream{}, ownDone: map[uint32]struct{}{}, fwd: map[uint32]fwdStream{},
+		pend: map[uint32][]pendFrame{},
 	}
 	rc.cond = sync.NewCond(&rc.mu)
+	rc.gq, rc.dq = newCtlQueue(), newCtlQueue()
 	rc.gfr = http2.NewFramer(rc.gw, nil)
 	rc.dfr = http2.NewFramer(rc.dw, nil)
 	rc.decG = hpack.NewDecoder(4096, func(f hpack.HeaderField) { rc.fields = append(rc.fields, f) })
@@ -219,6 +249,7 @@ func newRelayConn(p *Proxy, id uint64, g, d net.Conn) *relayConn {
 		if f.Name == "grpc-status" {
 			rc.endStatus = f.Value
 		}
+		rc.dfields = append(rc.dfields, f)
 	})
 	rc.ctx, rc.cancel = context.WithCancel(context.Background())
 	return rc
@@ -442,7 +473,11 @@ func (rc *relayConn) fromGateway() error {
 			if sid == 0 {
 				rc.gwConn += inc
 				rc.cond.Broadcast()
+				held := rc.pendFrames > 0
 				rc.mu.Unlock()
+				if held {
+					rc.gq.drainHeld()
+				}
 				continue
 			}
 			if st := rc.own[sid]; st != nil {
@@ -464,6 +499,7 @@ func (rc *relayConn) fromGateway() error {
 				st.reset()
 				continue
 			}
+			rc.gq.dropHeld(sid)
 			rc.forwardRaw(&rc.dmu, rc.dw, &h, buf)
 		case http2.FramePriority:
 			rc.mu.Lock()
@@ -485,6 +521,7 @@ func (rc *relayConn) fromGateway() error {
 						}
 					case settingHeaderTableSize:
 						rc.gatewayTable, rc.gatewayTableSet = v, true
+						rc.gwEncTable, rc.gwEncTableSet = v, true
 					}
 				})
 				rc.cond.Broadcast()
@@ -512,9 +549,7 @@ func (rc *relayConn) fromGateway() error {
 			if len(buf) == 8 {
 				var d [8]byte
 				copy(d[:], buf)
-				rc.gmu.Lock()
-				_ = rc.gfr.WritePing(true, d)
-				rc.gmu.Unlock()
+				rc.gq.put(func(fr *http2.Framer) { _ = fr.WritePing(true, d) })
 			}
 		default: // GOAWAY, extension frames
 			rc.forwardRaw(&rc.dmu, rc.dw, &h, buf)
@@ -591,9 +626,7 @@ func (rc *relayConn) gatewayHeaders(h *frameHeader, block []byte) error {
 		}
 		return nil
 	case refused:
-		rc.gmu.Lock()
-		_ = rc.gfr.WriteRSTStream(sid, http2.ErrCodeRefusedStream)
-		rc.gmu.Unlock()
+		rc.gq.put(func(fr *http2.Framer) { _ = fr.WriteRSTStream(sid, http2.ErrCodeRefusedStream) })
 		return nil
 	case isNew:
 		method, enc := "", ""
@@ -653,18 +686,12 @@ func (rc *relayConn) forwardRaw(mu *sync.Mutex, w *bufio.Writer, h *frameHeader,
 	mu.Unlock()
 }
 
-// flushBoth flushes what the gateway reader wrote (mostly to the driver,
-// credits and refusals to the gateway).
+// flushBoth flushes what the gateway reader wrote to the driver (what it
+// sends the gateway goes through rc.gq).
 func (rc *relayConn) flushBoth() error {
 	rc.dmu.Lock()
 	err := rc.dw.Flush()
 	rc.dmu.Unlock()
-	if err != nil {
-		return err
-	}
-	rc.gmu.Lock()
-	err = rc.gw.Flush()
-	rc.gmu.Unlock()
 	return err
 }
 
@@ -691,14 +718,14 @@ func (rc *relayConn) creditGateway(sid uint32, n int64, end bool) {
 	if conn == 0 && stream == 0 {
 		return
 	}
-	rc.gmu.Lock()
-	if conn > 0 {
-		_ = rc.gfr.WriteWindowUpdate(0, uint32(conn))
-	}
-	if stream > 0 {
-		_ = rc.gfr.WriteWindowUpdate(sid, uint32(stream))
-	}
-	rc.gmu.Unlock()
+	rc.gq.put(func(fr *http2.Framer) {
+		if conn > 0 {
+			_ = fr.WriteWindowUpdate(0, uint32(conn))
+		}
+		if stream > 0 {
+			_ = fr.WriteWindowUpdate(sid, uint32(stream))
+		}
+	})
 }
 
 // endForwarded records a forwarded call's end (rc.mu held).
@@ -709,10 +736,22 @@ func (rc *relayConn) endForwarded(sid uint32, f fwdStream, code string) {
 }
 
 // fromDriver reads the driver's frames and forwards them to the gateway.
+//
+// It never waits for the gateway's connection window: a DATA frame that
+// does not fit is held (with whatever follows on its stream) and sent
+// when the gateway grants more (ctlWriter, drainLocked), while the frames of other
+// streams and of the connection go on. Waiting here instead would hold
+// the driver's WINDOW_UPDATEs and header blocks behind that DATA, which on
+// a direct connection are not flow-controlled: a gateway that uploads
+// while it leaves answers unread would stall (testenv/h2peer hol). What
+// is held is bounded by the connection window the relay grants the
+// driver (driverConnGrant), which it grants back only as DATA is sent on.
+// Header blocks are re-encoded for the gateway with the relay's encoder,
+// since held blocks no longer go out in the driver's encoding order.
 func (rc *relayConn) fromDriver() error {
 	var h frameHeader
 	var buf []byte
-	var block, raw bytes.Buffer
+	var block bytes.Buffer
 	var err error
 	for {
 		if rc.dr.Buffered() == 0 {
@@ -724,14 +763,14 @@ func (rc *relayConn) fromDriver() error {
 			}
 		}
 		if buf, err = readFrame(rc.dr, &h, buf); err != nil {
+			rc.waitPending()
 			return err
 		}
 		sid := h.stream()
 		switch h.typ() {
 		case http2.FrameHeaders:
 			block.Reset()
-			raw.Reset()
-			if err := readBlock(rc.dr, &h, buf, &block, &raw); err != nil {
+			if err := readBlock(rc.dr, &h, buf, &block, nil); err != nil {
 				return err
 			}
 			rc.mu.Lock()
@@ -741,13 +780,18 @@ func (rc *relayConn) fromDriver() error {
 			}
 			rc.mu.Unlock()
 			rc.endStatus = ""
+			if rc.dfieldsHeld { // the last block's fields are held: a fresh slice
+				rc.dfields, rc.dfieldsHeld = nil, false
+			}
+			rc.dfields = rc.dfields[:0]
 			if _, err := rc.decD.Write(block.Bytes()); err != nil {
 				return fmt.Errorf("driver header block: %w", err)
 			}
 			if err := rc.decD.Close(); err != nil {
 				return fmt.Errorf("driver header block: %w", err)
 			}
-			if h.flags().Has(http2.FlagHeadersEndStream) {
+			end := h.flags().Has(http2.FlagHeadersEndStream)
+			if end {
 				code := codes.Unknown.String()
 				if rc.endStatus != "" {
 					code = statusLabel(rc.endStatus)
@@ -759,13 +803,18 @@ func (rc *relayConn) fromDriver() error {
 				rc.mu.Unlock()
 			}
 			rc.gmu.Lock()
-			rc.gw.Write(raw.Bytes())
+			if len(rc.pend[sid]) > 0 {
+				rc.holdLocked(sid, pendFrame{fields: rc.dfields, end: end})
+				rc.dfieldsHeld = true
+				rc.gmu.Unlock()
+				continue
+			}
+			err := rc.writeDriverBlockLocked(sid, rc.dfields, end)
 			rc.gmu.Unlock()
-		case http2.FrameData:
-			n := int64(h.length())
-			if err := rc.spendGateway(n, nil); err != nil {
+			if err != nil {
 				return err
 			}
+		case http2.FrameData:
 			if h.flags().Has(http2.FlagDataEndStream) {
 				rc.mu.Lock()
 				if f, ok := rc.fwd[sid]; ok {
@@ -773,22 +822,35 @@ func (rc *relayConn) fromDriver() error {
 				}
 				rc.mu.Unlock()
 			}
-			rc.forwardRaw(&rc.gmu, rc.gw, &h, buf)
+			n := int64(h.length())
+			rc.gmu.Lock()
+			// Decided and counted in one step under rc.mu: a gateway
+			// WINDOW_UPDATE read meanwhile either comes first (and the
+			// frame is sent) or sees the frame held (and drains it).
 			rc.mu.Lock()
-			rc.owed += n
-			grant := int64(0)
-			if rc.owed >= driverConnGrant/4 {
-				grant, rc.owed = rc.owed, 0
+			sent := len(rc.pend[sid]) == 0 && rc.gwConn >= n
+			if sent {
+				rc.gwConn -= n
+			} else {
+				rc.pendFrames++
 			}
 			rc.mu.Unlock()
-			if grant > 0 {
-				rc.dmu.Lock()
-				_ = rc.dfr.WriteWindowUpdate(0, uint32(grant))
-				err := rc.dw.Flush()
-				rc.dmu.Unlock()
-				if err != nil {
-					return err
-				}
+			done := int64(0)
+			if sent {
+				rc.gw.Write(h[:])
+				rc.gw.Write(buf)
+				done = n
+			} else {
+				rc.queueLocked(sid, pendFrame{data: true, h: h, p: bytes.Clone(buf), credit: n})
+				// What the window has left goes now (a part of the frame).
+				done, err = rc.drainLocked()
+			}
+			rc.gmu.Unlock()
+			if err != nil {
+				return err
+			}
+			if err := rc.grantDriver(done); err != nil {
+				return err
 			}
 		case http2.FrameRSTStream:
 			rc.mu.Lock()
@@ -796,7 +858,17 @@ func (rc *relayConn) fromDriver() error {
 				rc.endForwarded(sid, f, rstLabel(http2.ErrCode(binary.BigEndian.Uint32(buf))))
 			}
 			rc.mu.Unlock()
-			rc.forwardRaw(&rc.gmu, rc.gw, &h, buf)
+			// Behind what is held for the stream, as on a direct
+			// connection: a driver that answered before the request ended
+			// resets it with NO_ERROR after a complete answer.
+			rc.gmu.Lock()
+			if len(rc.pend[sid]) > 0 {
+				rc.holdLocked(sid, pendFrame{h: h, p: bytes.Clone(buf), raw: true})
+			} else {
+				rc.gw.Write(h[:])
+				rc.gw.Write(buf)
+			}
+			rc.gmu.Unlock()
 		case http2.FrameGoAway:
 			if len(buf) < 8 {
 				return errors.New("GOAWAY: short")
@@ -826,48 +898,301 @@ func (rc *relayConn) fromDriver() error {
 			rc.forwardRaw(&rc.gmu, rc.gw, &h, buf)
 		case http2.FrameContinuation:
 			return errors.New("driver sent a CONTINUATION without HEADERS")
+		case http2.FramePushPromise:
+			// gRPC servers do not push, and its header block would have to
+			// be re-encoded too.
+			return errors.New("driver sent a PUSH_PROMISE")
 		case http2.FramePing:
 			if !h.flags().Has(http2.FlagPingAck) { // acks: the relay sends the driver no PINGs
 				rc.forwardRaw(&rc.gmu, rc.gw, &h, buf)
 			}
-		default: // WINDOW_UPDATE, PRIORITY, PUSH_PROMISE, extension frames
+		default: // WINDOW_UPDATE, PRIORITY, extension frames
 			rc.forwardRaw(&rc.gmu, rc.gw, &h, buf)
 		}
 	}
 }
 
-// spendGateway waits until the gateway's connection window (and the
-// stream's, for an intercepted stream) holds n bytes and takes them. What
-// is buffered for the gateway is flushed before waiting.
-func (rc *relayConn) spendGateway(n int64, st *ownStream) error {
+// pendFrame is a driver frame held for the gateway: DATA (h, p), a
+// decoded header block (fields, end) or a RST_STREAM (raw).
+type pendFrame struct {
+	data   bool
+	raw    bool // RST_STREAM, sent as it came
+	h      frameHeader
+	p      []byte
+	credit int64 // the driver's connection window the frame took
+	fields []hpack.HeaderField
+	end    bool
+}
+
+// holdLocked appends f to what is held for stream sid (rc.gmu held).
+func (rc *relayConn) holdLocked(sid uint32, f pendFrame) {
 	rc.mu.Lock()
-	defer rc.mu.Unlock()
-	for {
-		if rc.closed {
-			return net.ErrClosed
-		}
-		if st != nil && st.done {
-			return context.Canceled
-		}
-		if rc.gwConn >= n && (st == nil || st.window >= n) {
-			rc.gwConn -= n
-			if st != nil {
-				st.window -= n
-			}
-			return nil
-		}
-		rc.mu.Unlock()
-		rc.gmu.Lock()
-		err := rc.gw.Flush()
-		rc.gmu.Unlock()
-		rc.mu.Lock()
-		if err != nil {
+	rc.pendFrames++
+	rc.mu.Unlock()
+	rc.queueLocked(sid, f)
+}
+
+// queueLocked appends f, already counted in rc.pendFrames, to what is
+// held for stream sid (rc.gmu held).
+func (rc *relayConn) queueLocked(sid uint32, f pendFrame) {
+	if len(rc.pend[sid]) == 0 {
+		rc.pendOrder = append(rc.pendOrder, sid)
+	}
+	rc.pend[sid] = append(rc.pend[sid], f)
+}
+
+// writeDriverBlockLocked re-encodes a driver header block for the gateway
+// and writes it (rc.gmu held).
+func (rc *relayConn) writeDriverBlockLocked(sid uint32, fields []hpack.HeaderField, end bool) error {
+	rc.gEncStartLocked()
+	for _, f := range fields {
+		if err := rc.gEnc.WriteField(f); err != nil {
 			return err
 		}
-		if rc.gwConn >= n && (st == nil || st.window >= n) {
+	}
+	return writeBlock(rc.gfr, sid, rc.gEncBuf.Bytes(), end)
+}
+
+// gEncStartLocked starts a header block of the relay's encoder towards
+// the gateway, applying a table size the gateway announced (rc.gmu held).
+func (rc *relayConn) gEncStartLocked() {
+	rc.mu.Lock()
+	if rc.gwEncTableSet {
+		rc.gEnc.SetMaxDynamicTableSizeLimit(rc.gwEncTable)
+		rc.gwEncTableSet = false
+	}
+	rc.mu.Unlock()
+	rc.gEncBuf.Reset()
+}
+
+// drainLocked sends what is held, stream by stream in the order they were
+// held, as far as the gateway's connection window allows, and returns the
+// driver DATA bytes done with (rc.gmu held). A DATA frame larger than
+// what is left of the window is split (without its padding): with whole
+// frames only, a gateway that reads one stream first could wait for a
+// frame that never fits while the window sits with a stream it reads
+// later, where a direct connection would have sent part of it.
+func (rc *relayConn) drainLocked() (int64, error) {
+	var sent int64
+	kept := rc.pendOrder[:0]
+	var werr error
+	for _, sid := range rc.pendOrder {
+		q := rc.pend[sid]
+		i := 0
+		for ; i < len(q) && werr == nil; i++ {
+			f := &q[i]
+			if f.raw {
+				rc.gw.Write(f.h[:])
+				rc.gw.Write(f.p)
+				continue
+			}
+			if !f.data {
+				werr = rc.writeDriverBlockLocked(sid, f.fields, f.end)
+				continue
+			}
+			n := int64(len(f.p))
+			rc.mu.Lock()
+			avail := rc.gwConn
+			whole := avail >= n
+			if whole {
+				rc.gwConn -= n
+			}
+			rc.mu.Unlock()
+			if whole {
+				rc.gw.Write(f.h[:])
+				rc.gw.Write(f.p)
+				sent += f.credit
+				continue
+			}
+			data, err := dataPayload(&f.h, f.p)
+			if err != nil {
+				werr = err
+				continue
+			}
+			end := f.h.flags().Has(http2.FlagDataEndStream)
+			k := min(avail, int64(len(data)))
+			if k <= 0 && len(data) > 0 {
+				break
+			}
+			rc.mu.Lock()
+			rc.gwConn -= k
+			rc.mu.Unlock()
+			last := k == int64(len(data))
+			werr = rc.gfr.WriteData(sid, last && end, data[:k])
+			if last {
+				sent += f.credit
+				continue
+			}
+			// The rest stays held as an unpadded frame.
+			rest := data[k:]
+			var flags http2.Flags
+			if end {
+				flags = http2.FlagDataEndStream
+			}
+			f.h = frameHeader{byte(len(rest) >> 16), byte(len(rest) >> 8), byte(len(rest)), byte(http2.FrameData), byte(flags)}
+			binary.BigEndian.PutUint32(f.h[5:], sid)
+			f.p = rest
+			break
+		}
+		rc.mu.Lock()
+		rc.pendFrames -= i
+		rc.cond.Broadcast()
+		rc.mu.Unlock()
+		if i == len(q) {
+			delete(rc.pend, sid)
 			continue
 		}
+		rc.pend[sid] = q[i:]
+		kept = append(kept, sid)
+	}
+	rc.pendOrder = kept
+	return sent, werr
+}
+
+// dropLocked forgets what is held for a stream the gateway reset and
+// returns the driver DATA bytes it had taken (rc.gmu held).
+func (rc *relayConn) dropLocked(sid uint32) int64 {
+	q := rc.pend[sid]
+	if len(q) == 0 {
+		return 0
+	}
+	delete(rc.pend, sid)
+	rc.pendOrder = slices.DeleteFunc(rc.pendOrder, func(s uint32) bool { return s == sid })
+	var n int64
+	for _, f := range q {
+		n += f.credit
+	}
+	rc.mu.Lock()
+	rc.pendFrames -= len(q)
+	rc.cond.Broadcast()
+	rc.mu.Unlock()
+	return n
+}
+
+// waitPending waits until what is held has gone to the gateway or the
+// connection closed: a driver that ended its connection has still had its
+// last answers delivered.
+func (rc *relayConn) waitPending() {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	for rc.pendFrames > 0 && !rc.closed {
 		rc.cond.Wait()
+	}
+}
+
+// grantDriver records n bytes of driver DATA sent on (or dropped) and
+// grants the driver its connection window back in batches.
+func (rc *relayConn) grantDriver(n int64) error {
+	if n == 0 {
+		return nil
+	}
+	rc.mu.Lock()
+	rc.owed += n
+	grant := int64(0)
+	if rc.owed >= driverConnGrant/4 {
+		grant, rc.owed = rc.owed, 0
+	}
+	rc.mu.Unlock()
+	if grant == 0 {
+		return nil
+	}
+	rc.dq.put(func(fr *http2.Framer) { _ = fr.WriteWindowUpdate(0, uint32(grant)) })
+	return nil
+}
+
+// ctlQueue holds frames for one peer written by the other direction's
+// reader, and held-frame work for the gateway side; ctlWriter sends them.
+type ctlQueue struct {
+	mu    sync.Mutex
+	buf   bytes.Buffer
+	fr    *http2.Framer
+	drain bool
+	drops []uint32
+	kick  chan struct{}
+}
+
+func newCtlQueue() *ctlQueue {
+	q := &ctlQueue{kick: make(chan struct{}, 1)}
+	q.fr = http2.NewFramer(&q.buf, nil)
+	return q
+}
+
+func (q *ctlQueue) wake() {
+	select {
+	case q.kick <- struct{}{}:
+	default:
+	}
+}
+
+// put writes frames with fn into the queue.
+func (q *ctlQueue) put(fn func(fr *http2.Framer)) {
+	q.mu.Lock()
+	fn(q.fr)
+	q.mu.Unlock()
+	q.wake()
+}
+
+// drainHeld asks for held driver frames to be sent (the gateway's window
+// grew).
+func (q *ctlQueue) drainHeld() {
+	q.mu.Lock()
+	q.drain = true
+	q.mu.Unlock()
+	q.wake()
+}
+
+// dropHeld asks for what is held for a stream the gateway reset to be
+// forgotten.
+func (q *ctlQueue) dropHeld(sid uint32) {
+	q.mu.Lock()
+	q.drops = append(q.drops, sid)
+	q.mu.Unlock()
+	q.wake()
+}
+
+// ctlWriter sends what q holds to its peer (under mu, into w) until the
+// connection ends; the gateway side's writer (gateway) also drops and
+// drains held driver frames.
+func (rc *relayConn) ctlWriter(q *ctlQueue, mu *sync.Mutex, w *bufio.Writer, gateway bool) {
+	defer rc.writers.Done()
+	var b []byte
+	for {
+		select {
+		case <-q.kick:
+		case <-rc.ctx.Done():
+			return
+		}
+		q.mu.Lock()
+		b = append(b[:0], q.buf.Bytes()...)
+		q.buf.Reset()
+		drain, drops := q.drain, q.drops
+		q.drain, q.drops = false, nil
+		q.mu.Unlock()
+		var credit int64
+		mu.Lock()
+		w.Write(b)
+		var err error
+		if gateway {
+			for _, sid := range drops {
+				credit += rc.dropLocked(sid)
+			}
+			if drain {
+				var sent int64
+				sent, err = rc.drainLocked()
+				credit += sent
+			}
+		}
+		if err == nil {
+			err = w.Flush()
+		}
+		mu.Unlock()
+		if err != nil {
+			rc.close()
+			return
+		}
+		if credit > 0 {
+			_ = rc.grantDriver(credit)
+		}
 	}
 }
 

@@ -285,11 +285,11 @@ func appendMD(f []hpack.HeaderField, md metadata.MD) []hpack.HeaderField {
 	return f
 }
 
-// writeOwnBlockLocked encodes fields as literals never indexed (the
-// gateway's decoder table stays the driver's) and writes them (rc.gmu
-// held).
+// writeOwnBlockLocked encodes fields with the relay's encoder towards the
+// gateway (the one driver blocks are re-encoded with), as literals never
+// indexed, and writes them (rc.gmu held).
 func (rc *relayConn) writeOwnBlockLocked(sid uint32, fields []hpack.HeaderField, end bool) error {
-	rc.gEncBuf.Reset()
+	rc.gEncStartLocked()
 	for _, f := range fields {
 		f.Sensitive = true
 		if err := rc.gEnc.WriteField(f); err != nil {
