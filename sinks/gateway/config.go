@@ -42,10 +42,13 @@ type Config struct {
 	// the gateway once, from eventpipe. On by default. They pass again
 	// while the Follow stream has been down for follow.fail_open_after.
 	DropDriverKubernetesEvents bool `yaml:"drop_driver_kubernetes_events"`
-	// Relay picks how calls are forwarded: RelayFrame, the default
-	// (HTTP/2 frames relayed as they are, the edited methods answered
-	// through the gRPC client leg; see relay.go), or RelayGRPC (a gRPC
-	// server leg and a gRPC client leg, the design before 2026-12-01).
+	// Relay picks how calls are forwarded: RelayGRPC, the default (a gRPC
+	// server leg and a gRPC client leg), or RelayFrame (HTTP/2 frames
+	// relayed as they are, the edited methods answered through the gRPC
+	// client leg; see relay.go): about half the CPU and latency per
+	// forwarded call, but new on 2026-12-01, when interop with the h2 crate
+	// (tonic's HTTP/2) found three stalls in it, now fixed and tested; it
+	// becomes the default once it has run against a real OpenShell gateway.
 	// bench/gateway.md has the figures of both.
 	Relay string `yaml:"relay"`
 	// ShutdownGrace bounds how long Run waits for open RPCs on shutdown.
@@ -105,7 +108,7 @@ func NewDefaultConfig() Config {
 	return Config{
 		Layout:                     driverwire.Layout,
 		DropDriverKubernetesEvents: true,
-		Relay:                      RelayFrame,
+		Relay:                      RelayGRPC,
 		ShutdownGrace:              5 * time.Second,
 		Follow: FollowConfig{
 			TailPerSandbox: 50,

@@ -9,10 +9,10 @@
 //   - Transparent: every RPC, known to this build or not, unary or
 //     streaming, passes through byte for byte with its request metadata
 //     (trace context included), deadline, response headers, trailers and
-//     status (details included). The frame relay (relay: frame, the
-//     default; relay.go) forwards HTTP/2 frames and never decodes a
-//     message; the gRPC legs (relay: grpc) forward messages with a raw
-//     codec. Either way exactly three places are edited, all through
+//     status (details included). The gRPC legs (relay: grpc, the
+//     default) forward messages with a raw codec; the frame relay
+//     (relay: frame, opt-in; relay.go) forwards HTTP/2 frames and never
+//     decodes a message. Either way exactly three places are edited, all through
 //     package driverwire: WatchSandboxes messages, GetSandbox and
 //     ListSandboxes responses (in frame mode the relay answers those
 //     calls itself through its gRPC client leg).
