@@ -1,8 +1,6 @@
 package backbone
 
 import (
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"os"
@@ -268,7 +266,7 @@ func (c Config) ClientOptions() ([]kgo.Opt, error) {
 		kgo.ClientID(c.ClientID),
 	}
 	if c.TLS.Enabled {
-		tc, err := tlsConfig(c.TLS)
+		tc, err := c.TLS.ClientConfig()
 		if err != nil {
 			return nil, fmt.Errorf("backbone tls: %w", err)
 		}
@@ -282,29 +280,6 @@ func (c Config) ClientOptions() ([]kgo.Opt, error) {
 		opts = append(opts, kgo.SASL(m))
 	}
 	return opts, nil
-}
-
-func tlsConfig(t kafka.TLSConfig) (*tls.Config, error) {
-	c := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: t.ServerName, InsecureSkipVerify: t.InsecureSkipVerify} //nolint:gosec // opt-in, documented as tests only
-	if t.CAFile != "" {
-		pem, err := os.ReadFile(t.CAFile)
-		if err != nil {
-			return nil, fmt.Errorf("read ca_file: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("ca_file %s: no PEM certificate found", t.CAFile)
-		}
-		c.RootCAs = pool
-	}
-	if t.CertFile != "" {
-		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
-		if err != nil {
-			return nil, fmt.Errorf("load client certificate: %w", err)
-		}
-		c.Certificates = []tls.Certificate{cert}
-	}
-	return c, nil
 }
 
 func saslMechanism(s kafka.SASLConfig) (sasl.Mechanism, error) {

@@ -104,7 +104,7 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Sink, err
 		MetadataTTL: 30 * time.Second,
 	}
 	if cfg.TLS.Enabled {
-		if tr.TLS, err = tlsConfig(cfg.TLS); err != nil {
+		if tr.TLS, err = cfg.TLS.ClientConfig(); err != nil {
 			return nil, fmt.Errorf("kafka sink: tls: %w", err)
 		}
 	}
@@ -156,7 +156,10 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Sink, err
 	}, nil
 }
 
-func tlsConfig(t TLSConfig) (*tls.Config, error) {
+// ClientConfig is the crypto/tls client configuration these settings
+// describe (CA file, client certificate, server name). The collector's
+// Kafka backbone uses it too, so both speak TLS to brokers alike.
+func (t TLSConfig) ClientConfig() (*tls.Config, error) {
 	c := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: t.ServerName, InsecureSkipVerify: t.InsecureSkipVerify} //nolint:gosec // opt-in, documented as tests only
 	if t.CAFile != "" {
 		pem, err := os.ReadFile(t.CAFile)
