@@ -60,6 +60,25 @@ func (p *processor) run(ctx context.Context) error {
 	defer retry.Stop()
 	gauges := time.NewTicker(5 * time.Second)
 	defer gauges.Stop()
+	// linger runs while an idle flush waits ship.idle_linger for more
+	// occurrences to join the batch; lingerC is nil when it is not armed.
+	linger := time.NewTimer(time.Hour)
+	linger.Stop()
+	defer linger.Stop()
+	var lingerC <-chan time.Time
+	idleFlush := func() bool {
+		if !p.idleFlushDue() {
+			return true
+		}
+		if p.cfg.Ship.IdleLinger <= 0 {
+			return p.flush(ctx)
+		}
+		if lingerC == nil {
+			linger.Reset(p.cfg.Ship.IdleLinger)
+			lingerC = linger.C
+		}
+		return true
+	}
 	var changed <-chan struct{}
 	var diagnose <-chan objKey
 	if p.caches != nil {
@@ -77,11 +96,16 @@ func (p *processor) run(ctx context.Context) error {
 			}
 			p.in.done(chunk)
 			p.m.queueLength.Set(float64(p.in.n.Load()))
-			if !p.flushIfIdle(ctx) {
+			if !idleFlush() {
 				return nil
 			}
 		case key := <-diagnose:
-			if !p.diagnose(ctx, key) || !p.flushIfIdle(ctx) {
+			if !p.diagnose(ctx, key) || !idleFlush() {
+				return nil
+			}
+		case <-lingerC:
+			lingerC = nil
+			if len(p.batch) > 0 && !p.flush(ctx) {
 				return nil
 			}
 		case <-changed:
@@ -228,16 +252,13 @@ func (p *processor) add(ctx context.Context, o *eventpipev1.Occurrence, source s
 	return true
 }
 
-// flushIfIdle sends the batch at once when nothing is waiting for an
-// acknowledgement (ship.flush_when_idle): at a low event rate an
-// occurrence then waits for no timer, and under load batches still fill
-// while earlier ones are in flight (the way Nagle's algorithm batches).
-// false when ctx ended.
-func (p *processor) flushIfIdle(ctx context.Context) bool {
-	if !p.cfg.Ship.FlushWhenIdle || len(p.batch) == 0 || p.shipper == nil || !p.shipper.idle() {
-		return true
-	}
-	return p.flush(ctx)
+// idleFlushDue reports whether the batch should go out now rather than at
+// the flush_interval tick (ship.flush_when_idle): nothing is waiting for an
+// acknowledgement, so at a low event rate an occurrence waits for no timer
+// but ship.idle_linger, and under load batches still fill while earlier
+// ones are in flight (the way Nagle's algorithm batches).
+func (p *processor) idleFlushDue() bool {
+	return p.cfg.Ship.FlushWhenIdle && len(p.batch) > 0 && p.shipper != nil && p.shipper.idle()
 }
 
 // flush hands the batch (possibly empty: a cursor-only batch) to the

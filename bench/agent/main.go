@@ -56,6 +56,7 @@ var (
 	keep       = flag.Bool("keep", false, "keep the work directory")
 	profileDir = flag.String("profiles", "", "write each agent's CPU and heap profiles into this directory")
 	agentEnv   = flag.String("agent-env", "", "extra environment for the agent child, comma-separated KEY=VALUE (e.g. GOGC=200,GOMEMLIMIT=48MiB); default none, so the agent runs with Go's and its own defaults")
+	idleLinger = flag.Duration("agent-idle-linger", -1, "the agent's ship.idle_linger (negative: the agent default)")
 	flushIdle  = flag.Bool("agent-flush-when-idle", true, "the agent's ship.flush_when_idle (false: batches go out only when full or at the flush_interval tick, as before 2026-12-01)")
 	builds     = flag.String("builds", "full,agentonly", "which eventpipe binaries to measure, comma-separated: full (go build ./cmd/eventpipe) and/or agentonly (go build -tags agentonly ./cmd/eventpipe)")
 )
@@ -641,9 +642,13 @@ func (e *env) startAgent(b binary, name, collectorAddr, cluster string) (*agentP
 	}
 	args := []string{"agent", "--kubeconfig", e.kcfg, "--collector", collectorAddr, "--collector-insecure",
 		"--cluster", cluster, "--leader-elect=false", "--listen", addr, "--log-level", "warn"}
-	if !*flushIdle {
+	if !*flushIdle || *idleLinger >= 0 {
+		ship := fmt.Sprintf("ship:\n  flush_when_idle: %v\n", *flushIdle)
+		if *idleLinger >= 0 {
+			ship += fmt.Sprintf("  idle_linger: %s\n", *idleLinger)
+		}
 		cf := filepath.Join(e.dir, "agent-"+name+".yaml")
-		if err := os.WriteFile(cf, []byte("ship:\n  flush_when_idle: false\n"), 0o600); err != nil {
+		if err := os.WriteFile(cf, []byte(ship), 0o600); err != nil {
 			return nil, err
 		}
 		args = append(args, "--config", cf)
