@@ -202,7 +202,7 @@ func NewDefaultConfig() Config {
 			MaxBatchBytes:  4 << 20,
 			FlushInterval:  200 * time.Millisecond,
 			FlushWhenIdle:  true,
-			IdleLinger:     5 * time.Millisecond,
+			IdleLinger:     20 * time.Millisecond,
 			MaxInFlight:    4,
 			BackoffInitial: 200 * time.Millisecond,
 			BackoffMax:     10 * time.Second,
