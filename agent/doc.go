@@ -47,6 +47,11 @@
 //     the processor, a bounded hold, a bounded number of batches in flight.
 //     When the collector is slow or down, the watch reader blocks and the API
 //     server keeps the data.
+//   - Latency: a batch goes out when full, at the ship.flush_interval tick,
+//     or, when no batch awaits its acknowledgement, ship.idle_linger after
+//     the processor handled what the watch delivered (ship.flush_when_idle):
+//     a sandbox's user waits tens of milliseconds, not a tick, and under load
+//     batches still fill while others are in flight (bench/agent.md).
 //   - Late binding: an Event whose involved object (or its owner) is not
 //     cached is held (hold.max_events, hold.max_age) and re-enriched on every
 //     cache change; when the hold is full or the time is up it ships
