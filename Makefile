@@ -53,7 +53,7 @@ $(BIN)/victoria-logs:
 ## it builds offline against the crates Debian packages (apt-installed when
 ## missing, like protoc in proto-tools). Cold: ~15 s apt + ~25 s cargo.
 H2PEER_CRATES := librust-h2-dev librust-tokio-dev librust-bytes-dev librust-http-dev
-CARGO ?= $(shell command -v cargo || echo $(HOME)/.cargo/bin/cargo)
+CARGO ?= $(shell command -v cargo || ls $(HOME)/.cargo/bin/cargo /root/.cargo/bin/cargo 2>/dev/null | head -1)
 h2peer: $(BIN)/h2peer
 $(BIN)/h2peer: $(ROOT)/testenv/h2peer/Cargo.toml $(ROOT)/testenv/h2peer/.cargo/config.toml $(wildcard $(ROOT)/testenv/h2peer/src/*.rs)
 	dpkg -s $(H2PEER_CRATES) >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq $(H2PEER_CRATES); }
