@@ -110,13 +110,13 @@ func (p *processor) run(ctx context.Context) error {
 			}
 		case <-changed:
 			if len(p.held) > 0 && p.now().Sub(p.lastTry) >= p.cfg.Hold.RetryInterval/4 {
-				if !p.retryHeld(ctx) {
+				if !p.retryHeld(ctx) || !idleFlush() {
 					return nil
 				}
 			}
 		case <-retry.C:
 			if len(p.held) > 0 {
-				if !p.retryHeld(ctx) {
+				if !p.retryHeld(ctx) || !idleFlush() {
 					return nil
 				}
 			}
