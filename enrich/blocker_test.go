@@ -283,3 +283,27 @@ func FuzzEnrichBlocker(f *testing.F) {
 		}
 	})
 }
+
+// A container the runtime could not start ends with the runtime's reason
+// and code (Docker: ContainerCannotRun, -1 or 128; containerd: StartError,
+// 128): that is start_failed, not the program's exit_error. Only the
+// Docker form is in the corpus, so both are pinned here.
+func TestContainerStatusRuntimeStartFailure(t *testing.T) {
+	for _, tc := range []struct {
+		terminated string
+		code       int32
+		cause      string
+		detail     string
+		ok         bool
+	}{
+		{"StartError", 128, eventpipev1.BlockerStartFailed, "StartError (exit code 128)", true},
+		{"ContainerCannotRun", -1, eventpipev1.BlockerStartFailed, "ContainerCannotRun (exit code -1)", true},
+		{"Error", 128, eventpipev1.BlockerExitError, "Error (exit code 128)", true},
+		{"Completed", 0, "", "", false},
+	} {
+		cause, detail, ok := ClassifyContainerStatus("", "", tc.terminated, tc.code, true)
+		if cause != tc.cause || detail != tc.detail || ok != tc.ok {
+			t.Errorf("%s %d: got %q %q %v, want %q %q %v", tc.terminated, tc.code, cause, detail, ok, tc.cause, tc.detail, tc.ok)
+		}
+	}
+}
