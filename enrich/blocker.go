@@ -81,6 +81,12 @@ func classifyBlocker(reason, msg string) (blockerClass, bool) {
 		if missingObject(msg, &b) {
 			return b, true
 		}
+		if hasSuffixFold(strings.TrimSpace(msg), "exit status 32") {
+			// mount(8) exits 32 on a mount failure; these kubelets passed
+			// the volume plugin's error up bare.
+			b.cause = eventpipev1.BlockerMountFailed
+			return b, true
+		}
 	case "Failed", "CreateContainerConfigError", "CreateContainerError", "RunContainerError", "StartError":
 		return containerError(reason, msg)
 	}
@@ -310,6 +316,15 @@ func classifyContainerStatus(waiting, waitingMessage, terminated string, exitCod
 	switch {
 	case terminated == "OOMKilled":
 		b.cause, b.detail = eventpipev1.BlockerOOMKilled, "OOMKilled"
+	case terminated == "ContainerCannotRun" || terminated == "StartError":
+		// The runtime could not start the process (Docker's reason, and
+		// containerd's, for a missing executable, a bad mount, a failed
+		// init): the exit code is the runtime's (-1, 128), not the
+		// program's, so this is no exit_error.
+		b.cause, b.detail = eventpipev1.BlockerStartFailed, terminated
+		if hasExitCode {
+			b.detail = terminated + " (exit code " + strconv.Itoa(int(exitCode)) + ")"
+		}
 	case terminated == "Error" || hasExitCode && exitCode != 0:
 		b.cause, b.detail = eventpipev1.BlockerExitError, terminated
 		if hasExitCode {
@@ -378,6 +393,10 @@ func indexFold(s, sub string) int {
 		}
 	}
 	return -1
+}
+
+func hasSuffixFold(s, suffix string) bool {
+	return len(s) >= len(suffix) && hasPrefixFold(s[len(s)-len(suffix):], suffix)
 }
 
 func hasPrefixFold(s, prefix string) bool {
