@@ -36,10 +36,11 @@ func successReason(reason string) bool {
 // a sandbox image pull in FailedCreatePodSandBox). Other reasons are only
 // scanned when they mention Pull or Image (e.g. a driver's
 // ImagePullFailed); the rest (Unhealthy, Killing, FailedMount, ...) never
-// are, which keeps the common case cheap.
+// are, which keeps the common case cheap. "failed" is the kubelet's reason
+// before 1.0 (2015), which wrote its reasons in lower case.
 func candidateReason(reason string) bool {
 	switch reason {
-	case "", "Failed", "BackOff", "InspectFailed", "FailedSync", "FailedCreatePodSandBox", "ImageInspectError":
+	case "", "Failed", "failed", "BackOff", "InspectFailed", "FailedSync", "FailedCreatePodSandBox", "ImageInspectError":
 		return true
 	}
 	return strings.Contains(reason, "Pull") || strings.Contains(reason, "Image")
@@ -98,7 +99,10 @@ var pullMarkers = []string{
 //     timeout is left for a pull that ran past its deadline or was
 //     cancelled;
 //   - "pull access denied ... may require docker login" is
-//     not_found_or_unauthorized, not unauthorized.
+//     not_found_or_unauthorized, not unauthorized;
+//   - Docker's "API error (500)" is the daemon's own answer to the
+//     kubelet, its status for any failure, not the registry's: it is the
+//     last rule, taken only when the message names no other cause.
 //
 // Bare status numbers ("401", "503") are never fragments: they occur in
 // digests and account ids.
@@ -154,6 +158,9 @@ var rules = []rule{
 		// (a stale partial download in its ingest directory; cleared on the
 		// node, not by the registry).
 		"failed commit on ref", "unexpected commit digest",
+		// The content store's own directory (an ingest lost under it:
+		// "failed reading status of resume write: stat .../ingest/...").
+		"io.containerd.content.v1.content", "status of resume write",
 	}},
 	{eventpipev1.CategoryRegistryUnreachable, []string{
 		"i/o timeout", "tls handshake timeout", "connection timed out", "connection refused", "no such host",
@@ -175,7 +182,7 @@ var rules = []rule{
 		"internal server error", "unavailable desc", "registryunavailable", "cannot connect", "could not connect",
 		"couldn't connect", "connection closed", "pinging container registry", "pinging docker registry",
 		"could not reach any registry endpoint",
-		"failed to do request", "api error (500)", "api error (502)", "api error (503)",
+		"failed to do request", "api error (502)", "api error (503)",
 		"status: 502", "status: 503", "status 502", "status 503", ": 502 ", ": 503 ",
 	}},
 	{eventpipev1.CategoryNotFoundOrUnauthorized, []string{
@@ -197,7 +204,11 @@ var rules = []rule{
 		"not found", "manifest unknown", "code = notfound", "name unknown", "does not exist",
 		"no such image", "blob unknown", "unknown manifest", "notfound", "status 404", "status: 404",
 		": 404 ", "(404)",
+		// containers/image when a 404's body is not a registry error (a
+		// CDN's HTML page): "error parsing HTTP 404 response body".
+		"http 404 response",
 	}},
+	{eventpipev1.CategoryRegistryUnreachable, []string{"api error (500)"}},
 }
 
 // detailsMarker: old Docker messages put a guess first ("this may be
@@ -205,11 +216,22 @@ var rules = []rule{
 // answer after it; the answer decides.
 const detailsMarker = "details: ("
 
-// markerBit tags pullMarkers in the matcher, detailsBit detailsMarker;
-// rule i has bit 1<<i.
+// aggregateMarker opens the kubelet's aggregate of pull attempts
+// ("[rpc error: ..., rpc error: ...]"): one attempt per credential it
+// holds for the registry, each answered on its own; attemptSep starts
+// every attempt after the first. See attemptsCategory.
 const (
-	markerBit  = 1 << 31
-	detailsBit = 1 << 30
+	aggregateMarker = "[rpc error: code ="
+	attemptSep      = ", rpc error: code ="
+)
+
+// markerBit tags pullMarkers in the matcher, detailsBit detailsMarker,
+// aggregateBit aggregateMarker; rule i has bit 1<<i.
+const (
+	markerBit    = 1 << 31
+	detailsBit   = 1 << 30
+	aggregateBit = 1 << 29
+	specialBits  = markerBit | detailsBit | aggregateBit
 )
 
 var pullMatcher = func() *matcher {
@@ -217,7 +239,7 @@ var pullMatcher = func() *matcher {
 	for _, f := range pullMarkers {
 		frags = append(frags, fragment{f, markerBit})
 	}
-	frags = append(frags, fragment{detailsMarker, detailsBit})
+	frags = append(frags, fragment{detailsMarker, detailsBit}, fragment{aggregateMarker, aggregateBit})
 	for i, r := range rules {
 		for _, f := range r.fragments {
 			frags = append(frags, fragment{f, 1 << uint(i)})
@@ -267,14 +289,18 @@ func classifyPull(reason, message, image string) (category, img, detail string, 
 		}
 	}
 	img = NormalizeImage(image)
-	if bits&detailsBit != 0 {
+	if bits&aggregateBit != 0 {
+		if b := attemptsBits(message, image, short); b != 0 {
+			bits = b
+		}
+	} else if bits&detailsBit != 0 {
 		// The registry's answer after "details: (" wins over the guess
 		// before it, when it names a cause.
 		i := strings.Index(message, detailsMarker)
 		if i < 0 {
 			i = pullIndexFold(message, detailsMarker)
 		}
-		if d := pullMatcher.scan(message[i:], image, short) &^ (markerBit | detailsBit); d != 0 {
+		if d := pullMatcher.scan(message[i:], image, short) &^ specialBits; d != 0 {
 			bits = d
 		}
 	}
@@ -299,6 +325,55 @@ func classifyPull(reason, message, image string) (category, img, detail string, 
 		detail = pullDetail(message)
 	}
 	return category, img, detail, true
+}
+
+// attemptsBits is the rule bits of the best answered attempts of the
+// kubelet's aggregate (aggregateMarker), 0 when the message holds no
+// aggregate. The pull failed because every attempt failed; the attempt that
+// got furthest says what still stops it with the right credential: an
+// answer about the image (not found, wrong platform, ...) ranks first, a
+// refused credential next (the other attempts' credentials do not fit the
+// registry), and a server error, a transport failure or no cause last
+// (they say nothing about the image or the credential). Within one rank
+// the rule order decides, as for a single message.
+func attemptsBits(message, image, short string) uint32 {
+	start := strings.Index(message, aggregateMarker)
+	if start < 0 {
+		return 0
+	}
+	best, bestRank := uint32(0), attemptRanks
+	for rest := message[start+1:]; rest != ""; {
+		attempt := rest
+		rest = ""
+		if i := strings.Index(attempt[1:], attemptSep); i >= 0 {
+			attempt, rest = attempt[:i+1], attempt[i+3:]
+		}
+		b := pullMatcher.scan(attempt, image, short) &^ specialBits
+		switch r := attemptRank(ruleCategory(b)); {
+		case r < bestRank:
+			best, bestRank = b, r
+		case r == bestRank:
+			best |= b
+		}
+	}
+	return best
+}
+
+// attemptRanks is the number of ranks attemptRank gives.
+const attemptRanks = 3
+
+// attemptRank orders the answers of one attempt of an aggregate (see
+// attemptsBits): 0 an answer about the image or the node, 1 a refused
+// credential, 2 a server error, a transport failure or no cause.
+func attemptRank(category string) int {
+	switch category {
+	case eventpipev1.CategoryUnauthorized, eventpipev1.CategoryNotFoundOrUnauthorized:
+		return 1
+	case eventpipev1.CategoryRegistryUnreachable, eventpipev1.CategoryTimeout, eventpipev1.CategoryTLSError,
+		eventpipev1.CategoryRateLimited, eventpipev1.CategoryUnknown:
+		return 2
+	}
+	return 0
 }
 
 // deniedOnly reports whether the registry's whole answer is a bare

@@ -263,3 +263,53 @@ func TestClassifyPullSchema1AndBareDenied(t *testing.T) {
 		}
 	}
 }
+
+// The families the fifth draw's training part added (bench/diagnosis.md,
+// "Fifth draw"), in wordings other than the corpus messages': each rule
+// must hold for its family, not for one string.
+func TestClassifyPullFifthDrawFamilies(t *testing.T) {
+	tests := []struct {
+		name, reason, msg, want, wantImage string
+	}{
+		{"kubelet before 1.0 wrote its reasons in lower case", "failed",
+			`Failed to pull image "quay.io/o/api:0.1.0"`, eventpipev1.CategoryUnknown, "quay.io/o/api:0.1.0"},
+		{"the daemon's own 500 gives way to the registry's answer", "Failed",
+			`Failed to pull image "r.example.com:5000/app": API error (500): Get https://r.example.com:5000/v2/app/manifests/latest: unauthorized: authentication required`,
+			eventpipev1.CategoryUnauthorized, "r.example.com:5000/app:latest"},
+		{"the daemon's own 500 with a manifest not found", "Failed",
+			`Failed to pull image "r.example.com/app:1": API error (500): manifest for r.example.com/app:1 not found`,
+			eventpipev1.CategoryNotFound, "r.example.com/app:1"},
+		{"the daemon's own 500 alone keeps its old answer", "Failed",
+			`Failed to pull image "r.example.com/app:1": API error (500): `, eventpipev1.CategoryRegistryUnreachable, "r.example.com/app:1"},
+		{"aggregate: an attempt that got a not found beats a refused credential", "",
+			`Failed to pull image "r.example.com/app": [rpc error: code = Unknown desc = Error response from daemon: Get https://r.example.com/v2/app/manifests/latest: unauthorized: authentication required, rpc error: code = Unknown desc = Error response from daemon: manifest for r.example.com/app:latest not found: manifest unknown: manifest unknown]`,
+			eventpipev1.CategoryNotFound, "r.example.com/app:latest"},
+		{"aggregate: a refused credential beats a server error", "",
+			`Failed to pull image "r.example.com/app:2": [rpc error: code = Unknown desc = Error response from daemon: Get https://r.example.com/v2/app/manifests/2: received unexpected HTTP status: 502 Bad Gateway, rpc error: code = Unknown desc = Error response from daemon: Get https://r.example.com/v2/app/manifests/2: denied: access forbidden]`,
+			eventpipev1.CategoryUnauthorized, "r.example.com/app:2"},
+		{"aggregate: attempts of one rank keep the rule order", "",
+			`Failed to pull image "r.example.com/app:2": [rpc error: code = Unknown desc = dial tcp 10.0.0.1:443: i/o timeout, rpc error: code = Unknown desc = context deadline exceeded]`,
+			eventpipev1.CategoryRegistryUnreachable, "r.example.com/app:2"},
+		{"containerd's content store lost an ingest", "Failed",
+			`Failed to pull image "docker.io/library/redis:7": rpc error: code = Unknown desc = failed to pull and unpack image "docker.io/library/redis:7": failed to copy: failed reading status of resume write: stat /var/lib/containerd/io.containerd.content.v1.content/ingest/0a1b/data: no such file or directory: not found`,
+			eventpipev1.CategoryRuntimeStore, "docker.io/library/redis:7"},
+		{"a 404 whose body is a CDN page", "Failed",
+			`Failed to pull image "registry.example.com/ns/op:v1": rpc error: code = Unknown desc = Error reading manifest v1 in registry.example.com/ns/op: error parsing HTTP 404 response body: invalid character '<' looking for beginning of value: "<html></html>"`,
+			eventpipev1.CategoryNotFound, "registry.example.com/ns/op:v1"},
+		{"a closing quote lost: the reference ends at the first \": \"", "Failed",
+			`Failed to pull image "r.example.com/team/app:3f2a: rpc error: code = Unknown desc = Get https://r.example.com/v2/: dial tcp: lookup r.example.com: no such host`,
+			eventpipev1.CategoryRegistryUnreachable, "r.example.com/team/app:3f2a"},
+		{"a message cut inside the reference names none", "Failed",
+			`Failed to pull image "r.example.com/team/ap`, eventpipev1.CategoryUnknown, ""},
+	}
+	for _, tt := range tests {
+		cat, img, _, ok := ClassifyPull(tt.reason, tt.msg)
+		if !ok || cat != tt.want || img != tt.wantImage {
+			t.Errorf("%s: got %s %q (ok=%v), want %s %q", tt.name, cat, img, ok, tt.want, tt.wantImage)
+		}
+	}
+	// A lower-case reason is a candidate, not a pull failure by itself.
+	if cat, _, _, ok := ClassifyPull("failed", `Failed to start container "app": exec format error`); ok {
+		t.Errorf("lower-case failed without a pull marker classified as %s", cat)
+	}
+}

@@ -58,7 +58,11 @@ func FuzzClassifyPull(f *testing.F) {
 				}
 			}
 			want := referenceCategory(scan)
-			if i := strings.Index(scan, detailsMarker); i >= 0 {
+			if i := strings.Index(scan, aggregateMarker); i >= 0 {
+				if a := referenceAttempts(scan[i+1:]); a != eventpipev1.CategoryUnknown {
+					want = a
+				}
+			} else if i := strings.Index(scan, detailsMarker); i >= 0 {
 				if d := referenceCategory(scan[i:]); d != eventpipev1.CategoryUnknown {
 					want = d
 				}
@@ -71,6 +75,25 @@ func FuzzClassifyPull(f *testing.F) {
 			}
 		}
 	})
+}
+
+// referenceAttempts is attemptsBits's category done plainly: the attempts
+// of the aggregate s (split at attemptSep) with the best attemptRank, and
+// the first rule with a fragment in any of them.
+func referenceAttempts(s string) string {
+	parts := strings.Split(s, attemptSep)
+	best := attemptRanks
+	for _, p := range parts {
+		best = min(best, attemptRank(referenceCategory(p)))
+	}
+	for _, r := range rules {
+		for _, p := range parts {
+			if attemptRank(referenceCategory(p)) == best && containsAny(p, r.fragments) {
+				return r.category
+			}
+		}
+	}
+	return eventpipev1.CategoryUnknown
 }
 
 // referenceCategory is the first rule with a fragment in the lower-cased s.

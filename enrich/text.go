@@ -99,6 +99,12 @@ func containerFromFieldPath(fp string) (name string, init bool) {
 // imageFromMessage returns the image a kubelet message quotes: `image "X"`,
 // `image tag "X"` (InvalidImageName), `Container image "X"`, and the escaped
 // `image \"X\"` of the old FailedSync wrapper. One pass over the message.
+//
+// A message whose closing quote was lost (a report that cut it out:
+// `Failed to pull image "X: rpc error: ...`) still names X: the kubelet
+// writes `image "X": cause`, and a reference holds no space, so X ends at
+// the first ": " when no quote closes it and no space comes before. A
+// message cut inside the reference (no ": " after it) names none.
 func imageFromMessage(msg string) string {
 	for off := 0; off < len(msg); {
 		i := strings.Index(msg[off:], "image ")
@@ -114,7 +120,9 @@ func imageFromMessage(msg string) string {
 		switch {
 		case strings.HasPrefix(rest, `"`):
 			rest = rest[1:]
-			end = strings.IndexByte(rest, '"')
+			if end = strings.IndexByte(rest, '"'); end < 0 {
+				end = unquotedEnd(rest)
+			}
 		case strings.HasPrefix(rest, `\"`):
 			rest = rest[2:]
 			end = strings.Index(rest, `\"`)
@@ -126,4 +134,14 @@ func imageFromMessage(msg string) string {
 		}
 	}
 	return ""
+}
+
+// unquotedEnd is where a reference whose closing quote is missing ends:
+// at the first ": ", if no space or tab comes before it; else -1.
+func unquotedEnd(rest string) int {
+	end := strings.Index(rest, ": ")
+	if end <= 0 || strings.ContainsAny(rest[:end], " \t\n") {
+		return -1
+	}
+	return end
 }
