@@ -107,6 +107,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		addr := lis.Addr().String()
 		a.httpAddr.Store(&addr)
+		// The bound address, not the configured one: with port 0 (tests,
+		// several agents on one host) this line is where it is found.
+		a.log.Info("serving /metrics, /healthz and /readyz", "http", addr)
 		srv := &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 10 * time.Second}
 		g.Go(func() error {
 			if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {

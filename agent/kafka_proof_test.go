@@ -31,14 +31,16 @@ import (
 
 // startCollectorChild runs `eventpipe collector` as a process in Kafka
 // mode against brokers, so a test can SIGKILL it: nothing is flushed,
-// closed or handed over. Its metrics and readiness are read over HTTP
-// (child.metric, child.ready).
-// extra is appended to its configuration (sinks, backbone settings are
-// not repeated there: see session_timeout below).
+// closed or handed over. It listens on ports it chooses (127.0.0.1:0),
+// read from its "collector started" log line (a port picked here and closed
+// again could be taken by another process on this shared machine before
+// the child binds it), and returns once /readyz answers, with its gRPC
+// address. Its metrics and readiness are read over HTTP (child.metric,
+// child.ready). extra is appended to its configuration (sinks; backbone
+// settings are not repeated there: see session_timeout below).
 func startCollectorChild(t *testing.T, dir, name string, brokers []string, extra string) (*child, string) {
 	t.Helper()
 	bin := eventpipeBinary(t)
-	grpcAddr, httpAddr := freeAddr(t), freeAddr(t)
 	cfg := fmt.Sprintf(`log: kafka
 backbone:
   brokers: [%s]
@@ -48,13 +50,13 @@ backbone:
   produce_timeout: 5s
   session_timeout: 6s
 grpc:
-  listen: %s
+  listen: 127.0.0.1:0
   shutdown_grace: 2s
 http:
-  listen: %s
+  listen: 127.0.0.1:0
 auth:
   insecure: true
-%s`, strings.Join(brokers, ", "), grpcAddr, httpAddr, extra)
+%s`, strings.Join(brokers, ", "), extra)
 	cfgPath := filepath.Join(dir, name+".yaml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
@@ -64,13 +66,17 @@ auth:
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "collector", "--config", cfgPath)
+	st, err := lf.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "collector", "--config", cfgPath, "--log-format", "json")
 	cmd.Stdout, cmd.Stderr = lf, lf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start collector %s: %v", name, err)
 	}
-	c := &child{name: name, cmd: cmd, metrics: httpAddr, log: logPath, done: make(chan struct{})}
+	c := &child{name: name, cmd: cmd, log: logPath, done: make(chan struct{})}
 	go func() {
 		_ = cmd.Wait()
 		lf.Close()
@@ -83,44 +89,18 @@ auth:
 			t.Logf("collector %s log (tail):\n%s", name, tail(string(b), 3000))
 		}
 	})
-	return c, grpcAddr
-}
-
-// startReadyCollectorChild is startCollectorChild, waiting until the
-// process is ready. A process that exits first (its ports, picked free,
-// were taken meanwhile by another process on this shared machine) is
-// started again on other ports; /readyz is only believed while the child
-// runs, since the port may now belong to someone else's collector.
-func startReadyCollectorChild(t *testing.T, dir, name string, brokers []string, extra string) (*child, string) {
-	t.Helper()
-	for attempt := 1; ; attempt++ {
-		c, addr := startCollectorChild(t, dir, name, brokers, extra)
-		var exited bool
-		waitFor(t, 60*time.Second, name+" ready", func() (bool, string) {
-			select {
-			case <-c.done:
-				exited = true
-				return true, ""
-			default:
-			}
-			return c.ready(), ""
-		})
-		if !exited {
-			// A foreign /readyz may have answered before this child
-			// failed to bind: believe it only if the child still runs.
-			select {
-			case <-c.done:
-				exited = true
-			case <-time.After(300 * time.Millisecond):
-				return c, addr
-			}
+	started := c.waitLogged(t, st.Size(), "collector started")
+	c.metrics = started["http"]
+	waitFor(t, 60*time.Second, name+" ready", func() (bool, string) {
+		select {
+		case <-c.done:
+			b, _ := os.ReadFile(logPath)
+			t.Fatalf("%s exited before it was ready; log:\n%s", name, tail(string(b), 2000))
+		default:
 		}
-		b, _ := os.ReadFile(c.log)
-		if attempt == 3 {
-			t.Fatalf("%s exited before it was ready, three times; log:\n%s", name, tail(string(b), 2000))
-		}
-		t.Logf("%s exited before it was ready (attempt %d), starting it again: %s", name, attempt, tail(string(b), 300))
-	}
+		return c.ready(), ""
+	})
+	return c, started["grpc"]
 }
 
 // TestKafkaBackboneSurvivesCollectorKills is the proof of Kafka mode's
@@ -222,7 +202,7 @@ func TestKafkaBackboneSurvivesCollectorKills(t *testing.T) {
 	cols := make([]*child, 3)
 	addrs := make([]string, 3)
 	for i := range cols {
-		cols[i], addrs[i] = startReadyCollectorChild(t, dir, fmt.Sprintf("collector-%d", i), brokers, sinkCfg)
+		cols[i], addrs[i] = startCollectorChild(t, dir, fmt.Sprintf("collector-%d", i), brokers, sinkCfg)
 	}
 
 	// Sandboxes for the Events to be about, so they are attributed and a

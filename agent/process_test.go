@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -67,34 +66,33 @@ type child struct {
 	done    chan struct{}
 }
 
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
-// startChild runs `eventpipe agent` with the least-privilege kubeconfig.
+// startChild runs `eventpipe agent` with the least-privilege kubeconfig. The
+// agent binds a port it chooses (--listen 127.0.0.1:0) and the address is
+// read from its log: a port the test picked and closed again could be taken
+// by another process before the agent binds it.
 func startChild(t testing.TB, dir, name string, args ...string) *child {
 	t.Helper()
 	bin := eventpipeBinary(t)
-	addr := freeAddr(t)
 	logPath := filepath.Join(dir, name+".log")
 	lf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		t.Fatal(err)
 	}
-	all := append([]string{"agent", "--kubeconfig", agentKubeconfig(t, dir), "--listen", addr, "--collector-insecure", "--identity", name}, args...)
+	// A restarted child appends to the log of its predecessor: only what
+	// it writes counts.
+	st, err := lf.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	from := st.Size()
+	all := append([]string{"agent", "--kubeconfig", agentKubeconfig(t, dir), "--listen", "127.0.0.1:0", "--collector-insecure", "--identity", name}, args...)
 	cmd := exec.Command(bin, all...)
 	cmd.Stdout, cmd.Stderr = lf, lf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start agent %s: %v", name, err)
 	}
-	c := &child{name: name, cmd: cmd, metrics: addr, log: logPath, done: make(chan struct{})}
+	c := &child{name: name, cmd: cmd, log: logPath, done: make(chan struct{})}
 	go func() {
 		_ = cmd.Wait()
 		lf.Close()
@@ -107,7 +105,49 @@ func startChild(t testing.TB, dir, name string, args ...string) *child {
 			t.Logf("agent %s log (tail):\n%s", name, tail(string(b), 4000))
 		}
 	})
+	c.metrics = c.waitLogged(t, from, "serving /metrics, /healthz and /readyz")["http"]
 	return c
+}
+
+// waitLogged waits until c's JSON log has, past offset from, a line with
+// message msg, and returns that line's string fields. It fails the test
+// when the child exits first or after 60 s.
+func (c *child) waitLogged(t testing.TB, from int64, msg string) map[string]string {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		// Whether it had exited is known before the read: a line written
+		// just before the exit is still found.
+		var exited bool
+		select {
+		case <-c.done:
+			exited = true
+		default:
+		}
+		b, _ := os.ReadFile(c.log)
+		if int64(len(b)) > from {
+			for _, line := range strings.Split(string(b[from:]), "\n") {
+				var rec map[string]any
+				if json.Unmarshal([]byte(line), &rec) != nil || rec["msg"] != msg {
+					continue
+				}
+				out := map[string]string{}
+				for k, v := range rec {
+					if s, ok := v.(string); ok {
+						out[k] = s
+					}
+				}
+				return out
+			}
+		}
+		if exited {
+			t.Fatalf("%s exited before logging %q; log:\n%s", c.name, msg, tail(string(b), 4000))
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not log %q in 60s; log:\n%s", c.name, msg, tail(string(b), 4000))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 func tail(s string, n int) string {

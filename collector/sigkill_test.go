@@ -4,10 +4,9 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -39,28 +38,25 @@ func buildEventpipe(t *testing.T, dir string) string {
 	return bin
 }
 
-func freePort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
-// child is one run of `eventpipe collector` as a separate process.
+// child is one run of `eventpipe collector` as a separate process. Its
+// config listens on 127.0.0.1:0 and grpc and http are the addresses it
+// reports having bound: a port the test picked and closed again could be
+// taken by another process before the child binds it, or between a kill and
+// the restart.
 type child struct {
-	cmd    *exec.Cmd
-	stderr *bytes.Buffer
-	done   chan error
+	cmd        *exec.Cmd
+	stderr     *syncWriter
+	done       chan error
+	grpc, http string
 }
 
-func startChild(t *testing.T, bin, config, httpAddr string) *child {
+// startChild runs the collector with JSON logs, reads the addresses it bound
+// from its "collector started" line and waits until /readyz answers 200.
+func startChild(t *testing.T, bin, config string) *child {
 	t.Helper()
-	c := &child{stderr: &bytes.Buffer{}, done: make(chan error, 1)}
-	c.cmd = exec.Command(bin, "collector", "--config", config)
-	c.cmd.Stderr = &syncWriter{w: c.stderr}
+	c := &child{stderr: &syncWriter{}, done: make(chan error, 1)}
+	c.cmd = exec.Command(bin, "collector", "--config", config, "--log-format", "json")
+	c.cmd.Stderr = c.stderr
 	if err := c.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -73,11 +69,16 @@ func startChild(t *testing.T, bin, config, httpAddr string) *child {
 	})
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		resp, err := http.Get("http://" + httpAddr + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return c
+		if c.http == "" {
+			c.grpc, c.http = startedAddrs(c.stderrString())
+		}
+		if c.http != "" {
+			resp, err := http.Get("http://" + c.http + "/readyz")
+			if err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					return c
+				}
 			}
 		}
 		if time.Now().After(deadline) {
@@ -91,19 +92,38 @@ func startChild(t *testing.T, bin, config, httpAddr string) *child {
 	}
 }
 
+// startedAddrs returns the gRPC and HTTP addresses of the "collector
+// started" line of a JSON log, or empty strings before it was written.
+func startedAddrs(log string) (grpcAddr, httpAddr string) {
+	for _, line := range strings.Split(log, "\n") {
+		var rec struct{ Msg, GRPC, HTTP string }
+		if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "collector started" {
+			return rec.GRPC, rec.HTTP
+		}
+	}
+	return "", ""
+}
+
 func (c *child) stderrString() string {
 	return c.stderr.String()
 }
 
+// syncWriter is the child's stderr, read while the child writes it.
 type syncWriter struct {
-	mu sync.Mutex
-	w  io.Writer
+	mu  sync.Mutex
+	buf bytes.Buffer
 }
 
 func (s *syncWriter) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.w.Write(p)
+	return s.buf.Write(p)
+}
+
+func (s *syncWriter) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.buf.String()
 }
 
 // agentRun plays the agent: it ships numbered batches (RV = batch number)
@@ -170,15 +190,14 @@ func (a *agentRun) ship(ctx context.Context, t *testing.T, addr string, firstBat
 func TestSIGKILLMidIngest(t *testing.T) {
 	dir := t.TempDir()
 	bin := buildEventpipe(t, dir)
-	grpcAddr, httpAddr := freePort(t), freePort(t)
 	if err := os.WriteFile(filepath.Join(dir, "tokens.yaml"), []byte(tokensFileYML), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	jsonl := filepath.Join(dir, "events.jsonl")
 	config := filepath.Join(dir, "collector.yaml")
 	if err := os.WriteFile(config, []byte(fmt.Sprintf(`
-grpc: {listen: %q, shutdown_grace: 5s}
-http: {listen: %q}
+grpc: {listen: "127.0.0.1:0", shutdown_grace: 5s}
+http: {listen: "127.0.0.1:0"}
 auth: {tokens_file: %q}
 store: {dir: %q, segment_bytes: 1048576}
 sinks:
@@ -186,7 +205,7 @@ sinks:
     type: file
     file: {path: %q, max_bytes: 1073741824}
     batch: {max_records: 2000, max_wait: 50ms}
-`, grpcAddr, httpAddr, filepath.Join(dir, "tokens.yaml"), filepath.Join(dir, "log"), jsonl)), 0o600); err != nil {
+`, filepath.Join(dir, "tokens.yaml"), filepath.Join(dir, "log"), jsonl)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -200,7 +219,7 @@ sinks:
 	}
 	const perBatch = 50
 	var (
-		proc     = startChild(t, bin, config, httpAddr)
+		proc     = startChild(t, bin, config)
 		inflight int    // batches sent but not acknowledged at the kill
 		dupBound uint64 // records the sink may deliver twice: past its committed cursor at each kill
 		kills    int
@@ -211,7 +230,8 @@ sinks:
 		}
 		sent0, acked0 := counts()
 		shipErr := make(chan error, 1)
-		go func() { shipErr <- agent.ship(ctx, t, grpcAddr, sent0+1, perBatch, nil) }()
+		addr := proc.grpc
+		go func() { shipErr <- agent.ship(ctx, t, addr, sent0+1, perBatch, nil) }()
 		// A steady stream (long enough for the sink to commit its cursor
 		// once: commit_interval), then the kill at a moment when batches
 		// are sent and not yet acknowledged.
@@ -234,8 +254,8 @@ sinks:
 			t.Fatal("the stream survived SIGKILL?")
 		}
 		committed := readCursorFile(t, cursorFile)
-		proc = startChild(t, bin, config, httpAddr)
-		last := uint64(scrapeGauge(t, httpAddr, "eventpipe_collector_log_last_offset"))
+		proc = startChild(t, bin, config)
+		last := uint64(scrapeGauge(t, proc.http, "eventpipe_collector_log_last_offset"))
 		if last > committed {
 			dupBound += last - committed
 		}
@@ -265,7 +285,7 @@ sinks:
 	}
 
 	second := proc
-	conn := dial(t, grpcAddr, agentToken)
+	conn := dial(t, second.grpc, agentToken)
 	cur, err := eventpipev1.NewIngestClient(conn).GetCursor(ctx, &eventpipev1.GetCursorRequest{Cluster: "prod", Stream: DefaultStream})
 	if err != nil || !cur.GetFound() {
 		t.Fatalf("GetCursor after restart: %v, %v", cur, err)
@@ -467,18 +487,17 @@ func scrapeGauge(t *testing.T, httpAddr, name string) float64 {
 func TestBitFlipDrill(t *testing.T) {
 	dir := t.TempDir()
 	bin := buildEventpipe(t, dir)
-	grpcAddr, httpAddr := freePort(t), freePort(t)
 	if err := os.WriteFile(filepath.Join(dir, "tokens.yaml"), []byte(tokensFileYML), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	writeConfig := func(accept bool) string {
 		config := filepath.Join(dir, "collector.yaml")
 		if err := os.WriteFile(config, []byte(fmt.Sprintf(`
-grpc: {listen: %q, shutdown_grace: 5s}
-http: {listen: %q}
+grpc: {listen: "127.0.0.1:0", shutdown_grace: 5s}
+http: {listen: "127.0.0.1:0"}
 auth: {tokens_file: %q}
 store: {dir: %q, accept_data_loss: %t}
-`, grpcAddr, httpAddr, filepath.Join(dir, "tokens.yaml"), filepath.Join(dir, "log"), accept)), 0o600); err != nil {
+`, filepath.Join(dir, "tokens.yaml"), filepath.Join(dir, "log"), accept)), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		return config
@@ -486,8 +505,8 @@ store: {dir: %q, accept_data_loss: %t}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	config := writeConfig(false)
-	first := startChild(t, bin, config, httpAddr)
-	conn := dial(t, grpcAddr, agentToken)
+	first := startChild(t, bin, config)
+	conn := dial(t, first.grpc, agentToken)
 	const total = 10_000
 	for b := range total / 500 {
 		var occs []*eventpipev1.Occurrence
@@ -532,11 +551,11 @@ store: {dir: %q, accept_data_loss: %t}
 		t.Fatal("the refused start modified the segment")
 	}
 
-	second := startChild(t, bin, writeConfig(true), httpAddr)
-	if got := scrapeGauge(t, httpAddr, "eventpipe_collector_log_data_loss_records_total"); got != 1 {
+	second := startChild(t, bin, writeConfig(true))
+	if got := scrapeGauge(t, second.http, "eventpipe_collector_log_data_loss_records_total"); got != 1 {
 		t.Fatalf("eventpipe_collector_log_data_loss_records_total = %v, want 1", got)
 	}
-	conn2 := dial(t, grpcAddr, agentToken)
+	conn2 := dial(t, second.grpc, agentToken)
 	if _, err := ship(t, ctx, conn2, batch(100, "prod", "100", occ("flip-after", "sb-1", "ws1", "n", "gw"))); err != nil {
 		t.Fatal(err)
 	}

@@ -150,22 +150,24 @@ func NewReadMetrics(reg prometheus.Registerer) (*ReadMetrics, error) {
 		return m, nil
 	}
 	var errs []error
-	m.duplicates = registerCounter(reg, m.duplicates, &errs)
-	m.evictions = registerCounter(reg, m.evictions, &errs)
-	m.undecodable = registerCounter(reg, m.undecodable, &errs)
-	m.seeded = registerCounter(reg, m.seeded, &errs)
-	m.skipped = registerCounter(reg, m.skipped, &errs)
+	m.duplicates = register(reg, m.duplicates, &errs)
+	m.evictions = register(reg, m.evictions, &errs)
+	m.undecodable = register(reg, m.undecodable, &errs)
+	m.seeded = register(reg, m.seeded, &errs)
+	m.skipped = register(reg, m.skipped, &errs)
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("register backbone read metrics: %w", err)
 	}
 	return m, nil
 }
 
-func registerCounter(reg prometheus.Registerer, c *prometheus.CounterVec, errs *[]error) *prometheus.CounterVec {
+// register registers c, or returns the collector of the same kind already
+// registered under its name (several consumers share one registry).
+func register[C prometheus.Collector](reg prometheus.Registerer, c C, errs *[]error) C {
 	if err := reg.Register(c); err != nil {
 		var are prometheus.AlreadyRegisteredError
 		if errors.As(err, &are) {
-			if existing, ok := are.ExistingCollector.(*prometheus.CounterVec); ok {
+			if existing, ok := are.ExistingCollector.(C); ok {
 				return existing
 			}
 		}

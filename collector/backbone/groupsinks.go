@@ -104,16 +104,77 @@ func NewGroupSinks(cfg Config, list []GroupSink, logger *slog.Logger, reg promet
 	if err != nil {
 		return nil, err
 	}
+	gm, err := newGroupMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
 	g := &GroupSinks{cfg: cfg, opts: opts, logger: logger}
 	for _, s := range list {
 		consumer := SinkConsumer(s.Runner.Name)
 		g.members = append(g.members, &member{
 			g: g, sink: s, consumer: consumer, group: cfg.GroupName(consumer),
 			log: logger.With("sink", s.Runner.Name, "group", cfg.GroupName(consumer)),
-			reg: reg, m: m, parts: map[int32]*partWorker{},
+			reg: reg, m: m, gm: gm.forSink(s.Runner.Name), parts: map[int32]*partWorker{},
 		})
 	}
 	return g, nil
+}
+
+// Kinds of rebalance this replica's member of a sink group went through
+// (the kind label of eventpipe_collector_backbone_sink_rebalances_total).
+const (
+	rebalanceAssigned = "assigned" // partitions given to this replica
+	rebalanceRevoked  = "revoked"  // taken away after a final commit
+	rebalanceLost     = "lost"     // taken away without one (fenced)
+)
+
+// groupMetrics tell which replica owns how much of each sink's group, and
+// how often that changes: the sum of the assigned gauges over the replicas
+// is the topic's partition count once a rebalance settled; a partition
+// that nobody owns delivers nothing (its lag grows), and frequent
+// rebalances repeat up to commit_interval's worth of records each time.
+type groupMetrics struct {
+	assigned   *prometheus.GaugeVec
+	rebalances *prometheus.CounterVec
+}
+
+func newGroupMetrics(reg prometheus.Registerer) (*groupMetrics, error) {
+	m := &groupMetrics{
+		assigned: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "eventpipe_collector_backbone_sink_assigned_partitions",
+			Help: "Backbone topic partitions this replica owns in the sink's consumer group (summed over the replicas: the partition count, once a rebalance settled).",
+		}, []string{"sink"}),
+		rebalances: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "eventpipe_collector_backbone_sink_rebalances_total",
+			Help: "Rebalances of the sink's consumer group that changed this replica's partitions: kind=assigned (given some), revoked (gave some up after committing what it handled), lost (fenced: gave some up without a commit, their new owner repeats what was handled since the last one).",
+		}, []string{"sink", "kind"}),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	var errs []error
+	m.assigned = register(reg, m.assigned, &errs)
+	m.rebalances = register(reg, m.rebalances, &errs)
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("register backbone sink group metrics: %w", err)
+	}
+	return m, nil
+}
+
+// sinkGroupMetrics are groupMetrics curried with one sink's label; every
+// series exists from the start (0), so a rate or an absent owner shows.
+type sinkGroupMetrics struct {
+	assigned                     prometheus.Gauge
+	assignments, revokes, losses prometheus.Counter
+}
+
+func (m *groupMetrics) forSink(sink string) sinkGroupMetrics {
+	return sinkGroupMetrics{
+		assigned:    m.assigned.WithLabelValues(sink),
+		assignments: m.rebalances.WithLabelValues(sink, rebalanceAssigned),
+		revokes:     m.rebalances.WithLabelValues(sink, rebalanceRevoked),
+		losses:      m.rebalances.WithLabelValues(sink, rebalanceLost),
+	}
 }
 
 // Run joins every sink's group and delivers until ctx ends; then it stops
@@ -175,6 +236,7 @@ type member struct {
 	log      *slog.Logger
 	reg      prometheus.Registerer
 	m        *ReadMetrics
+	gm       sinkGroupMetrics
 	extra    []kgo.Opt // tests: shorter session timeouts
 
 	mu       sync.Mutex
@@ -265,9 +327,15 @@ func (m *member) takeAll() []*partWorker {
 		ws = append(ws, w)
 		delete(m.parts, p)
 	}
+	m.gm.assigned.Set(0)
 	return ws
 }
 
+// take removes the workers of parts: from then on they are not this
+// replica's. The assigned gauge drops before their final commit, and the
+// group gives them to another member only after this one's revoke, so the
+// gauges of two replicas count a partition twice only while a fenced
+// member has not yet been told (lost).
 func (m *member) take(parts []int32) []*partWorker {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -278,6 +346,7 @@ func (m *member) take(parts []int32) []*partWorker {
 			delete(m.parts, p)
 		}
 	}
+	m.gm.assigned.Set(float64(len(m.parts)))
 	return ws
 }
 
@@ -290,6 +359,7 @@ func (m *member) assigned(_ context.Context, cl *kgo.Client, a map[string][]int3
 	if m.stopping || m.runCtx == nil || m.runCtx.Err() != nil {
 		return
 	}
+	added := 0
 	for _, p := range a[m.g.cfg.Topic] {
 		if m.parts[p] != nil {
 			continue
@@ -297,7 +367,12 @@ func (m *member) assigned(_ context.Context, cl *kgo.Client, a map[string][]int3
 		ctx, cancel := context.WithCancel(m.runCtx)
 		w := &partWorker{p: p, cancel: cancel, done: make(chan struct{})}
 		m.parts[p] = w
+		added++
 		go m.work(ctx, cl, w)
+	}
+	m.gm.assigned.Set(float64(len(m.parts)))
+	if added > 0 {
+		m.gm.assignments.Inc()
 	}
 	m.log.Info("sink partitions assigned", "partitions", a[m.g.cfg.Topic])
 }
@@ -313,6 +388,7 @@ func (m *member) revoke(ctx context.Context, cl *kgo.Client, r map[string][]int3
 	m.mu.Lock()
 	m.revoked += uint64(len(ws))
 	m.mu.Unlock()
+	m.gm.revokes.Inc()
 	m.log.Info("sink partitions revoked; handled records committed", "partitions", r[m.g.cfg.Topic])
 }
 
@@ -331,6 +407,7 @@ func (m *member) lose(_ context.Context, _ *kgo.Client, l map[string][]int32) {
 	m.lost += uint64(len(ws))
 	m.mu.Unlock()
 	if len(ws) > 0 {
+		m.gm.losses.Inc()
 		m.log.Warn("sink partitions lost (the member was fenced from its group); records handled since the last commit will be delivered again by their new owner",
 			"partitions", l[m.g.cfg.Topic])
 	}

@@ -297,3 +297,113 @@ func TestGroupSinksChurnUnderLoad(t *testing.T) {
 	}
 	t.Logf("%d occurrences, %d repeated records across the hand-overs (c holds %v partitions)", len(got), copies, c.partitions())
 }
+
+// metric sums the series of name whose labels include want (counter or
+// gauge); present says whether any series matched.
+func (r *replica) metric(name string, want map[string]string) (v float64, present bool) {
+	mfs, _ := r.reg.Gather()
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	series:
+		for _, m := range mf.GetMetric() {
+			have := map[string]string{}
+			for _, l := range m.GetLabel() {
+				have[l.GetName()] = l.GetValue()
+			}
+			for k, val := range want {
+				if have[k] != val {
+					continue series
+				}
+			}
+			present = true
+			v += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+		}
+	}
+	return v, present
+}
+
+// TestGroupSinksPartitionMetrics: each replica's
+// eventpipe_collector_backbone_sink_assigned_partitions is the number of
+// partitions it owns in the sink's group, so after every rebalance the
+// gauges of the replicas add up to the topic's partition count; and
+// eventpipe_collector_backbone_sink_rebalances_total counts, per kind, the
+// rebalances that changed a replica's share: a second member joining
+// (revoked on the first, assigned on the second), the first one leaving
+// (assigned on the second again). Nothing is fenced here: lost stays 0,
+// but its series exists from the start.
+func TestGroupSinksPartitionMetrics(t *testing.T) {
+	const topic, partitions = "eventpipe.occurrences", 6
+	opts := startKfake(t, topic, partitions)
+	cfg := NewDefaultConfig()
+	cl, _ := kgo.NewClient(opts...)
+	cfg.Brokers = cl.OptValue(kgo.SeedBrokers).([]string)
+	cl.Close()
+	cfg.Topic = topic
+	cfg.DedupeWindow = minDedupeWindow
+	dir := t.TempDir()
+	produce(t, opts, topic, occurrences(0, 60)...)
+
+	const (
+		assigned   = "eventpipe_collector_backbone_sink_assigned_partitions"
+		rebalances = "eventpipe_collector_backbone_sink_rebalances_total"
+	)
+	sink := map[string]string{"sink": "loki"} // startReplica's sink name
+	gauge := func(r *replica) int {
+		v, _ := r.metric(assigned, sink)
+		return int(v)
+	}
+	count := func(r *replica, kind string) float64 {
+		v, ok := r.metric(rebalances, map[string]string{"sink": "loki", "kind": kind})
+		if !ok {
+			t.Fatalf("%s: no %s series for kind %q", r.name, rebalances, kind)
+		}
+		return v
+	}
+	// settled: the gauges add up to the partition count and each equals
+	// the partitions the replica's Status lists.
+	settled := func(rs ...*replica) bool {
+		sum := 0
+		for _, r := range rs {
+			if gauge(r) != len(r.partitions()) {
+				return false
+			}
+			sum += gauge(r)
+		}
+		return sum == partitions
+	}
+
+	a := fileSinkReplica(t, "a", cfg, filepath.Join(dir, "a.jsonl"))
+	waitUntil(t, 30*time.Second, "a to own every partition", func() bool { return gauge(a) == partitions && settled(a) })
+	if n := count(a, "assigned"); n != 1 {
+		t.Errorf("a alone: %v assigned rebalances, want 1", n)
+	}
+
+	b := fileSinkReplica(t, "b", cfg, filepath.Join(dir, "b.jsonl"))
+	waitUntil(t, 30*time.Second, "a and b to share the partitions", func() bool {
+		return gauge(a) > 0 && gauge(b) > 0 && settled(a, b)
+	})
+	t.Logf("after b joined: a owns %d, b owns %d", gauge(a), gauge(b))
+	if n := count(a, "revoked"); n < 1 {
+		t.Errorf("a gave partitions to b, but %v revoked rebalances", n)
+	}
+	if n := count(b, "assigned"); n < 1 {
+		t.Errorf("b got partitions, but %v assigned rebalances", n)
+	}
+	bAssigned := count(b, "assigned")
+
+	a.stop()
+	waitUntil(t, 30*time.Second, "b to own every partition", func() bool { return gauge(b) == partitions && settled(b) })
+	if g := gauge(a); g != 0 {
+		t.Errorf("a left its group but its gauge says %d partitions", g)
+	}
+	if n := count(b, "assigned"); n != bAssigned+1 {
+		t.Errorf("b took a's partitions: %v assigned rebalances, want %v", n, bAssigned+1)
+	}
+	for _, r := range []*replica{a, b} {
+		if n := count(r, "lost"); n != 0 {
+			t.Errorf("%s: %v lost rebalances, want 0 (nothing was fenced)", r.name, n)
+		}
+	}
+}

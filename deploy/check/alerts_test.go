@@ -1,6 +1,7 @@
 package check
 
 import (
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -180,31 +181,26 @@ func scrapeBinary(c *Catalogue, dir string) (int, error) {
 	if out, err := build.CombinedOutput(); err != nil {
 		return 0, fmt.Errorf("go build ./cmd/eventpipe: %v\n%s", err, out)
 	}
-	port, err := freePort()
-	if err != nil {
-		return 0, err
-	}
-	gport, err := freePort()
-	if err != nil {
-		return 0, err
-	}
+	// The collector binds ports it chooses (127.0.0.1:0) and reports them
+	// in its "collector started" line: a port picked here and closed again
+	// could be taken by another process before the collector binds it.
 	cfgPath := filepath.Join(dir, "collector.yaml")
-	cfg := fmt.Sprintf("grpc: {listen: \"127.0.0.1:%d\"}\nhttp: {listen: \"127.0.0.1:%d\"}\nauth: {insecure: true}\nstore: {dir: %q}\nsinks:\n  - {name: file, type: file, file: {path: %q}}\n",
-		gport, port, filepath.Join(dir, "binlog"), filepath.Join(dir, "bin-events.jsonl"))
+	cfg := fmt.Sprintf("grpc: {listen: \"127.0.0.1:0\"}\nhttp: {listen: \"127.0.0.1:0\"}\nauth: {insecure: true}\nstore: {dir: %q}\nsinks:\n  - {name: file, type: file, file: {path: %q}}\n",
+		filepath.Join(dir, "binlog"), filepath.Join(dir, "bin-events.jsonl"))
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		return 0, err
 	}
-	cmd := exec.Command(bin, "collector", "--config", cfgPath)
+	cmd := exec.Command(bin, "collector", "--config", cfgPath, "--log-format", "json")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
+	stderr := &lockedBuffer{}
+	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
 		return 0, err
 	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
 	defer func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
 		select {
 		case <-done:
 		case <-time.After(20 * time.Second):
@@ -212,31 +208,65 @@ func scrapeBinary(c *Catalogue, dir string) (int, error) {
 			<-done
 		}
 	}()
-	url := fmt.Sprintf("http://127.0.0.1:%d/metrics", port)
 	deadline := time.Now().Add(30 * time.Second)
+	url, last := "", `no "collector started" line yet`
 	for {
-		resp, err := http.Get(url)
-		if err == nil {
-			defer resp.Body.Close()
-			if resp.StatusCode != http.StatusOK {
-				return 0, fmt.Errorf("GET %s: %s", url, resp.Status)
+		if url == "" {
+			if addr := startedHTTPAddr(stderr.String()); addr != "" {
+				url = "http://" + addr + "/metrics"
 			}
-			return c.AddScrape(resp.Body)
+		}
+		if url != "" {
+			resp, err := http.Get(url)
+			if err == nil {
+				defer resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					return 0, fmt.Errorf("GET %s: %s", url, resp.Status)
+				}
+				return c.AddScrape(resp.Body)
+			}
+			last = err.Error()
+		}
+		select {
+		case <-done:
+			return 0, fmt.Errorf("the collector binary exited before serving /metrics:\n%s", stderr.String())
+		default:
 		}
 		if time.Now().After(deadline) {
-			return 0, fmt.Errorf("the collector binary never served %s: %v\n%s", url, err, stderr.String())
+			return 0, fmt.Errorf("the collector binary never served /metrics: %s\n%s", last, stderr.String())
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+// startedHTTPAddr is the HTTP address in the "collector started" line of a
+// JSON log ("" before it was written).
+func startedHTTPAddr(log string) string {
+	for _, line := range strings.Split(log, "\n") {
+		var rec struct{ Msg, HTTP string }
+		if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "collector started" {
+			return rec.HTTP
+		}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return ""
+}
+
+// lockedBuffer is a child's stderr, read while the child writes it.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // TestQueryCheckCanFail: the check refuses what it must (a metric eventpipe

@@ -46,6 +46,7 @@ func variants() []variant {
 		{name: "manifests", namespace: ManifestNamespace, values: []string{filepath.Join(root, "deploy", "helm", "manifests-values.yaml")}},
 		{name: "kafka", namespace: "eventpipe-kafka", values: []string{v("kafka.yaml")}},
 		{name: "manifests-kafka", namespace: ManifestNamespace, values: []string{filepath.Join(root, "deploy", "helm", "manifests-values.yaml"), filepath.Join(root, "deploy", "helm", "manifests-kafka-values.yaml")}},
+		{name: "agent-only", namespace: "eventpipe-agent", values: []string{v("agent-only.yaml")}},
 	}
 }
 
@@ -95,7 +96,13 @@ func TestRenderedObjects(t *testing.T) {
 				}
 			}
 			want := []string{"ClusterRole", "ClusterRoleBinding", "ServiceAccount", "ConfigMap", "Deployment", "Service"}
-			if kafkaMode(v) {
+			if !hasCollector(v) {
+				// The agent alone: its Deployment, RBAC and config.
+				want = []string{"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ServiceAccount", "ConfigMap", "Deployment", "NetworkPolicy", "PodDisruptionBudget"}
+				if kinds["Deployment"] != 1 || kinds["StatefulSet"] != 0 || kinds["Service"] != 0 || kinds["Secret"] != 0 || kinds["Certificate"] != 0 {
+					t.Errorf("agent-only kinds: %v", kinds)
+				}
+			} else if kafkaMode(v) {
 				// The collector is a second Deployment; nothing is stateful.
 				if kinds["StatefulSet"] != 0 || kinds["Deployment"] != 2 || kinds["PersistentVolumeClaim"] != 0 {
 					t.Errorf("kafka mode kinds: %v", kinds)
@@ -304,8 +311,8 @@ func checkConfigs(t *testing.T, v variant, docs []Doc) {
 			}
 		}
 	}
-	if seen != 2 {
-		t.Errorf("found %d of the agent and collector configs", seen)
+	if want := map[bool]int{true: 2, false: 1}[hasCollector(v)]; seen != want {
+		t.Errorf("found %d of the agent and collector configs, want %d", seen, want)
 	}
 }
 
@@ -536,6 +543,10 @@ func placeholder(t *testing.T, v variant, config string, validate func([]byte) e
 // kafkaMode: the variant runs the collector with log: kafka.
 func kafkaMode(v variant) bool { return strings.Contains(v.name, "kafka") }
 
+// hasCollector: the variant installs a collector (all but the agent alone,
+// which ships to collectors elsewhere).
+func hasCollector(v variant) bool { return v.name != "agent-only" }
+
 // collectorWorkload is the collector's StatefulSet or Deployment.
 func collectorWorkload(docs []Doc) (Doc, bool) {
 	for _, d := range docs {
@@ -554,6 +565,9 @@ func collectorWorkload(docs []Doc) (Doc, bool) {
 // through the one Service.
 func TestCollectorModes(t *testing.T) {
 	for _, v := range variants() {
+		if !hasCollector(v) {
+			continue // TestAgentCollectorAddresses
+		}
 		t.Run(v.name, func(t *testing.T) {
 			docs := render(t, v)
 			w, ok := collectorWorkload(docs)
@@ -639,10 +653,84 @@ func TestCollectorModes(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if want := w.Name + "." + v.namespace + ".svc:7070"; cfg.Collector.Address != want {
-					t.Errorf("agent's collector address %q, want the Service %q", cfg.Collector.Address, want)
+				if want := w.Name + "." + v.namespace + ".svc:7070"; cfg.Collector.Address != want || len(cfg.Collector.Addresses) != 0 {
+					t.Errorf("agent's collector address %q (addresses %q), want only the Service %q", cfg.Collector.Address, cfg.Collector.Addresses, want)
 				}
 			}
 		})
+	}
+}
+
+// TestAgentCollectorAddresses: agent.collector.addresses becomes the
+// agent's collector.addresses (and no address: the agent refuses both),
+// for collectors outside the release: with the release's collector (Kafka
+// mode, which by default the agent reaches through its Service) and
+// without one (the agent-only variant, which kubeconform and the dry-run
+// also check). A changed list rolls the agent. Without a collector in the
+// release the list is required, and each entry must be host:port, once.
+func TestAgentCollectorAddresses(t *testing.T) {
+	v := func(f string) string { return filepath.Join(root, "deploy", "check", "testdata", "values", f) }
+	addrs := []string{"collectors-a.example.com:7070", "collectors-b.example.com:7070"}
+	agentOf := func(t *testing.T, values []string, set []string) (agent.Config, string) {
+		t.Helper()
+		docs, err := Render(ctxT(t, 2*time.Minute), root, "eventpipe", "eventpipe", values, set)
+		if err != nil {
+			t.Fatalf("helm template %v %v: %v", values, set, err)
+		}
+		var cfg agent.Config
+		var checksum string
+		for _, d := range docs {
+			data, _ := d.Object["data"].(map[string]any)
+			if s, ok := data["agent.yaml"].(string); ok && d.Kind == "ConfigMap" {
+				if cfg, err = agent.ParseConfig([]byte(s)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if d.Kind == "Deployment" && strings.HasSuffix(d.Name, "-agent") {
+				checksum, _, _ = unstructured.NestedString(d.Object, "spec", "template", "metadata", "annotations", "checksum/config")
+			}
+		}
+		if checksum == "" {
+			t.Fatal("no agent Deployment with a checksum/config annotation")
+		}
+		return cfg, checksum
+	}
+	_, serviceSum := agentOf(t, []string{v("kafka.yaml")}, nil)
+	for name, c := range map[string]struct{ values, set []string }{
+		"kafka mode, collectors elsewhere": {[]string{v("kafka.yaml")}, []string{"agent.collector.addresses={" + strings.Join(addrs, ",") + "}"}},
+		"agent only":                       {[]string{v("agent-only.yaml")}, nil},
+	} {
+		t.Run(name, func(t *testing.T) {
+			cfg, sum := agentOf(t, c.values, c.set)
+			if cfg.Collector.Address != "" || strings.Join(cfg.Collector.Addresses, " ") != strings.Join(addrs, " ") {
+				t.Errorf("agent's collector: address %q, addresses %q; want addresses %q and no address", cfg.Collector.Address, cfg.Collector.Addresses, addrs)
+			}
+			cfg.Collector.TokenFile, cfg.Collector.CAFile = "", "" // files on the pod
+			if err := cfg.Validate(); err != nil {
+				t.Errorf("the agent refuses the config: %v", err)
+			}
+			if sum == serviceSum {
+				t.Error("the agent's checksum/config did not change with its collector addresses: the agent would not roll")
+			}
+		})
+	}
+	for _, c := range []struct {
+		name string
+		set  []string
+		want string
+	}{
+		{"no collector and no addresses", []string{"collector.enabled=false"}, "at '/agent/collector/addresses': minItems"},
+		{"address without port", []string{"agent.collector.addresses={collectors-a.example.com}"}, "/agent/collector/addresses/0"},
+		{"address twice", []string{"agent.collector.addresses={a.example.com:7070,a.example.com:7070}"}, "/agent/collector/addresses"},
+		{"a URL, not host:port", []string{"agent.collector.addresses={https://a.example.com:7070}"}, "/agent/collector/addresses/0"},
+	} {
+		_, err := Render(ctxT(t, 2*time.Minute), root, "eventpipe", "eventpipe", nil, c.set)
+		if err == nil || !strings.Contains(err.Error(), "values don't meet the specifications of the schema") || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s (--set %v): got %v, want a schema error naming %q", c.name, c.set, err, c.want)
+		}
+	}
+	// Without addresses, a disabled agent needs none.
+	if _, err := Render(ctxT(t, 2*time.Minute), root, "eventpipe", "eventpipe", nil, []string{"collector.enabled=false", "agent.enabled=false"}); err != nil {
+		t.Errorf("neither agent nor collector: %v", err)
 	}
 }

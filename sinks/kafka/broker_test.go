@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"sort"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -15,29 +16,20 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 )
 
-// broker is a real Kafka-protocol broker (kfake) on a fixed loopback port,
+// broker is a real Kafka-protocol broker (kfake) on a loopback port,
 // persisting to a directory so it can be stopped and started again with
 // its data, like a real broker restart.
 type broker struct {
 	t    testing.TB
-	port int
+	port int // 0 until the first start binds one
 	dir  string
 	opts []kfake.Opt
 	mu   sync.Mutex
 	c    *kfake.Cluster
 }
 
-func freePort(t testing.TB) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 func startBroker(t testing.TB, opts ...kfake.Opt) *broker {
-	b := &broker{t: t, port: freePort(t), dir: t.TempDir(), opts: opts}
+	b := &broker{t: t, dir: t.TempDir(), opts: opts}
 	b.start()
 	t.Cleanup(b.stop)
 	return b
@@ -46,12 +38,15 @@ func startBroker(t testing.TB, opts ...kfake.Opt) *broker {
 // startMemBroker is a broker without persistence (for benchmarks: no fsync
 // per produce); it cannot be restarted with its data.
 func startMemBroker(t testing.TB, opts ...kfake.Opt) *broker {
-	b := &broker{t: t, port: freePort(t), opts: opts}
+	b := &broker{t: t, opts: opts}
 	b.start()
 	t.Cleanup(b.stop)
 	return b
 }
 
+// start binds a port of its choosing the first time (a port picked free
+// and closed again could be taken by another process before kfake binds
+// it) and the same port on a restart, since clients keep the address.
 func (b *broker) start() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -66,6 +61,10 @@ func (b *broker) start() {
 	var err error
 	for i := 0; i < 50; i++ { // the port may linger briefly after a stop
 		if b.c, err = kfake.NewCluster(opts...); err == nil {
+			if b.port == 0 {
+				_, port, _ := net.SplitHostPort(b.c.ListenAddrs()[0])
+				b.port, _ = strconv.Atoi(port)
+			}
 			return
 		}
 		time.Sleep(50 * time.Millisecond)

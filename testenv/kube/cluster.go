@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -186,13 +188,16 @@ func (c *Cluster) start(ctx context.Context) error {
 			return fmt.Errorf("create %s: %w", d, err)
 		}
 	}
-	ports, err := freePorts(3)
+	// The client ports of etcd and kube-apiserver are picked here: another
+	// process can take one before they bind it, and Start then tries
+	// again. (etcd's own JSON gateway dials the configured client address,
+	// so it cannot be port 0.)
+	ports, err := freePorts(2)
 	if err != nil {
 		return err
 	}
-	etcdClientPort, etcdPeerPort := ports[0], ports[1]
-	c.apiserverPort = ports[2]
-	c.etcdURL = fmt.Sprintf("http://127.0.0.1:%d", etcdClientPort)
+	c.etcdURL = fmt.Sprintf("http://127.0.0.1:%d", ports[0])
+	c.apiserverPort = ports[1]
 	c.apiserverURL = fmt.Sprintf("https://127.0.0.1:%d", c.apiserverPort)
 
 	certPath := filepath.Join(c.dir, "certs", "serving.crt")
@@ -224,17 +229,20 @@ func (c *Cluster) start(ctx context.Context) error {
 	}}
 	c.etcdClient = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{}}
 
-	peerURL := fmt.Sprintf("http://127.0.0.1:%d", etcdPeerPort)
+	// The peer port is etcd's choice (0): a single member has no peers to
+	// tell it to. Info level, for the line that says which client address
+	// this etcd serves (etcdServing).
+	const anyPort = "http://127.0.0.1:0"
 	etcdArgs := []string{
 		"--name=default",
 		"--data-dir=" + filepath.Join(c.dir, "etcd"),
 		"--listen-client-urls=" + c.etcdURL,
 		"--advertise-client-urls=" + c.etcdURL,
-		"--listen-peer-urls=" + peerURL,
-		"--initial-advertise-peer-urls=" + peerURL,
-		"--initial-cluster=default=" + peerURL,
+		"--listen-peer-urls=" + anyPort,
+		"--initial-advertise-peer-urls=" + anyPort,
+		"--initial-cluster=default=" + anyPort,
 		"--unsafe-no-fsync",
-		"--log-level=warn",
+		"--log-level=info",
 	}
 	c.mu.Lock()
 	c.etcd, err = startProcess("etcd", c.etcdBin, etcdArgs, c.dir, c.etcdLogPath())
@@ -244,6 +252,9 @@ func (c *Cluster) start(ctx context.Context) error {
 	}
 	sctx, cancel := context.WithTimeout(ctx, c.opts.StartTimeout)
 	defer cancel()
+	if err := c.etcdServing(sctx, strings.TrimPrefix(c.etcdURL, "http://")); err != nil {
+		return fmt.Errorf("wait for etcd: %w\n%s", err, c.logTail(c.etcdLogPath(), 2000))
+	}
 	if err := c.waitHTTP(sctx, c.etcd, c.etcdClient, c.etcdURL+"/health", ""); err != nil {
 		return fmt.Errorf("wait for etcd: %w\n%s", err, c.logTail(c.etcdLogPath(), 2000))
 	}
@@ -291,6 +302,36 @@ func (c *Cluster) startAPIServer(ctx context.Context) error {
 		return fmt.Errorf("wait for kube-apiserver /readyz: %w\n%s", err, c.logTail(c.apiserverLogPath(), 4000))
 	}
 	return nil
+}
+
+// etcdServing waits until etcd's JSON log says it serves clients on addr.
+// Only then is an answer on addr this etcd's: when another process took
+// the port first, that one (another test's etcd, say) could answer /health
+// before this etcd has failed to bind and exited.
+func (c *Cluster) etcdServing(ctx context.Context, addr string) error {
+	for {
+		// Whether etcd had exited is known before the read: a line
+		// written just before the exit is still found.
+		exited, werr := c.etcd.exited()
+		b, err := os.ReadFile(c.etcdLogPath())
+		if err != nil {
+			return fmt.Errorf("read etcd log: %w", err)
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			var rec struct{ Msg, Address string }
+			if json.Unmarshal([]byte(line), &rec) == nil && strings.HasPrefix(rec.Msg, "serving client traffic") && rec.Address == addr {
+				return nil
+			}
+		}
+		if exited {
+			return fmt.Errorf("etcd exited early: %v", werr)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("etcd did not log that it serves clients on %s: %w", addr, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // waitHTTP polls url until it answers 200, the process exits, or ctx ends.
@@ -341,10 +382,24 @@ func (c *Cluster) RestartAPIServer(ctx context.Context) error {
 			return fmt.Errorf("restart kube-apiserver: %w", err)
 		}
 	}
-	if err := c.startAPIServer(ctx); err != nil {
-		return fmt.Errorf("restart kube-apiserver: %w", err)
+	// Its port was free for a moment and may have been taken meanwhile
+	// (clients keep the URL, so it cannot move): a few tries while the
+	// other holder goes away.
+	for attempt := 1; ; attempt++ {
+		err := c.startAPIServer(ctx)
+		if err == nil {
+			return nil
+		}
+		if attempt == 5 || !strings.Contains(err.Error(), "address already in use") || ctx.Err() != nil {
+			return fmt.Errorf("restart kube-apiserver: %w", err)
+		}
+		c.logger.Warn("kube-apiserver port taken; trying again", "port", c.apiserverPort, "attempt", attempt)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("restart kube-apiserver: %w", ctx.Err())
+		case <-time.After(time.Second):
+		}
 	}
-	return nil
 }
 
 // Stop stops kube-apiserver, then etcd, and waits until both process groups

@@ -11,6 +11,10 @@
 //     group and die with the test binary (Pdeathsig); Stop (registered with
 //     t.Cleanup by Start) sends SIGTERM, then SIGKILL after a grace period, and
 //     waits, so no process outlives the cluster even when a test fails.
+//   - A port picked free can be taken by another process before etcd or
+//     kube-apiserver binds it: Start then starts again on new ports (three
+//     tries), and an answer on etcd's port counts only once this etcd has
+//     logged that it serves it (another test's etcd could answer first).
 //   - A started Cluster is ready: /readyz answered 200, the agent's RBAC from
 //     deploy/agent/rbac.yaml is applied with its namespace and service
 //     account, and the Agent Sandbox CRDs (testenv/crds) are Established.

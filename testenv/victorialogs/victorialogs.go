@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -48,8 +47,8 @@ type Server struct {
 	logFile *os.File
 }
 
-// Start finds (or builds) victoria-logs, starts it on a free loopback port
-// and waits until it answers /health. The process is stopped on cleanup.
+// Start finds (or builds) victoria-logs, starts it on a loopback port of its
+// choosing and waits until it answers /health. The process is stopped on cleanup.
 func Start(t testing.TB) *Server {
 	t.Helper()
 	bin, err := Binary()
@@ -64,22 +63,14 @@ func Start(t testing.TB) *Server {
 		logPath: filepath.Join(dir, "victoria-logs.log"),
 	}
 	t.Cleanup(s.Stop)
-	// A port found free can be taken by someone else before the server
-	// binds it: retry with a new port on a clash.
-	var lastErr error
-	for attempt := 0; attempt < 5; attempt++ {
-		addr, err := freeLoopbackAddr()
-		if err != nil {
-			t.Fatalf("victoria-logs: pick a port: %v", err)
-		}
-		s.addr = addr
-		if lastErr = s.start(); lastErr == nil {
-			return s
-		}
-		t.Logf("victoria-logs on %s did not start (attempt %d): %v", addr, attempt+1, lastErr)
+	// Port 0: the server binds a port of its choosing and reports it (a
+	// port picked free here could be taken by someone else before the
+	// server binds it).
+	s.addr = "127.0.0.1:0"
+	if err := s.start(); err != nil {
+		t.Fatalf("victoria-logs: start: %v", err)
 	}
-	t.Fatalf("victoria-logs: start: %v", lastErr)
-	return nil
+	return s
 }
 
 // URL is the server's base URL (http://127.0.0.1:PORT).
@@ -180,10 +171,17 @@ func (s *Server) start() error {
 	if err != nil {
 		return fmt.Errorf("log file: %w", err)
 	}
+	st, err := lf.Stat()
+	if err != nil {
+		lf.Close()
+		return fmt.Errorf("log file: %w", err)
+	}
+	logFrom := st.Size()
+	// INFO, for the line that names the address served.
 	cmd := exec.Command(s.bin,
 		"-storageDataPath="+s.dataDir,
 		"-httpListenAddr="+s.addr,
-		"-loggerLevel=WARN",
+		"-loggerLevel=INFO",
 		"-retentionPeriod=100y",
 	)
 	cmd.Stdout = lf
@@ -203,6 +201,10 @@ func (s *Server) start() error {
 
 	deadline := time.Now().Add(20 * time.Second)
 	client := &http.Client{Timeout: time.Second}
+	// /health is asked only once this process has said which address it
+	// serves: on a restart, another server that took the port meanwhile
+	// could otherwise answer for it.
+	served := false
 	for {
 		select {
 		case <-exited:
@@ -210,6 +212,26 @@ func (s *Server) start() error {
 			lf.Close()
 			return fmt.Errorf("exited early: %s", s.logTail())
 		default:
+		}
+		if !served {
+			if addr := servedAddr(s.logPath, logFrom); addr != "" {
+				switch {
+				case strings.HasSuffix(s.addr, ":0"):
+					s.addr = addr // the first start: nobody has read it yet
+				case addr != s.addr:
+					s.stopLocked()
+					return fmt.Errorf("serves %s, not %s", addr, s.addr)
+				}
+				served = true
+			}
+		}
+		if !served {
+			if time.Now().After(deadline) {
+				s.stopLocked()
+				return fmt.Errorf("did not log the address it serves in 20s: %s", s.logTail())
+			}
+			time.Sleep(20 * time.Millisecond)
+			continue
 		}
 		resp, err := client.Get(s.URL() + "/health")
 		if err == nil {
@@ -334,16 +356,22 @@ func (s *Server) WaitFor(ctx context.Context, logsql string, want int) ([]map[st
 	}
 }
 
-func freeLoopbackAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
+// servedAddr is the address of the "started server at http://ADDR/" line
+// written to the log at path past offset from ("" before it was written).
+func servedAddr(path string, from int64) string {
+	b, err := os.ReadFile(path)
+	if err != nil || int64(len(b)) <= from {
+		return ""
 	}
-	addr := l.Addr().String()
-	if err := l.Close(); err != nil {
-		return "", err
+	const marker = "started server at http://"
+	for _, line := range strings.Split(string(b[from:]), "\n") {
+		if _, rest, ok := strings.Cut(line, marker); ok {
+			if addr, _, ok := strings.Cut(rest, "/"); ok {
+				return addr
+			}
+		}
 	}
-	return addr, nil
+	return ""
 }
 
 var (

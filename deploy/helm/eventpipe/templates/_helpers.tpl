@@ -132,7 +132,12 @@ podAntiAffinity:
 
 {{/* The agent's config file (agent/config.go). */}}
 {{- define "eventpipe.agentConfig" -}}
-{{- $collector := dict "address" (printf "%s:%d" (include "eventpipe.collectorHost" .) (int .Values.collector.grpcPort)) "token_file" "/var/run/secrets/eventpipe/collector/token" -}}
+{{- $collector := dict "token_file" "/var/run/secrets/eventpipe/collector/token" -}}
+{{- with .Values.agent.collector.addresses -}}
+{{- $_ := set $collector "addresses" . -}}
+{{- else -}}
+{{- $_ := set $collector "address" (printf "%s:%d" (include "eventpipe.collectorHost" .) (int .Values.collector.grpcPort)) -}}
+{{- end -}}
 {{- if .Values.tls.enabled -}}
 {{- $_ := set $collector "ca_file" "/var/run/secrets/eventpipe/collector-ca/ca.crt" -}}
 {{- if .Values.tls.mutualTLS -}}
