@@ -340,3 +340,76 @@ func TestEditedStreamDoesNotBlock(t *testing.T) {
 		}
 	})
 }
+
+// TestLongEditDoesNotStallOtherStreams: a ListSandboxes answer of 6,000
+// failing sandboxes takes the relay a long time to edit (hundreds of
+// milliseconds); GetCapabilities calls on the same gateway connection
+// made meanwhile are answered at their usual pace, not after the edit
+// (the frame relay edits large messages off the driver reader; the gRPC
+// legs edit in the call's own handler).
+func TestLongEditDoesNotStallOtherStreams(t *testing.T) {
+	const n = 6000
+	forRelays(t, func(t *testing.T, relay string) {
+		dir := shortDir(t)
+		drv := startDriver(t, dir)
+		occs := make([]*eventpipev1.Occurrence, 0, n)
+		for i := range n {
+			drv.Put(testSandbox(extraID(i), fmt.Sprintf("sb-%d", i)))
+			occs = append(occs, pullFailed(extraID(i), 2))
+		}
+		col := startCollector(t, dir, "")
+		cfg := proxyConfig(relay, dir, drv.Path, col.addr)
+		cfg.Follow.MaxSandboxes = 2 * n
+		rp := startProxy(t, cfg)
+		col.ship(t, occs...)
+		waitFor(t, 30*time.Second, "the failures known to the proxy", func() (bool, string) {
+			v := rp.metric(t, "eventpipe_driver_proxy_pull_failures_active")
+			return int(v) == n, fmt.Sprint(v)
+		})
+		c := dialT(t, rp.p.cfg.Listen)
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		type result struct {
+			r   gatewaytest.Response
+			err error
+			d   time.Duration
+		}
+		done := make(chan result, 1)
+		start := time.Now()
+		go func() {
+			r, err := c.Unary(ctx, gatewaytest.MethodList, nil)
+			done <- result{r, err, time.Since(start)}
+		}()
+		var calls int
+		var slowest time.Duration
+		var list result
+	loop:
+		for {
+			select {
+			case list = <-done:
+				break loop
+			default:
+			}
+			s := time.Now()
+			if _, err := c.Unary(ctx, gatewaytest.MethodCaps, nil); err != nil {
+				t.Fatalf("GetCapabilities: %v", err)
+			}
+			calls++
+			slowest = max(slowest, time.Since(s))
+		}
+		if list.err != nil {
+			t.Fatalf("ListSandboxes: %v", list.err)
+		}
+		sbs, err := gatewaytest.DecodeSandboxes(list.r.Bodies[0])
+		if err != nil || len(sbs) != n {
+			t.Fatalf("ListSandboxes: %d sandboxes (%v)", len(sbs), err)
+		}
+		checkFailing(t, "ListSandboxes", sbs[n-1], true)
+		t.Logf("ListSandboxes of %d failing sandboxes (%d bytes): %s; %d GetCapabilities calls meanwhile, the slowest %s",
+			n, len(list.r.Bodies[0]), list.d, calls, slowest)
+		if calls < 10 || slowest > list.d/3 {
+			t.Errorf("GetCapabilities during the edit: %d calls, the slowest %s, against %s for the List: stalled behind the edit",
+				calls, slowest, list.d)
+		}
+	})
+}
