@@ -44,11 +44,12 @@ type Config struct {
 	DropDriverKubernetesEvents bool `yaml:"drop_driver_kubernetes_events"`
 	// Relay picks how calls are forwarded: RelayGRPC, the default (a gRPC
 	// server leg and a gRPC client leg), or RelayFrame (HTTP/2 frames
-	// relayed as they are, the edited methods answered through the gRPC
-	// client leg; see relay.go): about half the CPU and latency per
-	// forwarded call, but new on 2026-12-01, when interop with the h2 crate
-	// (tonic's HTTP/2) found three stalls in it, now fixed and tested; it
-	// becomes the default once it has run against a real OpenShell gateway.
+	// relayed as they are, Get and List answers edited on the frame path,
+	// WatchSandboxes answered through the gRPC client leg; see relay.go):
+	// about half the CPU and latency per forwarded or edited call, but new
+	// on 2026-12-01, when interop with the h2 crate (tonic's HTTP/2) found
+	// three stalls in it, now fixed and tested; it becomes the default once
+	// it has run against a real OpenShell gateway.
 	// bench/gateway.md has the figures of both.
 	Relay string `yaml:"relay"`
 	// RelayEditMaxBytes bounds a GetSandbox or ListSandboxes answer the

@@ -38,6 +38,7 @@ type rawGateway struct {
 	streams map[uint32]int64 // send windows per stream
 	got     map[uint32][]byte
 	status  map[uint32]string // grpc-status of ended streams
+	headers map[uint32]bool   // streams whose response headers came
 	recv    int64             // DATA bytes received in all
 	auto    map[uint32]bool   // streams whose DATA is granted back at once
 	err     error
@@ -60,7 +61,7 @@ func dialRawGateway(t *testing.T, path string) *rawGateway {
 	t.Cleanup(func() { c.Close() })
 	g := &rawGateway{t: t, c: c, bw: bufio.NewWriter(c), conn: 65535, init: 65535,
 		streams: map[uint32]int64{}, got: map[uint32][]byte{}, status: map[uint32]string{}, auto: map[uint32]bool{},
-		rconn: 65535, rstreams: map[uint32]int64{}}
+		headers: map[uint32]bool{}, rconn: 65535, rstreams: map[uint32]int64{}}
 	g.cond = sync.NewCond(&g.mu)
 	g.fr = http2.NewFramer(g.bw, bufio.NewReader(c))
 	g.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
@@ -121,6 +122,7 @@ func (g *rawGateway) read() {
 				})
 			}
 		case *http2.MetaHeadersFrame:
+			g.headers[f.StreamID] = true
 			for _, hf := range f.RegularFields() {
 				if hf.Name == "grpc-status" {
 					g.status[f.StreamID] = hf.Value

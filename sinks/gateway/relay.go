@@ -23,9 +23,13 @@ import (
 // The frame relay (relay: frame) is the intercepting design of
 // bench/gateway.md: every gateway connection gets its own driver
 // connection, and two goroutines copy HTTP/2 frames between them, one per
-// direction, so a forwarded call costs one wake-up per hop. Only the three
-// edited methods are not forwarded: the relay answers those streams itself
-// through the proxy's gRPC client leg (Proxy.handle, as in grpc mode).
+// direction, so a forwarded call costs one wake-up per hop. Only
+// WatchSandboxes is not forwarded (intercepted): the relay answers it
+// itself through the proxy's gRPC client leg (Proxy.handle, as in grpc
+// mode). GetSandbox and ListSandboxes are forwarded, and their answers
+// edited on the frame path while a pull failure is active (relayedit.go:
+// for those streams the relay is the flow-control endpoint towards both
+// sides).
 //
 // What that takes, and where it is done:
 //
@@ -36,7 +40,8 @@ import (
 //     metrics) and re-encoded with the relay's encoder towards the gateway,
 //     which also writes the relay's own blocks: a driver block may be held
 //     behind its stream's DATA (next point) while later ones go out.
-//   - Stream flow control of forwarded streams stays end to end. At the
+//   - Stream flow control of forwarded streams stays end to end (except
+//     for answers edited on the frame path, relayedit.go). At the
 //     connection level the relay is the endpoint towards the driver: it
 //     grants the driver its own window, spends the gateway's window (its
 //     SETTINGS and WINDOW_UPDATEs on stream 0) for the driver's DATA and its

@@ -241,10 +241,20 @@ func (rc *relayConn) editMsg(es *editStream, msg []byte) []byte {
 // windows allow; end: the driver ended the stream.
 func (rc *relayConn) emitEdited(es *editStream, out []pendFrame, end bool) error {
 	rc.gmu.Lock()
-	if end {
-		rc.mu.Lock()
-		es.ended = true
-		rc.mu.Unlock()
+	rc.mu.Lock()
+	es.ended = es.ended || end
+	dropped := es.dropped
+	rc.mu.Unlock()
+	if dropped {
+		// The gateway reset the stream: its dropHeld may have run
+		// already, and frames held now would wait for a stream window
+		// that never opens again.
+		rc.gmu.Unlock()
+		var credit int64
+		for _, f := range out {
+			credit += f.credit
+		}
+		return rc.grantDriver(credit)
 	}
 	if es.editing {
 		es.after = append(es.after, out...)

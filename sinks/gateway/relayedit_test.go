@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/net/http2"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -412,4 +413,61 @@ func TestLongEditDoesNotStallOtherStreams(t *testing.T) {
 				calls, slowest, list.d)
 		}
 	})
+}
+
+// TestEditedStreamResets: the gateway resets edited ListSandboxes streams
+// at every point of their answers (before the edit, during it, with edited
+// DATA held for the stream's window). Nothing of them may stay held in the
+// relay: a GetSandbox afterwards is answered, and when the driver goes
+// away the relay delivers what it holds and ends the gateway's connection
+// at once (it would wait forever for frames of a reset stream).
+func TestEditedStreamResets(t *testing.T) {
+	drv, rp := failingSetup(t, RelayFrame, 500)
+	g := dialRawGateway(t, rp.p.cfg.Listen)
+	g.grant(0, 64<<20)
+	sid := uint32(1)
+	for i := range 60 {
+		s := sid
+		g.call(s, gatewaytest.MethodList, nil)
+		// Reset when the answer's headers came (reassembly or edit under
+		// way), a little later, or once edited DATA came (the rest held
+		// for the stream's window).
+		var ok bool
+		switch i % 3 {
+		case 0, 1:
+			ok = g.waitFor(5*time.Second, func() bool { return g.headers[s] })
+			if i%3 == 1 {
+				time.Sleep(time.Duration(i%5) * 200 * time.Microsecond)
+			}
+		case 2:
+			ok = g.waitFor(5*time.Second, func() bool { return len(g.got[s]) > 0 })
+		}
+		if !ok {
+			t.Fatalf("List %d: no answer (%v)", i, g.err)
+		}
+		g.write(func() { _ = g.fr.WriteRSTStream(s, http2.ErrCodeCancel) })
+		sid += 2
+	}
+	g.mu.Lock()
+	g.auto[sid] = true
+	g.mu.Unlock()
+	g.call(sid, gatewaytest.MethodGet, reqWithUnknown(failingID))
+	if !g.waitFor(5*time.Second, func() bool { return g.status[sid] != "" }) {
+		t.Fatalf("GetSandbox after the resets: no answer (%v)", g.err)
+	}
+	g.mu.Lock()
+	st := g.status[sid]
+	g.mu.Unlock()
+	if st != "0" {
+		t.Fatalf("GetSandbox after the resets: grpc-status %q", st)
+	}
+	drv.Stop()
+	if !g.waitFor(3*time.Second, func() bool { return g.err != nil }) {
+		t.Errorf("the driver went away, but the relay kept the gateway's connection open: frames of reset streams still held")
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.flowErr != nil {
+		t.Error(g.flowErr)
+	}
 }
