@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/net/http2"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/encoding/gzip"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -470,4 +471,41 @@ func TestEditedStreamResets(t *testing.T) {
 	if g.flowErr != nil {
 		t.Error(g.flowErr)
 	}
+}
+
+// TestEditedFramePathCompressed: a gateway that sends its GetSandbox
+// request gzip-compressed gets a compressed answer from the driver; the
+// frame relay passes it unedited (it does not decompress) and counts it,
+// and the gateway reads the driver's own answer. A plain request on the
+// same connection is still edited.
+func TestEditedFramePathCompressed(t *testing.T) {
+	drv, _, frameP := editSetup(t, 0, 0, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	gz := grpc.WithDefaultCallOptions(grpc.UseCompressor(gzip.Name))
+	direct, err := gatewaytest.Dial(drv.Path, gz)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer direct.Close()
+	via, err := gatewaytest.Dial(frameP.p.cfg.Listen, gz)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer via.Close()
+	want, err := direct.Unary(ctx, gatewaytest.MethodGet, reqWithUnknown(failingID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := via.Unary(ctx, gatewaytest.MethodGet, reqWithUnknown(failingID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got.Bodies[0], want.Bodies[0]) {
+		t.Errorf("compressed answer: %d bytes, want the driver's %d unedited", len(got.Bodies[0]), len(want.Bodies[0]))
+	}
+	if n := frameP.metric(t, "eventpipe_driver_proxy_unedited_answers_total"); n != 1 {
+		t.Errorf("unedited_answers_total %v, want 1", n)
+	}
+	checkFailing(t, "plain GetSandbox", getSandbox(t, dialT(t, frameP.p.cfg.Listen), failingID), true)
 }
