@@ -44,13 +44,20 @@ type Config struct {
 	DropDriverKubernetesEvents bool `yaml:"drop_driver_kubernetes_events"`
 	// Relay picks how calls are forwarded: RelayGRPC, the default (a gRPC
 	// server leg and a gRPC client leg), or RelayFrame (HTTP/2 frames
-	// relayed as they are, the edited methods answered through the gRPC
-	// client leg; see relay.go): about half the CPU and latency per
-	// forwarded call, but new on 2026-12-01, when interop with the h2 crate
-	// (tonic's HTTP/2) found three stalls in it, now fixed and tested; it
-	// becomes the default once it has run against a real OpenShell gateway.
+	// relayed as they are, Get and List answers edited on the frame path,
+	// WatchSandboxes answered through the gRPC client leg; see relay.go):
+	// about half the CPU and latency per forwarded or edited call, but new
+	// on 2026-12-01, when interop with the h2 crate (tonic's HTTP/2) found
+	// three stalls in it, now fixed and tested; it becomes the default once
+	// it has run against a real OpenShell gateway.
 	// bench/gateway.md has the figures of both.
 	Relay string `yaml:"relay"`
+	// RelayEditMaxBytes bounds a GetSandbox or ListSandboxes answer the
+	// frame relay reassembles to edit (one such answer in memory per call,
+	// twice while it is edited). A larger answer passes unedited, counted in
+	// unedited_answers_total{reason="over_limit"}; a ListSandboxes answer
+	// of 10,000 failing sandboxes is about 8 MB.
+	RelayEditMaxBytes int `yaml:"relay_edit_max_bytes"`
 	// ShutdownGrace bounds how long Run waits for open RPCs on shutdown.
 	ShutdownGrace time.Duration `yaml:"shutdown_grace"`
 }
@@ -109,6 +116,7 @@ func NewDefaultConfig() Config {
 		Layout:                     driverwire.Layout,
 		DropDriverKubernetesEvents: true,
 		Relay:                      RelayGRPC,
+		RelayEditMaxBytes:          32 << 20,
 		ShutdownGrace:              5 * time.Second,
 		Follow: FollowConfig{
 			TailPerSandbox: 50,
@@ -185,6 +193,9 @@ func (c Config) Validate() error {
 	}
 	if c.Relay != RelayGRPC && c.Relay != RelayFrame {
 		add("relay", "must be %q or %q, got %q", RelayGRPC, RelayFrame, c.Relay)
+	}
+	if c.RelayEditMaxBytes < 1 || c.RelayEditMaxBytes > maxMsgBytes {
+		add("relay_edit_max_bytes", "must be between 1 and %d, got %d", maxMsgBytes, c.RelayEditMaxBytes)
 	}
 	if c.ShutdownGrace <= 0 {
 		add("shutdown_grace", "must be positive, got %s", c.ShutdownGrace)

@@ -24,6 +24,8 @@ func TestConfigValidate(t *testing.T) {
 		{"unknown layout", func(c *Config) { c.Layout = "2027-01-01" }, []string{`layout: unsupported driver wire layout "2027-01-01"`}},
 		{"tls halves", func(c *Config) { c.Collector.CertFile = "c.pem" }, []string{"cert_file and key_file go together"}},
 		{"insecure with tls", func(c *Config) { c.Collector.Insecure, c.Collector.CAFile = true, "ca.pem" }, []string{"collector.insecure: plaintext cannot be combined"}},
+		{"edit limit", func(c *Config) { c.RelayEditMaxBytes = 0 }, []string{"relay_edit_max_bytes: must be between 1 and 67108864, got 0"}},
+		{"edit limit over the message limit", func(c *Config) { c.RelayEditMaxBytes = 65 << 20 }, []string{"relay_edit_max_bytes: must be between 1"}},
 		{"bounds", func(c *Config) {
 			c.Follow.MaxSandboxes, c.Follow.MaxEvents, c.Follow.DedupeWindow = 0, 0, 0
 			c.Follow.TailPerSandbox, c.Follow.StartTail = 5000, -1
@@ -48,11 +50,12 @@ func TestConfigValidate(t *testing.T) {
 }
 
 func TestParseConfig(t *testing.T) {
-	c, err := ParseConfig([]byte("listen: /run/p.sock\nfollow:\n  backoff_min: 250ms\n  tail_per_sandbox: 20\n"))
+	c, err := ParseConfig([]byte("listen: /run/p.sock\nrelay_edit_max_bytes: 1048576\nfollow:\n  backoff_min: 250ms\n  tail_per_sandbox: 20\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Listen != "/run/p.sock" || c.Follow.BackoffMin != 250*time.Millisecond || c.Follow.TailPerSandbox != 20 || c.Follow.MaxSandboxes != 10000 {
+	if c.Listen != "/run/p.sock" || c.Follow.BackoffMin != 250*time.Millisecond || c.Follow.TailPerSandbox != 20 || c.Follow.MaxSandboxes != 10000 ||
+		c.RelayEditMaxBytes != 1<<20 {
 		t.Errorf("parsed %+v", c)
 	}
 	if _, err := ParseConfig([]byte("follow:\n  tail: 3\n")); err == nil || !strings.Contains(err.Error(), "field tail not found") {

@@ -14,8 +14,9 @@
 //     (relay: frame, opt-in; relay.go) forwards HTTP/2 frames and never
 //     decodes a message. Either way exactly three places are edited, all through
 //     package driverwire: WatchSandboxes messages, GetSandbox and
-//     ListSandboxes responses (in frame mode the relay answers those
-//     calls itself through its gRPC client leg).
+//     ListSandboxes responses (in frame mode the relay answers
+//     WatchSandboxes itself through its gRPC client leg, and edits Get and
+//     List answers on the frame path: relayedit.go).
 //   - Platform events: every attributed occurrence of this gateway (the
 //     collector's Follow stream, gateway_id selector) becomes one
 //     WatchSandboxesPlatformEvent (source "kubernetes") spliced into every

@@ -416,15 +416,23 @@ func TestH2InteropHeldAnswers(t *testing.T) {
 }
 
 // TestH2InteropEdited: while a pull failure is active the frame relay
-// answers GetSandbox and ListSandboxes itself (its own HPACK blocks, DATA
-// and flow control towards an h2 gateway); everything else of the suite
-// is still forwarded unchanged.
+// edits the GetSandbox and ListSandboxes answers on the frame path (it
+// reads the driver's DATA of those streams and writes its own, within an
+// h2 gateway's windows: with h2's defaults, 64 KiB, shared with the
+// suite's 1.5 and 3 MiB answers on the same connection); everything else
+// of the suite is still forwarded unchanged.
 func TestH2InteropEdited(t *testing.T) {
 	bin := h2peerBin(t)
+	for _, hyper := range []bool{false, true} {
+		t.Run(fmt.Sprintf("hyper-client=%v", hyper), func(t *testing.T) { h2InteropEdited(t, bin, hyper) })
+	}
+}
+
+func h2InteropEdited(t *testing.T, bin string, hyper bool) {
 	forRelays(t, func(t *testing.T, relay string) {
 		drv, rp := failingSetup(t, relay, 0)
-		direct := runH2Client(t, bin, "client", drv.Path, true)
-		via := runH2Client(t, bin, "client", rp.p.cfg.Listen, true)
+		direct := runH2Client(t, bin, "client", drv.Path, hyper)
+		via := runH2Client(t, bin, "client", rp.p.cfg.Listen, hyper)
 		for name, d := range direct {
 			switch name {
 			case "get-failing", "list":

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"fmt"
 	"net"
 	"strings"
 	"sync"
@@ -37,11 +38,18 @@ type rawGateway struct {
 	streams map[uint32]int64 // send windows per stream
 	got     map[uint32][]byte
 	status  map[uint32]string // grpc-status of ended streams
+	headers map[uint32]bool   // streams whose response headers came
 	recv    int64             // DATA bytes received in all
 	auto    map[uint32]bool   // streams whose DATA is granted back at once
 	err     error
-	enc     *hpack.Encoder
-	hb      bytes.Buffer
+	// Receive windows (connection, per stream) the gateway granted, as a
+	// strict HTTP/2 peer keeps them: DATA beyond them sets flowErr (an h2
+	// gateway would end the connection with FLOW_CONTROL_ERROR).
+	rconn    int64
+	rstreams map[uint32]int64
+	flowErr  error
+	enc      *hpack.Encoder
+	hb       bytes.Buffer
 }
 
 func dialRawGateway(t *testing.T, path string) *rawGateway {
@@ -52,7 +60,8 @@ func dialRawGateway(t *testing.T, path string) *rawGateway {
 	}
 	t.Cleanup(func() { c.Close() })
 	g := &rawGateway{t: t, c: c, bw: bufio.NewWriter(c), conn: 65535, init: 65535,
-		streams: map[uint32]int64{}, got: map[uint32][]byte{}, status: map[uint32]string{}, auto: map[uint32]bool{}}
+		streams: map[uint32]int64{}, got: map[uint32][]byte{}, status: map[uint32]string{}, auto: map[uint32]bool{},
+		headers: map[uint32]bool{}, rconn: 65535, rstreams: map[uint32]int64{}}
 	g.cond = sync.NewCond(&g.mu)
 	g.fr = http2.NewFramer(g.bw, bufio.NewReader(c))
 	g.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
@@ -98,13 +107,22 @@ func (g *rawGateway) read() {
 		case *http2.DataFrame:
 			g.got[f.StreamID] = append(g.got[f.StreamID], f.Data()...)
 			g.recv += int64(f.Length)
+			g.rconn -= int64(f.Length)
+			g.rstreams[f.StreamID] -= int64(f.Length)
+			if g.flowErr == nil && (g.rconn < 0 || g.rstreams[f.StreamID] < 0) {
+				g.flowErr = fmt.Errorf("DATA of %d bytes on stream %d beyond the windows: connection %d, stream %d after it",
+					f.Length, f.StreamID, g.rconn, g.rstreams[f.StreamID])
+			}
 			if n := f.Length; g.auto[f.StreamID] && n > 0 {
+				g.rconn += int64(n)
+				g.rstreams[f.StreamID] += int64(n)
 				g.write(func() {
 					_ = g.fr.WriteWindowUpdate(0, n)
 					_ = g.fr.WriteWindowUpdate(f.StreamID, n)
 				})
 			}
 		case *http2.MetaHeadersFrame:
+			g.headers[f.StreamID] = true
 			for _, hf := range f.RegularFields() {
 				if hf.Name == "grpc-status" {
 					g.status[f.StreamID] = hf.Value
@@ -133,6 +151,19 @@ func (g *rawGateway) write(fn func()) {
 	_ = g.bw.Flush()
 }
 
+// grant opens the gateway's receive window of stream sid (0: the
+// connection) by n.
+func (g *rawGateway) grant(sid uint32, n uint32) {
+	g.mu.Lock()
+	if sid == 0 {
+		g.rconn += int64(n)
+	} else {
+		g.rstreams[sid] += int64(n)
+	}
+	g.mu.Unlock()
+	g.write(func() { _ = g.fr.WriteWindowUpdate(sid, n) })
+}
+
 // call opens stream sid on method and sends one message, keeping to the
 // driver's windows; it waits for them without holding up the reader.
 func (g *rawGateway) call(sid uint32, method string, body []byte) { g.callEnd(sid, method, body, true) }
@@ -141,6 +172,7 @@ func (g *rawGateway) call(sid uint32, method string, body []byte) { g.callEnd(si
 func (g *rawGateway) callEnd(sid uint32, method string, body []byte, end bool) {
 	g.mu.Lock()
 	g.streams[sid] += g.init
+	g.rstreams[sid] += 65535 // the gateway's SETTINGS: HTTP/2's default window
 	g.mu.Unlock()
 	g.write(func() {
 		g.hb.Reset()
@@ -230,11 +262,9 @@ func TestHeldAnswersDoNotBlock(t *testing.T) {
 				t.Errorf("%s: the upload call: grpc-status %q (answered: %v), want 9 while answers are held", via, st, ok)
 			}
 			// Read the held answers: grant the windows back.
-			g.write(func() {
-				_ = g.fr.WriteWindowUpdate(0, 1<<20)
-				_ = g.fr.WriteWindowUpdate(1, 1<<20)
-				_ = g.fr.WriteWindowUpdate(3, 1<<20)
-			})
+			for _, sid := range []uint32{0, 1, 3} {
+				g.grant(sid, 1<<20)
+			}
 			if !g.waitFor(5*time.Second, func() bool { return g.status[1] != "" && g.status[3] != "" }) {
 				t.Fatalf("%s: held answers did not end: %v (%v)", via, g.status, g.err)
 			}
@@ -321,7 +351,7 @@ func TestHeldAnswerThenReset(t *testing.T) {
 			time.Sleep(200 * time.Millisecond)
 			g.callEnd(5, gatewaytest.MethodCaps, nil, false)
 			time.Sleep(300 * time.Millisecond) // answered and reset by now
-			g.write(func() { _ = g.fr.WriteWindowUpdate(0, 1<<20) })
+			g.grant(0, 1<<20)
 			if !g.waitFor(5*time.Second, func() bool { return g.status[5] != "" }) {
 				t.Fatalf("%s: no answer on stream 5: %v (%v)", via, g.status, g.err)
 			}

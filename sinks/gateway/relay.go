@@ -23,9 +23,13 @@ import (
 // The frame relay (relay: frame) is the intercepting design of
 // bench/gateway.md: every gateway connection gets its own driver
 // connection, and two goroutines copy HTTP/2 frames between them, one per
-// direction, so a forwarded call costs one wake-up per hop. Only the three
-// edited methods are not forwarded: the relay answers those streams itself
-// through the proxy's gRPC client leg (Proxy.handle, as in grpc mode).
+// direction, so a forwarded call costs one wake-up per hop. Only
+// WatchSandboxes is not forwarded (intercepted): the relay answers it
+// itself through the proxy's gRPC client leg (Proxy.handle, as in grpc
+// mode). GetSandbox and ListSandboxes are forwarded, and their answers
+// edited on the frame path while a pull failure is active (relayedit.go:
+// for those streams the relay is the flow-control endpoint towards both
+// sides).
 //
 // What that takes, and where it is done:
 //
@@ -36,7 +40,8 @@ import (
 //     metrics) and re-encoded with the relay's encoder towards the gateway,
 //     which also writes the relay's own blocks: a driver block may be held
 //     behind its stream's DATA (next point) while later ones go out.
-//   - Stream flow control of forwarded streams stays end to end. At the
+//   - Stream flow control of forwarded streams stays end to end (except
+//     for answers edited on the frame path, relayedit.go). At the
 //     connection level the relay is the endpoint towards the driver: it
 //     grants the driver its own window, spends the gateway's window (its
 //     SETTINGS and WINDOW_UPDATEs on stream 0) for the driver's DATA and its
@@ -84,6 +89,7 @@ type relayConn struct {
 	// peer: a deadlock (testenv/h2peer, 3 MiB both ways at once).
 	gq, dq  *ctlQueue
 	writers sync.WaitGroup
+	editors sync.WaitGroup // editAsync goroutines
 
 	// Owned by the gateway reader.
 	decG   *hpack.Decoder
@@ -117,8 +123,9 @@ type relayConn struct {
 	ownDone        map[uint32]struct{} // answered intercepted streams (see lateOwn)
 	ownDoneOrder   []uint32
 	fwd            map[uint32]fwdStream
-	maxStream      uint32 // highest stream id the gateway opened
-	goaway         bool   // a GOAWAY went to the gateway
+	edits          map[uint32]*editStream // answers edited on the frame path (relayedit.go)
+	maxStream      uint32                 // highest stream id the gateway opened
+	goaway         bool                   // a GOAWAY went to the gateway
 	goawayLast     uint32
 	closed         bool
 	pendFrames     int
@@ -136,6 +143,7 @@ type relayConn struct {
 type fwdStream struct {
 	method string
 	start  time.Time
+	wu     int64 // Get/List: stream WINDOW_UPDATEs of the gateway passed to the driver
 }
 
 // serveFrames relays one accepted gateway connection until either side
@@ -183,6 +191,7 @@ func (p *Proxy) serveFrames(ctx context.Context, g net.Conn) {
 	rc.close()
 	<-errc
 	rc.writers.Wait()
+	rc.editors.Wait()
 	close(done)
 	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
 		p.log.Debug("frame relay connection ended", "conn", id, "err", err)
@@ -236,7 +245,8 @@ func newRelayConn(p *Proxy, id uint64, g, d net.Conn) *relayConn {
 		gw: bufio.NewWriterSize(g, relayBufBytes), dw: bufio.NewWriterSize(d, relayBufBytes),
 		gwConn: 65535, gwInit: 65535,
 		own: map[uint32]*ownStream{}, ownDone: map[uint32]struct{}{}, fwd: map[uint32]fwdStream{},
-		pend: map[uint32][]pendFrame{},
+		edits: map[uint32]*editStream{},
+		pend:  map[uint32][]pendFrame{},
 	}
 	rc.cond = sync.NewCond(&rc.mu)
 	rc.gq, rc.dq = newCtlQueue(), newCtlQueue()
@@ -394,17 +404,11 @@ func settings(p []byte, fn func(id uint16, v uint32)) {
 	}
 }
 
-// interceptedMethod: the methods whose answers eventpipe edits. Get and
-// List are answered by the relay only while a pull failure is active
-// (otherwise there is nothing to edit and they are forwarded).
+// intercepted: the method the relay answers through the gRPC client leg.
+// Get and List are forwarded and their answers edited on the frame path
+// (relayedit.go).
 func (rc *relayConn) intercepted(method string) bool {
-	switch method {
-	case driverwire.MethodWatchSandboxes:
-		return true
-	case driverwire.MethodGetSandbox, driverwire.MethodListSandboxes:
-		return rc.p.hub.anyFailures()
-	}
-	return false
+	return method == driverwire.MethodWatchSandboxes
 }
 
 // fromGateway reads the gateway's frames and forwards them to the driver.
@@ -486,6 +490,17 @@ func (rc *relayConn) fromGateway() error {
 				rc.mu.Unlock()
 				continue
 			}
+			if es := rc.edits[sid]; es != nil {
+				// Not the driver's: the relay writes the stream's DATA.
+				es.window += inc
+				rc.mu.Unlock()
+				rc.gq.drainHeld()
+				continue
+			}
+			if f, ok := rc.fwd[sid]; ok && editedMethod(f.method) {
+				f.wu += inc // the window an edit would start from
+				rc.fwd[sid] = f
+			}
 			rc.mu.Unlock()
 			rc.forwardRaw(&rc.dmu, rc.dw, &h, buf)
 		case http2.FrameRSTStream:
@@ -493,6 +508,10 @@ func (rc *relayConn) fromGateway() error {
 			st := rc.own[sid]
 			if f, ok := rc.fwd[sid]; ok {
 				rc.endForwarded(sid, f, codes.Canceled.String())
+			}
+			if es := rc.edits[sid]; es != nil {
+				es.dropped = true
+				delete(rc.edits, sid)
 			}
 			rc.mu.Unlock()
 			if st != nil {
@@ -519,13 +538,20 @@ func (rc *relayConn) fromGateway() error {
 						for _, st := range rc.own {
 							st.window += delta
 						}
+						for _, es := range rc.edits {
+							es.window += delta
+						}
 					case settingHeaderTableSize:
 						rc.gatewayTable, rc.gatewayTableSet = v, true
 						rc.gwEncTable, rc.gwEncTableSet = v, true
 					}
 				})
 				rc.cond.Broadcast()
+				edits := len(rc.edits) > 0
 				rc.mu.Unlock()
+				if edits {
+					rc.gq.drainHeld() // their windows may have grown
+				}
 			}
 			rc.forwardRaw(&rc.dmu, rc.dw, &h, buf)
 			if !granted {
@@ -791,6 +817,21 @@ func (rc *relayConn) fromDriver() error {
 				return fmt.Errorf("driver header block: %w", err)
 			}
 			end := h.flags().Has(http2.FlagHeadersEndStream)
+			es := rc.editOf(sid)
+			if es == nil && !end {
+				es = rc.startEdit(sid) // response headers of a Get/List call
+			} else if es != nil && end {
+				// Trailers: the driver ended inside a message (if it did):
+				// pass on what came, then the trailers.
+				var out []pendFrame
+				if es.msg != nil || len(es.hdr) > 0 {
+					out = appendDataFrames(nil, es, append(es.hdr, es.msg...), 0)
+					es.msg, es.hdr = nil, nil
+				}
+				if err := rc.emitEdited(es, out, true); err != nil {
+					return err
+				}
+			}
 			if end {
 				code := codes.Unknown.String()
 				if rc.endStatus != "" {
@@ -803,24 +844,36 @@ func (rc *relayConn) fromDriver() error {
 				rc.mu.Unlock()
 			}
 			rc.gmu.Lock()
-			if len(rc.pend[sid]) > 0 {
-				rc.holdLocked(sid, pendFrame{fields: rc.dfields, end: end})
+			if rc.holdBehindLocked(sid, es, pendFrame{fields: rc.dfields, end: end}) {
 				rc.dfieldsHeld = true
+				if es != nil {
+					rc.endEditLocked(es)
+				}
 				rc.gmu.Unlock()
 				continue
 			}
 			err := rc.writeDriverBlockLocked(sid, rc.dfields, end)
+			if es != nil {
+				rc.endEditLocked(es)
+			}
 			rc.gmu.Unlock()
 			if err != nil {
 				return err
 			}
 		case http2.FrameData:
+			rc.mu.Lock()
 			if h.flags().Has(http2.FlagDataEndStream) {
-				rc.mu.Lock()
 				if f, ok := rc.fwd[sid]; ok {
 					rc.endForwarded(sid, f, codes.Internal.String()) // no trailers
 				}
-				rc.mu.Unlock()
+			}
+			es := rc.edits[sid]
+			rc.mu.Unlock()
+			if es != nil {
+				if err := rc.editData(es, &h, buf); err != nil {
+					return err
+				}
+				continue
 			}
 			n := int64(h.length())
 			rc.gmu.Lock()
@@ -858,15 +911,24 @@ func (rc *relayConn) fromDriver() error {
 				rc.endForwarded(sid, f, rstLabel(http2.ErrCode(binary.BigEndian.Uint32(buf))))
 			}
 			rc.mu.Unlock()
+			es := rc.editOf(sid)
+			if es != nil {
+				// What was reassembled of a message dies with the stream.
+				es.msg, es.hdr, es.pass = nil, nil, 0
+				rc.mu.Lock()
+				es.ended = true
+				rc.mu.Unlock()
+			}
 			// Behind what is held for the stream, as on a direct
 			// connection: a driver that answered before the request ended
 			// resets it with NO_ERROR after a complete answer.
 			rc.gmu.Lock()
-			if len(rc.pend[sid]) > 0 {
-				rc.holdLocked(sid, pendFrame{h: h, p: bytes.Clone(buf), raw: true})
-			} else {
+			if !rc.holdBehindLocked(sid, es, pendFrame{h: h, p: bytes.Clone(buf), raw: true}) {
 				rc.gw.Write(h[:])
 				rc.gw.Write(buf)
+			}
+			if es != nil {
+				rc.endEditLocked(es)
 			}
 			rc.gmu.Unlock()
 		case http2.FrameGoAway:
@@ -922,6 +984,10 @@ type pendFrame struct {
 	credit int64 // the driver's connection window the frame took
 	fields []hpack.HeaderField
 	end    bool
+	// DATA of an edited answer (relayedit.go): it also spends es.window,
+	// and scredit is the driver's stream window granted back once sent.
+	es      *editStream
+	scredit int64
 }
 
 // holdLocked appends f to what is held for stream sid (rc.gmu held).
@@ -993,15 +1059,22 @@ func (rc *relayConn) drainLocked() (int64, error) {
 			n := int64(len(f.p))
 			rc.mu.Lock()
 			avail := rc.gwConn
+			if f.es != nil {
+				avail = min(avail, f.es.window)
+			}
 			whole := avail >= n
 			if whole {
 				rc.gwConn -= n
+				if f.es != nil {
+					f.es.window -= n
+				}
 			}
 			rc.mu.Unlock()
 			if whole {
 				rc.gw.Write(f.h[:])
 				rc.gw.Write(f.p)
 				sent += f.credit
+				rc.creditStreamLocked(f)
 				continue
 			}
 			data, err := dataPayload(&f.h, f.p)
@@ -1016,11 +1089,15 @@ func (rc *relayConn) drainLocked() (int64, error) {
 			}
 			rc.mu.Lock()
 			rc.gwConn -= k
+			if f.es != nil {
+				f.es.window -= k
+			}
 			rc.mu.Unlock()
 			last := k == int64(len(data))
 			werr = rc.gfr.WriteData(sid, last && end, data[:k])
 			if last {
 				sent += f.credit
+				rc.creditStreamLocked(f)
 				continue
 			}
 			// The rest stays held as an unpadded frame.
@@ -1040,6 +1117,12 @@ func (rc *relayConn) drainLocked() (int64, error) {
 		rc.mu.Unlock()
 		if i == len(q) {
 			delete(rc.pend, sid)
+			rc.mu.Lock()
+			es := rc.edits[sid]
+			rc.mu.Unlock()
+			if es != nil {
+				rc.endEditLocked(es)
+			}
 			continue
 		}
 		rc.pend[sid] = q[i:]
@@ -1047,6 +1130,15 @@ func (rc *relayConn) drainLocked() (int64, error) {
 	}
 	rc.pendOrder = kept
 	return sent, werr
+}
+
+// creditStreamLocked grants the driver's stream window back for an
+// unedited part of an edited answer, now sent (rc.gmu held).
+func (rc *relayConn) creditStreamLocked(f *pendFrame) {
+	if f.scredit > 0 {
+		sid, n := f.h.stream(), uint32(f.scredit)
+		rc.dq.put(func(fr *http2.Framer) { _ = fr.WriteWindowUpdate(sid, n) })
+	}
 }
 
 // dropLocked forgets what is held for a stream the gateway reset and

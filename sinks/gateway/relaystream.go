@@ -26,9 +26,10 @@ import (
 	"github.com/eventpipe/eventpipe/sinks/gateway/driverwire"
 )
 
-// ownStream is a stream of an edited method that the frame relay answers
-// itself: it is a grpc.ServerStream over HTTP/2 frames, so Proxy.handle
-// runs on it exactly as it runs under the gRPC server in grpc mode.
+// ownStream is a stream the frame relay answers itself (WatchSandboxes;
+// Get and List until 2026-12-01, now edited on the frame path): it is a
+// grpc.ServerStream over HTTP/2 frames, so Proxy.handle runs on it
+// exactly as it runs under the gRPC server in grpc mode.
 type ownStream struct {
 	rc          *relayConn
 	id          uint32
