@@ -111,6 +111,12 @@ func buildCatalogue(dir string) (*Catalogue, error) {
 	if _, err := backbone.NewReadMetrics(rec); err != nil {
 		return nil, fmt.Errorf("backbone read metrics: %w", err)
 	}
+	// The sinks' consumer groups (partitions owned, rebalances): one sink
+	// registers every family; nothing is contacted before Run.
+	gs := sinks.NewDefaultRunnerConfig("check")
+	if _, err := backbone.NewGroupSinks(bcfg, []backbone.GroupSink{{Runner: gs, Pusher: discardPusher{}}}, nil, rec); err != nil {
+		return nil, fmt.Errorf("backbone group sinks: %w", err)
+	}
 
 	acfg := agent.NewDefaultConfig()
 	acfg.Cluster = "check"
@@ -138,6 +144,12 @@ func buildCatalogue(dir string) (*Catalogue, error) {
 	}
 	return c, nil
 }
+
+// discardPusher stands in for a sink in the catalogue: only the metrics
+// its consumer group registers are wanted, nothing is ever pushed.
+type discardPusher struct{}
+
+func (discardPusher) Push(context.Context, []sinks.Record) error { return nil }
 
 // selfSignedCert writes a loopback certificate and its key into dir.
 func selfSignedCert(dir string) (certFile, keyFile string, err error) {
@@ -302,7 +314,8 @@ var requiredAlerts = map[string][]string{
 		"EventpipeAgentDown", "EventpipeCollectorNotAcknowledging", "EventpipeCollectorDown",
 		"EventpipeBackboneProduceFailing", "EventpipeBackboneProduceErrors", "EventpipeBackboneProduceSlow",
 		"EventpipeBackboneCursorUnreadable", "EventpipeBackboneSinkLagGrowing", "EventpipeBackboneDuplicatesHigh",
-		"EventpipeBackboneUndecodableRecords", "EventpipeSinkLagging", "EventpipeSinkRecordsLost",
+		"EventpipeBackboneUndecodableRecords", "EventpipeBackboneSinkUnowned", "EventpipeBackboneSinkRebalancing",
+		"EventpipeSinkLagging", "EventpipeSinkRecordsLost",
 	},
 }
 
