@@ -66,6 +66,7 @@ var (
 	relayMode          = flag.String("relay", "", "the proxy's relay mode, grpc or frame (empty: the proxy's default)")
 	pipe               = flag.Bool("pipe", false, "also measure unary calls through a plain byte relay process (the floor of any relay design)")
 	only               = flag.String("only", "", "run only this part of the latency measurement: unary or stream (empty: both)")
+	proxyCPUs          = flag.String("proxy-cpus", "", "run the proxy and the byte relay under `taskset -c LIST` (e.g. 1, with the harness itself started under taskset -c 0): each side gets its own core")
 )
 
 func main() {
@@ -179,7 +180,7 @@ func (e *env) startProxy(name string, extra ...string) (*proc, error) {
 	if name == "lat" && *proxyProf != "" {
 		args = append(args, "--cpu-profile", *proxyProf)
 	}
-	cmd := exec.Command(e.bin, args...)
+	cmd := pinned(e.bin, args...)
 	if *proxyEnv != "" {
 		cmd.Env = append(os.Environ(), splitEnv(*proxyEnv)...)
 	}
@@ -728,4 +729,13 @@ func vmRSS(pid int) int64 {
 		}
 	}
 	return 0
+}
+
+// pinned is exec.Command, under taskset when -proxy-cpus is set (taskset
+// execs the program: the pid, and so its /proc accounting, stay the same).
+func pinned(name string, args ...string) *exec.Cmd {
+	if *proxyCPUs == "" {
+		return exec.Command(name, args...)
+	}
+	return exec.Command("taskset", append([]string{"-c", *proxyCPUs, name}, args...)...)
 }

@@ -6,7 +6,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"syscall"
 	"time"
@@ -59,7 +58,7 @@ func (e *env) startPipe() (*proc, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(self, pipeArg, sock, e.drv.Path)
+	cmd := pinned(self, pipeArg, sock, e.drv.Path)
 	// One P like the proxy's default; -proxy-env applies to both (the
 	// last value of a key wins).
 	cmd.Env = append(os.Environ(), "GOMAXPROCS=1")
