@@ -217,7 +217,7 @@ type soakRun struct {
 	toggled []string
 
 	// Direct answers of the driver (no proxy) to Get per id and List.
-	raw map[string]gatewaytest.Response
+	raw    map[string]gatewaytest.Response
 	rawErr map[string]error
 
 	mu       sync.Mutex
