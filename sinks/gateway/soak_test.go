@@ -10,6 +10,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"reflect"
+	"regexp"
 	"runtime"
 	"strings"
 	"sync"
@@ -220,7 +221,13 @@ type soakRun struct {
 	raw    map[string]gatewaytest.Response
 	rawErr map[string]error
 
+	// toggleMu is held by a toggle from its ship until its state is in
+	// spans: a check that finds no matching state waits for it and looks
+	// again (the call may have seen the state of a toggle in progress).
+	toggleMu sync.Mutex
+
 	mu       sync.Mutex
+	toggles  []string // for failure reports
 	spans    map[string][]soakSpan
 	inflight map[int64]*soakCall
 	counts   map[string]int
@@ -381,6 +388,11 @@ func runSoak(t *testing.T, relay string, seed uint64, d time.Duration) {
 	if err := <-watchDone; err != nil {
 		t.Errorf("WatchSandboxes stream: %v", err)
 	}
+	if t.Failed() {
+		s.mu.Lock()
+		t.Logf("toggles:\n%s", strings.Join(s.toggles, "\n"))
+		s.mu.Unlock()
+	}
 	if watchEvents.Load() == 0 {
 		t.Errorf("WatchSandboxes stream delivered nothing")
 	}
@@ -413,6 +425,8 @@ func (s *soakRun) toggle(id string, fail bool, attempts uint32, clock *time.Time
 	if o.PullFailure != nil {
 		o.PullFailure.FirstSeen, o.PullFailure.LastSeen = ts, ts
 	}
+	s.toggleMu.Lock()
+	defer s.toggleMu.Unlock()
 	s.mu.Lock()
 	prev := s.spans[id][len(s.spans[id])-1].patch
 	s.mu.Unlock()
@@ -439,6 +453,7 @@ func (s *soakRun) toggle(id string, fail bool, attempts uint32, clock *time.Time
 	sp := s.spans[id]
 	sp[len(sp)-1].to = now
 	s.spans[id] = append(sp, soakSpan{patch: got, from: from})
+	s.toggles = append(s.toggles, fmt.Sprintf("%s..%s %s fail=%v attempts=%d at=%s", from.Format("15:04:05.000000"), now.Format("15:04:05.000000"), id, fail, attempts, clock.Format("15:04:05")))
 	s.mu.Unlock()
 }
 
@@ -456,6 +471,8 @@ func (s *soakRun) patchesDuring(id string, from, to time.Time) []*driverwire.Pat
 	return out
 }
 
+var soakAttempts = regexp.MustCompile(`[0-9]+ attempts`)
+
 func (s *soakRun) spanString(id string) string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -463,7 +480,7 @@ func (s *soakRun) spanString(id string) string {
 	for _, sp := range s.spans[id] {
 		st := "healthy"
 		if sp.patch != nil {
-			st = sp.patch.ReadySuffix[len(sp.patch.ReadySuffix)-80:]
+			st = soakAttempts.FindString(sp.patch.ReadySuffix)
 		}
 		fmt.Fprintf(&b, "\n  %s..%s %s", sp.from.Format("15:04:05.000000"), sp.to.Format("15:04:05.000000"), st)
 	}
@@ -845,7 +862,14 @@ func (s *soakRun) checkBodies(id int64, desc string, sc soakScript, get string, 
 			}
 			continue
 		}
-		if msg := s.checkEdited(get, b, want[i], start, time.Now()); msg != "" {
+		end := time.Now()
+		msg := s.checkEdited(get, b, want[i], start, end)
+		if msg != "" {
+			s.toggleMu.Lock() // a toggle in progress during the call is in spans now
+			s.toggleMu.Unlock()
+			msg = s.checkEdited(get, b, want[i], start, end)
+		}
+		if msg != "" {
 			s.fail("call %d %s: %s (%d bytes, the driver's %d)", id, desc, msg, len(b), len(want[i]))
 		}
 	}
@@ -894,7 +918,8 @@ func (s *soakRun) checkEdited(get string, got, raw []byte, from, to time.Time) s
 		if !ok {
 			gs, _ := gatewaytest.DecodeSandbox(gf[i].val)
 			ws, _ := gatewaytest.DecodeSandbox(rf[i].val)
-			return fmt.Sprintf("got %+v\n driver %+v\n call %s..%s\n spans %s\n states %d: sandbox %s (field %d) is neither the driver's nor its edit for a state it had during the call", gs, ws, from.Format("15:04:05.000000"), to.Format("15:04:05.000000"), s.spanString(sid), len(s.patchesDuring(sid, from, to)), sid, i)
+			now, ok := s.rp.p.hub.patchFor(sid)
+			return fmt.Sprintf("hub now: %v %s\n got %+v\n driver %+v\n call %s..%s\n spans %s\n states %d: sandbox %s (field %d) is neither the driver's nor its edit for a state it had during the call", ok, soakAttempts.FindString(now.ReadySuffix), gs, ws, from.Format("15:04:05.000000"), to.Format("15:04:05.000000"), s.spanString(sid), len(s.patchesDuring(sid, from, to)), sid, i)
 		}
 	}
 	return ""
