@@ -65,6 +65,27 @@ type soakScript struct {
 	Echo  bool  `json:"e,omitempty"` // bidi: answer each request with its echo as it comes
 	Code  int   `json:"c,omitempty"` // the status the call ends with
 	TOnly bool  `json:"t,omitempty"` // end with Code before sending anything (trailers-only)
+	Fill  bool  `json:"l,omitempty"` // request messages are h2peer's (h2Fill), not soakBody
+}
+
+// soakReq is request message i of a script.
+func soakReq(sc soakScript, i int) []byte {
+	if sc.Fill {
+		return h2Fill(uint64(sc.ID)<<8|uint64(i), sc.Req[i])
+	}
+	return soakBody(sc.ID, 'q', i, sc.Req[i])
+}
+
+// h2Fill is testenv/h2peer's fill: its request messages.
+func h2Fill(seed uint64, n int) []byte {
+	const mul, add = 6364136223846793005, 1442695040888963407
+	x := seed*mul + add
+	b := make([]byte, n)
+	for i := range b {
+		x = x*mul + add
+		b[i] = byte(x >> 33)
+	}
+	return b
 }
 
 // soakBody is message i of a call in direction dir ('q' request, 'r'
@@ -146,7 +167,7 @@ func soakHook(method string, ss grpc.ServerStream) (bool, error) {
 		if err != nil {
 			return true, err
 		}
-		if i >= len(sc.Req) || !bytes.Equal(req.B, soakBody(sc.ID, 'q', i, sc.Req[i])) {
+		if i >= len(sc.Req) || !bytes.Equal(req.B, soakReq(sc, i)) {
 			return true, status.Errorf(codes.DataLoss, "soak driver: request message %d (%d bytes) is not the one sent", i, len(req.B))
 		}
 		if sc.Echo {
@@ -225,6 +246,7 @@ type soakRun struct {
 	// spans: a check that finds no matching state waits for it and looks
 	// again (the call may have seen the state of a toggle in progress).
 	toggleMu sync.Mutex
+	clock    time.Time // occurrence times: 2 s apart, so the hub's to-the-second order holds
 
 	mu       sync.Mutex
 	toggles  []string // for failure reports
@@ -272,8 +294,9 @@ func TestRelaySoak(t *testing.T) {
 	})
 }
 
-func runSoak(t *testing.T, relay string, seed uint64, d time.Duration) {
-	rng := rand.New(rand.NewPCG(seed, 0x50a4))
+// newSoak starts the driver (with soakHook), the collector and the proxy,
+// takes the driver's own Get and List answers, and makes failingID fail.
+func newSoak(t *testing.T, relay string, seed uint64) *soakRun {
 	dir := shortDir(t)
 	drv, err := gatewaytest.StartDriverHook(dir+"/driver/driver.sock", soakHook)
 	if err != nil {
@@ -304,9 +327,38 @@ func runSoak(t *testing.T, relay string, seed uint64, d time.Duration) {
 		s.raw[id], s.rawErr[id] = direct.Call(context.Background(), gatewaytest.MethodGet, reqWithUnknown(id))
 	}
 	s.raw["list"], s.rawErr["list"] = direct.Call(context.Background(), gatewaytest.MethodList, reqWithUnknown())
+	s.raw["caps"], s.rawErr["caps"] = direct.Call(context.Background(), gatewaytest.MethodCaps, nil)
 	if s.rawErr["list"] != nil {
 		t.Fatal(s.rawErr["list"])
 	}
+	now := time.Now()
+	for _, id := range s.toggled {
+		s.spans[id] = []soakSpan{{from: now.Add(-time.Hour)}}
+	}
+	s.clock = now.Add(-time.Hour)
+	s.toggle(failingID, true, 1)
+	return s
+}
+
+// toggler switches pull failures on and off at random until end.
+func (s *soakRun) toggler(ctx context.Context, end time.Time) {
+	trng := rand.New(rand.NewPCG(s.seed, 0x7066))
+	attempts := uint32(2)
+	for time.Now().Before(end) && ctx.Err() == nil {
+		time.Sleep(time.Duration(20+trng.IntN(200)) * time.Millisecond)
+		id := s.toggled[trng.IntN(len(s.toggled))]
+		s.mu.Lock()
+		cur := s.spans[id][len(s.spans[id])-1].patch
+		s.mu.Unlock()
+		attempts++
+		s.toggle(id, cur == nil || trng.IntN(2) == 0, attempts)
+	}
+}
+
+func runSoak(t *testing.T, relay string, seed uint64, d time.Duration) {
+	rng := rand.New(rand.NewPCG(seed, 0x50a4))
+	s := newSoak(t, relay, seed)
+	direct := dialT(t, s.drv.Path)
 
 	// The gateway's connection: small fixed windows (every large message
 	// needs many WINDOW_UPDATEs) or grpc-go's own (BDP growth, so SETTINGS
@@ -324,13 +376,6 @@ func runSoak(t *testing.T, relay string, seed uint64, d time.Duration) {
 	}
 	t.Cleanup(func() { conn.Close() })
 	s.conn = conn
-
-	now := time.Now()
-	for _, id := range s.toggled {
-		s.spans[id] = []soakSpan{{from: now.Add(-time.Hour)}}
-	}
-	clock := now.Add(-time.Hour) // occurrence times: 2 s apart, so the hub's to-the-second order holds
-	s.toggle(failingID, true, 1, &clock)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -354,17 +399,7 @@ func runSoak(t *testing.T, relay string, seed uint64, d time.Duration) {
 	toggleDone := make(chan struct{})
 	go func() {
 		defer close(toggleDone)
-		trng := rand.New(rand.NewPCG(seed, 0x7066))
-		attempts := uint32(2)
-		for time.Now().Before(end) && ctx.Err() == nil {
-			time.Sleep(time.Duration(20+trng.IntN(200)) * time.Millisecond)
-			id := s.toggled[trng.IntN(len(s.toggled))]
-			s.mu.Lock()
-			cur := s.spans[id][len(s.spans[id])-1].patch
-			s.mu.Unlock()
-			attempts++
-			s.toggle(id, cur == nil || trng.IntN(2) == 0, attempts, &clock)
-		}
+		s.toggler(ctx, end)
 	}()
 	workersDone := make(chan struct{})
 	go func() { wg.Wait(); <-toggleDone; close(workersDone) }()
@@ -411,16 +446,17 @@ func runSoak(t *testing.T, relay string, seed uint64, d time.Duration) {
 // toggle switches a sandbox's pull failure on (a new failure with this
 // attempt count) or off (the agent container pulled) through the
 // collector, and waits until the proxy's hub holds the new state.
-func (s *soakRun) toggle(id string, fail bool, attempts uint32, clock *time.Time) {
+func (s *soakRun) toggle(id string, fail bool, attempts uint32) {
 	t := s.t
-	*clock = clock.Add(2 * time.Second)
+	s.clock = s.clock.Add(2 * time.Second)
+	clock := s.clock
 	var o *eventpipev1.Occurrence
 	if fail {
 		o = pullFailed(id, attempts)
 	} else {
 		o = pulledAgent(id)
 	}
-	ts := timestamppb.New(*clock)
+	ts := timestamppb.New(clock)
 	o.OccurredAt, o.ObservedAt = ts, ts
 	if o.PullFailure != nil {
 		o.PullFailure.FirstSeen, o.PullFailure.LastSeen = ts, ts
