@@ -218,7 +218,9 @@ func runSoakH2(t *testing.T, bin, relay string, seed uint64, d time.Duration) {
 	}
 	select {
 	case msg := <-stalled:
-		t.Fatal(msg)
+		<-toggleDone
+		_ = cmd.Wait()
+		t.Fatalf("%s\n\nh2peer stderr:\n%s", msg, stderr.String())
 	default:
 	}
 	if err := <-writeDone; err != nil {

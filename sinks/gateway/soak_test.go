@@ -347,6 +347,9 @@ func (s *soakRun) toggler(ctx context.Context, end time.Time) {
 	attempts := uint32(2)
 	for time.Now().Before(end) && ctx.Err() == nil {
 		time.Sleep(time.Duration(20+trng.IntN(200)) * time.Millisecond)
+		if ctx.Err() != nil {
+			return // the run was stopped (a stall): the test is ending
+		}
 		id := s.toggled[trng.IntN(len(s.toggled))]
 		s.mu.Lock()
 		cur := s.spans[id][len(s.spans[id])-1].patch
