@@ -53,6 +53,10 @@ import (
 var (
 	soakFor  = flag.Duration("soak.for", 0, "relay soak: how long each seed runs (default 2s, for the default seeds)")
 	soakSeed = flag.Uint64("soak.seed", 0, "relay soak: run only this seed (0: the default seeds)")
+	// soakDirect tells a relay fault from a peer's: the same calls
+	// straight to the driver (TestRelaySoakH2; Get/List are then never
+	// edited, so the edit checks see the driver's answers).
+	soakDirect = flag.Bool("soak.direct", false, "relay soak (h2): call the driver directly, without the proxy")
 )
 
 // soakScript is what one soak call asks of the driver; it travels in the
