@@ -46,7 +46,7 @@ import (
 //
 // Everything random comes from the seed (printed; -soak.seed replays it,
 // up to the scheduling, which the seed cannot fix). Without flags a short
-// form runs (seed 1 and a random one, 2 s each, in each relay mode; the h2
+// form runs (seed 2 and a random one, 2 s each, in each relay mode; the h2
 // variant a random one); the long form is the same tests with -soak.for
 // (README, "Soak").
 
@@ -281,7 +281,7 @@ var (
 
 // TestRelaySoak runs the soak for each seed in each relay mode.
 func TestRelaySoak(t *testing.T) {
-	seeds := []uint64{1, uint64(time.Now().UnixNano())}
+	seeds := []uint64{2, uint64(time.Now().UnixNano())} // seed 2: the smallest windows
 	d := 2 * time.Second
 	if *soakSeed != 0 {
 		seeds = []uint64{*soakSeed}
