@@ -55,7 +55,14 @@ type Driver struct {
 	lastMD    map[string]metadata.MD
 	stopped   chan struct{}
 	opts      []grpc.ServerOption
+	hook      Hook
 }
+
+// Hook sees every call before the driver does (StartDriverHook): it
+// answers the call itself (handled true, its error is the call's status)
+// or lets the driver answer (handled false; it may have slept first, to
+// play a slow driver, but must not have read or sent anything).
+type Hook func(method string, ss grpc.ServerStream) (handled bool, err error)
 
 // rawCodec is the test parts' pass-through codec.
 type rawCodec struct{}
@@ -76,8 +83,14 @@ func (rawCodec) Unmarshal(b []byte, v any) error {
 // until Stop. opts are added to the gRPC server's (a benchmark uses them to
 // play a driver with other HTTP/2 settings).
 func StartDriver(path string, opts ...grpc.ServerOption) (*Driver, error) {
+	return StartDriverHook(path, nil, opts...)
+}
+
+// StartDriverHook is StartDriver with a Hook in front of the driver's own
+// answers (the relay soak scripts its calls through it).
+func StartDriverHook(path string, hook Hook, opts ...grpc.ServerOption) (*Driver, error) {
 	d := &Driver{Path: path, sandboxes: map[string]Sandbox{}, watchers: map[chan []byte]struct{}{},
-		lastMD: map[string]metadata.MD{}, opts: opts}
+		lastMD: map[string]metadata.MD{}, opts: opts, hook: hook}
 	return d, d.Start()
 }
 
@@ -169,6 +182,11 @@ func (d *Driver) broadcast(b []byte) {
 
 func (d *Driver) handle(_ any, ss grpc.ServerStream) error {
 	method, _ := grpc.MethodFromServerStream(ss)
+	if d.hook != nil {
+		if handled, err := d.hook(method, ss); handled {
+			return err
+		}
+	}
 	ctx := ss.Context()
 	md, _ := metadata.FromIncomingContext(ctx)
 	d.mu.Lock()

@@ -5,6 +5,11 @@
 //!
 //!   h2peer client SOCKET   run a fixed suite of calls in the gateway's
 //!                          role and print one JSON line per call
+//!   h2peer soak SOCKET     in the gateway's role, run the calls read from
+//!                          stdin (one a line, see soak) up to 16 at a time
+//!                          on one connection and print one JSON line per
+//!                          call; sinks/gateway's relay soak writes them
+//!                          from its seed and checks the answers
 //!   h2peer server SOCKET   serve in the driver's role: every method echoes
 //!                          each request message with field 906 appended
 //!                          ("echo:" + path), like gatewaytest.Driver
@@ -26,6 +31,7 @@ use tokio::net::{UnixListener, UnixStream};
 const SVC: &str = "/openshell.compute.v1.ComputeDriver/";
 const CHAT: &str = "/openshell.compute.v2.ComputeDriverNext/Chat";
 const CANCEL: &str = "cancel-after-2";
+const PAUSE: &str = "x-h2peer-pause-ms";
 const FAILING_ID: &str = "7f7c2c8e-4a9b-4c1e-9e57-1f0b3a9d2c11";
 
 /// One call of the suite.
@@ -40,7 +46,7 @@ struct Call {
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.len() < 3 || args.len() > 4 || (args.len() == 4 && args[3] != "hyper") {
-        eprintln!("usage: h2peer client|hol|goaway|server SOCKET [hyper]");
+        eprintln!("usage: h2peer client|hol|goaway|soak|server SOCKET [hyper]");
         std::process::exit(2);
     }
     let hyper = args.len() == 4;
@@ -52,6 +58,7 @@ fn main() {
         "client" => rt.block_on(client(&args[2], hyper)),
         "hol" => rt.block_on(hol(&args[2], hyper)),
         "goaway" => rt.block_on(goaway(&args[2], hyper)),
+        "soak" => rt.block_on(soak(&args[2], hyper)),
         "server" => rt.block_on(server(&args[2], hyper)),
         _ => Err("unknown mode".into()),
     };
@@ -372,6 +379,11 @@ async fn call(
     });
     let resp: Response<RecvStream> = resp.await?;
     let (parts, mut body) = resp.into_parts();
+    if let Some((_, ms)) = c.meta.iter().find(|(k, _)| k == PAUSE) {
+        // A slow reader: nothing is read (so no window is given back) for
+        // a while after the response headers.
+        tokio::time::sleep(Duration::from_millis(ms.parse().unwrap_or(0))).await;
+    }
     let mut buf = Vec::new();
     while let Some(chunk) = body.data().await {
         let chunk = chunk?;
@@ -393,6 +405,110 @@ async fn call(
         split_msgs(&buf)?,
         trailers,
     ))
+}
+
+/// soak runs the calls of stdin, one a line, tab-separated: id, method,
+/// cancel_ms (reset the stream after that long; 0: never), final (1: run
+/// after every other call has ended, alone), the request messages
+/// (comma-separated: a size n is fill((id << 8) | i, n), "x" + hex is
+/// literal), then metadata as key, value pairs. Results are printed as the
+/// calls end: messages up to 2 MiB whole (hex), larger ones as digests.
+async fn soak(path: &str, hyper: bool) -> Result<(), Error> {
+    let (h2c, conn) = connect(path, hyper).await?;
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<String>(64);
+    std::thread::spawn(move || {
+        for line in std::io::stdin().lines() {
+            let Ok(l) = line else { return };
+            if tx.blocking_send(l).is_err() {
+                return;
+            }
+        }
+    });
+    let sem = std::sync::Arc::new(tokio::sync::Semaphore::new(16));
+    let (mut tasks, mut finals, mut n) = (Vec::new(), Vec::new(), 0);
+    while let Some(line) = rx.recv().await {
+        let (id, cancel, last, c) = soak_line(&line)?;
+        if last {
+            finals.push((id, c));
+            continue;
+        }
+        let permit = sem.clone().acquire_owned().await?;
+        let h2c = h2c.clone();
+        tasks.push(tokio::spawn(async move {
+            println!("{}", soak_call(h2c, id, cancel, c).await);
+            drop(permit);
+        }));
+        n += 1;
+    }
+    for t in tasks {
+        t.await?;
+    }
+    for (id, c) in finals {
+        println!("{}", soak_call(h2c.clone(), id, 5000, c).await);
+        n += 1;
+    }
+    drop(h2c);
+    let end = tokio::time::timeout(Duration::from_secs(5), conn).await;
+    println!(
+        "{{\"done\":{},\"conn\":{}}}",
+        n,
+        json_str(&format!(
+            "{:?}",
+            end.map(|r| r.map(|r| r.map_err(|e| e.to_string())))
+        ))
+    );
+    Ok(())
+}
+
+fn soak_line(line: &str) -> Result<(u64, u64, bool, Call), Error> {
+    let f: Vec<&str> = line.split('\t').collect();
+    if f.len() < 5 || f.len() % 2 == 0 {
+        return Err(format!("soak: bad line {:?}", line).into());
+    }
+    let id: u64 = f[0].parse()?;
+    let mut msgs = Vec::new();
+    for (i, m) in f[4].split(',').filter(|m| !m.is_empty()).enumerate() {
+        msgs.push(match m.strip_prefix('x') {
+            Some(h) => (0..h.len() / 2)
+                .map(|j| u8::from_str_radix(&h[2 * j..2 * j + 2], 16))
+                .collect::<Result<_, _>>()?,
+            None => fill((id << 8) | i as u64, m.parse()?),
+        });
+    }
+    let meta = f[5..]
+        .chunks(2)
+        .map(|kv| (kv[0].to_string(), kv[1].to_string()))
+        .collect();
+    let c = Call {
+        name: f[0].to_string(),
+        method: f[1].to_string(),
+        msgs,
+        meta,
+    };
+    Ok((id, f[2].parse()?, f[3] == "1", c))
+}
+
+async fn soak_call(h2c: h2::client::SendRequest<Bytes>, id: u64, cancel: u64, c: Call) -> String {
+    let res = if cancel > 0 {
+        match tokio::time::timeout(Duration::from_millis(cancel), call(h2c, &c)).await {
+            Ok(r) => r,
+            // Dropping the call's streams resets them (RST_STREAM CANCEL).
+            Err(_) => return format!("{{\"id\":{},\"cancelled\":true}}", id),
+        }
+    } else {
+        call(h2c, &c).await
+    };
+    match res {
+        Ok((status, headers, msgs, trailers)) => format!(
+            "{{\"id\":{},\"status\":{},\"headers\":{},\"msgs\":{},\"trailers\":{}}}",
+            id,
+            status,
+            headers_json(&headers),
+            msgs_json_hex(&msgs, 2 << 20),
+            headers_json(&trailers)
+        ),
+        Err(e) => format!("{{\"id\":{},\"error\":{}}}", id, json_str(&e.to_string())),
+    }
 }
 
 /// hol: calls whose answers the gateway does not read yet fill its
@@ -742,13 +858,18 @@ fn fnv(b: &[u8]) -> u64 {
 }
 
 fn msgs_json(msgs: &[Vec<u8>]) -> String {
+    msgs_json_hex(msgs, 4096)
+}
+
+/// msgs_json_hex: messages up to hex_max bytes are printed whole.
+fn msgs_json_hex(msgs: &[Vec<u8>], hex_max: usize) -> String {
     let mut s = String::from("[");
     for (i, m) in msgs.iter().enumerate() {
         if i > 0 {
             s.push(',');
         }
         let _ = write!(s, "{{\"n\":{},\"fnv\":\"{:016x}\"", m.len(), fnv(m));
-        if m.len() <= 4096 {
+        if m.len() <= hex_max {
             s.push_str(",\"hex\":\"");
             for c in m {
                 let _ = write!(s, "{:02x}", c);
