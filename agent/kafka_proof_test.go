@@ -5,13 +5,11 @@ import (
 	"fmt"
 	"maps"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -40,7 +38,6 @@ import (
 // settings are not repeated there: see session_timeout below).
 func startCollectorChild(t *testing.T, dir, name string, brokers []string, extra string) (*child, string) {
 	t.Helper()
-	bin := eventpipeBinary(t)
 	cfg := fmt.Sprintf(`log: kafka
 backbone:
   brokers: [%s]
@@ -61,40 +58,13 @@ auth:
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	logPath := filepath.Join(dir, name+".log")
-	lf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := lf.Stat()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "collector", "--config", cfgPath, "--log-format", "json")
-	cmd.Stdout, cmd.Stderr = lf, lf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start collector %s: %v", name, err)
-	}
-	c := &child{name: name, cmd: cmd, log: logPath, done: make(chan struct{})}
-	go func() {
-		_ = cmd.Wait()
-		lf.Close()
-		close(c.done)
-	}()
-	t.Cleanup(func() {
-		c.kill()
-		if t.Failed() {
-			b, _ := os.ReadFile(logPath)
-			t.Logf("collector %s log (tail):\n%s", name, tail(string(b), 3000))
-		}
-	})
-	started := c.waitLogged(t, st.Size(), "collector started")
+	c, from := spawn(t, dir, "collector", name, 3000, "collector", "--config", cfgPath, "--log-format", "json")
+	started := c.waitLogged(t, from, "collector started")
 	c.metrics = started["http"]
 	waitFor(t, 60*time.Second, name+" ready", func() (bool, string) {
 		select {
 		case <-c.done:
-			b, _ := os.ReadFile(logPath)
+			b, _ := os.ReadFile(c.log)
 			t.Fatalf("%s exited before it was ready; log:\n%s", name, tail(string(b), 2000))
 		default:
 		}

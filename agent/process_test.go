@@ -72,25 +72,35 @@ type child struct {
 // by another process before the agent binds it.
 func startChild(t testing.TB, dir, name string, args ...string) *child {
 	t.Helper()
+	all := append([]string{"agent", "--kubeconfig", agentKubeconfig(t, dir), "--listen", "127.0.0.1:0", "--collector-insecure", "--identity", name}, args...)
+	c, from := spawn(t, dir, "agent", name, 4000, all...)
+	c.metrics = c.waitLogged(t, from, "serving /metrics, /healthz and /readyz")["http"]
+	return c
+}
+
+// spawn starts the eventpipe binary with args as the child name (what is
+// "agent" or "collector", for messages), its output appended to
+// dir/name.log, killed at cleanup, with the last tailBytes of its log in a
+// failed test's output. It returns the child and the log's size before
+// the start: a restarted child appends to the log of its predecessor, and
+// only what it writes counts.
+func spawn(t testing.TB, dir, what, name string, tailBytes int, args ...string) (*child, int64) {
+	t.Helper()
 	bin := eventpipeBinary(t)
 	logPath := filepath.Join(dir, name+".log")
 	lf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A restarted child appends to the log of its predecessor: only what
-	// it writes counts.
 	st, err := lf.Stat()
 	if err != nil {
 		t.Fatal(err)
 	}
-	from := st.Size()
-	all := append([]string{"agent", "--kubeconfig", agentKubeconfig(t, dir), "--listen", "127.0.0.1:0", "--collector-insecure", "--identity", name}, args...)
-	cmd := exec.Command(bin, all...)
+	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = lf, lf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
-		t.Fatalf("start agent %s: %v", name, err)
+		t.Fatalf("start %s %s: %v", what, name, err)
 	}
 	c := &child{name: name, cmd: cmd, log: logPath, done: make(chan struct{})}
 	go func() {
@@ -102,11 +112,10 @@ func startChild(t testing.TB, dir, name string, args ...string) *child {
 		c.kill()
 		if t.Failed() {
 			b, _ := os.ReadFile(logPath)
-			t.Logf("agent %s log (tail):\n%s", name, tail(string(b), 4000))
+			t.Logf("%s %s log (tail):\n%s", what, name, tail(string(b), tailBytes))
 		}
 	})
-	c.metrics = c.waitLogged(t, from, "serving /metrics, /healthz and /readyz")["http"]
-	return c
+	return c, st.Size()
 }
 
 // waitLogged waits until c's JSON log has, past offset from, a line with
