@@ -87,6 +87,11 @@ func label(kind, cause string) string {
 
 var blockerReport = flag.String("blockers.report", "", "write the held-out score and confusion matrix (markdown) to this file")
 
+// blockersTrainOnly is for whoever writes rules: held-out entries are
+// neither checked nor printed (no held-out miss, no floor), so no held-out
+// text reaches the rule writer; make test runs without it.
+var blockersTrainOnly = flag.Bool("blockers.train", false, "check the training entries only (for rule writers)")
+
 // knownTrainMisses: training entries whose text cannot say what their
 // source says (reported in bench/diagnosis-blockers.md), by source.
 var knownTrainMisses = map[string]string{
@@ -97,10 +102,10 @@ var knownTrainMisses = map[string]string{
 }
 
 // heldOutFloor is the held-out score recorded in bench/diagnosis-blockers.md
-// at the first scoring of the latest draw (session 5's third draw: 54/56
-// over the three draws' held-out entries, its own 12/12; 42/44 before it):
+// at the first scoring of the latest draw (session 6's fourth draw: 65/71
+// over the four draws' held-out entries, its own 11/15; 54/56 before it):
 // the test fails if a change makes it worse.
-const heldOutFloor = 54.0 / 56
+const heldOutFloor = 65.0 / 71
 
 // TestBlockerCorpus: every training message gets exactly its kind and
 // cause, no look-alike is diagnosed, and the held-out score (never looked at
@@ -124,6 +129,9 @@ func TestBlockerCorpus(t *testing.T) {
 		got, want := none, label(m.Kind, m.Cause)
 		if ok {
 			got = label(kind, cause)
+		}
+		if *blockersTrainOnly && m.Split != "train" {
+			continue
 		}
 		if m.Kind == "" {
 			lookalikes++
@@ -157,7 +165,7 @@ func TestBlockerCorpus(t *testing.T) {
 	}
 	score := float64(heldRight) / float64(max(held, 1))
 	t.Logf("held-out: %d/%d right (%.1f%%); look-alikes diagnosed: %d/%d", heldRight, held, 100*score, lookalikesHit, lookalikes)
-	if score < heldOutFloor {
+	if score < heldOutFloor && !*blockersTrainOnly {
 		t.Errorf("held-out score %.3f fell below the recorded %.3f", score, heldOutFloor)
 	}
 	if *blockerReport != "" {
