@@ -95,9 +95,13 @@ func classifyBlocker(reason, msg string) (blockerClass, bool) {
 
 // missingObject sets b's cause and object when msg says a Secret or
 // ConfigMap the pod needs does not exist (kubelet's `secret "x" not found`,
-// `secrets "x" not found` before 1.10, and the same for config maps).
+// `secrets "x" not found` before 1.10, and the same for config maps). A
+// message cut right after `... "x" not` (a report's paste, a column width)
+// counts when "not" follows that object's name at the very end.
 func missingObject(msg string, b *blockerClass) bool {
-	if !containsFold(msg, "not found") {
+	notFound := containsFold(msg, "not found")
+	end := strings.TrimSpace(msg)
+	if !notFound && !hasSuffixFold(end, `" not`) {
 		return false
 	}
 	for _, m := range [...]struct{ prefix, cause, kind string }{
@@ -106,10 +110,12 @@ func missingObject(msg string, b *blockerClass) bool {
 		{`configmap "`, eventpipev1.BlockerConfigMapNotFound, "ConfigMap/"},
 		{`configmaps "`, eventpipev1.BlockerConfigMapNotFound, "ConfigMap/"},
 	} {
-		if name, ok := quotedAfter(msg, m.prefix); ok {
-			b.cause, b.object = m.cause, m.kind+name
-			return true
+		name, ok := quotedAfter(msg, m.prefix)
+		if !ok || !notFound && !hasSuffixFold(end, m.prefix+name+`" not`) {
+			continue
 		}
+		b.cause, b.object = m.cause, m.kind+name
+		return true
 	}
 	return false
 }
@@ -140,7 +146,8 @@ func containerError(reason, msg string) (blockerClass, bool) {
 	case containsFold(msg, "executable file not found"), containsFold(msg, "exec format error"),
 		containsFold(msg, "failed to create containerd task"), containsFold(msg, "failed to start container"),
 		containsFold(msg, "cannot start container"), containsFold(msg, "oci runtime create failed"),
-		containsFold(msg, "runc create failed"), containsFold(msg, "error during container init"):
+		containsFold(msg, "runc create failed"), containsFold(msg, "error during container init"),
+		nonRootRefusal(msg):
 		b.cause = eventpipev1.BlockerStartFailed
 		return b, true
 	}
@@ -153,6 +160,18 @@ func containerError(reason, msg string) (blockerClass, bool) {
 		return b, true
 	}
 	return blockerClass{}, false
+}
+
+// nonRootRefusal: kubelet's verifyRunAsNonRoot refuses a container whose
+// securityContext sets runAsNonRoot: "container has runAsNonRoot and image
+// will run as root", "... and image has non-numeric user (x), cannot
+// verify user is non-root", "... and image has an invalid user id",
+// "container's runAsUser breaks non-root policy", and on Windows
+// "container's runAsUser (ContainerAdministrator) which will be regarded
+// as root identity and will break non-root policy". kubelet never creates
+// the container (CreateContainerConfigError, Failed "Error: ...").
+func nonRootRefusal(msg string) bool {
+	return containsFold(msg, "has runasnonroot and image") || containsFold(msg, "non-root policy")
 }
 
 // createRefused: a controller's FailedCreate (replicaset, statefulset,
@@ -174,7 +193,10 @@ func createRefused(msg string) blockerClass {
 				break
 			}
 		}
-	case containsFold(msg, "violates podsecurity"), containsFold(msg, "pod security policy"), containsFold(msg, "podsecuritypolicy"):
+	case containsFold(msg, "violates podsecurity"), containsFold(msg, "pod security policy"), containsFold(msg, "podsecuritypolicy"),
+		containsFold(msg, "no providers available to validate pod request"):
+		// The last is PodSecurityPolicy admission (before 1.25) when no
+		// policy the pod's creator or service account may use admits it.
 		b.cause = eventpipev1.BlockerPodSecurity
 	case containsFold(msg, "admission webhook") && containsFold(msg, "denied the request"):
 		b.cause = eventpipev1.BlockerWebhookDenied
@@ -249,8 +271,7 @@ func schedulingItemCause(item string) string {
 	case containsFold(item, "volume node affinity"), containsFold(item, "volume zone"),
 		containsFold(item, "nodevolumezoneconflict"):
 		return eventpipev1.BlockerVolumeNodeAffinity
-	case containsFold(item, "unbound immediate persistentvolumeclaims"), containsFold(item, "persistent volumes to bind"),
-		containsFold(item, "unbound persistentvolumeclaim"), containsFold(item, "persistentvolumeclaim") && containsFold(item, "not found"):
+	case unusableClaim(item):
 		return eventpipev1.BlockerUnboundPVC
 	case containsFold(item, "insufficient"), containsFold(item, "too many pods"):
 		return eventpipev1.BlockerInsufficientResources
@@ -268,8 +289,28 @@ func schedulingItemCause(item string) string {
 		return eventpipev1.BlockerPodAffinity
 	case containsFold(item, "were unschedulable"), containsFold(item, "not ready"), containsFold(item, "unreachable"):
 		return eventpipev1.BlockerNodesUnavailable
+	case containsFold(item, "topology spread"):
+		// PodTopologySpread: "didn't match pod topology spread constraints",
+		// with " (missing required label)" when nodes lack the key.
+		return eventpipev1.BlockerTopologySpread
 	}
 	return ""
+}
+
+// unusableClaim: the volume binding plugin's reasons for a claim the pod
+// cannot use: unbound ("pod has unbound immediate PersistentVolumeClaims",
+// "node(s) didn't find available persistent volumes to bind"), missing
+// (`persistentvolumeclaim "x" not found`, or not created yet for an
+// ephemeral volume: "waiting for ephemeral volume controller to create the
+// persistentvolumeclaim"), being deleted, or Lost (`persistentvolumeclaim
+// "x" bound to non-existent persistentvolume "y"`; per node "pvc(s) bound
+// to non-existent pv(s)"). Items that name no claim pay three scans.
+func unusableClaim(item string) bool {
+	if containsFold(item, "persistentvolumeclaim") {
+		return containsFold(item, "unbound") || containsFold(item, "not found") || containsFold(item, "bound to non-existent") ||
+			containsFold(item, "is being deleted") || containsFold(item, "waiting for ephemeral volume controller")
+	}
+	return containsFold(item, "persistent volumes to bind") || containsFold(item, "bound to non-existent")
 }
 
 // itemCount is the node count of one summary reason: leading ("3
@@ -325,7 +366,10 @@ func classifyContainerStatus(waiting, waitingMessage, terminated string, exitCod
 		if hasExitCode {
 			b.detail = terminated + " (exit code " + strconv.Itoa(int(exitCode)) + ")"
 		}
-	case terminated == "Error" || hasExitCode && exitCode != 0:
+	case hasExitCode && exitCode != 0, terminated == "Error" && waiting != "CrashLoopBackOff":
+		// A status read without the exit code (a "kubectl get pods"
+		// STATUS column: Init:Error, then Init:CrashLoopBackOff) names no
+		// code: in back-off that is the crash loop below.
 		b.cause, b.detail = eventpipev1.BlockerExitError, terminated
 		if hasExitCode {
 			b.detail = strings.TrimSpace(terminated + " (exit code " + strconv.Itoa(int(exitCode)) + ")")

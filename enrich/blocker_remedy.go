@@ -25,7 +25,15 @@ func BlockerFix(b *eventpipev1.Blocker) string {
 		return "no node matches the pod's node selector or node affinity: fix the selector in the sandbox's pod template, or label a node to match"
 	case eventpipev1.BlockerPodAffinity:
 		return "the pod's affinity or anti-affinity rules exclude every node: relax the rules or add nodes"
+	case eventpipev1.BlockerTopologySpread:
+		if containsFold(b.GetDetail(), "missing required label") {
+			return "the nodes lack the topology key the pod's topology spread constraints name: label the nodes with that key, or fix the topologyKey in the sandbox's pod template"
+		}
+		return "placing the pod on any node would break its topology spread constraints (maxSkew): add nodes in the zone or domain that is short, raise maxSkew, or set whenUnsatisfiable: ScheduleAnyway in the sandbox's pod template"
 	case eventpipev1.BlockerUnboundPVC:
+		if containsFold(b.GetDetail(), "bound to non-existent") {
+			return "a PersistentVolumeClaim the pod needs is bound to a PersistentVolume that no longer exists (the claim is Lost): restore the volume, or delete the claim so that a new one is provisioned (its data is gone)"
+		}
 		return "a PersistentVolumeClaim the pod needs is not bound: check the workspace claim's events (StorageClass, provisioner)"
 	case eventpipev1.BlockerVolumeNodeAffinity:
 		return "the pod's volume can only be used on other nodes or zones: schedule the sandbox where its volume is, or use a StorageClass with WaitForFirstConsumer"
@@ -72,6 +80,9 @@ func BlockerFix(b *eventpipev1.Blocker) string {
 		}
 		return "container " + ctr + " exits" + code + ": read its logs (kubectl logs --previous -c " + ctr + ")"
 	case eventpipev1.BlockerStartFailed:
+		if nonRootRefusal(b.GetDetail()) {
+			return "kubelet will not start container " + ctr + ": its securityContext requires a non-root user and the image runs as root or as a user name kubelet cannot check (" + b.GetDetail() + "): set runAsUser to a non-zero UID for the container, or use an image whose USER is a numeric non-root UID"
+		}
 		return "the runtime cannot start container " + ctr + " (" + b.GetDetail() + "): check the image's entrypoint and architecture"
 	}
 	switch b.GetKind() {

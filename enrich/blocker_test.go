@@ -315,3 +315,90 @@ func TestContainerStatusRuntimeStartFailure(t *testing.T) {
 		}
 	}
 }
+
+// The wording families the fourth draw's rules cover, beyond the corpus's
+// own messages: every form of kubelet's verifyRunAsNonRoot (Linux and
+// Windows), the scheduler's volume binding plugin (a Lost claim in the
+// pre-filter and per node, an ephemeral claim not created yet, a claim
+// being deleted), PodTopologySpread with and without the missing-label
+// suffix, PodSecurityPolicy admission with no policy, and a mount message
+// cut after "not". The texts follow the components' format strings.
+func TestBlockerWordingFamilies(t *testing.T) {
+	const sched = "FailedScheduling"
+	for _, tc := range []struct {
+		reason, msg, kind, cause, object string
+	}{
+		{"Failed", `Error: container has runAsNonRoot and image has non-numeric user (nginx), cannot verify user is non-root (pod: "web-1_ns(0f1e)", container: web)`, eventpipev1.BlockerKindContainer, eventpipev1.BlockerStartFailed, ""},
+		{"CreateContainerConfigError", `container's runAsUser breaks non-root policy (pod: "web-1_ns(0f1e)", container: web)`, eventpipev1.BlockerKindContainer, eventpipev1.BlockerStartFailed, ""},
+		{"CreateContainerConfigError", `container has runAsNonRoot and image has an invalid user id (-5). (Must be 1-(2147483647)): must be between 0 and 2147483647, inclusive (pod: "web-1_ns(0f1e)", container: web)`, eventpipev1.BlockerKindContainer, eventpipev1.BlockerStartFailed, ""},
+		{"Failed", `Error: container's runAsUser (ContainerAdministrator) which will be regarded as root identity and will break non-root policy (pod: "win-1_ns(0f1e)", container: app)`, eventpipev1.BlockerKindContainer, eventpipev1.BlockerStartFailed, ""},
+		{sched, `0/3 nodes are available: 3 node(s) unavailable due to one or more pvc(s) bound to non-existent pv(s). preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling.`, eventpipev1.BlockerKindUnschedulable, eventpipev1.BlockerUnboundPVC, ""},
+		{sched, `0/3 nodes are available: waiting for ephemeral volume controller to create the persistentvolumeclaim "web-1-scratch". preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling.`, eventpipev1.BlockerKindUnschedulable, eventpipev1.BlockerUnboundPVC, ""},
+		{sched, `0/3 nodes are available: persistentvolumeclaim "workspace-x" is being deleted. preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling.`, eventpipev1.BlockerKindUnschedulable, eventpipev1.BlockerUnboundPVC, ""},
+		{sched, `0/6 nodes are available: 2 Insufficient cpu, 4 node(s) didn't match pod topology spread constraints (missing required label).`, eventpipev1.BlockerKindUnschedulable, eventpipev1.BlockerTopologySpread, ""},
+		{sched, `0/6 nodes are available: 3 node(s) didn't match pod topology spread constraints, 3 node(s) didn't match pod anti-affinity rules.`, eventpipev1.BlockerKindUnschedulable, eventpipev1.BlockerTopologySpread, ""},
+		{"FailedCreate", `Error creating: pods "sb-1-" is forbidden: PodSecurityPolicy: no providers available to validate pod request`, eventpipev1.BlockerKindCreateRefused, eventpipev1.BlockerPodSecurity, ""},
+		{"FailedCreate", `Error creating: pods "sb-1-" is forbidden: no providers available to validate pod request`, eventpipev1.BlockerKindCreateRefused, eventpipev1.BlockerPodSecurity, ""},
+		{"FailedMount", `MountVolume.SetUp failed for volume "tls" : secret "proxy-tls" not`, eventpipev1.BlockerKindVolume, eventpipev1.BlockerSecretNotFound, "Secret/proxy-tls"},
+		// "not" must follow the named object at the very end: the Secret
+		// named first is not the one the cut text is about.
+		{"FailedMount", `MountVolume.SetUp failed for volume "cfg" : secret "a" is fine, configmap "b" not`, eventpipev1.BlockerKindVolume, eventpipev1.BlockerConfigMapNotFound, "ConfigMap/b"},
+		{"FailedMount", `MountVolume.SetUp failed for volume "cfg" : configmap "b" not yet synced to the node`, eventpipev1.BlockerKindVolume, eventpipev1.BlockerMountFailed, ""},
+	} {
+		if _, _, _, pull := ClassifyPull(tc.reason, tc.msg); pull {
+			t.Errorf("%q: taken as an image pull", tc.msg)
+			continue
+		}
+		kind, cause, object, _, ok := ClassifyBlocker(tc.reason, tc.msg)
+		if !ok || kind != tc.kind || cause != tc.cause || object != tc.object {
+			t.Errorf("%s %q: got %s/%s %q (%v), want %s/%s %q", tc.reason, tc.msg, kind, cause, object, ok, tc.kind, tc.cause, tc.object)
+		}
+	}
+}
+
+// A status read without the exit code (Init:Error, then
+// Init:CrashLoopBackOff) is a crash loop; with the code it stays the
+// program's exit_error, and a terminated Error without back-off too.
+func TestContainerStatusErrorWithoutCode(t *testing.T) {
+	for _, tc := range []struct {
+		waiting, terminated string
+		code                int32
+		has                 bool
+		cause, detail       string
+	}{
+		{"CrashLoopBackOff", "Error", 0, false, eventpipev1.BlockerCrashLoop, "(last exit: Error)"},
+		{"CrashLoopBackOff", "Error", 1, true, eventpipev1.BlockerExitError, "Error (exit code 1)"},
+		{"", "Error", 0, false, eventpipev1.BlockerExitError, "Error"},
+	} {
+		cause, detail, ok := ClassifyContainerStatus(tc.waiting, "", tc.terminated, tc.code, tc.has)
+		if !ok || cause != tc.cause || detail != tc.detail {
+			t.Errorf("%+v: got %q %q %v", tc, cause, detail, ok)
+		}
+	}
+}
+
+// The fix names the field to change: topology spread (maxSkew, or the
+// missing key), a Lost claim, kubelet's non-root refusal.
+func TestBlockerFixFamilies(t *testing.T) {
+	for _, tc := range []struct {
+		b    *eventpipev1.Blocker
+		want string
+	}{
+		{&eventpipev1.Blocker{Kind: eventpipev1.BlockerKindUnschedulable, Cause: eventpipev1.BlockerTopologySpread,
+			Detail: "0/3 nodes are available: 3 node(s) didn't match pod topology spread constraints"}, "maxSkew"},
+		{&eventpipev1.Blocker{Kind: eventpipev1.BlockerKindUnschedulable, Cause: eventpipev1.BlockerTopologySpread,
+			Detail: "0/3 nodes are available: 3 node(s) didn't match pod topology spread constraints (missing required label)"}, "label the nodes"},
+		{&eventpipev1.Blocker{Kind: eventpipev1.BlockerKindUnschedulable, Cause: eventpipev1.BlockerUnboundPVC,
+			Detail: `0/4 nodes are available: persistentvolumeclaim "w" bound to non-existent persistentvolume "pv-1"`}, "no longer exists"},
+		{&eventpipev1.Blocker{Kind: eventpipev1.BlockerKindUnschedulable, Cause: eventpipev1.BlockerUnboundPVC,
+			Detail: "0/4 nodes are available: pod has unbound immediate PersistentVolumeClaims"}, "StorageClass, provisioner"},
+		{&eventpipev1.Blocker{Kind: eventpipev1.BlockerKindContainer, Cause: eventpipev1.BlockerStartFailed, Container: "agent",
+			Detail: "container has runAsNonRoot and image will run as root"}, "runAsUser"},
+		{&eventpipev1.Blocker{Kind: eventpipev1.BlockerKindContainer, Cause: eventpipev1.BlockerStartFailed, Container: "agent",
+			Detail: `exec: "/bin/agent": executable file not found in $PATH`}, "entrypoint"},
+	} {
+		if fix := BlockerFix(tc.b); !strings.Contains(fix, tc.want) {
+			t.Errorf("%s/%s %q: fix %q lacks %q", tc.b.Kind, tc.b.Cause, tc.b.Detail, fix, tc.want)
+		}
+	}
+}

@@ -167,7 +167,7 @@ func (t *blockerTracker) removeLocked(en *blockerEntry) {
 func persistentBlocker(cause string) bool {
 	switch cause {
 	case eventpipev1.BlockerUntoleratedTaint, eventpipev1.BlockerNodeSelectorMismatch, eventpipev1.BlockerPodAffinity,
-		eventpipev1.BlockerUnboundPVC, eventpipev1.BlockerVolumeNodeAffinity,
+		eventpipev1.BlockerTopologySpread, eventpipev1.BlockerUnboundPVC, eventpipev1.BlockerVolumeNodeAffinity,
 		eventpipev1.BlockerNoStorageClass, eventpipev1.BlockerStorageClassNotFound,
 		eventpipev1.BlockerSecretNotFound, eventpipev1.BlockerConfigMapNotFound, eventpipev1.BlockerKeyNotFound,
 		eventpipev1.BlockerQuotaExceeded, eventpipev1.BlockerWebhookDenied, eventpipev1.BlockerPodSecurity,

@@ -122,6 +122,12 @@ const (
 	BlockerUnboundPVC            = "unbound_pvc"            // a PersistentVolumeClaim the pod needs is not bound
 	BlockerVolumeNodeAffinity    = "volume_node_affinity"   // the pod's volume is tied to other nodes or zones
 	BlockerNodesUnavailable      = "nodes_unavailable"      // nodes are cordoned or not ready
+	// The pod's topologySpreadConstraints leave no node: placing it on any
+	// node would exceed a constraint's maxSkew, or the nodes lack the
+	// constraint's topology key. Not pod_affinity: the fix is in another
+	// field of the pod spec (maxSkew, whenUnsatisfiable) or in adding nodes
+	// to the zone or domain that is short.
+	BlockerTopologySpread = "topology_spread" // the pod's topology spread constraints leave no node
 	// volume
 	BlockerNoStorageClass       = "no_storage_class"        // the claim names no class and the cluster has no default
 	BlockerStorageClassNotFound = "storage_class_not_found" // the claim names a class that does not exist
