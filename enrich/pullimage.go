@@ -208,6 +208,11 @@ func imageFromCause(msg string) string {
 	if r := refBetween(msg, "image pull failed for ", ","); r != "" {
 		return r
 	}
+	// The kubelet's RegistryUnavailable and SignatureValidationFailed
+	// messages: "image pull failed for R because the ...".
+	if r := refBetween(msg, "image pull failed for ", " because"); r != "" {
+		return r
+	}
 	return refBetween(msg, "Error: image ", " not found")
 }
 
