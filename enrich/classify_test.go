@@ -181,6 +181,10 @@ func TestNormalizeImage(t *testing.T) {
 		{"nginx@md5:" + strings.Repeat("0", 32), "nginx@md5:" + strings.Repeat("0", 32)},
 		{"team/" + strings.Repeat("a", 251), "team/" + strings.Repeat("a", 251)}, // path over 255
 		{"ghcr.io/org/" + strings.Repeat("a", 251), "ghcr.io/org/" + strings.Repeat("a", 251) + ":latest"},
+		{strings.Repeat("a", 247), "docker.io/library/" + strings.Repeat("a", 247) + ":latest"}, // 255 with library/
+		{strings.Repeat("a", 248), strings.Repeat("a", 248)},                                    // 256 with library/
+		// Normalising twice changes nothing.
+		{"docker.io/library/" + strings.Repeat("a", 247) + ":latest", "docker.io/library/" + strings.Repeat("a", 247) + ":latest"},
 	} {
 		if got := NormalizeImage(tt.in); got != tt.want {
 			t.Errorf("NormalizeImage(%q) = %q, want %q", tt.in, got, tt.want)

@@ -107,7 +107,13 @@ func parseReference(ref string) (p parsedRef, ok bool) {
 		}
 		path, p.tagged = rest[:colon], true
 	}
-	if len(path) > maxPathLen || !validPath(path) {
+	// The length limit counts the path as normalised: a one-part Docker
+	// Hub name gains "library/".
+	n := len(path)
+	if d := ref[:p.domainEnd]; (d == "" || d == "docker.io" || d == "index.docker.io") && strings.IndexByte(path, '/') < 0 {
+		n += len("library/")
+	}
+	if n > maxPathLen || !validPath(path) {
 		return p, false
 	}
 	return p, true
