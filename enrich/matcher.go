@@ -13,9 +13,11 @@ type matcher struct {
 	// fold is class with ASCII upper case mapped like lower case, so a scan
 	// needs no per-byte case conversion.
 	fold [256]uint32
-	// state*nclass + class -> (next state*nclass)<<1 | 1 if that state has
-	// output: most steps then touch only this table, with no multiply.
-	next []uint32
+	// state*nclass + class -> next state<<1 | 1 if that state has output:
+	// most steps touch only this table. 16 bits an entry keeps the table
+	// small enough to stay in the core's cache (a few thousand states times
+	// a few dozen classes): its misses cost more than the multiply.
+	next []uint16
 	out  []uint32 // state -> bits of fragments ending here (with suffixes)
 }
 
@@ -65,13 +67,16 @@ func newMatcher(frags []fragment) *matcher {
 	}
 	// Failure links, breadth first, folded into a dense transition table.
 	n := len(nodes)
-	m.next = make([]uint32, n*m.nclass)
+	if n >= 1<<15 {
+		panic("matcher: too many states for 16-bit transitions")
+	}
+	next := make([]uint32, n*m.nclass)
 	m.out = make([]uint32, n)
 	fail := make([]int, n)
 	queue := []int{}
 	for c := 0; c < m.nclass; c++ {
 		if nx, ok := nodes[0].child[uint8(c)]; ok {
-			m.next[c] = uint32(nx)
+			next[c] = uint32(nx)
 			queue = append(queue, nx)
 		}
 	}
@@ -82,20 +87,21 @@ func newMatcher(frags []fragment) *matcher {
 		m.out[s] = nodes[s].out | m.out[fail[s]]
 		for c := 0; c < m.nclass; c++ {
 			if nx, ok := nodes[s].child[uint8(c)]; ok {
-				fail[nx] = int(m.next[fail[s]*m.nclass+c])
-				m.next[s*m.nclass+c] = uint32(nx)
+				fail[nx] = int(next[fail[s]*m.nclass+c])
+				next[s*m.nclass+c] = uint32(nx)
 				queue = append(queue, nx)
 			} else {
-				m.next[s*m.nclass+c] = m.next[fail[s]*m.nclass+c]
+				next[s*m.nclass+c] = next[fail[s]*m.nclass+c]
 			}
 		}
 	}
 	// Tag transitions into states with output (outputs are final now).
-	for i, nx := range m.next {
+	m.next = make([]uint16, len(next))
+	for i, nx := range next {
 		if m.out[nx] != 0 {
-			m.next[i] = nx*uint32(m.nclass)<<1 | 1
+			m.next[i] = uint16(nx<<1 | 1)
 		} else {
-			m.next[i] = nx * uint32(m.nclass) << 1
+			m.next[i] = uint16(nx << 1)
 		}
 	}
 	for c := range m.fold {
@@ -109,7 +115,7 @@ func newMatcher(frags []fragment) *matcher {
 // and of skipShort (the same reference without docker.io/library/).
 func (m *matcher) scan(s, skip, skipShort string) uint32 {
 	var bits uint32
-	st := uint32(0) // state*nclass
+	st := uint32(0) // state
 	nc := uint32(m.nclass)
 	next, fold := m.next, &m.fold
 	// 0 never starts an image reference; a NUL in s is checked in full.
@@ -134,10 +140,10 @@ func (m *matcher) scan(s, skip, skipShort string) uint32 {
 				continue
 			}
 		}
-		nx := next[st+fold[c]]
+		nx := uint32(next[st*nc+fold[c]])
 		st = nx >> 1
 		if nx&1 != 0 {
-			bits |= m.out[st/nc]
+			bits |= m.out[st]
 		}
 	}
 	return bits

@@ -92,7 +92,7 @@ func parseReference(ref string) (p parsedRef, ok bool) {
 	name := ref[:p.nameEnd]
 	if slash := strings.IndexByte(name, '/'); slash >= 0 {
 		first := name[:slash]
-		if first == "localhost" || strings.ContainsAny(first, ".:") || hasUpper(first) {
+		if first == "localhost" || domainLike(first) {
 			if !validDomain(first) {
 				return p, false
 			}
@@ -133,15 +133,42 @@ func isImageID(s string) bool {
 	return true
 }
 
-func isLowerHex(c byte) bool { return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' }
+// Byte classes of the reference grammar, one table lookup a byte.
+const (
+	ccLower = 1 << iota // a-z 0-9
+	ccUpper             // A-Z
+	ccHex               // 0-9 a-f
+	ccTag               // what a tag may hold after its first byte: word characters, '.', '-'
+)
 
-func isLowerAlnum(c byte) bool { return c >= 'a' && c <= 'z' || c >= '0' && c <= '9' }
+var refClass = func() (t [256]uint8) {
+	for c := 'a'; c <= 'z'; c++ {
+		t[c] |= ccLower | ccTag
+	}
+	for c := '0'; c <= '9'; c++ {
+		t[c] |= ccLower | ccTag | ccHex
+	}
+	for c := 'a'; c <= 'f'; c++ {
+		t[c] |= ccHex
+	}
+	for c := 'A'; c <= 'Z'; c++ {
+		t[c] |= ccUpper | ccTag
+	}
+	t['_'], t['.'], t['-'] = ccTag, ccTag, ccTag
+	return t
+}()
 
-func isAlnum(c byte) bool { return isLowerAlnum(c) || c >= 'A' && c <= 'Z' }
+func isLowerHex(c byte) bool { return refClass[c]&ccHex != 0 }
 
-func hasUpper(s string) bool {
+func isLowerAlnum(c byte) bool { return refClass[c]&ccLower != 0 }
+
+func isAlnum(c byte) bool { return refClass[c]&(ccLower|ccUpper) != 0 }
+
+// domainLike: s holds a dot, a colon or upper case, which a path
+// component never does (splitDockerDomain's test, localhost aside).
+func domainLike(s string) bool {
 	for i := 0; i < len(s); i++ {
-		if s[i] >= 'A' && s[i] <= 'Z' {
+		if c := s[i]; c == '.' || c == ':' || c >= 'A' && c <= 'Z' {
 			return true
 		}
 	}
@@ -266,7 +293,7 @@ func validTag(t string) bool {
 		return false
 	}
 	for i := 0; i < len(t); i++ {
-		if c := t[i]; !(isAlnum(c) || c == '_' || c == '.' || c == '-') {
+		if refClass[t[i]]&ccTag == 0 {
 			return false
 		}
 	}
