@@ -196,6 +196,10 @@ var rules = []rule{
 		"failed to stat snapshot", "failed to commit snapshot", "calculated on extraction",
 		"unexpected commit size", "from containerd image store", "processing tar file",
 		"adding layer with blob", "layer verification failed", "unable to inspect image",
+		// The kubelet's gRPC connection to the runtime itself: its socket
+		// refused or missing, or the runtime gone mid-call. Before the
+		// network rules: no registry was asked.
+		"transport: error while dialing", "dial unix /", "error reading from server",
 	}},
 	{eventpipev1.CategoryRegistryUnreachable, []string{
 		"i/o timeout", "tls handshake timeout", "connection timed out", "connection refused", "no such host",
@@ -265,8 +269,10 @@ var rules = []rule{
 		"not found", "manifest unknown", "code = notfound", "name unknown", "does not exist",
 		"no such image", "blob unknown", "unknown manifest", "notfound", "status 404", "status: 404",
 		": 404 ", "(404)", "statuscode: 404",
-		// Distribution's NAME_UNKNOWN message as containers/image prints it.
-		"repository name not known to registry",
+		// Distribution's NAME_UNKNOWN message as containers/image prints it,
+		// and its client's ErrBlobUnknown (Docker: "error pulling image
+		// configuration: unknown blob").
+		"repository name not known to registry", "unknown blob",
 		// containers/image when a 404's body is not a registry error (a
 		// CDN's HTML page): "error parsing HTTP 404 response body".
 		"http 404 response",
