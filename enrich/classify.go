@@ -136,7 +136,7 @@ var rules = []rule{
 		"short name mode is enforcing", "returns ambiguous list", "did not resolve to an alias",
 		"no unqualified-search registries", "short-name resolution enforced",
 		// containers/image: registries.conf blocks the registry.
-		"is blocked in",
+		"is blocked in /",
 		// containerd (1.7+ transfer service) image verifier plugins.
 		"image verifier",
 	}},
@@ -177,8 +177,8 @@ var rules = []rule{
 		"code=429", "status code 429", "statuscode: 429", "http 429 response",
 	}},
 	// A cancelled pull is timeout even when the runtime was unpacking
-	// ("failed to extract layer ...: context canceled", gRPC Canceled).
-	{eventpipev1.CategoryTimeout, []string{"context canceled", "code = canceled"}},
+	// ("failed to extract layer ...: context canceled").
+	{eventpipev1.CategoryTimeout, []string{"context canceled"}},
 	{eventpipev1.CategoryRuntimeStore, []string{
 		"failed to extract layer", "failed to prepare extraction snapshot", "unpack image on snapshotter",
 		"error unpacking image", "content store", "failed to register layer", "parent snapshot",
@@ -200,6 +200,7 @@ var rules = []rule{
 		// refused or missing, or the runtime gone mid-call. Before the
 		// network rules: no registry was asked.
 		"transport: error while dialing", "dial unix /", "error reading from server",
+		"is the docker daemon running",
 	}},
 	{eventpipev1.CategoryRegistryUnreachable, []string{
 		"i/o timeout", "tls handshake timeout", "connection timed out", "connection refused", "no such host",
@@ -217,7 +218,7 @@ var rules = []rule{
 	}},
 	{eventpipev1.CategoryTimeout, []string{
 		"deadline exceeded", "deadlineexceeded", "timeout exceeded", "timed out",
-		"slow image pulling", "image pull progress", "request canceled",
+		"slow image pulling", "image pull progress", "request canceled", "code = canceled",
 	}},
 	{eventpipev1.CategoryTLSError, []string{
 		"x509:", "tls:", "certificate", "server gave http response to https client", "ssl", "handshake failure",
