@@ -139,6 +139,11 @@ var rules = []rule{
 		"is blocked in /",
 		// containerd (1.7+ transfer service) image verifier plugins.
 		"image verifier",
+		// Harbor's pull policies (vulnerability prevention, required
+		// cosign/Notation/Notary signatures): PROJECTPOLICYVIOLATION, sent as
+		// HTTP 412, which a HEAD shows without its message.
+		"due to configured policy", "is not signed by", "is not signed in notary",
+		"projectpolicyviolation", "412 precondition failed",
 	}},
 	{eventpipev1.CategoryPlatformMismatch, []string{
 		"no match for platform", "does not match the specified platform", "no matching manifest for",
