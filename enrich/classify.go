@@ -304,13 +304,25 @@ const (
 	attemptSep      = ", rpc error: code ="
 )
 
+// mirrorsMarker opens containers/image's error when registries.conf
+// mirrors were tried before the image's own registry (CRI-O, Podman):
+// "(Mirrors also failed: [m1: err1]\n[m2: err2]): <ref>: <err>". Each
+// source answered on its own; see mirrorsBits.
+const (
+	mirrorsMarker = "(mirrors also failed: "
+	mirrorSep     = "]\n["
+	mirrorsEnd    = "]): "
+)
+
 // markerBit tags pullMarkers in the matcher, detailsBit detailsMarker,
-// aggregateBit aggregateMarker; rule i has bit 1<<i.
+// aggregateBit aggregateMarker, mirrorsBit mirrorsMarker; rule i has bit
+// 1<<i.
 const (
 	markerBit    = 1 << 31
 	detailsBit   = 1 << 30
 	aggregateBit = 1 << 29
-	specialBits  = markerBit | detailsBit | aggregateBit
+	mirrorsBit   = 1 << 28
+	specialBits  = markerBit | detailsBit | aggregateBit | mirrorsBit
 )
 
 var pullMatcher = func() *matcher {
@@ -318,7 +330,8 @@ var pullMatcher = func() *matcher {
 	for _, f := range pullMarkers {
 		frags = append(frags, fragment{f, markerBit})
 	}
-	frags = append(frags, fragment{detailsMarker, detailsBit}, fragment{aggregateMarker, aggregateBit})
+	frags = append(frags, fragment{detailsMarker, detailsBit}, fragment{aggregateMarker, aggregateBit},
+		fragment{mirrorsMarker, mirrorsBit})
 	for i, r := range rules {
 		for _, f := range r.fragments {
 			frags = append(frags, fragment{f, 1 << uint(i)})
@@ -370,6 +383,10 @@ func classifyPull(reason, message, image string) (category, img, detail string, 
 	img = NormalizeImage(image)
 	if bits&aggregateBit != 0 {
 		if b := attemptsBits(message, image, short); b != 0 {
+			bits = b
+		}
+	} else if bits&mirrorsBit != 0 {
+		if b := mirrorsBits(message, image, short); b != 0 {
 			bits = b
 		}
 	} else if bits&detailsBit != 0 {
@@ -435,6 +452,47 @@ func attemptsBits(message, image, short string) uint32 {
 			best |= b
 		}
 	}
+	return best
+}
+
+// mirrorsBits is the rule bits of the best answered sources of
+// containers/image's mirrors error (mirrorsMarker), 0 when the message
+// holds none: every mirror and the image's own registry failed, and, as
+// for the kubelet's attempts, the source that got furthest says what
+// stops the pull (a mirror that answers "manifest unknown" while the
+// origin is unreachable, as in a disconnected cluster, is an image
+// missing from the mirror, not a network failure).
+func mirrorsBits(message, image, short string) uint32 {
+	start := strings.Index(message, "(Mirrors also failed: ")
+	if start < 0 {
+		if start = pullIndexFold(message, mirrorsMarker); start < 0 {
+			return 0
+		}
+	}
+	rest := message[start+len(mirrorsMarker):]
+	end := strings.LastIndex(rest, mirrorsEnd)
+	if end < 0 {
+		return 0
+	}
+	best, bestRank := uint32(0), attemptRanks
+	take := func(part string) {
+		b := pullMatcher.scan(part, image, short) &^ specialBits
+		switch r := attemptRank(ruleCategory(b)); {
+		case r < bestRank:
+			best, bestRank = b, r
+		case r == bestRank:
+			best |= b
+		}
+	}
+	for mirrors := rest[:end]; mirrors != ""; {
+		part := mirrors
+		mirrors = ""
+		if i := strings.Index(part, mirrorSep); i >= 0 {
+			part, mirrors = part[:i], part[i+len(mirrorSep):]
+		}
+		take(part)
+	}
+	take(rest[end+len(mirrorsEnd):]) // the image's own registry
 	return best
 }
 

@@ -66,6 +66,10 @@ func FuzzClassifyPull(f *testing.F) {
 				if a := referenceAttempts(scan[i+1:]); a != eventpipev1.CategoryUnknown {
 					want = a
 				}
+			} else if i := strings.Index(scan, mirrorsMarker); i >= 0 && strings.Contains(scan[i:], mirrorsEnd) {
+				if m := referenceMirrors(scan[i+len(mirrorsMarker):]); m != eventpipev1.CategoryUnknown {
+					want = m
+				}
 			} else if i := strings.Index(scan, detailsMarker); i >= 0 {
 				if d := referenceCategory(scan[i:]); d != eventpipev1.CategoryUnknown {
 					want = d
@@ -86,6 +90,31 @@ func FuzzClassifyPull(f *testing.F) {
 // the first rule with a fragment in any of them.
 func referenceAttempts(s string) string {
 	parts := strings.Split(s, attemptSep)
+	best := attemptRanks
+	for _, p := range parts {
+		best = min(best, attemptRank(referenceCategory(p)))
+	}
+	for _, r := range rules {
+		for _, p := range parts {
+			if attemptRank(referenceCategory(p)) == best && containsAny(p, r.fragments) {
+				return r.category
+			}
+		}
+	}
+	return eventpipev1.CategoryUnknown
+}
+
+// referenceMirrors is mirrorsBits's category done plainly: the mirrors'
+// answers (split at mirrorSep) and the origin's (after the last
+// mirrorsEnd), the best attemptRank, and the first rule with a fragment
+// in any source of that rank.
+func referenceMirrors(s string) string {
+	end := strings.LastIndex(s, mirrorsEnd)
+	var parts []string
+	if end > 0 {
+		parts = strings.Split(s[:end], mirrorSep)
+	}
+	parts = append(parts, s[end+len(mirrorsEnd):])
 	best := attemptRanks
 	for _, p := range parts {
 		best = min(best, attemptRank(referenceCategory(p)))
