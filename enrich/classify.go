@@ -169,6 +169,10 @@ var rules = []rule{
 		// Docker: the reference names an artifact (a Helm chart, a plugin),
 		// not an image ("Encountered remote \"...\"(plugin) when fetching").
 		"encountered remote",
+		// containerd: a layer media type it has no processor for (an
+		// encrypted layer, zstd on an old containerd), or no image media type
+		// at all.
+		"no processor for media-type", "unrecognised mediatype",
 	}},
 	{eventpipev1.CategoryNodeStorage, []string{
 		"no space left on device", "disk quota exceeded", "not enough space", "insufficient space",

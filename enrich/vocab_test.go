@@ -100,6 +100,28 @@ func TestRuntimeVocabulary(t *testing.T) {
 		if got == "" || strings.ContainsAny(got, "\n\r") || len(got) > 400 {
 			t.Errorf("line %d: remedy %q", line, got)
 		}
+		// The remedy speaks of the cause the example names, where one
+		// category holds several.
+		lower := strings.ToLower(e.Example)
+		switch cat {
+		case eventpipev1.CategoryUnsupportedFormat:
+			schema1 := strings.Contains(lower, "schema 1") || strings.Contains(lower, "prettyjws")
+			if schema1 != strings.Contains(got, "schema 1") {
+				t.Errorf("line %d: remedy for %q: %q", line, e.Error, got)
+			}
+		case eventpipev1.CategoryRuntimeStore:
+			down := strings.Contains(lower, "dial unix") || strings.Contains(lower, "error reading from server") ||
+				strings.Contains(lower, "docker daemon running")
+			if down != strings.Contains(got, "is not answering the kubelet") {
+				t.Errorf("line %d: remedy for %q: %q", line, e.Error, got)
+			}
+		case eventpipev1.CategoryPolicyRejected:
+			registryPolicy := strings.Contains(lower, "configured policy") || strings.Contains(lower, "412 precondition") ||
+				strings.Contains(lower, "is not signed")
+			if registryPolicy != strings.Contains(got, "by its own pull policy") {
+				t.Errorf("line %d: remedy for %q: %q", line, e.Error, got)
+			}
+		}
 		if img != "" && cat != eventpipev1.CategoryInvalidReference {
 			ref := remedy.ParseImageRef(img)
 			if !strings.Contains(got, ref.Registry) && !strings.Contains(got, ref.Repository) && !strings.Contains(got, img) {
