@@ -13,12 +13,14 @@ type matcher struct {
 	// fold is class with ASCII upper case mapped like lower case, so a scan
 	// needs no per-byte case conversion.
 	fold [256]uint32
-	// state*nclass + class -> next state<<1 | 1 if that state has output:
-	// most steps touch only this table. 16 bits an entry keeps the table
-	// small enough to stay in the core's cache (a few thousand states times
-	// a few dozen classes): its misses cost more than the multiply.
-	next []uint16
-	out  []uint32 // state -> bits of fragments ending here (with suffixes)
+	// state<<shift + class -> next state<<1 | 1 if that state has output:
+	// most steps touch only this table. Rows are padded to a power of two
+	// (1<<shift >= nclass) so a step shifts instead of multiplying, and 16
+	// bits an entry keeps the table (a few thousand states) within the
+	// core's cache.
+	next  []uint16
+	shift uint
+	out   []uint32 // state -> bits of fragments ending here (with suffixes)
 }
 
 type fragment struct {
@@ -95,13 +97,20 @@ func newMatcher(frags []fragment) *matcher {
 			}
 		}
 	}
-	// Tag transitions into states with output (outputs are final now).
-	m.next = make([]uint16, len(next))
-	for i, nx := range next {
-		if m.out[nx] != 0 {
-			m.next[i] = uint16(nx<<1 | 1)
-		} else {
-			m.next[i] = uint16(nx << 1)
+	// Tag transitions into states with output (outputs are final now),
+	// into rows of 1<<shift entries.
+	for 1<<m.shift < m.nclass {
+		m.shift++
+	}
+	m.next = make([]uint16, n<<m.shift)
+	for s := 0; s < n; s++ {
+		for c := 0; c < m.nclass; c++ {
+			nx := next[s*m.nclass+c]
+			v := uint16(nx << 1)
+			if m.out[nx] != 0 {
+				v |= 1
+			}
+			m.next[s<<m.shift+c] = v
 		}
 	}
 	for c := range m.fold {
@@ -116,7 +125,7 @@ func newMatcher(frags []fragment) *matcher {
 func (m *matcher) scan(s, skip, skipShort string) uint32 {
 	var bits uint32
 	st := uint32(0) // state
-	nc := uint32(m.nclass)
+	shift := uint32(m.shift) & 31
 	next, fold := m.next, &m.fold
 	// 0 never starts an image reference; a NUL in s is checked in full.
 	var f1, f2 byte
@@ -140,7 +149,7 @@ func (m *matcher) scan(s, skip, skipShort string) uint32 {
 				continue
 			}
 		}
-		nx := uint32(next[st*nc+fold[c]])
+		nx := uint32(next[st<<shift+fold[c]])
 		st = nx >> 1
 		if nx&1 != 0 {
 			bits |= m.out[st]
