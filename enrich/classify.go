@@ -85,6 +85,10 @@ var pullMarkers = []string{
 	"did not resolve to an alias",
 	"error unpacking image",
 	"unpack image on snapshotter",
+	// The kubelet's ErrImageNotEnsured (KubeletEnsureSecretPulledImages):
+	// the image is on the node but the pod lacks the credential it was
+	// pulled with, and the pull policy (Never) forbids pulling it again.
+	"does not have the proper auth",
 }
 
 // rule maps message fragments to a category; rules are tried in order, the
@@ -113,6 +117,10 @@ type rule struct {
 
 var rules = []rule{
 	{eventpipev1.CategoryNeverPull, []string{"pull policy of never", "errimageneverpull"}},
+	// containerd: the registry's Docker-Content-Digest header does not
+	// parse ("\"x\" in header not a valid digest: invalid checksum digest
+	// format"): the registry's answer is broken, the reference is fine.
+	{eventpipev1.CategoryRegistryUnreachable, []string{"in header not a valid digest"}},
 	{eventpipev1.CategoryInvalidReference, []string{
 		"invalidimagename", "invalid reference format", "couldn't parse image", "could not parse image",
 		"failed to apply default image tag", "repository name must be lowercase", "invalid image name",
@@ -126,7 +134,16 @@ var rules = []rule{
 		"image is not allowed", "is not in the allowed",
 		// CRI-O / Podman short-name policy (registries.conf).
 		"short name mode is enforcing", "returns ambiguous list", "did not resolve to an alias",
-		"no unqualified-search registries",
+		"no unqualified-search registries", "short-name resolution enforced",
+		// containers/image: registries.conf blocks the registry.
+		"is blocked in /",
+		// containerd (1.7+ transfer service) image verifier plugins.
+		"image verifier",
+		// Harbor's pull policies (vulnerability prevention, required
+		// cosign/Notation/Notary signatures): PROJECTPOLICYVIOLATION, sent as
+		// HTTP 412, which a HEAD shows without its message.
+		"due to configured policy", "is not signed by", "is not signed in notary",
+		"projectpolicyviolation", "412 precondition failed",
 	}},
 	{eventpipev1.CategoryPlatformMismatch, []string{
 		"no match for platform", "does not match the specified platform", "no matching manifest for",
@@ -134,22 +151,43 @@ var rules = []rule{
 		"not supported on this platform", "no matching platform", "platform mismatch",
 		// Windows containerd unpacking a Linux layer.
 		"hcsshim::processbaselayer",
+		// containers/image with an OCI index; Docker's OS and Windows
+		// build checks; containerd's platform filter leaving nothing.
+		"no image found in image index for", "cannot download image with operating system",
+		"based image is incompatible with a", "image might be filtered out",
 	}},
 	// A Docker image manifest v2 schema 1 image: containerd 2.0 disabled
 	// and 2.1 removed pulling it (the schema 1 "converter"), Docker 26
 	// disabled it. The image exists; its format is refused.
 	{eventpipev1.CategoryUnsupportedFormat, []string{
 		"schema 1 images", "schema 1 support", "failed to get converter", "manifest.v1+prettyjws",
+		"schema 1 image manifests", "schema 1 not supported",
+		// containerd refuses a manifest over its 4 MiB limit ("rejecting N
+		// byte manifest for R: not found"): the image is there, its manifest
+		// is refused; the wrapped "not found" is containerd's error kind.
+		"byte manifest for",
+		// Docker: the reference names an artifact (a Helm chart, a plugin),
+		// not an image ("Encountered remote \"...\"(plugin) when fetching").
+		"encountered remote",
+		// containerd: a layer media type it has no processor for (an
+		// encrypted layer, zstd on an old containerd), or no image media type
+		// at all.
+		"no processor for media-type", "unrecognised mediatype",
 	}},
 	{eventpipev1.CategoryNodeStorage, []string{
 		"no space left on device", "disk quota exceeded", "not enough space", "insufficient space",
 		"read-only file system", "disk pressure", "out of disk", "quota exceeded for",
+		// Docker's devicemapper thin pool below its free-space minimum.
+		"thin pool has",
 	}},
 	{eventpipev1.CategoryKubeletThrottled, []string{"pull qps exceeded"}},
 	{eventpipev1.CategoryRateLimited, []string{
 		"toomanyrequests", "too many requests", "rate limit", "ratelimit", "status 429", "429 too many",
-		"code=429", "status code 429",
+		"code=429", "status code 429", "statuscode: 429", "http 429 response",
 	}},
+	// A cancelled pull is timeout even when the runtime was unpacking
+	// ("failed to extract layer ...: context canceled").
+	{eventpipev1.CategoryTimeout, []string{"context canceled"}},
 	{eventpipev1.CategoryRuntimeStore, []string{
 		"failed to extract layer", "failed to prepare extraction snapshot", "unpack image on snapshotter",
 		"error unpacking image", "content store", "failed to register layer", "parent snapshot",
@@ -161,18 +199,35 @@ var rules = []rule{
 		// The content store's own directory (an ingest lost under it:
 		// "failed reading status of resume write: stat .../ingest/...").
 		"io.containerd.content.v1.content", "status of resume write",
+		// containerd's unpacker and snapshotter, and its image store after
+		// a pull; containers/storage applying a layer (CRI-O); Docker's
+		// download verification and an inspect with no image record.
+		"failed to stat snapshot", "failed to commit snapshot", "calculated on extraction",
+		"unexpected commit size", "from containerd image store", "processing tar file",
+		"adding layer with blob", "layer verification failed", "unable to inspect image",
+		// The kubelet's gRPC connection to the runtime itself: its socket
+		// refused or missing, or the runtime gone mid-call. Before the
+		// network rules: no registry was asked.
+		"transport: error while dialing", "dial unix /", "error reading from server",
+		"is the docker daemon running",
 	}},
 	{eventpipev1.CategoryRegistryUnreachable, []string{
 		"i/o timeout", "tls handshake timeout", "connection timed out", "connection refused", "no such host",
 		"no route to host", "network is unreachable", "dial tcp", "dial udp", "server misbehaving",
 		"temporary failure in name resolution", "name resolution", "request canceled while waiting for connection",
-		"awaiting headers", "unable to ping registry endpoint", "connection reset", "proxyconnect",
-		// A registry request (not the whole pull) that got no answer in time.
-		`": context deadline exceeded`,
+		"awaiting headers", "connection reset", "proxyconnect",
+		// A registry request (not the whole pull) that got no answer in time:
+		// a context ended on one request, or the transport's wait for the
+		// response headers (net/http's ResponseHeaderTimeout).
+		`": context deadline exceeded`, "timeout awaiting response headers",
+		// containerd's hosts configuration left no host to ask.
+		"no resolve hosts", "no pull hosts",
+		// Docker 1.x's v1 index.
+		"network timed out",
 	}},
 	{eventpipev1.CategoryTimeout, []string{
-		"deadline exceeded", "deadlineexceeded", "timeout exceeded", "timed out", "timeout awaiting",
-		"slow image pulling", "image pull progress", "context canceled", "request canceled", "code = canceled",
+		"deadline exceeded", "deadlineexceeded", "timeout exceeded", "timed out",
+		"slow image pulling", "image pull progress", "request canceled", "code = canceled",
 	}},
 	{eventpipev1.CategoryTLSError, []string{
 		"x509:", "tls:", "certificate", "server gave http response to https client", "ssl", "handshake failure",
@@ -181,9 +236,20 @@ var rules = []rule{
 		"unexpected eof", "broken pipe", "service unavailable", "bad gateway", "gateway timeout",
 		"internal server error", "unavailable desc", "registryunavailable", "cannot connect", "could not connect",
 		"couldn't connect", "connection closed", "pinging container registry", "pinging docker registry",
-		"could not reach any registry endpoint",
-		"failed to do request", "api error (502)", "api error (503)",
+		"could not reach any registry endpoint", "api error (502)", "api error (503)",
 		"status: 502", "status: 503", "status 502", "status 503", ": 502 ", ": 503 ",
+		// Docker's ping of both API versions: after the TLS rule, so a
+		// certificate error it wraps decides.
+		"unable to ping registry endpoint", "error pinging registry",
+		// containers/image: a 5xx whose body is not a registry error
+		// ("StatusCode: 503, \"...\"", "error parsing HTTP 502 response body").
+		"statuscode: 500", "statuscode: 502", "statuscode: 503", "statuscode: 504",
+		"http 500 response", "http 502 response", "http 503 response", "http 504 response",
+		// A connection closed with no answer (Go's bare EOF after the URL);
+		// HTTP/2 connection and stream resets; Docker 1.x's v1 layer fetch.
+		": eof", "server sent goaway", "stream error: stream id", "server error: status",
+		// The kubelet's RegistryUnavailable message.
+		"because the registry is unavailable",
 	}},
 	{eventpipev1.CategoryNotFoundOrUnauthorized, []string{
 		"pull access denied", "requested access to the resource is denied", "may require 'docker login'",
@@ -191,6 +257,9 @@ var rules = []rule{
 		"insufficient_scope", "not found or unauthorized", "does not exist or no pull access",
 		// Quay answers so for a repository that does not exist as well.
 		"access to the requested resource is not authorized",
+		// GHCR's anonymous refusal as containerd 2 appends it to the status
+		// ("403 Forbidden\ndenied: denied").
+		"denied: denied",
 	}},
 	{eventpipev1.CategoryUnauthorized, []string{
 		"unauthorized", "authentication required", "no basic auth credentials", "403 forbidden",
@@ -199,16 +268,30 @@ var rules = []rule{
 		"denied: permission", "permission \"", "permissiondenied", "permission denied", "unauthenticated",
 		"credentials", "authentication failed", "denied:", "status 401", "status 403", "status: 401", "status: 403",
 		": 401 ", ": 403 ", "(401)", "(403)",
+		// containers/image: a status without a registry error body, and
+		// bearer challenges it cannot complete.
+		"statuscode: 401", "statuscode: 403", "http 401 response", "http 403 response",
+		"bearer auth challenge", "decoding bearer token",
+		// The kubelet's ErrImageNotEnsured.
+		"does not have the proper auth",
 	}},
 	{eventpipev1.CategoryNotFound, []string{
 		"not found", "manifest unknown", "code = notfound", "name unknown", "does not exist",
 		"no such image", "blob unknown", "unknown manifest", "notfound", "status 404", "status: 404",
-		": 404 ", "(404)",
+		": 404 ", "(404)", "statuscode: 404",
+		// Distribution's NAME_UNKNOWN message as containers/image prints it,
+		// and its client's ErrBlobUnknown (Docker: "error pulling image
+		// configuration: unknown blob").
+		"repository name not known to registry", "unknown blob",
 		// containers/image when a 404's body is not a registry error (a
 		// CDN's HTML page): "error parsing HTTP 404 response body".
 		"http 404 response",
 	}},
-	{eventpipev1.CategoryRegistryUnreachable, []string{"api error (500)"}},
+	// Last resorts: Docker's "API error (500)" and containerd's "failed to
+	// do request" wrap whatever failed (a refused credential, a 403 on a
+	// redirect's token); only when they name nothing else does the
+	// registry count as unreachable.
+	{eventpipev1.CategoryRegistryUnreachable, []string{"api error (500)", "failed to do request"}},
 }
 
 // detailsMarker: old Docker messages put a guess first ("this may be
@@ -225,13 +308,25 @@ const (
 	attemptSep      = ", rpc error: code ="
 )
 
+// mirrorsMarker opens containers/image's error when registries.conf
+// mirrors were tried before the image's own registry (CRI-O, Podman):
+// "(Mirrors also failed: [m1: err1]\n[m2: err2]): <ref>: <err>". Each
+// source answered on its own; see mirrorsBits.
+const (
+	mirrorsMarker = "(mirrors also failed: "
+	mirrorSep     = "]\n["
+	mirrorsEnd    = "]): "
+)
+
 // markerBit tags pullMarkers in the matcher, detailsBit detailsMarker,
-// aggregateBit aggregateMarker; rule i has bit 1<<i.
+// aggregateBit aggregateMarker, mirrorsBit mirrorsMarker; rule i has bit
+// 1<<i.
 const (
 	markerBit    = 1 << 31
 	detailsBit   = 1 << 30
 	aggregateBit = 1 << 29
-	specialBits  = markerBit | detailsBit | aggregateBit
+	mirrorsBit   = 1 << 28
+	specialBits  = markerBit | detailsBit | aggregateBit | mirrorsBit
 )
 
 var pullMatcher = func() *matcher {
@@ -239,7 +334,8 @@ var pullMatcher = func() *matcher {
 	for _, f := range pullMarkers {
 		frags = append(frags, fragment{f, markerBit})
 	}
-	frags = append(frags, fragment{detailsMarker, detailsBit}, fragment{aggregateMarker, aggregateBit})
+	frags = append(frags, fragment{detailsMarker, detailsBit}, fragment{aggregateMarker, aggregateBit},
+		fragment{mirrorsMarker, mirrorsBit})
 	for i, r := range rules {
 		for _, f := range r.fragments {
 			frags = append(frags, fragment{f, 1 << uint(i)})
@@ -291,6 +387,10 @@ func classifyPull(reason, message, image string) (category, img, detail string, 
 	img = NormalizeImage(image)
 	if bits&aggregateBit != 0 {
 		if b := attemptsBits(message, image, short); b != 0 {
+			bits = b
+		}
+	} else if bits&mirrorsBit != 0 {
+		if b := mirrorsBits(message, image, short); b != 0 {
 			bits = b
 		}
 	} else if bits&detailsBit != 0 {
@@ -356,6 +456,47 @@ func attemptsBits(message, image, short string) uint32 {
 			best |= b
 		}
 	}
+	return best
+}
+
+// mirrorsBits is the rule bits of the best answered sources of
+// containers/image's mirrors error (mirrorsMarker), 0 when the message
+// holds none: every mirror and the image's own registry failed, and, as
+// for the kubelet's attempts, the source that got furthest says what
+// stops the pull (a mirror that answers "manifest unknown" while the
+// origin is unreachable, as in a disconnected cluster, is an image
+// missing from the mirror, not a network failure).
+func mirrorsBits(message, image, short string) uint32 {
+	start := strings.Index(message, "(Mirrors also failed: ")
+	if start < 0 {
+		if start = pullIndexFold(message, mirrorsMarker); start < 0 {
+			return 0
+		}
+	}
+	rest := message[start+len(mirrorsMarker):]
+	end := strings.LastIndex(rest, mirrorsEnd)
+	if end < 0 {
+		return 0
+	}
+	best, bestRank := uint32(0), attemptRanks
+	take := func(part string) {
+		b := pullMatcher.scan(part, image, short) &^ specialBits
+		switch r := attemptRank(ruleCategory(b)); {
+		case r < bestRank:
+			best, bestRank = b, r
+		case r == bestRank:
+			best |= b
+		}
+	}
+	for mirrors := rest[:end]; mirrors != ""; {
+		part := mirrors
+		mirrors = ""
+		if i := strings.Index(part, mirrorSep); i >= 0 {
+			part, mirrors = part[:i], part[i+len(mirrorSep):]
+		}
+		take(part)
+	}
+	take(rest[end+len(mirrorsEnd):]) // the image's own registry
 	return best
 }
 

@@ -148,6 +148,43 @@ func TestNormalizeImage(t *testing.T) {
 		{"gcr.io/a/b:gcr.io/a/b:1", "gcr.io/a/b:gcr.io/a/b:1"},
 		{"app@sha256", "app@sha256"},
 		{"a b", "a b"},
+		// The distribution reference grammar, case by case.
+		{"team/app__x:1", "docker.io/team/app__x:1"},
+		{"team/my--app.v2:1", "docker.io/team/my--app.v2:1"},
+		{"[::1]:5000/app:1", "[::1]:5000/app:1"},
+		{"Registry.Example.com/team/app", "Registry.Example.com/team/app:latest"},
+		{"example.com", "docker.io/library/example.com:latest"}, // no slash: a Docker Hub name
+		{"localhost:5000", "docker.io/library/localhost:5000"},  // likewise, tag 5000
+		{"quay.io/a/b:v1@sha512:" + strings.Repeat("ab", 64), "quay.io/a/b:v1@sha512:" + strings.Repeat("ab", 64)},
+		{":1.0", ":1.0"}, // no name part
+		{"@sha256:" + strings.Repeat("0", 64), "@sha256:" + strings.Repeat("0", 64)},
+		{strings.Repeat("0a", 32), strings.Repeat("0a", 32)}, // an image id, not a name
+		{"-nginx", "-nginx"},
+		{"nginx-:1", "nginx-:1"},
+		{"team/app..v2:1", "team/app..v2:1"},
+		{"team/app___x:1", "team/app___x:1"},
+		{"team//app", "team//app"},
+		{"team/app/", "team/app/"},
+		{"my_registry.example.com/app:1", "my_registry.example.com/app:1"},
+		{"-registry.example.com/app", "-registry.example.com/app"},
+		{"registry..example.com/app", "registry..example.com/app"},
+		{"registry.example.com:port/app", "registry.example.com:port/app"},
+		{"registry.example.com:/app", "registry.example.com:/app"},
+		{"[zz]:5000/app", "[zz]:5000/app"},
+		{"nginx:.bad", "nginx:.bad"},
+		{"nginx:-bad", "nginx:-bad"},
+		{"nginx:" + strings.Repeat("t", 129), "nginx:" + strings.Repeat("t", 129)},
+		{"nginx:" + strings.Repeat("t", 128), "docker.io/library/nginx:" + strings.Repeat("t", 128)},
+		{"nginx:a+b", "nginx:a+b"},
+		{"nginx@sha256:0123", "nginx@sha256:0123"},
+		{"nginx@sha256:" + strings.Repeat("A", 64), "nginx@sha256:" + strings.Repeat("A", 64)},
+		{"nginx@md5:" + strings.Repeat("0", 32), "nginx@md5:" + strings.Repeat("0", 32)},
+		{"team/" + strings.Repeat("a", 251), "team/" + strings.Repeat("a", 251)}, // path over 255
+		{"ghcr.io/org/" + strings.Repeat("a", 251), "ghcr.io/org/" + strings.Repeat("a", 251) + ":latest"},
+		{strings.Repeat("a", 247), "docker.io/library/" + strings.Repeat("a", 247) + ":latest"}, // 255 with library/
+		{strings.Repeat("a", 248), strings.Repeat("a", 248)},                                    // 256 with library/
+		// Normalising twice changes nothing.
+		{"docker.io/library/" + strings.Repeat("a", 247) + ":latest", "docker.io/library/" + strings.Repeat("a", 247) + ":latest"},
 	} {
 		if got := NormalizeImage(tt.in); got != tt.want {
 			t.Errorf("NormalizeImage(%q) = %q, want %q", tt.in, got, tt.want)

@@ -23,10 +23,14 @@ func validCategory(c string) bool {
 
 // FuzzClassifyPull: no panic; a category is always one of the 15; the
 // image is normalised; the matcher agrees with the plain reference
-// implementation.
+// implementation. Seeded with the pull corpus and the runtime vocabulary.
 func FuzzClassifyPull(f *testing.F) {
 	for _, m := range loadCorpus(f) {
 		f.Add(m.Reason, m.Message)
+	}
+	// Every wording of the runtime vocabulary (testdata/pullvocab).
+	for _, v := range loadVocab(f) {
+		f.Add(v.Reason, v.Example)
 	}
 	f.Add("Failed", "")
 	f.Add("BackOff", `Back-off pulling image "`)
@@ -62,6 +66,10 @@ func FuzzClassifyPull(f *testing.F) {
 				if a := referenceAttempts(scan[i+1:]); a != eventpipev1.CategoryUnknown {
 					want = a
 				}
+			} else if i := strings.Index(scan, mirrorsMarker); i >= 0 && strings.Contains(scan[i:], mirrorsEnd) {
+				if m := referenceMirrors(scan[i+len(mirrorsMarker):]); m != eventpipev1.CategoryUnknown {
+					want = m
+				}
 			} else if i := strings.Index(scan, detailsMarker); i >= 0 {
 				if d := referenceCategory(scan[i:]); d != eventpipev1.CategoryUnknown {
 					want = d
@@ -96,6 +104,31 @@ func referenceAttempts(s string) string {
 	return eventpipev1.CategoryUnknown
 }
 
+// referenceMirrors is mirrorsBits's category done plainly: the mirrors'
+// answers (split at mirrorSep) and the origin's (after the last
+// mirrorsEnd), the best attemptRank, and the first rule with a fragment
+// in any source of that rank.
+func referenceMirrors(s string) string {
+	end := strings.LastIndex(s, mirrorsEnd)
+	var parts []string
+	if end > 0 {
+		parts = strings.Split(s[:end], mirrorSep)
+	}
+	parts = append(parts, s[end+len(mirrorsEnd):])
+	best := attemptRanks
+	for _, p := range parts {
+		best = min(best, attemptRank(referenceCategory(p)))
+	}
+	for _, r := range rules {
+		for _, p := range parts {
+			if attemptRank(referenceCategory(p)) == best && containsAny(p, r.fragments) {
+				return r.category
+			}
+		}
+	}
+	return eventpipev1.CategoryUnknown
+}
+
 // referenceCategory is the first rule with a fragment in the lower-cased s.
 func referenceCategory(s string) string {
 	for _, r := range rules {
@@ -108,11 +141,15 @@ func referenceCategory(s string) string {
 
 // FuzzEnrich: any event, any cache content: no panic, and the occurrence
 // is a valid protobuf with bounded valid UTF-8. Seeded with every message
-// of the pull corpus (all draws) as a workload-pod event, so new real
-// wordings reach the tracker and the pod-status path too.
+// of the pull corpus (all draws) and every example of the runtime
+// vocabulary as pod events, so new wordings reach the tracker and the
+// pod-status path too.
 func FuzzEnrich(f *testing.F) {
 	for _, m := range loadCorpus(f) {
 		f.Add("Pod", "img-missing", "spec.initContainers{workspace-init}", m.Reason, m.Message, int64(1793268636), int32(2))
+	}
+	for _, v := range loadVocab(f) {
+		f.Add("Pod", "img-missing", "spec.containers{supervisor}", v.Reason, v.Example, int64(1793268636), int32(3))
 	}
 	f.Add("Pod", "img-missing", "spec.initContainers{workspace-init}", "Failed", seedFailed, int64(1793268636), int32(4))
 	f.Add("Pod", seedSupPod, "spec.containers{supervisor}", "BackOff", `Back-off pulling image "x"`, int64(0), int32(0))

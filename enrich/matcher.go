@@ -13,10 +13,14 @@ type matcher struct {
 	// fold is class with ASCII upper case mapped like lower case, so a scan
 	// needs no per-byte case conversion.
 	fold [256]uint32
-	// state*nclass + class -> (next state*nclass)<<1 | 1 if that state has
-	// output: most steps then touch only this table, with no multiply.
-	next []uint32
-	out  []uint32 // state -> bits of fragments ending here (with suffixes)
+	// state<<shift + class -> next state<<1 | 1 if that state has output:
+	// most steps touch only this table. Rows are padded to a power of two
+	// (1<<shift >= nclass) so a step shifts instead of multiplying, and 16
+	// bits an entry keeps the table (a few thousand states) within the
+	// core's cache.
+	next  []uint16
+	shift uint
+	out   []uint32 // state -> bits of fragments ending here (with suffixes)
 }
 
 type fragment struct {
@@ -65,13 +69,16 @@ func newMatcher(frags []fragment) *matcher {
 	}
 	// Failure links, breadth first, folded into a dense transition table.
 	n := len(nodes)
-	m.next = make([]uint32, n*m.nclass)
+	if n >= 1<<15 {
+		panic("matcher: too many states for 16-bit transitions")
+	}
+	next := make([]uint32, n*m.nclass)
 	m.out = make([]uint32, n)
 	fail := make([]int, n)
 	queue := []int{}
 	for c := 0; c < m.nclass; c++ {
 		if nx, ok := nodes[0].child[uint8(c)]; ok {
-			m.next[c] = uint32(nx)
+			next[c] = uint32(nx)
 			queue = append(queue, nx)
 		}
 	}
@@ -82,20 +89,28 @@ func newMatcher(frags []fragment) *matcher {
 		m.out[s] = nodes[s].out | m.out[fail[s]]
 		for c := 0; c < m.nclass; c++ {
 			if nx, ok := nodes[s].child[uint8(c)]; ok {
-				fail[nx] = int(m.next[fail[s]*m.nclass+c])
-				m.next[s*m.nclass+c] = uint32(nx)
+				fail[nx] = int(next[fail[s]*m.nclass+c])
+				next[s*m.nclass+c] = uint32(nx)
 				queue = append(queue, nx)
 			} else {
-				m.next[s*m.nclass+c] = m.next[fail[s]*m.nclass+c]
+				next[s*m.nclass+c] = next[fail[s]*m.nclass+c]
 			}
 		}
 	}
-	// Tag transitions into states with output (outputs are final now).
-	for i, nx := range m.next {
-		if m.out[nx] != 0 {
-			m.next[i] = nx*uint32(m.nclass)<<1 | 1
-		} else {
-			m.next[i] = nx * uint32(m.nclass) << 1
+	// Tag transitions into states with output (outputs are final now),
+	// into rows of 1<<shift entries.
+	for 1<<m.shift < m.nclass {
+		m.shift++
+	}
+	m.next = make([]uint16, n<<m.shift)
+	for s := 0; s < n; s++ {
+		for c := 0; c < m.nclass; c++ {
+			nx := next[s*m.nclass+c]
+			v := uint16(nx << 1)
+			if m.out[nx] != 0 {
+				v |= 1
+			}
+			m.next[s<<m.shift+c] = v
 		}
 	}
 	for c := range m.fold {
@@ -109,8 +124,8 @@ func newMatcher(frags []fragment) *matcher {
 // and of skipShort (the same reference without docker.io/library/).
 func (m *matcher) scan(s, skip, skipShort string) uint32 {
 	var bits uint32
-	st := uint32(0) // state*nclass
-	nc := uint32(m.nclass)
+	st := uint32(0) // state
+	shift := uint32(m.shift) & 31
 	next, fold := m.next, &m.fold
 	// 0 never starts an image reference; a NUL in s is checked in full.
 	var f1, f2 byte
@@ -134,10 +149,10 @@ func (m *matcher) scan(s, skip, skipShort string) uint32 {
 				continue
 			}
 		}
-		nx := next[st+fold[c]]
+		nx := uint32(next[st<<shift+fold[c]])
 		st = nx >> 1
 		if nx&1 != 0 {
-			bits |= m.out[st/nc]
+			bits |= m.out[st]
 		}
 	}
 	return bits

@@ -3,157 +3,323 @@ package enrich
 import "strings"
 
 // NormalizeImage returns an image reference the way the runtimes resolve
-// it (containerd and CRI-O through the distribution reference rules, Docker
-// likewise): a reference without a registry is on docker.io, a one-part
-// docker.io name is under library/, a reference with neither tag nor digest
-// means :latest, index.docker.io is docker.io, and a digest is kept (with
-// the tag, if both are given). A reference that does not parse (upper case
-// in the path, a variable left unexpanded, an empty tag, spaces) is
-// returned unchanged: it names what the user wrote, and the runtime
-// rejected it. No allocation when ref is already normalised.
+// it: containerd, CRI-O and Docker all parse it with the distribution
+// reference grammar (github.com/distribution/reference, ParseDockerRef's
+// normalisation): a reference without a registry is on docker.io, a
+// one-part docker.io name is under library/, a reference with neither tag
+// nor digest means :latest, index.docker.io is docker.io, and a digest is
+// kept (with the tag, if both are given). A reference that does not parse
+// (no name part, upper case in the path, a component that starts or ends
+// with a separator, a registry name with invalid characters, an empty or
+// over-long tag, a malformed digest, a bare 64-hex image id, a variable
+// left unexpanded, spaces) is returned unchanged: it names what the user
+// wrote, and the runtime rejected it. No allocation when ref is already
+// normalised.
 func NormalizeImage(ref string) string {
-	name, digest := ref, ""
-	if i := strings.IndexByte(ref, '@'); i >= 0 {
-		name, digest = ref[:i], ref[i:]
-		if !validDigest(digest[1:]) {
-			return ref
-		}
-	}
-	p, ok := parseName(name)
+	p, ok := parseReference(ref)
 	if !ok {
 		return ref
 	}
-	domain, path := "docker.io", name
-	if p.host {
-		domain, path = name[:p.firstSlash], name[p.firstSlash+1:]
-		if domain == "index.docker.io" {
+	domain, path := "docker.io", ref[p.pathStart:p.nameEnd]
+	if p.domainEnd > 0 {
+		if domain = ref[:p.domainEnd]; domain == "index.docker.io" {
 			domain = "docker.io"
 		}
 	}
 	library := domain == "docker.io" && strings.IndexByte(path, '/') < 0
-	latest := !p.tagged && digest == ""
-	if p.host && len(domain) == p.firstSlash && !library && !latest {
+	latest := !p.tagged && p.nameEnd == len(ref)
+	if p.domainEnd > 0 && len(domain) == p.domainEnd && !library && !latest {
 		return ref // already normalised
 	}
+	rest := ref[p.pathStart:] // path, tag and digest as written
 	var b strings.Builder
-	b.Grow(len(domain) + len("/library/") + len(path) + len(":latest") + len(digest))
+	b.Grow(len(domain) + len("/library/") + len(rest) + len(":latest"))
 	b.WriteString(domain)
 	b.WriteByte('/')
 	if library {
 		b.WriteString("library/")
 	}
-	b.WriteString(path)
+	b.WriteString(rest)
 	if latest {
 		b.WriteString(":latest")
 	}
-	b.WriteString(digest)
 	return b.String()
 }
 
-// Byte classes of a reference name.
-const (
-	rcBad = iota
-	rcLower
-	rcUpper
-	rcDot
-	rcColon
-	rcSlash
-)
-
-var refClass = func() (t [256]uint8) {
-	for c := 'a'; c <= 'z'; c++ {
-		t[c] = rcLower
-	}
-	for c := '0'; c <= '9'; c++ {
-		t[c] = rcLower
-	}
-	t['_'], t['-'] = rcLower, rcLower
-	for c := 'A'; c <= 'Z'; c++ {
-		t[c] = rcUpper
-	}
-	t['.'], t[':'], t['/'] = rcDot, rcColon, rcSlash
-	return t
-}()
-
-// parsedName is what NormalizeImage needs to know about a name (the
-// reference without its digest).
-type parsedName struct {
-	firstSlash int  // -1 when none
-	host       bool // the first component names a registry
-	tagged     bool
+// parsedRef is where the parts of a reference end (indexes into it).
+type parsedRef struct {
+	domainEnd int  // end of the registry part; 0 when the reference names none
+	pathStart int  // start of the repository path
+	nameEnd   int  // end of the name and tag (start of "@digest", or len)
+	tagged    bool // a tag follows the path
 }
 
-// parseName checks, in one pass, that name parses as a reference name (the
-// distribution reference rules, simplified): no empty component, a colon
-// only as the registry's port or before the tag of the last component,
-// upper case only in the registry or the tag, a non-empty tag. The first
-// component names a registry when it has a dot, a colon or upper case, or
-// is localhost.
-func parseName(name string) (p parsedName, ok bool) {
-	p.firstSlash = -1
-	if name == "" || len(name) > 512 {
+// Limits of the reference grammar.
+const (
+	maxRefLen     = 512 // longer is hostile, not a reference
+	maxPathLen    = 255 // reference.RepositoryNameTotalLengthMax
+	maxTagLen     = 128
+	imageIDHexLen = 64
+)
+
+// parseReference checks ref against the distribution reference grammar
+// the way ParseNormalizedNamed applies it, in one pass and without
+// allocating:
+//
+//	reference := name [ ":" tag ] [ "@" digest ]
+//	name      := [ domain "/" ] path-component [ "/" path-component ]*
+//	domain    := host [ ":" port ] ; host: dot-separated labels of letters,
+//	             digits and inner hyphens, or "[" IPv6 "]"
+//	path-component := [a-z0-9]+ ( ( "." | "_" | "__" | "-"+ ) [a-z0-9]+ )*
+//	tag       := [A-Za-z0-9_] [A-Za-z0-9_.-]{0,127}
+//	digest    := sha256 ":" 64 hex | sha384 ":" 96 hex | sha512 ":" 128 hex
+//
+// The first component is the registry when it holds a dot or a colon, is
+// localhost, or has upper case (which a path may not); a reference without
+// a slash is a Docker Hub name even if it looks like a host. A bare 64-hex
+// string is an image id, not a name.
+func parseReference(ref string) (p parsedRef, ok bool) {
+	if ref == "" || len(ref) > maxRefLen || isImageID(ref) {
 		return p, false
 	}
-	compStart := 0
-	colon := -1      // colon in the current component
-	upper := false   // upper case before that colon in the current component
-	special := false // a dot in the first component
-	for k := 0; k <= len(name); k++ {
-		c := uint8(rcSlash) // the end closes the last component
-		if k < len(name) {
-			if c = refClass[name[k]]; c == rcLower {
-				continue
-			}
-		}
-		switch c {
-		case rcBad:
+	p.nameEnd = len(ref)
+	if at := strings.IndexByte(ref, '@'); at >= 0 {
+		if !validDigest(ref[at+1:]) {
 			return p, false
-		case rcUpper:
-			if colon < 0 {
-				upper = true
-			}
-		case rcDot:
-			if p.firstSlash < 0 {
-				special = true
-			}
-		case rcColon:
-			if colon >= 0 && p.firstSlash >= 0 {
-				return p, false
-			}
-			colon = k
-		case rcSlash:
-			if k == compStart {
-				return p, false // empty component
-			}
-			last := k == len(name)
-			if p.firstSlash < 0 && !last {
-				p.firstSlash = k
-				p.host = special || colon >= 0 || upper || name[:k] == "localhost"
-				if !p.host && colon >= 0 {
-					return p, false
-				}
-				compStart, colon, upper = k+1, -1, false
-				continue
-			}
-			if upper || (colon >= 0 && !last) || colon == k-1 {
-				return p, false
-			}
-			p.tagged = colon >= 0
-			compStart, colon, upper = k+1, -1, false
 		}
+		p.nameEnd = at
+	}
+	name := ref[:p.nameEnd]
+	if slash := strings.IndexByte(name, '/'); slash >= 0 {
+		first := name[:slash]
+		if first == "localhost" || domainLike(first) {
+			if !validDomain(first) {
+				return p, false
+			}
+			p.domainEnd, p.pathStart = slash, slash+1
+		}
+	}
+	rest := name[p.pathStart:]
+	path := rest
+	if colon := strings.IndexByte(rest, ':'); colon >= 0 {
+		if !validTag(rest[colon+1:]) {
+			return p, false
+		}
+		path, p.tagged = rest[:colon], true
+	}
+	// The length limit counts the path as normalised: a one-part Docker
+	// Hub name gains "library/".
+	n := len(path)
+	if d := ref[:p.domainEnd]; (d == "" || d == "docker.io" || d == "index.docker.io") && strings.IndexByte(path, '/') < 0 {
+		n += len("library/")
+	}
+	if n > maxPathLen || !validPath(path) {
+		return p, false
 	}
 	return p, true
 }
 
-// validDigest: "algorithm:hex", both non-empty.
-func validDigest(d string) bool {
-	i := strings.IndexByte(d, ':')
-	if i <= 0 || i == len(d)-1 {
+// isImageID: 64 lower-case hex digits, what ParseNormalizedNamed refuses
+// as a name ("cannot specify 64-byte hexadecimal strings").
+func isImageID(s string) bool {
+	if len(s) != imageIDHexLen {
 		return false
 	}
-	for k := 0; k < len(d); k++ {
-		c := d[k]
-		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c >= 'A' && c <= 'F' || c == ':' || c == '+' || c == '.' || c == '_' || c == '-') {
+	for i := 0; i < len(s); i++ {
+		if !isLowerHex(s[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// Byte classes of the reference grammar, one table lookup a byte.
+const (
+	ccLower = 1 << iota // a-z 0-9
+	ccUpper             // A-Z
+	ccHex               // 0-9 a-f
+	ccTag               // what a tag may hold after its first byte: word characters, '.', '-'
+)
+
+var refClass = func() (t [256]uint8) {
+	for c := 'a'; c <= 'z'; c++ {
+		t[c] |= ccLower | ccTag
+	}
+	for c := '0'; c <= '9'; c++ {
+		t[c] |= ccLower | ccTag | ccHex
+	}
+	for c := 'a'; c <= 'f'; c++ {
+		t[c] |= ccHex
+	}
+	for c := 'A'; c <= 'Z'; c++ {
+		t[c] |= ccUpper | ccTag
+	}
+	t['_'], t['.'], t['-'] = ccTag, ccTag, ccTag
+	return t
+}()
+
+func isLowerHex(c byte) bool { return refClass[c]&ccHex != 0 }
+
+func isLowerAlnum(c byte) bool { return refClass[c]&ccLower != 0 }
+
+func isAlnum(c byte) bool { return refClass[c]&(ccLower|ccUpper) != 0 }
+
+// domainLike: s holds a dot, a colon or upper case, which a path
+// component never does (splitDockerDomain's test, localhost aside).
+func domainLike(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c == '.' || c == ':' || c >= 'A' && c <= 'Z' {
+			return true
+		}
+	}
+	return false
+}
+
+// validPath: path components separated by single slashes, each lower-case
+// letters and digits joined by ".", "_", "__" or a run of "-".
+func validPath(path string) bool {
+	if path == "" {
+		return false
+	}
+	for {
+		slash := strings.IndexByte(path, '/')
+		if slash < 0 {
+			return validComponent(path)
+		}
+		if !validComponent(path[:slash]) {
+			return false
+		}
+		path = path[slash+1:]
+	}
+}
+
+func validComponent(c string) bool {
+	if c == "" || !isLowerAlnum(c[0]) || !isLowerAlnum(c[len(c)-1]) {
+		return false
+	}
+	for i := 1; i < len(c)-1; i++ {
+		if isLowerAlnum(c[i]) {
+			continue
+		}
+		// A separator: ".", "_", "__" or "-"+, between alphanumerics.
+		j := i
+		switch c[i] {
+		case '.':
+			j = i + 1
+		case '_':
+			j = i + 1
+			if c[j] == '_' {
+				j++
+			}
+		case '-':
+			for j < len(c) && c[j] == '-' {
+				j++
+			}
+		default:
+			return false
+		}
+		if j >= len(c) || !isLowerAlnum(c[j]) {
+			return false
+		}
+		i = j
+	}
+	return true
+}
+
+// validDomain: a host (DNS labels of letters, digits and inner hyphens
+// joined by dots, or a bracketed IPv6 address) and an optional port.
+func validDomain(d string) bool {
+	host, port := d, ""
+	if strings.HasPrefix(d, "[") {
+		end := strings.IndexByte(d, ']')
+		if end < 2 {
+			return false
+		}
+		for i := 1; i < end; i++ {
+			if c := d[i]; !(c == ':' || isLowerHex(c) || c >= 'A' && c <= 'F') {
+				return false
+			}
+		}
+		host, port = "", d[end+1:]
+	} else if colon := strings.IndexByte(d, ':'); colon >= 0 {
+		host, port = d[:colon], d[colon:]
+	}
+	if port != "" {
+		if len(port) < 2 || port[0] != ':' {
+			return false
+		}
+		for i := 1; i < len(port); i++ {
+			if port[i] < '0' || port[i] > '9' {
+				return false
+			}
+		}
+	}
+	if host == "" {
+		return strings.HasPrefix(d, "[") // an IPv6 address, checked above
+	}
+	for {
+		dot := strings.IndexByte(host, '.')
+		label := host
+		if dot >= 0 {
+			label = host[:dot]
+		}
+		if !validLabel(label) {
+			return false
+		}
+		if dot < 0 {
+			return true
+		}
+		host = host[dot+1:]
+	}
+}
+
+// validLabel: letters and digits, hyphens inside.
+func validLabel(l string) bool {
+	if l == "" || !isAlnum(l[0]) || !isAlnum(l[len(l)-1]) {
+		return false
+	}
+	for i := 1; i < len(l)-1; i++ {
+		if !isAlnum(l[i]) && l[i] != '-' {
+			return false
+		}
+	}
+	return true
+}
+
+// validTag: a word character first, then up to 127 word characters, dots
+// and hyphens.
+func validTag(t string) bool {
+	if t == "" || len(t) > maxTagLen || t[0] == '.' || t[0] == '-' {
+		return false
+	}
+	for i := 0; i < len(t); i++ {
+		if refClass[t[i]]&ccTag == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// validDigest: "algorithm:hex" as the runtimes accept it (go-digest's
+// registered algorithms, lower-case hex of the algorithm's length).
+func validDigest(d string) bool {
+	var n int
+	switch {
+	case strings.HasPrefix(d, "sha256:"):
+		n = 64
+	case strings.HasPrefix(d, "sha384:"):
+		n = 96
+	case strings.HasPrefix(d, "sha512:"):
+		n = 128
+	default:
+		return false
+	}
+	hex := d[len("sha256:"):]
+	if len(hex) != n {
+		return false
+	}
+	for i := 0; i < len(hex); i++ {
+		if !isLowerHex(hex[i]) {
 			return false
 		}
 	}
@@ -206,6 +372,11 @@ func imageFromCause(msg string) string {
 		return r
 	}
 	if r := refBetween(msg, "image pull failed for ", ","); r != "" {
+		return r
+	}
+	// The kubelet's RegistryUnavailable and SignatureValidationFailed
+	// messages: "image pull failed for R because the ...".
+	if r := refBetween(msg, "image pull failed for ", " because"); r != "" {
 		return r
 	}
 	return refBetween(msg, "Error: image ", " not found")

@@ -132,10 +132,18 @@ var remedies = map[string]remedyText{
 		return nodeName(in.Node) + " has no room to store " + in.Image +
 			": free the node's image storage (crictl rmi --prune) or give it a larger disk"
 	},
-	eventpipev1.CategoryPolicyRejected: func(in Input, _ ImageRef, owner string) string {
+	eventpipev1.CategoryPolicyRejected: func(in Input, r ImageRef, owner string) string {
 		if d := strings.ToLower(in.Detail); strings.Contains(d, "short name") || strings.Contains(d, "short-name") {
 			return "the runtime on " + nodeName(in.Node) + " refuses the short name " + in.Image +
 				" (registries.conf short-name mode is enforcing, or no unqualified-search registry): write the image fully qualified (registry/repository:tag); " + owner
+		}
+		if detailHas(in.Detail, "is blocked in /") {
+			return "the registries configuration (registries.conf) on " + nodeName(in.Node) + " blocks " + r.Registry +
+				": pull " + in.Image + " from an allowed registry or mirror, or unblock the registry on the nodes; " + owner
+		}
+		if detailHas(in.Detail, "due to configured policy", "projectpolicyviolation", "412 precondition failed", "is not signed by", "is not signed in notary") {
+			return r.Registry + " refuses to serve " + in.Image + " by its own pull policy (e.g. Harbor's vulnerability or signature rules)" +
+				": scan or sign the image there, exempt it in the registry project's policy, or use an allowed image; " + owner
 		}
 		return "a signature or admission policy rejected " + in.Image +
 			": sign the image or allow it in the policy, or use an allowed image (" + owner + ")"
@@ -149,10 +157,28 @@ var remedies = map[string]remedyText{
 			" (its own pull rate limit, registryPullQPS/registryBurst; no registry refused it): it retries by itself; if it persists, raise registryPullQPS in the node's kubelet configuration or pre-pull the images"
 	},
 	eventpipev1.CategoryRuntimeStore: func(in Input, _ ImageRef, _ string) string {
+		if detailHas(in.Detail, "dial unix", "transport: error while dialing", "error reading from server", "is the docker daemon running") {
+			return "the container runtime on " + nodeName(in.Node) + " is not answering the kubelet" + withDetail(in.Detail) +
+				": check that containerd, CRI-O or Docker is running on the node and read its log; the kubelet retries the pull of " + in.Image + " when it is back"
+		}
 		return "the container runtime on " + nodeName(in.Node) + " could not unpack or read " + in.Image + " in its image store" + withDetail(in.Detail) +
 			": the image is not at fault; read the runtime's log on the node, remove the image there (crictl rmi) or drain and recycle the node"
 	},
 	eventpipev1.CategoryUnsupportedFormat: func(in Input, r ImageRef, owner string) string {
+		switch {
+		case detailHas(in.Detail, "encrypted"):
+			return in.Image + " has encrypted layers the runtime on " + nodeName(in.Node) +
+				" cannot decrypt: give the runtime the decryption keys (imgcrypt), or use an unencrypted image; " + owner
+		case detailHas(in.Detail, "no processor for media-type"):
+			return in.Image + " uses a layer media type the runtime on " + nodeName(in.Node) + " cannot unpack (e.g. zstd on an old containerd)" +
+				": upgrade the runtime, or push the image with gzip layers; " + owner
+		case detailHas(in.Detail, "byte manifest for"):
+			return "the manifest of " + in.Image + " is larger than the runtime on " + nodeName(in.Node) +
+				" accepts (containerd's 4 MiB limit): use an image with a smaller manifest (fewer platforms or layers); " + owner
+		case detailHas(in.Detail, "encountered remote", "unrecognised mediatype"):
+			return in.Image + " is not a container image (the registry serves another kind of artifact, e.g. a Helm chart, under that name)" +
+				withDetail(in.Detail) + ": " + owner
+		}
 		return r.Name() + ":" + strings.TrimPrefix(r.version(), "tag ") + " is a Docker schema 1 image, a format the runtime on " + nodeName(in.Node) +
 			" no longer pulls (containerd 2.x, Docker 26+): use a tag published as schema 2 or OCI, or rebuild and push the image with a current builder; " + owner
 	},
@@ -201,6 +227,21 @@ func nodeName(n string) string {
 }
 
 // withDetail appends the runtime's words, shortened: a remedy is one line.
+// detailHas reports whether the runtime's words (lower-cased) contain one
+// of the fragments, which are lower case.
+func detailHas(detail string, frags ...string) bool {
+	if detail == "" {
+		return false
+	}
+	d := strings.ToLower(detail)
+	for _, f := range frags {
+		if strings.Contains(d, f) {
+			return true
+		}
+	}
+	return false
+}
+
 func withDetail(d string) string {
 	d = strings.TrimSpace(d)
 	if d == "" {

@@ -552,10 +552,14 @@ type PullFailure struct {
 	// registry's 429), kubelet_throttled (the kubelet's own pull QPS limit),
 	// invalid_reference, never_pull, platform_mismatch, node_storage (disk
 	// full), runtime_store (snapshotter, unpack, content store or image
-	// inspect failure on the node), policy_rejected (signature policy,
-	// CRI-O/Podman short-name policy), timeout (a pull that ran past its
-	// deadline or was cancelled), unsupported_format (a Docker schema 1
-	// image, which containerd 2.x and Docker 26+ no longer pull), unknown.
+	// inspect failure on the node, or the runtime not answering the
+	// kubelet), policy_rejected (signature policy, CRI-O/Podman short-name
+	// policy, a registry blocked on the node, a registry's own pull policy),
+	// timeout (a pull that ran past its deadline or was cancelled),
+	// unsupported_format (served in a form the runtime refuses: a Docker
+	// schema 1 image, which containerd 2.x and Docker 26+ no longer pull, an
+	// oversized manifest, encrypted or unsupported layers, an artifact that
+	// is no image), unknown.
 	Category string `protobuf:"bytes,1,opt,name=category,proto3" json:"category,omitempty"`
 	// The image reference that failed to pull, normalised as the runtime
 	// resolves it (docker.io/, library/ and :latest where implied; digests

@@ -60,8 +60,11 @@ const (
 	// CategoryRuntimeStore: the node's image store failed (snapshotter,
 	// layer unpack, content store, overlay2 metadata, image inspect): the
 	// image exists and was fetched or is present, the node cannot use it.
-	// Disk full is CategoryNodeStorage. Persistent after repeated failures:
-	// a damaged store fails every retry until someone acts on the node.
+	// Also the container runtime not answering the kubelet at all (its CRI
+	// socket refused or gone, the Docker daemon down): a node-side runtime
+	// failure where no registry was asked. Disk full is CategoryNodeStorage.
+	// Persistent after repeated failures: a damaged store fails every retry
+	// until someone acts on the node.
 	CategoryRuntimeStore = "runtime_store"
 	// CategoryUnsupportedFormat: the image exists and the registry serves
 	// it, but in a manifest format the node's runtime no longer pulls
@@ -70,6 +73,10 @@ const (
 	// re-pushed image (schema 2 or OCI) or another tag fixes it, so it is
 	// persistent. Not platform_mismatch (the platform is not the problem)
 	// nor policy_rejected (no signature or admission policy is involved).
+	// Likewise other forms the runtime refuses: a manifest over
+	// containerd's size limit, encrypted layers or a layer media type it
+	// has no processor for (zstd on an old containerd), an artifact that
+	// is no image (a Helm chart under the name).
 	CategoryUnsupportedFormat = "unsupported_format"
 	CategoryUnknown           = "unknown"
 )
