@@ -89,6 +89,13 @@ var pullMarkers = []string{
 	// the image is on the node but the pod lacks the credential it was
 	// pulled with, and the pull policy (Never) forbids pulling it again.
 	"does not have the proper auth",
+	// A registry API request for a manifest (distribution's
+	// /v2/<name>/manifests/<reference>): only a pull or its resolve asks
+	// for one. Old dockershim sandbox pulls with a keyring credential print
+	// the daemon's error alone ("Failed create pod sandbox: ... Error
+	// response from daemon: Get https://<host>/v2/<name>/manifests/<tag>:
+	// ...", the kubelet's aggregate of one attempt).
+	"/manifests/",
 }
 
 // rule maps message fragments to a category; rules are tried in order, the
@@ -231,6 +238,9 @@ var rules = []rule{
 	}},
 	{eventpipev1.CategoryTLSError, []string{
 		"x509:", "tls:", "certificate", "server gave http response to https client", "ssl", "handshake failure",
+		// net/http's "http: server gave HTTP response to HTTPS client" is
+		// the only error that starts so: a report that cut it keeps this.
+		"http: server gave",
 	}},
 	{eventpipev1.CategoryRegistryUnreachable, []string{
 		"unexpected eof", "broken pipe", "service unavailable", "bad gateway", "gateway timeout",
@@ -251,6 +261,15 @@ var rules = []rule{
 		// The kubelet's RegistryUnavailable message.
 		"because the registry is unavailable",
 	}},
+	// The registry challenged with Basic auth and the runtime had no
+	// credential for it (Docker's registry client; containerd's authorizer,
+	// "authorization failed: no basic auth credentials", which containerd
+	// wraps in its "pull access denied, repository does not exist or may
+	// require authorization" guess). No registry serves a Basic-auth
+	// challenge to anonymous pulls of public images (Docker Hub, GHCR and
+	// Quay answer with Bearer), so the missing credential is the cause:
+	// before the anonymous-refusal rule.
+	{eventpipev1.CategoryUnauthorized, []string{"no basic auth credentials"}},
 	{eventpipev1.CategoryNotFoundOrUnauthorized, []string{
 		"pull access denied", "requested access to the resource is denied", "may require 'docker login'",
 		"may require \"docker login\"", "may require authorization", "repository does not exist or may require",
@@ -262,7 +281,7 @@ var rules = []rule{
 		"denied: denied",
 	}},
 	{eventpipev1.CategoryUnauthorized, []string{
-		"unauthorized", "authentication required", "no basic auth credentials", "403 forbidden",
+		"unauthorized", "authentication required", "403 forbidden",
 		"forbidden", "failed to authorize", "access denied", "access to the resource is denied",
 		"invalid username/password", "incorrect username or password", "authorization failed",
 		"denied: permission", "permission \"", "permissiondenied", "permission denied", "unauthenticated",
@@ -421,6 +440,9 @@ func classifyPull(reason, message, image string) (category, img, detail string, 
 			}
 		}
 	}
+	if category == eventpipev1.CategoryUnauthorized && quayRefusal(message) {
+		category = eventpipev1.CategoryNotFoundOrUnauthorized
+	}
 	if category != eventpipev1.CategoryUnknown {
 		detail = pullDetail(message)
 	}
@@ -525,6 +547,23 @@ func attemptRank(category string) int {
 // rule matched: "denied: <reason>" keeps its own rules.
 func deniedOnly(message string) bool {
 	return strings.HasSuffix(strings.TrimRight(message, " \t\r\n"), ": denied")
+}
+
+// quayStatus is Quay's status line for a refused request: Quay is a Flask
+// application, and Werkzeug writes the reason phrase in upper case (Go
+// servers write "401 Unauthorized"). Runtimes that show only the status
+// (containerd's "pulling from host quay.io failed with status code
+// [manifests T]: 401 UNAUTHORIZED", "unexpected status from HEAD request to
+// ...: 401 UNAUTHORIZED") show Quay's anonymous refusal, whose body ("access
+// to the requested resource is not authorized") is the same for a private
+// repository and a missing one.
+const quayStatus = "401 UNAUTHORIZED"
+
+// quayRefusal reports whether an unauthorized message is Quay's refusal of
+// a registry request (quayStatus, case as written), not of its token
+// endpoint: a token request answered 401 is a refused credential.
+func quayRefusal(message string) bool {
+	return strings.Contains(message, quayStatus) && pullIndexFold(message, "token") < 0
 }
 
 // ruleCategory is the category of the first rule whose bit is set.
