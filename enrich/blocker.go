@@ -422,19 +422,50 @@ func firstWord(s string) string {
 // lower case. No allocation: blockers are classified on the hot path.
 func containsFold(s, sub string) bool { return indexFold(s, sub) >= 0 }
 
+// indexFold finds sub's first byte in either case with strings.IndexByte
+// (vectorised), keeping the next position of each case so that neither is
+// searched twice, and compares the rest folded only there.
 func indexFold(s, sub string) int {
 	n := len(sub)
 	if n == 0 {
 		return 0
 	}
-	c0 := lowerASCII(sub[0])
-	for i := 0; i+n <= len(s); i++ {
-		if lowerASCII(s[i]) != c0 {
-			continue
+	if n > len(s) {
+		return -1
+	}
+	lo := lowerASCII(sub[0])
+	up := lo
+	if lo >= 'a' && lo <= 'z' {
+		up = lo - ('a' - 'A')
+	}
+	last := len(s) - n // the last start that leaves room for sub
+	nextLo, nextUp := -1, -1
+	if up == lo {
+		nextUp = len(s) // never
+	}
+	for i := 0; i <= last; {
+		if nextLo < i {
+			if nextLo = strings.IndexByte(s[i:last+1], lo); nextLo < 0 {
+				nextLo = len(s)
+			} else {
+				nextLo += i
+			}
 		}
-		if hasPrefixFold(s[i:], sub) {
-			return i
+		if nextUp < i {
+			if nextUp = strings.IndexByte(s[i:last+1], up); nextUp < 0 {
+				nextUp = len(s)
+			} else {
+				nextUp += i
+			}
 		}
+		j := min(nextLo, nextUp)
+		if j > last {
+			return -1
+		}
+		if hasPrefixFold(s[j+1:], sub[1:]) {
+			return j
+		}
+		i = j + 1
 	}
 	return -1
 }
