@@ -45,6 +45,19 @@ func classifyBlocker(reason, msg string) (blockerClass, bool) {
 		}
 		cause, detail := schedulingCause(msg)
 		return blockerClass{kind: eventpipev1.BlockerKindUnschedulable, cause: cause, detail: detail}, true
+	case "NodeAffinity", "TaintToleration", "NodePorts", "NodeName", "MatchNodeSelector", "PodToleratesNodeTaints",
+		"PodFitsHostPorts", "HostName":
+		// kubelet's admission refused a pod bound to its node: "Predicate
+		// NodeAffinity failed: node(s) didn't match Pod's node
+		// affinity/selector" (before 1.18 "Predicate MatchNodeSelector
+		// failed"). The pod fails; its controller must place a new one.
+		if hasPrefixFold(msg, "predicate ") {
+			c := schedulingItemCause(msg)
+			if c == "" {
+				c = eventpipev1.BlockerUnknown
+			}
+			return blockerClass{kind: eventpipev1.BlockerKindUnschedulable, cause: c, detail: blockerDetail(msg)}, true
+		}
 	case "FailedBinding":
 		b := blockerClass{kind: eventpipev1.BlockerKindVolume, cause: eventpipev1.BlockerUnknown, detail: blockerDetail(msg)}
 		if containsFold(msg, "no storage class is set") {
@@ -120,6 +133,13 @@ func classifyBlocker(reason, msg string) (blockerClass, bool) {
 		}
 	case "Failed", "CreateContainerConfigError", "CreateContainerError", "RunContainerError", "StartError":
 		return containerError(reason, msg)
+	default:
+		// kubelet's admission: OutOfcpu, OutOfmemory, OutOfpods,
+		// OutOfephemeral-storage, OutOf<extended resource>, with "Node
+		// didn't have enough resource: cpu, requested: ...".
+		if strings.HasPrefix(reason, "OutOf") && containsFold(msg, "didn't have enough resource") {
+			return blockerClass{kind: eventpipev1.BlockerKindUnschedulable, cause: eventpipev1.BlockerInsufficientResources, detail: blockerDetail(msg)}, true
+		}
 	}
 	return blockerClass{}, false
 }
