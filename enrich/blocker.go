@@ -64,6 +64,12 @@ func classifyBlocker(reason, msg string) (blockerClass, bool) {
 			b.cause = eventpipev1.BlockerNoStorageClass
 		}
 		return b, true
+	case "VolumeMismatch":
+		// The PV controller: the claim names a volume (volumeName) it
+		// cannot bind to ("Cannot bind to requested volume \"pv\":
+		// requested PV is too small", "... incompatible accessMode",
+		// "... storageClassName does not match", volumeMode).
+		return blockerClass{kind: eventpipev1.BlockerKindVolume, cause: eventpipev1.BlockerUnboundPVC, detail: blockerDetail(msg)}, true
 	case "ProvisioningFailed":
 		b := blockerClass{kind: eventpipev1.BlockerKindVolume, cause: eventpipev1.BlockerProvisioningFailed, detail: blockerDetail(msg)}
 		if name, ok := quotedAfter(msg, `storageclass.storage.k8s.io "`); ok && containsFold(msg, "not found") {
@@ -85,6 +91,12 @@ func classifyBlocker(reason, msg string) (blockerClass, bool) {
 			// The configmap and secret volume plugins: an item of the
 			// volume names a key the object lacks.
 			b.cause = eventpipev1.BlockerKeyNotFound
+		case containsFold(msg, "error processing pvc"):
+			// kubelet's volume populator cannot use the claim ("error
+			// processing PVC ns/x: PVC is not bound", "... is being
+			// deleted", "failed to fetch PVC from API server: ... not
+			// found", or its PV is gone), reported at the end of the wait.
+			b.cause = eventpipev1.BlockerUnboundPVC
 		case containsFold(msg, "timed out waiting for the condition"), containsFold(msg, "timeout expired waiting for volumes"),
 			hasPrefixFold(msg, "unable to attach or mount volumes"):
 			// kubelet's wait for the pod's volumes ended (since 1.18

@@ -442,6 +442,8 @@ func TestBlockerFixFamilies(t *testing.T) {
 			Detail: "unable to create new content in namespace openshell because it is being terminated"}, "namespace openshell is being deleted"},
 		{&eventpipev1.Blocker{Kind: eventpipev1.BlockerKindContainer, Cause: eventpipev1.BlockerMountFailed, Container: "agent",
 			Detail: `failed to prepare subPath for volumeMount "workspace" of container "agent"`}, "subPath"},
+		{&eventpipev1.Blocker{Kind: eventpipev1.BlockerKindVolume, Cause: eventpipev1.BlockerUnboundPVC,
+			Detail: `Cannot bind to requested volume "pv-1": requested PV is too small`}, "volumeName"},
 	} {
 		if fix := BlockerFix(tc.b); !strings.Contains(fix, tc.want) {
 			t.Errorf("%s/%s %q: fix %q lacks %q", tc.b.Kind, tc.b.Cause, tc.b.Detail, fix, tc.want)

@@ -121,7 +121,7 @@ const (
 	BlockerPodAffinity           = "pod_affinity"           // pod affinity or anti-affinity rules exclude the nodes
 	BlockerUnboundPVC            = "unbound_pvc"            // a PersistentVolumeClaim the pod needs is not bound
 	BlockerVolumeNodeAffinity    = "volume_node_affinity"   // the pod's volume is tied to other nodes or zones
-	BlockerNodesUnavailable      = "nodes_unavailable"      // nodes are cordoned or not ready
+	BlockerNodesUnavailable      = "nodes_unavailable"      // nodes are cordoned, not ready or under pressure
 	// The pod's topologySpreadConstraints leave no node: placing it on any
 	// node would exceed a constraint's maxSkew, or the nodes lack the
 	// constraint's topology key. Not pod_affinity: the fix is in another
