@@ -225,6 +225,10 @@ func containerError(reason, msg string) (blockerClass, bool) {
 		containsFold(msg, "cannot start container"), containsFold(msg, "oci runtime create failed"),
 		containsFold(msg, "runc create failed"), containsFold(msg, "error during container init"),
 		containsFold(msg, "container create failed"), // CRI-O
+		// runc's and Docker's older words, containerd's container and spec
+		// creation.
+		containsFold(msg, "starting container process"), containsFold(msg, "not found or does not exist"),
+		containsFold(msg, "failed to create containerd container"), containsFold(msg, "failed to generate container"),
 		nonRootRefusal(msg):
 		b.cause = eventpipev1.BlockerStartFailed
 		return b, true
@@ -513,6 +517,11 @@ func classifyContainerStatus(waiting, waitingMessage, terminated string, exitCod
 		}
 	}
 	switch {
+	case terminated == "ContainerStatusUnknown" && waiting != "CrashLoopBackOff":
+		// kubelet's placeholder (exit code 137) for a container it could
+		// not find when the pod was terminated or deleted: no program
+		// exited.
+		return blockerClass{}, false
 	case terminated == "OOMKilled":
 		b.cause, b.detail = eventpipev1.BlockerOOMKilled, "OOMKilled"
 	case terminated == "ContainerCannotRun" || terminated == "StartError":
@@ -524,7 +533,7 @@ func classifyContainerStatus(waiting, waitingMessage, terminated string, exitCod
 		if hasExitCode {
 			b.detail = terminated + " (exit code " + strconv.Itoa(int(exitCode)) + ")"
 		}
-	case hasExitCode && exitCode != 0, terminated == "Error" && waiting != "CrashLoopBackOff":
+	case terminated != "ContainerStatusUnknown" && (hasExitCode && exitCode != 0 || terminated == "Error" && waiting != "CrashLoopBackOff"):
 		// A status read without the exit code (a "kubectl get pods"
 		// STATUS column: Init:Error, then Init:CrashLoopBackOff) names no
 		// code: in back-off that is the crash loop below.
