@@ -97,6 +97,12 @@ func classifyBlocker(reason, msg string) (blockerClass, bool) {
 			// deleted", "failed to fetch PVC from API server: ... not
 			// found", or its PV is gone), reported at the end of the wait.
 			b.cause = eventpipev1.BlockerUnboundPVC
+		case containsFold(msg, "object cache"), containsFold(msg, " cache: "):
+			// kubelet's Secret and ConfigMap managers could not get the
+			// object from the API server in time ("couldn't propagate
+			// object cache: timed out waiting for the condition" 1.12-1.13,
+			// "failed to sync secret cache: ..." since 1.14): the wait was
+			// the cache's, not the one for the pod's volumes.
 		case containsFold(msg, "timed out waiting for the condition"), containsFold(msg, "timeout expired waiting for volumes"),
 			hasPrefixFold(msg, "unable to attach or mount volumes"):
 			// kubelet's wait for the pod's volumes ended (since 1.18

@@ -73,6 +73,8 @@ func BlockerFix(b *eventpipev1.Blocker) string {
 	case eventpipev1.BlockerMountFailed:
 		if d := b.GetDetail(); containsFold(d, "subpath") {
 			return "kubelet cannot prepare a subPath of container " + ctr + "'s volume mounts (" + d + "): check that the subPath exists in the volume, or fix the volumeMount"
+		} else if containsFold(d, "object cache") || containsFold(d, " cache: ") || containsFold(d, "not registered") {
+			return "kubelet could not read a Secret or ConfigMap of the pod from the API server in time (" + d + "): usually transient; if it persists, check the node's connection to the API server and that the object exists"
 		} else if containsFold(d, "cannot find volume") {
 			return "container " + ctr + " mounts a volume the pod does not have mounted (" + d + "): look for an earlier FailedMount, or fix the sandbox's volumeMounts"
 		}

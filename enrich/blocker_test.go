@@ -444,6 +444,8 @@ func TestBlockerFixFamilies(t *testing.T) {
 			Detail: `failed to prepare subPath for volumeMount "workspace" of container "agent"`}, "subPath"},
 		{&eventpipev1.Blocker{Kind: eventpipev1.BlockerKindVolume, Cause: eventpipev1.BlockerUnboundPVC,
 			Detail: `Cannot bind to requested volume "pv-1": requested PV is too small`}, "volumeName"},
+		{&eventpipev1.Blocker{Kind: eventpipev1.BlockerKindVolume, Cause: eventpipev1.BlockerMountFailed,
+			Detail: `MountVolume.SetUp failed for volume "tls" : failed to sync secret cache: timed out waiting for the condition`}, "API server"},
 	} {
 		if fix := BlockerFix(tc.b); !strings.Contains(fix, tc.want) {
 			t.Errorf("%s/%s %q: fix %q lacks %q", tc.b.Kind, tc.b.Cause, tc.b.Detail, fix, tc.want)
