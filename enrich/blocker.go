@@ -59,7 +59,9 @@ func classifyBlocker(reason, msg string) (blockerClass, bool) {
 			return blockerClass{kind: eventpipev1.BlockerKindUnschedulable, cause: c, detail: blockerDetail(msg)}, true
 		}
 	case "FailedBinding":
-		b := blockerClass{kind: eventpipev1.BlockerKindVolume, cause: eventpipev1.BlockerUnknown, detail: blockerDetail(msg)}
+		// The PV controller cannot bind the claim: no class and no volume,
+		// or the volume its volumeName names is bound to another claim.
+		b := blockerClass{kind: eventpipev1.BlockerKindVolume, cause: eventpipev1.BlockerUnboundPVC, detail: blockerDetail(msg)}
 		if containsFold(msg, "no storage class is set") {
 			b.cause = eventpipev1.BlockerNoStorageClass
 		}

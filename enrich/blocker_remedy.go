@@ -49,7 +49,9 @@ func BlockerFix(b *eventpipev1.Blocker) string {
 		if containsFold(b.GetDetail(), "bound to non-existent") {
 			return "a PersistentVolumeClaim the pod needs is bound to a PersistentVolume that no longer exists (the claim is Lost): restore the volume, or delete the claim so that a new one is provisioned (its data is gone)"
 		}
-		if d := b.GetDetail(); containsFold(d, "cannot bind") {
+		if d := b.GetDetail(); containsFold(d, "already bound to a different claim") {
+			return "the claim names a PersistentVolume (volumeName) that another claim holds (" + d + "): free the volume, or drop volumeName from the claim"
+		} else if containsFold(d, "cannot bind") {
 			return "the claim names a PersistentVolume it cannot bind to (" + d + "): fix the claim's volumeName, size, access modes, volume mode or class, or the volume"
 		}
 		return "a PersistentVolumeClaim the pod needs is not bound: check the workspace claim's events (StorageClass, provisioner)"
