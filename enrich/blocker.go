@@ -151,6 +151,11 @@ func classifyBlocker(reason, msg string) (blockerClass, bool) {
 			b.cause = eventpipev1.BlockerMountFailed
 			return b, true
 		}
+	case "FailedPostStartHook", "PostStartHookError", "PreStartHookError", "PreCreateHookError":
+		// A lifecycle hook failed: kubelet kills the container (postStart)
+		// or never starts it. The event (since 1.2x "PostStartHook
+		// failed") and the waiting reason with the hook's output.
+		return blockerClass{kind: eventpipev1.BlockerKindContainer, cause: eventpipev1.BlockerStartFailed, detail: blockerDetail(reason + ": " + msg)}, true
 	case "Failed", "CreateContainerConfigError", "CreateContainerError", "RunContainerError", "StartError":
 		return containerError(reason, msg)
 	default:

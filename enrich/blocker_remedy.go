@@ -133,6 +133,9 @@ func BlockerFix(b *eventpipev1.Blocker) string {
 		if nonRootRefusal(b.GetDetail()) {
 			return "kubelet will not start container " + ctr + ": its securityContext requires a non-root user and the image runs as root or as a user name kubelet cannot check (" + b.GetDetail() + "): set runAsUser to a non-zero UID for the container, or use an image whose USER is a numeric non-root UID"
 		}
+		if d := b.GetDetail(); containsFold(d, "hook") {
+			return "a lifecycle hook of container " + ctr + " fails, so kubelet kills or never starts it (" + d + "): fix the hook's command in the sandbox's pod template, or remove the hook"
+		}
 		return "the runtime cannot start container " + ctr + " (" + b.GetDetail() + "): check the image's entrypoint and architecture"
 	}
 	switch b.GetKind() {

@@ -446,6 +446,8 @@ func TestBlockerFixFamilies(t *testing.T) {
 			Detail: `Cannot bind to requested volume "pv-1": requested PV is too small`}, "volumeName"},
 		{&eventpipev1.Blocker{Kind: eventpipev1.BlockerKindVolume, Cause: eventpipev1.BlockerMountFailed,
 			Detail: `MountVolume.SetUp failed for volume "tls" : failed to sync secret cache: timed out waiting for the condition`}, "API server"},
+		{&eventpipev1.Blocker{Kind: eventpipev1.BlockerKindContainer, Cause: eventpipev1.BlockerStartFailed, Container: "agent",
+			Detail: "FailedPostStartHook: PostStartHook failed"}, "hook's command"},
 	} {
 		if fix := BlockerFix(tc.b); !strings.Contains(fix, tc.want) {
 			t.Errorf("%s/%s %q: fix %q lacks %q", tc.b.Kind, tc.b.Cause, tc.b.Detail, fix, tc.want)
