@@ -93,6 +93,14 @@ func classifyBlocker(reason, msg string) (blockerClass, bool) {
 			// The configmap and secret volume plugins: an item of the
 			// volume names a key the object lacks.
 			b.cause = eventpipev1.BlockerKeyNotFound
+		case containsFold(msg, `serviceaccounts "`) && containsFold(msg, "not found"):
+			// The projected token volume: kubelet's token manager cannot
+			// get a token for a ServiceAccount that no longer exists
+			// ("failed to fetch token: serviceaccounts \"x\" not found").
+			b.cause = eventpipev1.BlockerServiceAccountMissing
+			if name, ok := quotedAfter(msg, `serviceaccounts "`); ok {
+				b.object = "ServiceAccount/" + name
+			}
 		case containsFold(msg, "error processing pvc"):
 			// kubelet's volume populator cannot use the claim ("error
 			// processing PVC ns/x: PVC is not bound", "... is being
