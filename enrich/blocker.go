@@ -38,14 +38,40 @@ func ClassifyBlocker(reason, message string) (kind, cause, object, detail string
 func classifyBlocker(reason, msg string) (blockerClass, bool) {
 	switch reason {
 	case "FailedScheduling":
+		if hasPrefixFold(msg, "skip schedule deleting pod") {
+			// The scheduler drops a pod that is being deleted: nothing
+			// blocks it.
+			return blockerClass{}, false
+		}
 		cause, detail := schedulingCause(msg)
 		return blockerClass{kind: eventpipev1.BlockerKindUnschedulable, cause: cause, detail: detail}, true
+	case "NodeAffinity", "TaintToleration", "NodePorts", "NodeName", "MatchNodeSelector", "PodToleratesNodeTaints",
+		"PodFitsHostPorts", "HostName":
+		// kubelet's admission refused a pod bound to its node: "Predicate
+		// NodeAffinity failed: node(s) didn't match Pod's node
+		// affinity/selector" (before 1.18 "Predicate MatchNodeSelector
+		// failed"). The pod fails; its controller must place a new one.
+		if hasPrefixFold(msg, "predicate ") {
+			c := schedulingItemCause(msg)
+			if c == "" {
+				c = eventpipev1.BlockerUnknown
+			}
+			return blockerClass{kind: eventpipev1.BlockerKindUnschedulable, cause: c, detail: blockerDetail(msg)}, true
+		}
 	case "FailedBinding":
-		b := blockerClass{kind: eventpipev1.BlockerKindVolume, cause: eventpipev1.BlockerUnknown, detail: blockerDetail(msg)}
+		// The PV controller cannot bind the claim: no class and no volume,
+		// or the volume its volumeName names is bound to another claim.
+		b := blockerClass{kind: eventpipev1.BlockerKindVolume, cause: eventpipev1.BlockerUnboundPVC, detail: blockerDetail(msg)}
 		if containsFold(msg, "no storage class is set") {
 			b.cause = eventpipev1.BlockerNoStorageClass
 		}
 		return b, true
+	case "VolumeMismatch":
+		// The PV controller: the claim names a volume (volumeName) it
+		// cannot bind to ("Cannot bind to requested volume \"pv\":
+		// requested PV is too small", "... incompatible accessMode",
+		// "... storageClassName does not match", volumeMode).
+		return blockerClass{kind: eventpipev1.BlockerKindVolume, cause: eventpipev1.BlockerUnboundPVC, detail: blockerDetail(msg)}, true
 	case "ProvisioningFailed":
 		b := blockerClass{kind: eventpipev1.BlockerKindVolume, cause: eventpipev1.BlockerProvisioningFailed, detail: blockerDetail(msg)}
 		if name, ok := quotedAfter(msg, `storageclass.storage.k8s.io "`); ok && containsFold(msg, "not found") {
@@ -54,20 +80,54 @@ func classifyBlocker(reason, msg string) (blockerClass, bool) {
 			b.object = "StorageClass/" + name
 		}
 		return b, true
-	case "FailedAttachVolume":
+	case "FailedAttachVolume", "VolumeAttachmentLimitExceeded":
+		// The second is kubelet rejecting a pod when the node cannot
+		// attach another volume (1.3x).
 		return blockerClass{kind: eventpipev1.BlockerKindVolume, cause: eventpipev1.BlockerAttachFailed, detail: blockerDetail(msg)}, true
-	case "FailedMount":
+	case "FailedMount", "FailedMapVolume":
+		// FailedMapVolume is the mount of a raw block volume.
 		b := blockerClass{kind: eventpipev1.BlockerKindVolume, cause: eventpipev1.BlockerMountFailed, detail: blockerDetail(msg)}
 		switch {
 		case missingObject(msg, &b):
-		case containsFold(msg, "timed out waiting for the condition"), containsFold(msg, "timeout expired waiting for volumes"):
+		case containsFold(msg, "non-existent config key"), containsFold(msg, "non-existent secret key"):
+			// The configmap and secret volume plugins: an item of the
+			// volume names a key the object lacks.
+			b.cause = eventpipev1.BlockerKeyNotFound
+		case containsFold(msg, `serviceaccounts "`) && containsFold(msg, "not found"):
+			// The projected token volume: kubelet's token manager cannot
+			// get a token for a ServiceAccount that no longer exists
+			// ("failed to fetch token: serviceaccounts \"x\" not found").
+			b.cause = eventpipev1.BlockerServiceAccountMissing
+			if name, ok := quotedAfter(msg, `serviceaccounts "`); ok {
+				b.object = "ServiceAccount/" + name
+			}
+		case containsFold(msg, "error processing pvc"):
+			// kubelet's volume populator cannot use the claim ("error
+			// processing PVC ns/x: PVC is not bound", "... is being
+			// deleted", "failed to fetch PVC from API server: ... not
+			// found", or its PV is gone), reported at the end of the wait.
+			b.cause = eventpipev1.BlockerUnboundPVC
+		case containsFold(msg, "object cache"), containsFold(msg, " cache: "):
+			// kubelet's Secret and ConfigMap managers could not get the
+			// object from the API server in time ("couldn't propagate
+			// object cache: timed out waiting for the condition" 1.12-1.13,
+			// "failed to sync secret cache: ..." since 1.14): the wait was
+			// the cache's, not the one for the pod's volumes.
+		case containsFold(msg, "timed out waiting for the condition"), containsFold(msg, "timeout expired waiting for volumes"),
+			hasPrefixFold(msg, "unable to attach or mount volumes"):
+			// kubelet's wait for the pod's volumes ended (since 1.18
+			// "Unable to attach or mount volumes: unmounted volumes=[...]
+			// ...: <the wait's error>", which is "context deadline
+			// exceeded" in 1.3x).
 			b.cause = eventpipev1.BlockerMountTimeout
 		}
 		return b, true
 	case "FailedCreate":
 		return createRefused(msg), true
 	case "BackOff":
-		if containsFold(msg, "restarting failed container") {
+		// "Back-off restarting failed container[ x in pod y]", and the
+		// 1.3-1.4 "Back-off restarting failed docker container".
+		if containsFold(msg, "restarting failed") {
 			return crashLoop(msg), true
 		}
 	case "CrashLoopBackOff":
@@ -77,7 +137,19 @@ func classifyBlocker(reason, msg string) (blockerClass, bool) {
 		if containsFold(msg, "crashloopbackoff") {
 			return crashLoop(msg), true
 		}
+		// `failed to "StartContainer" for "x" with RunContainerError: "..."`
+		// (or CreateContainerConfigError, CreateContainerError): the
+		// container's own error, whatever it names.
+		for _, r := range [...]string{"RunContainerError", "CreateContainerConfigError", "CreateContainerError"} {
+			if i := strings.Index(msg, r); i >= 5 && msg[i-5:i] == "with " {
+				return containerError(r, msg)
+			}
+		}
 		b := blockerClass{kind: eventpipev1.BlockerKindVolume, detail: blockerDetail(msg)}
+		if containsFold(msg, "timeout expired waiting for volumes") {
+			b.cause = eventpipev1.BlockerMountTimeout
+			return b, true
+		}
 		if missingObject(msg, &b) {
 			return b, true
 		}
@@ -87,8 +159,20 @@ func classifyBlocker(reason, msg string) (blockerClass, bool) {
 			b.cause = eventpipev1.BlockerMountFailed
 			return b, true
 		}
+	case "FailedPostStartHook", "PostStartHookError", "PreStartHookError", "PreCreateHookError":
+		// A lifecycle hook failed: kubelet kills the container (postStart)
+		// or never starts it. The event (since 1.2x "PostStartHook
+		// failed") and the waiting reason with the hook's output.
+		return blockerClass{kind: eventpipev1.BlockerKindContainer, cause: eventpipev1.BlockerStartFailed, detail: blockerDetail(reason + ": " + msg)}, true
 	case "Failed", "CreateContainerConfigError", "CreateContainerError", "RunContainerError", "StartError":
 		return containerError(reason, msg)
+	default:
+		// kubelet's admission: OutOfcpu, OutOfmemory, OutOfpods,
+		// OutOfephemeral-storage, OutOf<extended resource>, with "Node
+		// didn't have enough resource: cpu, requested: ...".
+		if strings.HasPrefix(reason, "OutOf") && containsFold(msg, "didn't have enough resource") {
+			return blockerClass{kind: eventpipev1.BlockerKindUnschedulable, cause: eventpipev1.BlockerInsufficientResources, detail: blockerDetail(msg)}, true
+		}
 	}
 	return blockerClass{}, false
 }
@@ -109,9 +193,16 @@ func missingObject(msg string, b *blockerClass) bool {
 		{`secrets "`, eventpipev1.BlockerSecretNotFound, "Secret/"},
 		{`configmap "`, eventpipev1.BlockerConfigMapNotFound, "ConfigMap/"},
 		{`configmaps "`, eventpipev1.BlockerConfigMapNotFound, "ConfigMap/"},
+		// Quoted again by an outer %q (the 1.5-1.8 pod worker's
+		// `with RunContainerError: "... secrets \"x\" not found"`).
+		{`secrets \"`, eventpipev1.BlockerSecretNotFound, "Secret/"},
+		{`secret \"`, eventpipev1.BlockerSecretNotFound, "Secret/"},
+		{`configmaps \"`, eventpipev1.BlockerConfigMapNotFound, "ConfigMap/"},
+		{`configmap \"`, eventpipev1.BlockerConfigMapNotFound, "ConfigMap/"},
 	} {
 		name, ok := quotedAfter(msg, m.prefix)
-		if !ok || !notFound && !hasSuffixFold(end, m.prefix+name+`" not`) {
+		name = strings.TrimSuffix(name, `\`)
+		if !ok || name == "" || !notFound && !hasSuffixFold(end, m.prefix+name+`" not`) {
 			continue
 		}
 		b.cause, b.object = m.cause, m.kind+name
@@ -129,6 +220,13 @@ func crashLoop(msg string) blockerClass {
 func containerError(reason, msg string) (blockerClass, bool) {
 	b := blockerClass{kind: eventpipev1.BlockerKindContainer, detail: blockerDetail(msg)}
 	switch {
+	case containsFold(msg, "cannot find volume"), containsFold(msg, "failed to prepare subpath"):
+		// kubelet's makeMounts: the container mounts a volume the pod has
+		// not (yet) got, or a subPath kubelet cannot prepare. Reported as
+		// the container's error (CreateContainerConfigError), so the kind
+		// stays container.
+		b.cause = eventpipev1.BlockerMountFailed
+		return b, true
 	case containsFold(msg, "couldn't find key"):
 		b.cause = eventpipev1.BlockerKeyNotFound
 		for _, in := range [...]struct{ sep, kind string }{{" in Secret ", "Secret/"}, {" in ConfigMap ", "ConfigMap/"}} {
@@ -147,6 +245,11 @@ func containerError(reason, msg string) (blockerClass, bool) {
 		containsFold(msg, "failed to create containerd task"), containsFold(msg, "failed to start container"),
 		containsFold(msg, "cannot start container"), containsFold(msg, "oci runtime create failed"),
 		containsFold(msg, "runc create failed"), containsFold(msg, "error during container init"),
+		containsFold(msg, "container create failed"), // CRI-O
+		// runc's and Docker's older words, containerd's container and spec
+		// creation.
+		containsFold(msg, "starting container process"), containsFold(msg, "not found or does not exist"),
+		containsFold(msg, "failed to create containerd container"), containsFold(msg, "failed to generate container"),
 		nonRootRefusal(msg):
 		b.cause = eventpipev1.BlockerStartFailed
 		return b, true
@@ -179,9 +282,15 @@ func nonRootRefusal(msg string) bool {
 func createRefused(msg string) blockerClass {
 	b := blockerClass{kind: eventpipev1.BlockerKindCreateRefused, cause: eventpipev1.BlockerUnknown, detail: blockerDetail(msg)}
 	switch {
-	case containsFold(msg, "exceeded quota"), containsFold(msg, "failed quota"), containsFold(msg, " quota is "):
+	case containsFold(msg, "exceeded quota"), containsFold(msg, "failed quota"), containsFold(msg, " quota is "),
+		containsFold(msg, "status unknown for quota"), containsFold(msg, "insufficient quota to consume"):
+		// ResourceQuota admission: over the limit; "failed quota: q: must
+		// specify ..." (a quota on a resource the pod does not request);
+		// "status unknown for quota" (its usage not computed yet);
+		// "insufficient quota to consume" (a limited resource no quota
+		// covers).
 		b.cause = eventpipev1.BlockerQuotaExceeded
-		for _, p := range [...]string{"exceeded quota: ", "Exceeded quota: ", "failed quota: "} {
+		for _, p := range [...]string{"exceeded quota: ", "Exceeded quota: ", "failed quota: ", "for quota: "} {
 			if i := strings.Index(msg, p); i >= 0 {
 				name := msg[i+len(p):]
 				if j := strings.IndexAny(name, ",: "); j >= 0 {
@@ -194,21 +303,40 @@ func createRefused(msg string) blockerClass {
 			}
 		}
 	case containsFold(msg, "violates podsecurity"), containsFold(msg, "pod security policy"), containsFold(msg, "podsecuritypolicy"),
-		containsFold(msg, "no providers available to validate pod request"):
-		// The last is PodSecurityPolicy admission (before 1.25) when no
-		// policy the pod's creator or service account may use admits it.
+		containsFold(msg, "no providers available to validate pod request"),
+		containsFold(msg, "security context constraint"), containsFold(msg, "securitycontextconstraints"):
+		// "no providers available" is PodSecurityPolicy admission (before
+		// 1.25) when no policy the pod's creator or service account may
+		// use admits it; the last two are OpenShift's SCC admission
+		// ("unable to validate against any security context constraint:
+		// [...]", "no SecurityContextConstraintsProvider available").
 		b.cause = eventpipev1.BlockerPodSecurity
 	case containsFold(msg, "admission webhook") && containsFold(msg, "denied the request"):
 		b.cause = eventpipev1.BlockerWebhookDenied
 	case containsFold(msg, "failed calling webhook"), containsFold(msg, "failed to call webhook"),
 		containsFold(msg, "failed calling admission webhook"), containsFold(msg, "request did not complete within"):
 		b.cause = eventpipev1.BlockerWebhookFailed
-	case containsFold(msg, "usage per container"), containsFold(msg, "usage per pod"), containsFold(msg, "limitrange"):
+	case containsFold(msg, "usage per container"), containsFold(msg, "usage per pod"), containsFold(msg, "limitrange"),
+		containsFold(msg, "limit to request ratio per"):
 		b.cause = eventpipev1.BlockerLimitRange
 	case (containsFold(msg, "serviceaccount") || containsFold(msg, "service account")) && containsFold(msg, "not found"):
 		b.cause = eventpipev1.BlockerServiceAccountMissing
 		if name, ok := quotedAfter(msg, `serviceaccount "`); ok {
 			b.object = "ServiceAccount/" + name
+		} else if i := indexFold(msg, "service account "); i >= 0 {
+			// Before 1.16: "service account <ns>/<name> was not found".
+			if ref := firstWord(msg[i+len("service account "):]); strings.IndexByte(ref, '/') > 0 {
+				b.object = "ServiceAccount/" + ref[strings.IndexByte(ref, '/')+1:]
+			}
+		}
+	case containsFold(msg, "because it is being terminated"):
+		// NamespaceLifecycle: "unable to create new content in namespace
+		// <ns> because it is being terminated".
+		b.cause = eventpipev1.BlockerNamespaceTerminating
+		if i := indexFold(msg, "content in namespace "); i >= 0 {
+			if ns := firstWord(msg[i+len("content in namespace "):]); ns != "" {
+				b.object = "Namespace/" + ns
+			}
 		}
 	}
 	return b
@@ -233,6 +361,19 @@ func schedulingCause(msg string) (cause, detail string) {
 	if i := strings.Index(body, ": "); i >= 0 && !strings.HasPrefix(strings.TrimSpace(body[i+2:]), "}") {
 		body = body[i+2:]
 	}
+	cause = summaryCause(body)
+	if cause == eventpipev1.BlockerUnknown && len(body) < len(s) {
+		// A bare error with no summary header ("PersistentVolumeClaim is
+		// not bound: \"x\"" before 1.10): what preceded ": " is the
+		// reason.
+		cause = summaryCause(s)
+	}
+	return cause, detail
+}
+
+// summaryCause names the summary reason that excludes the most nodes (a
+// volume's node affinity always wins).
+func summaryCause(body string) string {
 	cause, best := eventpipev1.BlockerUnknown, -1
 	for body != "" {
 		item := body
@@ -254,40 +395,76 @@ func schedulingCause(msg string) (cause, detail string) {
 		if c == eventpipev1.BlockerVolumeNodeAffinity {
 			// The volume is pinned to its nodes or zone: the pod can only
 			// ever run there, whatever else excludes the other nodes.
-			return c, detail
+			return c
 		}
 		if n := itemCount(item); n > best {
 			cause, best = c, n
 		}
 	}
-	return cause, detail
+	return cause
 }
 
 // schedulingItemCause maps one reason of the summary to a cause ("" for
 // words that name none, e.g. "that the pod didn't tolerate" after a taint's
 // comma). The order matters: a volume's node affinity is not the pod's.
+// Reasons are grouped behind one word they share ("volume", "taint",
+// "affinity" or "selector"), so an item pays for the patterns of its own
+// family only.
 func schedulingItemCause(item string) string {
+	if containsFold(item, "volume") {
+		switch {
+		case containsFold(item, "volume node affinity"), containsFold(item, "volume zone"),
+			// "didn't match PersistentVolume's node affinity" (1.3x), the
+			// NoVolumeZoneConflict and NoVolumeNodeConflict predicates
+			// (1.5-1.9).
+			containsFold(item, "persistentvolume's node affinity"),
+			containsFold(item, "novolumezoneconflict"), containsFold(item, "novolumenodeconflict"):
+			return eventpipev1.BlockerVolumeNodeAffinity
+		case unusableClaim(item):
+			return eventpipev1.BlockerUnboundPVC
+		case containsFold(item, "max volume count"), containsFold(item, "volumecount"):
+			// NodeVolumeLimits (MaxEBSVolumeCount and the like before 1.9):
+			// the nodes' attachable volumes are used up.
+			return eventpipev1.BlockerInsufficientResources
+		}
+	}
 	switch {
-	case containsFold(item, "volume node affinity"), containsFold(item, "volume zone"),
-		containsFold(item, "nodevolumezoneconflict"):
-		return eventpipev1.BlockerVolumeNodeAffinity
-	case unusableClaim(item):
-		return eventpipev1.BlockerUnboundPVC
-	case containsFold(item, "insufficient"), containsFold(item, "too many pods"):
+	case containsFold(item, "insufficient"), containsFold(item, "too many pods"),
+		// Other capacity a node runs out of: host ports, CSI storage
+		// capacity, DRA devices.
+		containsFold(item, "free ports"), containsFold(item, "podfitshostports"),
+		containsFold(item, "enough free storage"), containsFold(item, "cannot allocate all claims"):
 		return eventpipev1.BlockerInsufficientResources
-	case containsFold(item, "taint") && (containsFold(item, "node.kubernetes.io/unreachable") ||
-		containsFold(item, "node.kubernetes.io/not-ready") || containsFold(item, "node.kubernetes.io/unschedulable")):
-		// The node lifecycle controller's taints mark a node that is down,
-		// not ready or cordoned: no toleration in the pod would help.
-		return eventpipev1.BlockerNodesUnavailable
 	case containsFold(item, "taint"):
+		if containsFold(item, "node.kubernetes.io/") || containsFold(item, "node.cloudprovider.kubernetes.io/uninitialized") {
+			// The node lifecycle controller's and kubelet's taints
+			// (unreachable, not-ready, unschedulable, memory-, disk- and
+			// pid-pressure, network-unavailable, out-of-service) and the
+			// cloud provider's uninitialized one mark a node that is down,
+			// cordoned or unhealthy: no toleration in the pod would help.
+			return eventpipev1.BlockerNodesUnavailable
+		}
 		return eventpipev1.BlockerUntoleratedTaint
-	case containsFold(item, "node selector"), containsFold(item, "node affinity"), containsFold(item, "matchnodeselector"),
-		containsFold(item, "nodeaffinity"):
-		return eventpipev1.BlockerNodeSelectorMismatch
-	case containsFold(item, "affinity"):
+	case containsFold(item, "affinity"), containsFold(item, "selector"):
+		if containsFold(item, "node selector") || containsFold(item, "node affinity") ||
+			containsFold(item, "matchnodeselector") || containsFold(item, "nodeaffinity") {
+			return eventpipev1.BlockerNodeSelectorMismatch
+		}
 		return eventpipev1.BlockerPodAffinity
-	case containsFold(item, "were unschedulable"), containsFold(item, "not ready"), containsFold(item, "unreachable"):
+	case containsFold(item, "requested node name"), containsFold(item, "requested hostname"), hasPrefixFold(item, "hostname ("):
+		// spec.nodeName names a node that cannot take the pod (NodeName;
+		// the HostName predicate before 1.19).
+		return eventpipev1.BlockerNodeSelectorMismatch
+	case containsFold(item, "bound to non-existent"):
+		// Per node, a Lost claim: "pvc(s) bound to non-existent pv(s)".
+		return eventpipev1.BlockerUnboundPVC
+	case containsFold(item, "were unschedulable"), containsFold(item, "not ready"), containsFold(item, "unreachable"),
+		containsFold(item, "no nodes available"), // the cluster has no node the scheduler may use
+		// Node conditions (1.9-1.1x descriptions, 1.5-1.8 predicate
+		// names): pressure, out of disk, network, unknown.
+		containsFold(item, "pressure"), containsFold(item, "out of disk"), containsFold(item, "outofdisk"),
+		containsFold(item, "notready"), containsFold(item, "unavailable network"), containsFold(item, "networkunavailable"),
+		containsFold(item, "unknown condition"):
 		return eventpipev1.BlockerNodesUnavailable
 	case containsFold(item, "topology spread"):
 		// PodTopologySpread: "didn't match pod topology spread constraints",
@@ -300,17 +477,23 @@ func schedulingItemCause(item string) string {
 // unusableClaim: the volume binding plugin's reasons for a claim the pod
 // cannot use: unbound ("pod has unbound immediate PersistentVolumeClaims",
 // "node(s) didn't find available persistent volumes to bind"), missing
-// (`persistentvolumeclaim "x" not found`, or not created yet for an
+// (`persistentvolumeclaim "x" not found`; before 1.10 "PersistentVolumeClaim
+// is not bound: \"x\"" and "PersistentVolume not found: \"y\""; or not created yet for an
 // ephemeral volume: "waiting for ephemeral volume controller to create the
 // persistentvolumeclaim"), being deleted, or Lost (`persistentvolumeclaim
 // "x" bound to non-existent persistentvolume "y"`; per node "pvc(s) bound
-// to non-existent pv(s)"). Items that name no claim pay three scans.
+// to non-existent pv(s)", checked by the caller), or failed in binding
+// ("binding volumes: ..."). Called only for items that say "volume".
 func unusableClaim(item string) bool {
 	if containsFold(item, "persistentvolumeclaim") {
-		return containsFold(item, "unbound") || containsFold(item, "not found") || containsFold(item, "bound to non-existent") ||
+		return containsFold(item, "unbound") || containsFold(item, "not bound") || containsFold(item, "not found") || containsFold(item, "bound to non-existent") ||
 			containsFold(item, "is being deleted") || containsFold(item, "waiting for ephemeral volume controller")
 	}
-	return containsFold(item, "persistent volumes to bind") || containsFold(item, "bound to non-existent")
+	// "binding volumes: ..." is the VolumeBinding PreBind error: binding or
+	// provisioning the pod's claims failed or timed out after a node was
+	// chosen.
+	return containsFold(item, "persistent volumes to bind") || containsFold(item, "binding volumes") ||
+		containsFold(item, "persistentvolume not found")
 }
 
 // itemCount is the node count of one summary reason: leading ("3
@@ -355,6 +538,11 @@ func classifyContainerStatus(waiting, waitingMessage, terminated string, exitCod
 		}
 	}
 	switch {
+	case terminated == "ContainerStatusUnknown" && waiting != "CrashLoopBackOff":
+		// kubelet's placeholder (exit code 137) for a container it could
+		// not find when the pod was terminated or deleted: no program
+		// exited.
+		return blockerClass{}, false
 	case terminated == "OOMKilled":
 		b.cause, b.detail = eventpipev1.BlockerOOMKilled, "OOMKilled"
 	case terminated == "ContainerCannotRun" || terminated == "StartError":
@@ -366,7 +554,7 @@ func classifyContainerStatus(waiting, waitingMessage, terminated string, exitCod
 		if hasExitCode {
 			b.detail = terminated + " (exit code " + strconv.Itoa(int(exitCode)) + ")"
 		}
-	case hasExitCode && exitCode != 0, terminated == "Error" && waiting != "CrashLoopBackOff":
+	case terminated != "ContainerStatusUnknown" && (hasExitCode && exitCode != 0 || terminated == "Error" && waiting != "CrashLoopBackOff"):
 		// A status read without the exit code (a "kubectl get pods"
 		// STATUS column: Init:Error, then Init:CrashLoopBackOff) names no
 		// code: in back-off that is the crash loop below.
@@ -422,19 +610,50 @@ func firstWord(s string) string {
 // lower case. No allocation: blockers are classified on the hot path.
 func containsFold(s, sub string) bool { return indexFold(s, sub) >= 0 }
 
+// indexFold finds sub's first byte in either case with strings.IndexByte
+// (vectorised), keeping the next position of each case so that neither is
+// searched twice, and compares the rest folded only there.
 func indexFold(s, sub string) int {
 	n := len(sub)
 	if n == 0 {
 		return 0
 	}
-	c0 := lowerASCII(sub[0])
-	for i := 0; i+n <= len(s); i++ {
-		if lowerASCII(s[i]) != c0 {
-			continue
+	if n > len(s) {
+		return -1
+	}
+	lo := lowerASCII(sub[0])
+	up := lo
+	if lo >= 'a' && lo <= 'z' {
+		up = lo - ('a' - 'A')
+	}
+	last := len(s) - n // the last start that leaves room for sub
+	nextLo, nextUp := -1, -1
+	if up == lo {
+		nextUp = len(s) // never
+	}
+	for i := 0; i <= last; {
+		if nextLo < i {
+			if nextLo = strings.IndexByte(s[i:last+1], lo); nextLo < 0 {
+				nextLo = len(s)
+			} else {
+				nextLo += i
+			}
 		}
-		if hasPrefixFold(s[i:], sub) {
-			return i
+		if nextUp < i {
+			if nextUp = strings.IndexByte(s[i:last+1], up); nextUp < 0 {
+				nextUp = len(s)
+			} else {
+				nextUp += i
+			}
 		}
+		j := min(nextLo, nextUp)
+		if j > last {
+			return -1
+		}
+		if hasPrefixFold(s[j+1:], sub[1:]) {
+			return j
+		}
+		i = j + 1
 	}
 	return -1
 }

@@ -18,10 +18,25 @@ func BlockerFix(b *eventpipev1.Blocker) string {
 	name := objectName(obj)
 	switch b.GetCause() {
 	case eventpipev1.BlockerInsufficientResources:
+		if d := b.GetDetail(); !containsFold(d, "insufficient") && !containsFold(d, "too many pods") {
+			switch {
+			case containsFold(d, "free ports"), containsFold(d, "podfitshostports"):
+				return "no node has the host port the pod asks for free (" + d + "): drop hostPort from the sandbox's pod template, or add nodes"
+			case containsFold(d, "volume count"), containsFold(d, "volumecount"):
+				return "the nodes have reached their limit of attached volumes (" + d + "): add nodes, or free volumes on them"
+			case containsFold(d, "free storage"):
+				return "no node's storage has room for the pod's volume (" + d + "): lower the workspace size, or add storage capacity"
+			case containsFold(d, "allocate all claims"):
+				return "no node has the devices the pod's resource claims ask for free (" + d + "): lower the claims, or add devices"
+			}
+		}
 		return "no node has room for the pod's requests (" + b.GetDetail() + "): lower the sandbox's CPU, memory or GPU requests, or add capacity to the cluster"
 	case eventpipev1.BlockerUntoleratedTaint:
 		return "the nodes that could run the pod carry a taint it does not tolerate" + taintOf(b.GetDetail()) + ": add the toleration to the sandbox's pod template, or untaint a node"
 	case eventpipev1.BlockerNodeSelectorMismatch:
+		if containsFold(b.GetDetail(), "requested node name") || containsFold(b.GetDetail(), "hostname") {
+			return "the pod is pinned to a node (spec.nodeName) that cannot take it: remove nodeName from the sandbox's pod template, or free that node"
+		}
 		return "no node matches the pod's node selector or node affinity: fix the selector in the sandbox's pod template, or label a node to match"
 	case eventpipev1.BlockerPodAffinity:
 		return "the pod's affinity or anti-affinity rules exclude every node: relax the rules or add nodes"
@@ -34,10 +49,18 @@ func BlockerFix(b *eventpipev1.Blocker) string {
 		if containsFold(b.GetDetail(), "bound to non-existent") {
 			return "a PersistentVolumeClaim the pod needs is bound to a PersistentVolume that no longer exists (the claim is Lost): restore the volume, or delete the claim so that a new one is provisioned (its data is gone)"
 		}
+		if d := b.GetDetail(); containsFold(d, "already bound to a different claim") {
+			return "the claim names a PersistentVolume (volumeName) that another claim holds (" + d + "): free the volume, or drop volumeName from the claim"
+		} else if containsFold(d, "cannot bind") {
+			return "the claim names a PersistentVolume it cannot bind to (" + d + "): fix the claim's volumeName, size, access modes, volume mode or class, or the volume"
+		}
 		return "a PersistentVolumeClaim the pod needs is not bound: check the workspace claim's events (StorageClass, provisioner)"
 	case eventpipev1.BlockerVolumeNodeAffinity:
 		return "the pod's volume can only be used on other nodes or zones: schedule the sandbox where its volume is, or use a StorageClass with WaitForFirstConsumer"
 	case eventpipev1.BlockerNodesUnavailable:
+		if d := b.GetDetail(); containsFold(d, "pressure") || containsFold(d, "out of disk") || containsFold(d, "outofdisk") {
+			return "the nodes report memory, disk or PID pressure (" + d + "): free resources on a node, or add nodes"
+		}
 		return "the nodes are cordoned or not ready: uncordon or repair a node"
 	case eventpipev1.BlockerNoStorageClass:
 		return "the workspace claim " + name + " names no StorageClass and the cluster has no default: mark a StorageClass as default (storageclass.kubernetes.io/is-default-class=true) or set the sandbox's storage class"
@@ -50,23 +73,50 @@ func BlockerFix(b *eventpipev1.Blocker) string {
 	case eventpipev1.BlockerMountTimeout:
 		return "kubelet timed out mounting the pod's volumes: look for an earlier FailedMount or FailedAttachVolume that names the cause"
 	case eventpipev1.BlockerMountFailed:
+		if d := b.GetDetail(); containsFold(d, "subpath") {
+			return "kubelet cannot prepare a subPath of container " + ctr + "'s volume mounts (" + d + "): check that the subPath exists in the volume, or fix the volumeMount"
+		} else if containsFold(d, "object cache") || containsFold(d, " cache: ") || containsFold(d, "not registered") {
+			return "kubelet could not read a Secret or ConfigMap of the pod from the API server in time (" + d + "): usually transient; if it persists, check the node's connection to the API server and that the object exists"
+		} else if containsFold(d, "cannot find volume") {
+			return "container " + ctr + " mounts a volume the pod does not have mounted (" + d + "): look for an earlier FailedMount, or fix the sandbox's volumeMounts"
+		}
 		return "mounting a volume failed: check the CSI driver or volume plugin on the node"
 	case eventpipev1.BlockerSecretNotFound:
 		return "Secret " + name + " does not exist in the sandbox's namespace: create it (e.g. the proxy-auth or TLS secret the gateway expects), or fix the name in the sandbox template"
 	case eventpipev1.BlockerConfigMapNotFound:
 		return "ConfigMap " + name + " does not exist in the sandbox's namespace: create it, or fix the name in the sandbox template"
 	case eventpipev1.BlockerKeyNotFound:
+		if b.GetKind() == eventpipev1.BlockerKindVolume || ctr == "" {
+			// The configmap or secret volume plugin: an item of the volume
+			// names the key; the message names neither object nor volume's
+			// source.
+			return "a Secret or ConfigMap the pod mounts lacks a key its volume's items name (" + b.GetDetail() + "): add the key, or fix the volume's items"
+		}
 		return obj + " lacks a key the container " + ctr + " reads: add the key, or fix the reference"
 	case eventpipev1.BlockerQuotaExceeded:
+		switch d := b.GetDetail(); {
+		case containsFold(d, "must specify"):
+			return "the namespace's quota" + of(obj) + " requires requests or limits the pod does not set (" + d + "): set them on the sandbox's containers, or give the namespace a LimitRange with defaults"
+		case containsFold(d, "status unknown for quota"):
+			return "the quota" + of(obj) + " has no computed usage yet, so pods are refused: wait for the quota controller (kube-controller-manager), or check that it runs"
+		}
 		return "the namespace's quota" + of(obj) + " refuses the pod: raise the quota, lower the sandbox's requests, or delete unused sandboxes"
 	case eventpipev1.BlockerWebhookDenied:
 		return "an admission webhook denies the pod (" + b.GetDetail() + "): change the sandbox to satisfy the policy, or ask its owner for an exception"
 	case eventpipev1.BlockerWebhookFailed:
 		return "an admission webhook cannot be reached, so pods are refused: check the webhook's service and pods"
 	case eventpipev1.BlockerPodSecurity:
+		switch d := b.GetDetail(); {
+		case containsFold(d, "security context constraint"), containsFold(d, "securitycontextconstraints"):
+			return "OpenShift's SecurityContextConstraints refuse the pod (" + d + "): grant the sandbox's service account an SCC that admits it (oc adm policy add-scc-to-user <scc> -z <serviceaccount>), or tighten the sandbox's securityContext"
+		case containsFold(d, "pod security policy"), containsFold(d, "podsecuritypolicy"), containsFold(d, "no providers available"):
+			return "PodSecurityPolicy refuses the pod (" + d + "): let the sandbox's service account use a policy that admits it, or tighten the sandbox's securityContext"
+		}
 		return "Pod Security admission refuses the pod (" + b.GetDetail() + "): label the namespace with a level the sandbox needs, or tighten the sandbox's securityContext"
 	case eventpipev1.BlockerLimitRange:
 		return "the pod's requests or limits are outside the namespace's LimitRange: change the sandbox's resources or the LimitRange"
+	case eventpipev1.BlockerNamespaceTerminating:
+		return "namespace " + name + " is being deleted, so no pod can be created in it: create the sandbox in another namespace, or wait until the deletion finishes (check the namespace's finalizers if it hangs)"
 	case eventpipev1.BlockerServiceAccountMissing:
 		return "the pod's ServiceAccount" + of(obj) + " does not exist: create it, or fix the name"
 	case eventpipev1.BlockerCrashLoop:
@@ -82,6 +132,9 @@ func BlockerFix(b *eventpipev1.Blocker) string {
 	case eventpipev1.BlockerStartFailed:
 		if nonRootRefusal(b.GetDetail()) {
 			return "kubelet will not start container " + ctr + ": its securityContext requires a non-root user and the image runs as root or as a user name kubelet cannot check (" + b.GetDetail() + "): set runAsUser to a non-zero UID for the container, or use an image whose USER is a numeric non-root UID"
+		}
+		if d := b.GetDetail(); containsFold(d, "hook") {
+			return "a lifecycle hook of container " + ctr + " fails, so kubelet kills or never starts it (" + d + "): fix the hook's command in the sandbox's pod template, or remove the hook"
 		}
 		return "the runtime cannot start container " + ctr + " (" + b.GetDetail() + "): check the image's entrypoint and architecture"
 	}

@@ -211,13 +211,24 @@ func writeBlockerReport(t *testing.T, path string, perCause map[string]*blockerT
 	}
 }
 
-// Every kind and cause the classifier answers is a documented constant.
+// Every kind and cause the classifier answers, on the corpus and on the
+// components' vocabulary, is a documented constant with a fix.
 func TestBlockerValuesDocumented(t *testing.T) {
 	kinds := map[string]bool{
 		eventpipev1.BlockerKindUnschedulable: true, eventpipev1.BlockerKindVolume: true,
 		eventpipev1.BlockerKindCreateRefused: true, eventpipev1.BlockerKindContainer: true,
 	}
-	for _, m := range loadBlockerCorpus(t) {
+	msgs := loadBlockerCorpus(t)
+	for _, e := range loadVocabulary(t) {
+		m := blockerMessage{Reason: e.Reason, Message: e.Message}
+		if e.Status != nil {
+			if err := json.Unmarshal(e.Status, &m.Status); err != nil {
+				t.Fatal(err)
+			}
+		}
+		msgs = append(msgs, m)
+	}
+	for _, m := range msgs {
 		kind, cause, ok := classifyEntry(m)
 		if !ok {
 			continue
@@ -241,6 +252,9 @@ func TestBlockerValuesDocumented(t *testing.T) {
 func FuzzClassifyBlocker(f *testing.F) {
 	for _, m := range loadBlockerCorpus(f) {
 		f.Add(m.Reason, m.Message)
+	}
+	for _, e := range loadVocabulary(f) {
+		f.Add(e.Reason, e.Message)
 	}
 	f.Add("FailedScheduling", "0/3 nodes are available: 99999999999999999999 Insufficient cpu (")
 	f.Add("FailedCreate", "exceeded quota: ")
@@ -269,6 +283,9 @@ func FuzzClassifyBlocker(f *testing.F) {
 func FuzzEnrichBlocker(f *testing.F) {
 	for _, m := range loadBlockerCorpus(f) {
 		f.Add(m.Reason, m.Message, "", int32(1))
+	}
+	for _, e := range loadVocabulary(f) {
+		f.Add(e.Reason, e.Message, "", int32(1))
 	}
 	f.Add("FailedMount", "secret \"\xff\xfe\" not found", "spec.containers{agent}", int32(-3))
 	f.Add("BackOff", "Back-off restarting failed container", "spec.containers{\xff}", int32(7))
@@ -397,6 +414,40 @@ func TestBlockerFixFamilies(t *testing.T) {
 			Detail: "container has runAsNonRoot and image will run as root"}, "runAsUser"},
 		{&eventpipev1.Blocker{Kind: eventpipev1.BlockerKindContainer, Cause: eventpipev1.BlockerStartFailed, Container: "agent",
 			Detail: `exec: "/bin/agent": executable file not found in $PATH`}, "entrypoint"},
+		// The families the components' vocabulary added: capacity other
+		// than CPU and memory, pinned nodes, node pressure, a key missing
+		// from a mounted object, quota forms, SCC and PSP, a namespace
+		// being deleted, kubelet's subPath.
+		{&eventpipev1.Blocker{Kind: eventpipev1.BlockerKindUnschedulable, Cause: eventpipev1.BlockerInsufficientResources,
+			Detail: "0/3 nodes are available: 3 node(s) didn't have free ports for the requested pod ports"}, "hostPort"},
+		{&eventpipev1.Blocker{Kind: eventpipev1.BlockerKindUnschedulable, Cause: eventpipev1.BlockerInsufficientResources,
+			Detail: "0/3 nodes are available: 3 node(s) exceed max volume count"}, "attached volumes"},
+		{&eventpipev1.Blocker{Kind: eventpipev1.BlockerKindUnschedulable, Cause: eventpipev1.BlockerInsufficientResources,
+			Detail: "0/3 nodes are available: 1 node(s) didn't have free ports for the requested pod ports, 2 Insufficient cpu"}, "CPU, memory or GPU"},
+		{&eventpipev1.Blocker{Kind: eventpipev1.BlockerKindUnschedulable, Cause: eventpipev1.BlockerNodeSelectorMismatch,
+			Detail: "0/3 nodes are available: 3 node(s) didn't match the requested node name"}, "spec.nodeName"},
+		{&eventpipev1.Blocker{Kind: eventpipev1.BlockerKindUnschedulable, Cause: eventpipev1.BlockerNodesUnavailable,
+			Detail: "0/3 nodes are available: 3 node(s) had disk pressure"}, "pressure"},
+		{&eventpipev1.Blocker{Kind: eventpipev1.BlockerKindVolume, Cause: eventpipev1.BlockerKeyNotFound, Object: "Pod/sb-0",
+			Detail: "MountVolume.SetUp failed for volume \"tls\" : references non-existent secret key: tls.crt"}, "volume's items"},
+		{&eventpipev1.Blocker{Kind: eventpipev1.BlockerKindCreateRefused, Cause: eventpipev1.BlockerQuotaExceeded, Object: "ResourceQuota/compute",
+			Detail: "pods \"sb-0\" is forbidden: failed quota: compute: must specify limits.cpu for: agent"}, "LimitRange with defaults"},
+		{&eventpipev1.Blocker{Kind: eventpipev1.BlockerKindCreateRefused, Cause: eventpipev1.BlockerQuotaExceeded, Object: "ResourceQuota/compute",
+			Detail: "pods \"sb-0\" is forbidden: status unknown for quota: compute, resources: requests.cpu"}, "quota controller"},
+		{&eventpipev1.Blocker{Kind: eventpipev1.BlockerKindCreateRefused, Cause: eventpipev1.BlockerPodSecurity,
+			Detail: "pods \"sb-0\" is forbidden: unable to validate against any security context constraint: []"}, "add-scc-to-user"},
+		{&eventpipev1.Blocker{Kind: eventpipev1.BlockerKindCreateRefused, Cause: eventpipev1.BlockerPodSecurity,
+			Detail: "pods \"sb-0\" is forbidden: PodSecurityPolicy: no providers available to validate pod request"}, "PodSecurityPolicy"},
+		{&eventpipev1.Blocker{Kind: eventpipev1.BlockerKindCreateRefused, Cause: eventpipev1.BlockerNamespaceTerminating, Object: "Namespace/openshell",
+			Detail: "unable to create new content in namespace openshell because it is being terminated"}, "namespace openshell is being deleted"},
+		{&eventpipev1.Blocker{Kind: eventpipev1.BlockerKindContainer, Cause: eventpipev1.BlockerMountFailed, Container: "agent",
+			Detail: `failed to prepare subPath for volumeMount "workspace" of container "agent"`}, "subPath"},
+		{&eventpipev1.Blocker{Kind: eventpipev1.BlockerKindVolume, Cause: eventpipev1.BlockerUnboundPVC,
+			Detail: `Cannot bind to requested volume "pv-1": requested PV is too small`}, "volumeName"},
+		{&eventpipev1.Blocker{Kind: eventpipev1.BlockerKindVolume, Cause: eventpipev1.BlockerMountFailed,
+			Detail: `MountVolume.SetUp failed for volume "tls" : failed to sync secret cache: timed out waiting for the condition`}, "API server"},
+		{&eventpipev1.Blocker{Kind: eventpipev1.BlockerKindContainer, Cause: eventpipev1.BlockerStartFailed, Container: "agent",
+			Detail: "FailedPostStartHook: PostStartHook failed"}, "hook's command"},
 	} {
 		if fix := BlockerFix(tc.b); !strings.Contains(fix, tc.want) {
 			t.Errorf("%s/%s %q: fix %q lacks %q", tc.b.Kind, tc.b.Cause, tc.b.Detail, fix, tc.want)

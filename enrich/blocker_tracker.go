@@ -171,7 +171,7 @@ func persistentBlocker(cause string) bool {
 		eventpipev1.BlockerNoStorageClass, eventpipev1.BlockerStorageClassNotFound,
 		eventpipev1.BlockerSecretNotFound, eventpipev1.BlockerConfigMapNotFound, eventpipev1.BlockerKeyNotFound,
 		eventpipev1.BlockerQuotaExceeded, eventpipev1.BlockerWebhookDenied, eventpipev1.BlockerPodSecurity,
-		eventpipev1.BlockerLimitRange, eventpipev1.BlockerServiceAccountMissing,
+		eventpipev1.BlockerLimitRange, eventpipev1.BlockerServiceAccountMissing, eventpipev1.BlockerNamespaceTerminating,
 		eventpipev1.BlockerCrashLoop, eventpipev1.BlockerOOMKilled, eventpipev1.BlockerExitError, eventpipev1.BlockerStartFailed:
 		return true
 	}

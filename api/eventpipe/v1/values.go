@@ -128,7 +128,7 @@ const (
 	BlockerPodAffinity           = "pod_affinity"           // pod affinity or anti-affinity rules exclude the nodes
 	BlockerUnboundPVC            = "unbound_pvc"            // a PersistentVolumeClaim the pod needs is not bound
 	BlockerVolumeNodeAffinity    = "volume_node_affinity"   // the pod's volume is tied to other nodes or zones
-	BlockerNodesUnavailable      = "nodes_unavailable"      // nodes are cordoned or not ready
+	BlockerNodesUnavailable      = "nodes_unavailable"      // nodes are cordoned, not ready or under pressure
 	// The pod's topologySpreadConstraints leave no node: placing it on any
 	// node would exceed a constraint's maxSkew, or the nodes lack the
 	// constraint's topology key. Not pod_affinity: the fix is in another
@@ -151,6 +151,12 @@ const (
 	BlockerPodSecurity           = "pod_security"            // Pod Security admission (or PSP) refuses the pod
 	BlockerLimitRange            = "limit_range"             // the pod's requests or limits are outside a LimitRange
 	BlockerServiceAccountMissing = "service_account_missing" // the pod's ServiceAccount does not exist
+	// The namespace is being deleted: NamespaceLifecycle admission refuses
+	// every new object in it ("unable to create new content in namespace
+	// <ns> because it is being terminated") until it is gone. None of the
+	// causes above says that, and the fix is elsewhere (another namespace,
+	// or the namespace's finalizers).
+	BlockerNamespaceTerminating = "namespace_terminating" // the pod's namespace is being deleted
 	// container
 	BlockerCrashLoop   = "crash_loop"    // the container exits and kubelet backs off restarting it
 	BlockerOOMKilled   = "oom_killed"    // the container was killed for exceeding its memory
