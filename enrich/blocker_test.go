@@ -219,7 +219,7 @@ func TestBlockerValuesDocumented(t *testing.T) {
 		eventpipev1.BlockerKindCreateRefused: true, eventpipev1.BlockerKindContainer: true,
 	}
 	msgs := loadBlockerCorpus(t)
-	for _, e := range loadVocabulary(t) {
+	for _, e := range loadBlockerVocab(t) {
 		m := blockerMessage{Reason: e.Reason, Message: e.Message}
 		if e.Status != nil {
 			if err := json.Unmarshal(e.Status, &m.Status); err != nil {
@@ -253,7 +253,7 @@ func FuzzClassifyBlocker(f *testing.F) {
 	for _, m := range loadBlockerCorpus(f) {
 		f.Add(m.Reason, m.Message)
 	}
-	for _, e := range loadVocabulary(f) {
+	for _, e := range loadBlockerVocab(f) {
 		f.Add(e.Reason, e.Message)
 	}
 	f.Add("FailedScheduling", "0/3 nodes are available: 99999999999999999999 Insufficient cpu (")
@@ -284,7 +284,7 @@ func FuzzEnrichBlocker(f *testing.F) {
 	for _, m := range loadBlockerCorpus(f) {
 		f.Add(m.Reason, m.Message, "", int32(1))
 	}
-	for _, e := range loadVocabulary(f) {
+	for _, e := range loadBlockerVocab(f) {
 		f.Add(e.Reason, e.Message, "", int32(1))
 	}
 	f.Add("FailedMount", "secret \"\xff\xfe\" not found", "spec.containers{agent}", int32(-3))

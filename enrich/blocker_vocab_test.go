@@ -10,11 +10,11 @@ import (
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
 )
 
-// vocabEntry is one line of testdata/blockervocab/vocab.jsonl (see its
+// blockerVocabEntry is one line of testdata/blockervocab/vocab.jsonl (see its
 // README): a wording a Kubernetes component can emit, its format string
 // and source, an Event or pod status composed from it, and the diagnosis
 // it must get (kind "" for look-alikes).
-type vocabEntry struct {
+type blockerVocabEntry struct {
 	Component string          `json:"component"`
 	Source    string          `json:"source"`
 	Format    string          `json:"format"`
@@ -26,18 +26,18 @@ type vocabEntry struct {
 	Why       string          `json:"why"`
 }
 
-func loadVocabulary(t testing.TB) []vocabEntry {
+func loadBlockerVocab(t testing.TB) []blockerVocabEntry {
 	t.Helper()
 	f, err := os.Open("testdata/blockervocab/vocab.jsonl")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	var out []vocabEntry
+	var out []blockerVocabEntry
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
 	for n := 1; sc.Scan(); n++ {
-		var e vocabEntry
+		var e blockerVocabEntry
 		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
 			t.Fatalf("line %d: %v", n, err)
 		}
@@ -60,7 +60,7 @@ func loadVocabulary(t testing.TB) []vocabEntry {
 // test's entry point, look-alikes get none, and each diagnosis has a fix
 // without holes.
 func TestBlockerVocabulary(t *testing.T) {
-	entries := loadVocabulary(t)
+	entries := loadBlockerVocab(t)
 	if len(entries) < 100 {
 		t.Fatalf("want at least 100 wordings, have %d", len(entries))
 	}
@@ -118,7 +118,7 @@ func TestBlockerVocabulary(t *testing.T) {
 // vocabulary in turn (look-alikes included): the blocker rules' cost over
 // the components' whole catalogue, not one message.
 func BenchmarkClassifyBlockerVocabulary(b *testing.B) {
-	entries := loadVocabulary(b)
+	entries := loadBlockerVocab(b)
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
