@@ -1,9 +1,7 @@
 package enrich
 
 import (
-	"bufio"
 	"encoding/json"
-	"os"
 	"strings"
 	"testing"
 
@@ -28,29 +26,14 @@ type blockerVocabEntry struct {
 
 func loadBlockerVocab(t testing.TB) []blockerVocabEntry {
 	t.Helper()
-	f, err := os.Open("testdata/blockervocab/vocab.jsonl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var out []blockerVocabEntry
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
-	for n := 1; sc.Scan(); n++ {
-		var e blockerVocabEntry
-		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
-			t.Fatalf("line %d: %v", n, err)
-		}
+	out := readJSONL[blockerVocabEntry](t, "testdata/blockervocab/vocab.jsonl")
+	for n, e := range out {
 		if e.Component == "" || e.Source == "" || e.Format == "" || (e.Reason == "" && e.Status == nil) {
-			t.Fatalf("line %d: component, source, format and a reason or status are required", n)
+			t.Fatalf("entry %d: component, source, format and a reason or status are required", n+1)
 		}
 		if (e.Kind == "") != (e.Cause == "") {
-			t.Fatalf("line %d: kind and cause go together", n)
+			t.Fatalf("entry %d: kind and cause go together", n+1)
 		}
-		out = append(out, e)
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
 	}
 	return out
 }

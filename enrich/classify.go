@@ -463,22 +463,33 @@ func attemptsBits(message, image, short string) uint32 {
 	if start < 0 {
 		return 0
 	}
-	best, bestRank := uint32(0), attemptRanks
+	best := rankedBits{rank: attemptRanks}
 	for rest := message[start+1:]; rest != ""; {
 		attempt := rest
 		rest = ""
 		if i := strings.Index(attempt[1:], attemptSep); i >= 0 {
 			attempt, rest = attempt[:i+1], attempt[i+3:]
 		}
-		b := pullMatcher.scan(attempt, image, short) &^ specialBits
-		switch r := attemptRank(ruleCategory(b)); {
-		case r < bestRank:
-			best, bestRank = b, r
-		case r == bestRank:
-			best |= b
-		}
+		best.take(pullMatcher.scan(attempt, image, short) &^ specialBits)
 	}
-	return best
+	return best.bits
+}
+
+// rankedBits keeps the rule bits of the best-ranked sources of an
+// aggregate (attemptRank): a better rank replaces what was kept, an equal
+// one adds its bits, so the rule order decides among equals.
+type rankedBits struct {
+	bits uint32
+	rank int
+}
+
+func (k *rankedBits) take(bits uint32) {
+	switch r := attemptRank(ruleCategory(bits)); {
+	case r < k.rank:
+		k.bits, k.rank = bits, r
+	case r == k.rank:
+		k.bits |= bits
+	}
 }
 
 // mirrorsBits is the rule bits of the best answered sources of
@@ -500,26 +511,17 @@ func mirrorsBits(message, image, short string) uint32 {
 	if end < 0 {
 		return 0
 	}
-	best, bestRank := uint32(0), attemptRanks
-	take := func(part string) {
-		b := pullMatcher.scan(part, image, short) &^ specialBits
-		switch r := attemptRank(ruleCategory(b)); {
-		case r < bestRank:
-			best, bestRank = b, r
-		case r == bestRank:
-			best |= b
-		}
-	}
+	best := rankedBits{rank: attemptRanks}
 	for mirrors := rest[:end]; mirrors != ""; {
 		part := mirrors
 		mirrors = ""
 		if i := strings.Index(part, mirrorSep); i >= 0 {
 			part, mirrors = part[:i], part[i+len(mirrorSep):]
 		}
-		take(part)
+		best.take(pullMatcher.scan(part, image, short) &^ specialBits)
 	}
-	take(rest[end+len(mirrorsEnd):]) // the image's own registry
-	return best
+	best.take(pullMatcher.scan(rest[end+len(mirrorsEnd):], image, short) &^ specialBits) // the image's own registry
+	return best.bits
 }
 
 // attemptRanks is the number of ranks attemptRank gives.

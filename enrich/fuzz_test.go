@@ -89,7 +89,12 @@ func FuzzClassifyPull(f *testing.F) {
 // of the aggregate s (split at attemptSep) with the best attemptRank, and
 // the first rule with a fragment in any of them.
 func referenceAttempts(s string) string {
-	parts := strings.Split(s, attemptSep)
+	return referenceBest(strings.Split(s, attemptSep))
+}
+
+// referenceBest is the first rule with a fragment in any of the parts
+// whose own category has the best attemptRank.
+func referenceBest(parts []string) string {
 	best := attemptRanks
 	for _, p := range parts {
 		best = min(best, attemptRank(referenceCategory(p)))
@@ -115,18 +120,7 @@ func referenceMirrors(s string) string {
 		parts = strings.Split(s[:end], mirrorSep)
 	}
 	parts = append(parts, s[end+len(mirrorsEnd):])
-	best := attemptRanks
-	for _, p := range parts {
-		best = min(best, attemptRank(referenceCategory(p)))
-	}
-	for _, r := range rules {
-		for _, p := range parts {
-			if attemptRank(referenceCategory(p)) == best && containsAny(p, r.fragments) {
-				return r.category
-			}
-		}
-	}
-	return eventpipev1.CategoryUnknown
+	return referenceBest(parts)
 }
 
 // referenceCategory is the first rule with a fragment in the lower-cased s.

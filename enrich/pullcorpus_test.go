@@ -1,7 +1,6 @@
 package enrich
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"flag"
@@ -80,28 +79,12 @@ func loadCorpus(t testing.TB) []corpusMessage {
 	var out []corpusMessage
 	seen := map[string]bool{}
 	for _, name := range []string{"prior.jsonl", "corpus.jsonl"} {
-		f, err := os.Open(filepath.Join(corpusDir, name))
-		if err != nil {
-			t.Fatalf("open corpus: %v", err)
-		}
-		sc := bufio.NewScanner(f)
-		sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
-		for n := 1; sc.Scan(); n++ {
-			var m corpusMessage
-			dec := json.NewDecoder(bytes.NewReader(sc.Bytes()))
-			dec.DisallowUnknownFields()
-			if err := dec.Decode(&m); err != nil {
-				t.Fatalf("%s:%d: %v", name, n, err)
-			}
+		for n, m := range readJSONL[corpusMessage](t, filepath.Join(corpusDir, name)) {
 			if m.ID == "" || seen[m.ID] {
-				t.Fatalf("%s:%d: missing or duplicate id %q", name, n, m.ID)
+				t.Fatalf("%s: entry %d: missing or duplicate id %q", name, n+1, m.ID)
 			}
 			seen[m.ID] = true
 			out = append(out, m)
-		}
-		f.Close()
-		if err := sc.Err(); err != nil {
-			t.Fatalf("read %s: %v", name, err)
 		}
 	}
 	return out

@@ -1,9 +1,6 @@
 package enrich
 
 import (
-	"bufio"
-	"encoding/json"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -31,31 +28,7 @@ const vocabPath = "testdata/pullvocab/vocab.jsonl"
 
 func loadVocab(t testing.TB) []vocabEntry {
 	t.Helper()
-	f, err := os.Open(vocabPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var out []vocabEntry
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
-	for n := 1; sc.Scan(); n++ {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" {
-			continue
-		}
-		var e vocabEntry
-		dec := json.NewDecoder(strings.NewReader(line))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&e); err != nil {
-			t.Fatalf("%s:%d: %v", vocabPath, n, err)
-		}
-		out = append(out, e)
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return readJSONL[vocabEntry](t, vocabPath)
 }
 
 // TestRuntimeVocabulary classifies every example of the runtime vocabulary:
