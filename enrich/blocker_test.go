@@ -102,11 +102,11 @@ var knownTrainMisses = map[string]string{
 }
 
 // heldOutFloor is the held-out score recorded in bench/diagnosis-blockers.md
-// (session 6: 69/71 over the four draws' held-out entries with the
-// Kubernetes vocabulary; two of those answers are not independent, see
-// there; 67/71 before it, 65/71 at the fourth draw's first score): the
-// test fails if a change makes it worse.
-const heldOutFloor = 69.0 / 71
+// at the fifth draw's first score (session 6: 82/86 over the five draws'
+// held-out entries, its own 13/15; two of the older answers are not
+// independent, see there; 69/71 before it): the test fails if a change
+// makes it worse.
+const heldOutFloor = 82.0 / 86
 
 // TestBlockerCorpus: every training message gets exactly its kind and
 // cause, no look-alike is diagnosed, and the held-out score (never looked at
