@@ -88,6 +88,12 @@ func classifyBlocker(reason, msg string) (blockerClass, bool) {
 		// FailedMapVolume is the mount of a raw block volume.
 		b := blockerClass{kind: eventpipev1.BlockerKindVolume, cause: eventpipev1.BlockerMountFailed, detail: blockerDetail(msg)}
 		switch {
+		case hasPrefixFold(msg, "failed to attach volume "), hasPrefixFold(msg, "attachvolume.attach failed"):
+			// Before attach failures got a reason of their own, the
+			// attach/detach controller recorded them as FailedMount:
+			// "Failed to attach volume %q on node %q with: %v" (1.4-1.7),
+			// then "AttachVolume.Attach failed for volume %q : %v".
+			b.cause = eventpipev1.BlockerAttachFailed
 		case missingObject(msg, &b):
 		case containsFold(msg, "non-existent config key"), containsFold(msg, "non-existent secret key"):
 			// The configmap and secret volume plugins: an item of the
@@ -138,12 +144,18 @@ func classifyBlocker(reason, msg string) (blockerClass, bool) {
 			return crashLoop(msg), true
 		}
 		// `failed to "StartContainer" for "x" with RunContainerError: "..."`
-		// (or CreateContainerConfigError, CreateContainerError): the
-		// container's own error, whatever it names.
-		for _, r := range [...]string{"RunContainerError", "CreateContainerConfigError", "CreateContainerError"} {
+		// (or CreateContainerConfigError, CreateContainerError, and the
+		// docker manager's VerifyNonRootError up to 1.5): the container's
+		// own error, whatever it names.
+		for _, r := range [...]string{"RunContainerError", "CreateContainerConfigError", "CreateContainerError", "VerifyNonRootError"} {
 			if i := strings.Index(msg, r); i >= 5 && msg[i-5:i] == "with " {
 				return containerError(r, msg)
 			}
+		}
+		if strings.Contains(msg, genConfigFailed) {
+			// 1.5-1.7: `... with <the error>: "Generate Container Config
+			// Failed"`, reason and message the wrong way round.
+			return containerError("CreateContainerConfigError", msg)
 		}
 		b := blockerClass{kind: eventpipev1.BlockerKindVolume, detail: blockerDetail(msg)}
 		if containsFold(msg, "timeout expired waiting for volumes") {
@@ -164,9 +176,17 @@ func classifyBlocker(reason, msg string) (blockerClass, bool) {
 		// or never starts it. The event (since 1.2x "PostStartHook
 		// failed") and the waiting reason with the hook's output.
 		return blockerClass{kind: eventpipev1.BlockerKindContainer, cause: eventpipev1.BlockerStartFailed, detail: blockerDetail(reason + ": " + msg)}, true
-	case "Failed", "CreateContainerConfigError", "CreateContainerError", "RunContainerError", "StartError":
+	case "Failed", "CreateContainerConfigError", "CreateContainerError", "RunContainerError", "StartError", "VerifyNonRootError":
+		// VerifyNonRootError: the waiting reason of kubelet's docker
+		// manager (before the CRI, up to 1.5) for a runAsNonRoot refusal.
 		return containerError(reason, msg)
 	default:
+		if msg == genConfigFailed {
+			// kubelet 1.5-1.7 put the container config error in the
+			// waiting reason and this constant in the message (swapped
+			// back in 1.8).
+			return containerError("CreateContainerConfigError", reason)
+		}
 		// kubelet's admission: OutOfcpu, OutOfmemory, OutOfpods,
 		// OutOfephemeral-storage, OutOf<extended resource>, with "Node
 		// didn't have enough resource: cpu, requested: ...".
@@ -176,6 +196,10 @@ func classifyBlocker(reason, msg string) (blockerClass, bool) {
 	}
 	return blockerClass{}, false
 }
+
+// genConfigFailed is the waiting message of kubelet 1.5-1.7 whose reason
+// was the container config error itself.
+const genConfigFailed = "Generate Container Config Failed"
 
 // missingObject sets b's cause and object when msg says a Secret or
 // ConfigMap the pod needs does not exist (kubelet's `secret "x" not found`,
@@ -255,7 +279,7 @@ func containerError(reason, msg string) (blockerClass, bool) {
 		return b, true
 	}
 	switch reason {
-	case "RunContainerError", "StartError", "CreateContainerError":
+	case "RunContainerError", "StartError", "CreateContainerError", "VerifyNonRootError":
 		b.cause = eventpipev1.BlockerStartFailed
 		return b, true
 	case "CreateContainerConfigError":
@@ -271,10 +295,14 @@ func containerError(reason, msg string) (blockerClass, bool) {
 // verify user is non-root", "... and image has an invalid user id",
 // "container's runAsUser breaks non-root policy", and on Windows
 // "container's runAsUser (ContainerAdministrator) which will be regarded
-// as root identity and will break non-root policy". kubelet never creates
-// the container (CreateContainerConfigError, Failed "Error: ...").
+// as root identity and will break non-root policy" (and runAsUserName).
+// kubelet's docker manager and rkt runtime before the CRI (up to 1.5)
+// said "container has no runAsUser and image will run as root". kubelet never creates the container
+// (CreateContainerConfigError, Failed "Error: ...", before 1.8 Failed
+// "Failed to create container with error: ...").
 func nonRootRefusal(msg string) bool {
-	return containsFold(msg, "has runasnonroot and image") || containsFold(msg, "non-root policy")
+	return containsFold(msg, "has runasnonroot and image") || containsFold(msg, "non-root policy") ||
+		containsFold(msg, "image will run as root")
 }
 
 // createRefused: a controller's FailedCreate (replicaset, statefulset,

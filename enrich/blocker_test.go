@@ -57,8 +57,11 @@ func classifyEntry(m blockerMessage) (kind, cause string, ok bool) {
 		if s.ExitCode != nil {
 			code = *s.ExitCode
 		}
+		// The entry's reason and message are the waiting reason and
+		// message when the status names no other waiting reason (the
+		// enricher passes both).
 		waiting, msg := s.Waiting, ""
-		if waiting == "" && m.Reason != "" {
+		if m.Reason != "" && (waiting == "" || waiting == m.Reason) {
 			waiting, msg = m.Reason, m.Message
 		}
 		cause, _, ok := ClassifyContainerStatus(waiting, msg, s.Terminated, code, s.ExitCode != nil)
