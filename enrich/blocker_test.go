@@ -105,11 +105,11 @@ var knownTrainMisses = map[string]string{
 }
 
 // heldOutFloor is the held-out score recorded in bench/diagnosis-blockers.md
-// at the fifth draw's first score (session 6: 82/86 over the five draws'
-// held-out entries, its own 13/15; two of the older answers are not
-// independent, see there; 69/71 before it): the test fails if a change
-// makes it worse.
-const heldOutFloor = 82.0 / 86
+// (session 6: 83/86 over the five draws' held-out entries after the rules
+// for the fifth draw's training part; three of those answers are not
+// independent, see there; 82/86 at that draw's first score): the test
+// fails if a change makes it worse.
+const heldOutFloor = 83.0 / 86
 
 // TestBlockerCorpus: every training message gets exactly its kind and
 // cause, no look-alike is diagnosed, and the held-out score (never looked at
