@@ -96,6 +96,13 @@ var pullMarkers = []string{
 	// response from daemon: Get https://<host>/v2/<name>/manifests/<tag>:
 	// ...", the kubelet's aggregate of one attempt).
 	"/manifests/",
+	// The Docker daemon's answer to a registry request of a pull (its ping
+	// of the API root first, "Get https://<host>/v2/: <error>"): a report
+	// that kept only that ("Error response from daemon: Get
+	// https://k8s.gcr.io/v2/: net/http: request canceled ...") names no
+	// image, but the only HTTP requests the daemon makes for a pod are a
+	// pull's. Not the bare URL: a probe of a registry pod prints it too.
+	"from daemon: get http", "from daemon: head http",
 }
 
 // rule maps message fragments to a category; rules are tried in order, the
@@ -136,7 +143,7 @@ var rules = []rule{
 		"docker reference must not",
 	}},
 	{eventpipev1.CategoryPolicyRejected, []string{
-		"signaturevalidationfailed", "source image rejected", "rejected by policy", "signature",
+		"signaturevalidationfailed", "source image rejected", "rejected by policy",
 		"policy requirements", "not allowed by policy", "blocked by policy", "denied by policy",
 		"image is not allowed", "is not in the allowed",
 		// CRI-O / Podman short-name policy (registries.conf).
@@ -152,6 +159,13 @@ var rules = []rule{
 		"due to configured policy", "is not signed by", "is not signed in notary",
 		"projectpolicyviolation", "412 precondition failed",
 	}},
+	// Any other mention of a signature (containers/image's "Error reading
+	// signatures", a verifier's "no valid signature") is the signature
+	// policy too, unless every one is the query parameter of a signed
+	// download URL (CloudFront's "Signature=", S3's "X-Amz-Signature=",
+	// GCS's "X-Goog-Signature="), which a failed blob fetch prints whole:
+	// see pullScan. Its own rule, so that case can drop its bit.
+	{eventpipev1.CategoryPolicyRejected, []string{signatureFragment}},
 	{eventpipev1.CategoryPlatformMismatch, []string{
 		"no match for platform", "does not match the specified platform", "no matching manifest for",
 		"no image found in manifest list for architecture", "image operating system", "cannot be used on this platform",
@@ -305,6 +319,17 @@ var rules = []rule{
 		// containers/image when a 404's body is not a registry error (a
 		// CDN's HTML page): "error parsing HTTP 404 response body".
 		"http 404 response",
+		// GCR's answer to Docker's v1 fallback, which Docker tries after a
+		// v2 manifest request answered MANIFEST_UNKNOWN, NAME_UNKNOWN or
+		// UNAUTHORIZED (moby distribution/errors.go, shouldV2Fallback):
+		// "Status 405 ... v1 Registry API is disabled. If you are not
+		// explicitly using the v1 Registry API, it is possible your v2
+		// image could not be found."; the registry's own reading decides.
+		"v2 image could not be found",
+		// A registry that withdrew a version says so in its error message
+		// ("unknown: This container version is no longer available from
+		// ..."): the reference is no longer served.
+		"no longer available",
 	}},
 	// Last resorts: Docker's "API error (500)" and containerd's "failed to
 	// do request" wrap whatever failed (a refused credential, a 403 on a
@@ -363,6 +388,55 @@ var pullMatcher = func() *matcher {
 	return newMatcher(frags)
 }()
 
+// signatureFragment is the fragment of the signature rule; signatureBit
+// its rule's bit.
+const signatureFragment = "signature"
+
+var signatureBit = func() uint32 {
+	for i, r := range rules {
+		if len(r.fragments) == 1 && r.fragments[0] == signatureFragment {
+			return 1 << uint(i)
+		}
+	}
+	panic("enrich: no signature rule")
+}()
+
+// pullScan is pullMatcher.scan, without the signature rule's bit when
+// every "signature" in s outside the image reference is a signed URL's
+// query parameter (see bareSignature).
+func pullScan(s, image, short string) uint32 {
+	bits := pullMatcher.scan(s, image, short)
+	if bits&signatureBit != 0 && !bareSignature(s, image, short) {
+		bits &^= signatureBit
+	}
+	return bits
+}
+
+// bareSignature reports whether s, without the image reference (image and
+// short, which the matcher skips too), mentions a signature other than as
+// a URL query parameter ("Signature=", "X-Amz-Signature="). Only asked
+// when the signature rule matched, which is rare, so its copies cost
+// nothing on the common path.
+func bareSignature(s, image, short string) bool {
+	if image != "" {
+		s = strings.ReplaceAll(s, image, "\x00")
+	}
+	if short != "" {
+		s = strings.ReplaceAll(s, short, "\x00")
+	}
+	for off := 0; off < len(s); {
+		i := pullIndexFold(s[off:], signatureFragment)
+		if i < 0 {
+			return false
+		}
+		off += i + len(signatureFragment)
+		if off >= len(s) || s[off] != '=' {
+			return true
+		}
+	}
+	return false
+}
+
 // ClassifyPull classifies one (reason, message) pair from an Event or a
 // container waiting state; ok=false when it is not an image-pull failure.
 // category is one of the Category* constants; image is the reference the
@@ -389,7 +463,7 @@ func classifyPull(reason, message, image string) (category, img, detail string, 
 			short = s
 		}
 	}
-	bits := pullMatcher.scan(message, image, short)
+	bits := pullScan(message, image, short)
 	if !isPullReason && bits&markerBit == 0 {
 		return "", "", "", false
 	}
@@ -400,7 +474,7 @@ func classifyPull(reason, message, image string) (category, img, detail string, 
 			if s := shortImage(image); s != image {
 				short = s
 			}
-			bits = pullMatcher.scan(message, image, short)
+			bits = pullScan(message, image, short)
 		}
 	}
 	img = NormalizeImage(image)
@@ -419,7 +493,7 @@ func classifyPull(reason, message, image string) (category, img, detail string, 
 		if i < 0 {
 			i = pullIndexFold(message, detailsMarker)
 		}
-		if d := pullMatcher.scan(message[i:], image, short) &^ specialBits; d != 0 {
+		if d := pullScan(message[i:], image, short) &^ specialBits; d != 0 {
 			bits = d
 		}
 	}
@@ -470,7 +544,7 @@ func attemptsBits(message, image, short string) uint32 {
 		if i := strings.Index(attempt[1:], attemptSep); i >= 0 {
 			attempt, rest = attempt[:i+1], attempt[i+3:]
 		}
-		best.take(pullMatcher.scan(attempt, image, short) &^ specialBits)
+		best.take(pullScan(attempt, image, short) &^ specialBits)
 	}
 	return best.bits
 }
@@ -518,9 +592,9 @@ func mirrorsBits(message, image, short string) uint32 {
 		if i := strings.Index(part, mirrorSep); i >= 0 {
 			part, mirrors = part[:i], part[i+len(mirrorSep):]
 		}
-		best.take(pullMatcher.scan(part, image, short) &^ specialBits)
+		best.take(pullScan(part, image, short) &^ specialBits)
 	}
-	best.take(pullMatcher.scan(rest[end+len(mirrorsEnd):], image, short) &^ specialBits) // the image's own registry
+	best.take(pullScan(rest[end+len(mirrorsEnd):], image, short) &^ specialBits) // the image's own registry
 	return best.bits
 }
 

@@ -350,3 +350,34 @@ func TestClassifyPullFifthDrawFamilies(t *testing.T) {
 		t.Errorf("lower-case failed without a pull marker classified as %s", cat)
 	}
 }
+
+// The families the seventh draw's training part added, in wordings other
+// than the corpus messages'.
+func TestClassifyPullSeventhDrawFamilies(t *testing.T) {
+	tests := []struct {
+		name, reason, msg, want, wantImage string
+	}{
+		{"Docker's registry ping kept without the kubelet's prefix", "",
+			`Error response from daemon: Get https://registry.example.com/v2/: dial tcp 10.0.0.9:443: connect: connection refused`,
+			eventpipev1.CategoryRegistryUnreachable, ""},
+		{"a signed CDN URL's Signature= is not an image signature", "Failed",
+			`Failed to pull image "r.example.com/app:1": rpc error: code = Unknown desc = failed to pull and unpack image "r.example.com/app:1": failed to copy: httpReadSeeker: failed open: failed to do request: Get "https://cdn.example.net/blobs/ab?Expires=1&Signature=AbC~d&Key-Pair-Id=K": EOF`,
+			eventpipev1.CategoryRegistryUnreachable, "r.example.com/app:1"},
+		{"a signature the policy asked for still decides beside a signed URL", "Failed",
+			`Failed to pull image "r.example.com/app:1": rpc error: code = Unknown desc = Error reading signatures: Get "https://sigstore.example.net/app?X-Amz-Signature=0f": dial tcp 10.0.0.9:443: i/o timeout`,
+			eventpipev1.CategoryPolicyRejected, "r.example.com/app:1"},
+		{"a registry that withdrew a version", "Failed",
+			`Failed to pull image "r.example.com/vendor/db:13.2": rpc error: code = Unknown desc = failed to pull and unpack image "r.example.com/vendor/db:13.2": failed to resolve reference "r.example.com/vendor/db:13.2": unknown: this image version is no longer available`,
+			eventpipev1.CategoryNotFound, "r.example.com/vendor/db:13.2"},
+	}
+	for _, tt := range tests {
+		cat, img, _, ok := ClassifyPull(tt.reason, tt.msg)
+		if !ok || cat != tt.want || img != tt.wantImage {
+			t.Errorf("%s: got %s %q (ok=%v), want %s %q", tt.name, cat, img, ok, tt.want, tt.wantImage)
+		}
+	}
+	// A registry pod's own probe names the same URL, not a pull.
+	if cat, _, _, ok := ClassifyPull("", `Readiness probe failed: Get https://10.0.0.9:5000/v2/: dial tcp 10.0.0.9:5000: connect: connection refused`); ok {
+		t.Errorf("a registry's readiness probe classified as %s", cat)
+	}
+}

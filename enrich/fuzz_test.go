@@ -101,7 +101,7 @@ func referenceBest(parts []string) string {
 	}
 	for _, r := range rules {
 		for _, p := range parts {
-			if attemptRank(referenceCategory(p)) == best && containsAny(p, r.fragments) {
+			if attemptRank(referenceCategory(p)) == best && referenceHas(p, r) {
 				return r.category
 			}
 		}
@@ -126,11 +126,26 @@ func referenceMirrors(s string) string {
 // referenceCategory is the first rule with a fragment in the lower-cased s.
 func referenceCategory(s string) string {
 	for _, r := range rules {
-		if containsAny(s, r.fragments) {
+		if referenceHas(s, r) {
 			return r.category
 		}
 	}
 	return eventpipev1.CategoryUnknown
+}
+
+// referenceHas reports whether a fragment of r is in s; for the signature
+// rule, one "signature" not followed by "=" (a signed URL's query
+// parameter), as pullScan has it.
+func referenceHas(s string, r rule) bool {
+	if len(r.fragments) == 1 && r.fragments[0] == signatureFragment {
+		for _, p := range strings.Split(s, signatureFragment)[1:] {
+			if !strings.HasPrefix(p, "=") {
+				return true
+			}
+		}
+		return false
+	}
+	return containsAny(s, r.fragments)
 }
 
 // FuzzEnrich: any event, any cache content: no panic, and the occurrence
