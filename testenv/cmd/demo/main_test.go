@@ -45,6 +45,7 @@ func TestFlagErrors(t *testing.T) {
 		"unknown mode":              {"--mode", "cloud"},
 		"context without cluster":   {"--context", "x"},
 		"scenarios with kubeconfig": {"--kubeconfig", "/nonexistent", "--scenarios", "img-missing"},
+		"writers with kubeconfig":   {"--kubeconfig", "/nonexistent", "--writers"},
 	} {
 		var stderr bytes.Buffer
 		if code := run(context.Background(), args, io.Discard, &stderr); code != 2 {
@@ -312,35 +313,7 @@ func TestMakeRun(t *testing.T) {
 // reader token: what a CLI user without kubectl gets.
 func checkDiagnoseCommand(t *testing.T, out, dataDir string) {
 	t.Helper()
-	i := strings.Index(out, "eventpipe diagnose --collector ")
-	if i < 0 {
-		t.Fatal("no try line")
-	}
-	addr := strings.Fields(out[i+len("eventpipe diagnose --collector "):])[0]
-	root, err := kube.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(t.TempDir(), "eventpipe")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/eventpipe")
-	build.Dir = root
-	if b, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build eventpipe: %v\n%s", err, b)
-	}
-	diagnose := func(args ...string) (int, string) {
-		t.Helper()
-		cmd := exec.Command(bin, append([]string{"diagnose", "--collector", addr, "--insecure", "--token-file", filepath.Join(dataDir, "reader.token")}, args...)...)
-		var o bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &o, &o
-		err := cmd.Run()
-		code := 0
-		if ee, ok := err.(*exec.ExitError); ok {
-			code = ee.ExitCode()
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		return code, o.String()
-	}
+	diagnose := diagnoseCommand(t, out, dataDir)
 	if code, o := diagnose("sup-bad", "-w", scenario.DefaultWorkspace, "-o", "json"); code != 1 ||
 		!strings.Contains(o, `"image_role": "supervisor"`) || !strings.Contains(o, `"cause": "not_found"`) ||
 		!strings.Contains(o, `"image": "`+scenario.SupervisorImageBad+`"`) || !strings.Contains(o, `"disposition": "persistent"`) {
@@ -356,6 +329,42 @@ func checkDiagnoseCommand(t *testing.T, out, dataDir string) {
 	}
 	if code, o := diagnose("--supervisor"); code != 1 || !strings.Contains(o, "supervisor image "+scenario.SupervisorImageBad+" of gateway openshell: not_found") {
 		t.Errorf("eventpipe diagnose --supervisor: exit %d\n%s", code, o)
+	}
+}
+
+// diagnoseCommand builds the real eventpipe binary and returns a function
+// that runs `eventpipe diagnose ARGS` against the collector of the view's
+// "try" line with the reader token, returning its exit code and output.
+func diagnoseCommand(t *testing.T, out, dataDir string) func(args ...string) (int, string) {
+	t.Helper()
+	i := strings.Index(out, "eventpipe diagnose --collector ")
+	if i < 0 {
+		t.Fatal("no try line")
+	}
+	addr := strings.Fields(out[i+len("eventpipe diagnose --collector "):])[0]
+	root, err := kube.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(t.TempDir(), "eventpipe")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/eventpipe")
+	build.Dir = root
+	if b, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build eventpipe: %v\n%s", err, b)
+	}
+	return func(args ...string) (int, string) {
+		t.Helper()
+		cmd := exec.Command(bin, append([]string{"diagnose", "--collector", addr, "--insecure", "--token-file", filepath.Join(dataDir, "reader.token")}, args...)...)
+		var o bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &o, &o
+		err := cmd.Run()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return code, o.String()
 	}
 }
 
