@@ -185,7 +185,7 @@ func (d *demo) run(ctx context.Context) error {
 	var restCfg *rest.Config
 	if cfg.Kubeconfig == "" {
 		d.printf("eventpipe: the whole pipeline on this machine, on a control plane of its own (nothing else is touched)\n")
-		binDir, err := ensureBinaries(ctx, cfg.BinDir, d.printf)
+		binDir, err := ensureBinaries(ctx, cfg.BinDir, cfg.Writers, d.printf)
 		if err != nil {
 			return err
 		}
@@ -442,10 +442,11 @@ func (d *demo) setPlayErr(err error) {
 	d.playDone = true
 }
 
-// ensureBinaries returns the directory holding etcd and kube-apiserver,
-// building them with testenv/build/build.sh when missing and showing the
-// build's progress and duration.
-func ensureBinaries(ctx context.Context, binDir string, printf func(string, ...any)) (string, error) {
+// ensureBinaries returns the directory holding etcd and kube-apiserver (and
+// with writers kubeparts and agent-sandbox-controller), building them with
+// testenv/build/build.sh when missing and showing the build's progress and
+// duration.
+func ensureBinaries(ctx context.Context, binDir string, writers bool, printf func(string, ...any)) (string, error) {
 	if binDir == "" {
 		binDir = os.Getenv(kube.BinDirEnv)
 	}
@@ -456,14 +457,19 @@ func ensureBinaries(ctx context.Context, binDir string, printf func(string, ...a
 		}
 		binDir = filepath.Join(root, ".bin")
 	}
-	if executable(filepath.Join(binDir, "etcd")) && executable(filepath.Join(binDir, "kube-apiserver")) {
+	names := []string{"etcd", "kube-apiserver"}
+	if writers {
+		names = append(names, "kubeparts", "agent-sandbox-controller")
+	}
+	missing := slices.DeleteFunc(slices.Clone(names), func(n string) bool { return executable(filepath.Join(binDir, n)) })
+	if len(missing) == 0 {
 		printf("  control plane  binaries in %s\n", binDir)
 		return binDir, nil
 	}
 	if rootErr != nil {
 		return "", fmt.Errorf("build the control plane into %s: %w", binDir, rootErr)
 	}
-	printf("  building       etcd and kube-apiserver into %s with testenv/build/build.sh (first run only; a cold build takes about 6 minutes on 2 cores)\n", binDir)
+	printf("  building       %s into %s with testenv/build/build.sh (first run only; a cold build takes 6 minutes on 2 cores, 15-20 with the writers)\n", strings.Join(missing, ", "), binDir)
 	t0 := time.Now()
 	if err := runBuild(ctx, filepath.Join(root, "testenv", "build", "build.sh"), root, binDir, printf); err != nil {
 		return "", err
