@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# build.sh DEST_DIR: builds the test control plane (etcd, kube-apiserver) into
-# DEST_DIR at the versions pinned in versions.env, from the committed wrapper
-# modules (this folder's go.mod for kube-apiserver, etcd/go.mod for etcd).
+# build.sh DEST_DIR: builds the test control plane (etcd, kube-apiserver) and
+# kubeparts (the hollow kubelet with eventpipe's CRI) into DEST_DIR at the
+# versions pinned in versions.env, from the committed wrapper modules (this
+# folder's go.mod for kube-apiserver and kubeparts, etcd/go.mod for etcd).
 #
 # Idempotent and fast: a binary is rebuilt only when it is missing or its stamp
 # file (DEST_DIR/.<name>.stamp: version + checksum of its go.mod/go.sum) does
@@ -21,11 +22,14 @@ dest="$(cd "$1" && pwd)"
 export GOWORK=off GOFLAGS=-mod=readonly CGO_ENABLED=0
 GO="${GO:-go}"
 
-# stamp NAME VERSION MODDIR: the text that identifies one build.
+# stamp NAME VERSION MODDIR [SRCDIR...]: the text that identifies one build:
+# the module's go.mod/go.sum and, for a binary built from this repository's
+# own sources (kubeparts), those sources.
 stamp() {
-  local sum
-  sum=$(cat "$3/go.mod" "$3/go.sum" | sha256sum | cut -c1-16)
-  echo "$1 $2 mod=$sum $("$GO" env GOOS GOARCH | tr '\n' ' ')"
+  local name=$1 version=$2 moddir=$3 sum
+  shift 3
+  sum=$( { cat "$moddir/go.mod" "$moddir/go.sum"; [ $# -eq 0 ] || find "$@" -name '*.go' ! -name '*_test.go' -type f | LC_ALL=C sort | xargs cat; } | sha256sum | cut -c1-16)
+  echo "$name $version mod=$sum $("$GO" env GOOS GOARCH | tr '\n' ' ')"
 }
 
 # up_to_date NAME STAMP
@@ -33,20 +37,40 @@ up_to_date() {
   [ -x "$dest/$1" ] && [ -f "$dest/.$1.stamp" ] && [ "$(cat "$dest/.$1.stamp")" = "$2" ]
 }
 
-# build NAME VERSION MODDIR PKG LDFLAGS
+# build NAME VERSION MODDIR PKG LDFLAGS [SRCDIR...]
 build() {
-  local name=$1 version=$2 moddir=$3 pkg=$4 ldflags=$5 want start
-  want=$(stamp "$name" "$version" "$moddir")
+  local name=$1 version=$2 moddir=$3 pkg=$4 ldflags=$5 want start pid rc=0
+  shift 5
+  want=$(stamp "$name" "$version" "$moddir" "$@")
   if up_to_date "$name" "$want"; then
     echo "build.sh: $name $version up to date in $dest"
     return
   fi
-  echo "build.sh: building $name $version into $dest"
+  echo "build.sh: building $name $version into $dest (cold: minutes; a line a minute until done)"
   start=$(date +%s)
-  (cd "$moddir" && "$GO" build -trimpath -ldflags "$ldflags" -o "$dest/.$name.tmp" "$pkg")
+  (cd "$moddir" && exec "$GO" build -trimpath -ldflags "$ldflags" -o "$dest/.$name.tmp" "$pkg") &
+  pid=$!
+  while ! wait_for "$pid" 60; do
+    echo "build.sh: still building $name ($(( $(date +%s) - start ))s, load $(cut -d' ' -f1 /proc/loadavg 2>/dev/null || echo ?))"
+  done
+  wait "$pid" || rc=$?
+  if [ "$rc" -ne 0 ]; then
+    echo "build.sh: building $name failed (exit $rc)" >&2
+    return "$rc"
+  fi
   mv -f "$dest/.$name.tmp" "$dest/$name"
   echo "$want" > "$dest/.$name.stamp"
   echo "build.sh: built $name in $(( $(date +%s) - start ))s"
+}
+
+# wait_for PID SECONDS: true once PID has ended, false after SECONDS.
+wait_for() {
+  local i
+  for (( i = 0; i < $2; i++ )); do
+    kill -0 "$1" 2>/dev/null || return 0
+    sleep 1
+  done
+  ! kill -0 "$1" 2>/dev/null
 }
 
 main() {
@@ -61,6 +85,8 @@ main() {
     kflags+=" -X $p.gitTreeState=clean -X $p.buildDate=1970-01-01T00:00:00Z"
   done
   build kube-apiserver "$KUBE_VERSION" "$here" k8s.io/kubernetes/cmd/kube-apiserver "$kflags"
+  # kubeparts: the hollow kubelet with eventpipe's CRI (cmd/kubeparts, cri).
+  build kubeparts "$KUBE_VERSION" "$here" ./cmd/kubeparts "$kflags" "$here/cmd/kubeparts" "$here/cri"
 }
 
 if command -v flock >/dev/null 2>&1; then
