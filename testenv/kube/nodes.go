@@ -81,8 +81,25 @@ func RegisterNode(ctx context.Context, cs kubernetes.Interface, spec NodeSpec) e
 		Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "127.0.0.1"}, {Type: corev1.NodeHostName, Address: spec.Name}},
 		NodeInfo:  corev1.NodeSystemInfo{OperatingSystem: "linux", Architecture: "amd64", KubeletVersion: "v1.37.2"},
 	}
-	if _, err := cs.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+	updated, err := cs.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{})
+	if err != nil {
 		return fmt.Errorf("register node %s: status: %w", spec.Name, err)
+	}
+	// The TaintNodesByCondition admission plugin gives every new node the
+	// not-ready taint; the node lifecycle controller lifts it once the
+	// kubelet reports Ready. That controller is not run (it would mark a
+	// node without heartbeats unreachable), so its step is done here.
+	var taints []corev1.Taint
+	for _, t := range updated.Spec.Taints {
+		if t.Key != corev1.TaintNodeNotReady {
+			taints = append(taints, t)
+		}
+	}
+	if len(taints) != len(updated.Spec.Taints) {
+		updated.Spec.Taints = taints
+		if _, err := cs.CoreV1().Nodes().Update(ctx, updated, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("register node %s: lift the not-ready taint: %w", spec.Name, err)
+		}
 	}
 	return nil
 }

@@ -88,15 +88,8 @@ func TestWriters(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		gvr := schema.GroupVersionResource{Group: "agents.x-k8s.io", Version: "v1beta1", Resource: "sandboxes"}
-		sb := &unstructured.Unstructured{Object: map[string]any{
-			"apiVersion": "agents.x-k8s.io/v1beta1", "kind": "Sandbox",
-			"metadata": map[string]any{"name": "box", "namespace": ns},
-			"spec": map[string]any{"podTemplate": map[string]any{"spec": map[string]any{
-				"containers": []any{map[string]any{"name": "agent", "image": "docker.io/library/busybox:1.37"}},
-			}}},
-		}}
-		created, err := dc.Resource(gvr).Namespace(ns).Create(ctx, sb, metav1.CreateOptions{})
+		gvr := sandboxGVR
+		created, err := dc.Resource(gvr).Namespace(ns).Create(ctx, sandbox(ns, "box", nil), metav1.CreateOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -122,17 +115,69 @@ func TestWriters(t *testing.T) {
 	})
 
 	t.Run("namespace-controller", func(t *testing.T) {
-		// Deleting a namespace finishes only when the namespace controller
-		// has emptied it (pods, claims and Sandboxes, through the garbage
-		// collector for the Sandbox's pod).
-		if err := cs.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}); err != nil {
+		// Deleting a namespace finishes only when the namespace
+		// controller has emptied it: a claim (its protection finalizer
+		// lifted by the pvc-protection controller), a pod, a Sandbox and
+		// the pod its controller made. No pod here is bound to a node: a
+		// bound pod waits for its kubelet to confirm the deletion, and
+		// node-1 has none.
+		const gone = "writers-gone"
+		if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: gone}}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		poll(ctx, t, "namespace "+ns+" gone", func() (bool, string) {
-			_, err := cs.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
-			return apierrors.IsNotFound(err), fmt.Sprint(err)
+		if err := c.WaitServiceAccount(ctx, gone); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cs.CoreV1().Pods(gone).Create(ctx, pod(gone, "pending", "64"), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		claim := &corev1.PersistentVolumeClaim{
+			ObjectMeta: metav1.ObjectMeta{Name: "claim", Namespace: gone},
+			Spec: corev1.PersistentVolumeClaimSpec{
+				AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+			},
+		}
+		if _, err := cs.CoreV1().PersistentVolumeClaims(gone).Create(ctx, claim, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		dc, err := dynamic.NewForConfig(c.AdminConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		sb := sandbox(gone, "box", map[string]any{"pool": "none"})
+		if _, err := dc.Resource(sandboxGVR).Namespace(gone).Create(ctx, sb, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		poll(ctx, t, "the Sandbox's pod", func() (bool, string) {
+			_, err := cs.CoreV1().Pods(gone).Get(ctx, "box", metav1.GetOptions{})
+			return err == nil, fmt.Sprint(err)
+		})
+		if err := cs.CoreV1().Namespaces().Delete(ctx, gone, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		poll(ctx, t, "namespace "+gone+" gone", func() (bool, string) {
+			n, err := cs.CoreV1().Namespaces().Get(ctx, gone, metav1.GetOptions{})
+			if err != nil {
+				return apierrors.IsNotFound(err), err.Error()
+			}
+			return false, fmt.Sprintf("%+v", n.Status.Conditions)
 		})
 	})
+}
+
+var sandboxGVR = schema.GroupVersionResource{Group: "agents.x-k8s.io", Version: "v1beta1", Resource: "sandboxes"}
+
+func sandbox(ns, name string, nodeSelector map[string]any) *unstructured.Unstructured {
+	spec := map[string]any{"containers": []any{map[string]any{"name": "agent", "image": "docker.io/library/busybox:1.37"}}}
+	if nodeSelector != nil {
+		spec["nodeSelector"] = nodeSelector
+	}
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "agents.x-k8s.io/v1beta1", "kind": "Sandbox",
+		"metadata": map[string]any{"name": name, "namespace": ns},
+		"spec":     map[string]any{"podTemplate": map[string]any{"spec": spec}},
+	}}
 }
 
 func pod(ns, name, cpu string) *corev1.Pod {
@@ -171,7 +216,7 @@ func waitEvent(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns, n
 				found = e
 				return true, ""
 			}
-			seen = append(seen, e.Reason)
+			seen = append(seen, e.Reason+": "+e.Message)
 		}
 		return false, fmt.Sprintf("events so far: %v", seen)
 	})
