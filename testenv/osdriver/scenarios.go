@@ -97,30 +97,34 @@ func init() {
 		Writers: "kube-scheduler (FailedScheduling: Insufficient cpu)",
 		build: func(p Params) (Sandbox, error) {
 			s := p.sandbox("no-cpu")
+			s.NoWorkspaceClaim = true // no volume race (see noClaim)
 			s.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("64")}
 			return s, nil
-		}, setup: provision})
+		}})
 	add(Scenario{Name: "no-memory", Description: "the agent requests more memory than any node has",
 		Writers: "kube-scheduler (FailedScheduling: Insufficient memory)",
 		build: func(p Params) (Sandbox, error) {
 			s := p.sandbox("no-memory")
+			s.NoWorkspaceClaim = true // no volume race (see noClaim)
 			s.Requests = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("256Gi")}
 			return s, nil
-		}, setup: provision})
+		}})
 	add(Scenario{Name: "taint", Description: "the only node has a taint the sandbox does not tolerate",
 		Writers: "kube-scheduler (FailedScheduling: untolerated taint)",
 		build: func(p Params) (Sandbox, error) {
 			s := p.sandbox("taint")
+			s.NoWorkspaceClaim = true // no volume race (see noClaim)
 			s.Tolerations = nil
 			return s, nil
-		}, setup: provision})
+		}})
 	add(Scenario{Name: "selector", Description: "the pod template selects a node pool no node belongs to",
 		Writers: "kube-scheduler (FailedScheduling: node affinity/selector)",
 		build: func(p Params) (Sandbox, error) {
 			s := p.sandbox("selector")
+			s.NoWorkspaceClaim = true // no volume race (see noClaim)
 			s.NodeSelector = map[string]string{PoolLabel: PoolMissing}
 			return s, nil
-		}, setup: provision})
+		}})
 	add(Scenario{Name: "quota", Description: "a ResourceQuota of the workspace allows no pod",
 		Writers: "kube-apiserver quota admission, through the Agent Sandbox controller (Ready: ReconcilerError)",
 		build: func(p Params) (Sandbox, error) {
@@ -146,6 +150,14 @@ func init() {
 			return provision(ctx, d, s)
 		}})
 }
+
+// noClaim: the scheduling scenarios have no workspace claim. With one, the
+// scheduler can try the pod before the PersistentVolume controller has
+// bound the claim to its volume ("pod has unbound immediate
+// PersistentVolumeClaims"), and then leave the pod in its unschedulable
+// queue for minutes before it tries again and writes the real cause: seen
+// here with kube-scheduler v1.37.2, which makes the scenario's first
+// blocker a race.
 
 func provision(ctx context.Context, d *Driver, s Sandbox) error {
 	return d.ProvisionWorkspace(ctx, s.Sandbox)

@@ -182,6 +182,7 @@ func runWriters(t *testing.T, mode scenario.Mode, scenarios []string) {
 	}
 
 	// `eventpipe diagnose` (the Follow stream) names the blocker.
+	c.waitFor(t, "where the data went", 2*time.Minute, func(out string) bool { return strings.Contains(out, "where the data went:") })
 	diagnose := diagnoseCommand(t, c.output(), dataDir)
 	for name, b := range blocked {
 		cr, ok := sandboxes[name]
