@@ -352,6 +352,28 @@ func AppendJSON(b []byte, o *eventpipev1.Occurrence) []byte {
 	} else {
 		b = append(b, `,"progress":null`...)
 	}
+	if bl := o.GetBlocker(); bl != nil {
+		b = append(b, `,"blocker":{"kind":`...)
+		b = appendString(b, bl.GetKind())
+		b = str(b, "cause", bl.GetCause())
+		b = str(b, "object", bl.GetObject())
+		b = str(b, "container", bl.GetContainer())
+		b = str(b, "disposition", bl.GetDisposition())
+		b = append(b, `,"attempts":`...)
+		b = strconv.AppendUint(b, uint64(bl.GetAttempts()), 10)
+		b = ts(b, "first_seen", bl.GetFirstSeen())
+		b = ts(b, "last_seen", bl.GetLastSeen())
+		b = str(b, "detail", bl.GetDetail())
+		b = str(b, "source", bl.GetSource())
+		b = str(b, "fix", bl.GetFix())
+		b = append(b, `,"exit_code":`...)
+		b = strconv.AppendInt(b, int64(bl.GetExitCode()), 10)
+		b = append(b, `,"has_exit_code":`...)
+		b = strconv.AppendBool(b, bl.GetHasExitCode())
+		b = append(b, '}')
+	} else {
+		b = append(b, `,"blocker":null`...)
+	}
 	return append(b, '}')
 }
 
