@@ -301,7 +301,7 @@ func TestClassifyPullSchema1AndBareDenied(t *testing.T) {
 	}
 }
 
-// The families the fifth draw's training part added (bench/diagnosis.md,
+// The families the fifth draw's training part added (bench/diagnosis/draws.md,
 // "Fifth draw"), in wordings other than the corpus messages': each rule
 // must hold for its family, not for one string.
 func TestClassifyPullFifthDrawFamilies(t *testing.T) {
