@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/eventpipe/eventpipe/sinks"
 )
 
 // headerLog writes 6,000 occurrences in 64 KiB segments (as in issue 21)
@@ -178,4 +180,47 @@ func TestDamagedHeaderOfTheLastSegmentIsNotATornTail(t *testing.T) {
 	}
 	defer s2.Close()
 	readEvery(t, s2, 6001)
+}
+
+// Readable names the lowest offset a read could not get past and forgets
+// it once a read got past it (what /readyz shows).
+func TestReadableTracksWhereReadsAreStuck(t *testing.T) {
+	recs := func(offs ...uint64) []sinks.Record {
+		out := make([]sinks.Record, len(offs))
+		for i, o := range offs {
+			out[i] = sinks.Record{Offset: o}
+		}
+		return out
+	}
+	errBad := errors.New("decode record: bad")
+	type read struct {
+		from uint64
+		out  []sinks.Record
+		err  error
+	}
+	for _, tc := range []struct {
+		name  string
+		reads []read
+		stuck string // "" = readable
+	}{
+		{"healthy", []read{{1, recs(1, 2), nil}}, ""},
+		{"failing at the start", []read{{1, nil, errBad}}, "offset 1"},
+		{"failing after some records", []read{{1, recs(1, 2), errBad}}, "offset 3"},
+		{"retried and still failing", []read{{1, recs(1, 2), errBad}, {3, nil, errBad}}, "offset 3"},
+		{"a read before it that stops short", []read{{3, nil, errBad}, {1, recs(1), nil}}, "offset 3"},
+		{"a read gets past it", []read{{3, nil, errBad}, {3, recs(4), nil}}, ""},
+		{"the lowest one wins", []read{{7, nil, errBad}, {3, nil, errBad}, {7, recs(8), nil}}, "offset 3"},
+		{"closed is not stuck", []read{{1, nil, ErrClosed}}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &Store{}
+			for _, r := range tc.reads {
+				s.noteRead(r.from, r.out, r.err)
+			}
+			err := s.Readable()
+			if tc.stuck == "" && err != nil || tc.stuck != "" && (err == nil || !strings.Contains(err.Error(), tc.stuck+":")) {
+				t.Fatalf("Readable = %v, want %q", err, tc.stuck)
+			}
+		})
+	}
 }
