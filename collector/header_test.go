@@ -91,6 +91,11 @@ func TestDamagedSegmentHeaderEndToEnd(t *testing.T) {
 	cfg.Sinks = append(cfg.Sinks, fileSink("late", late))
 	r2 := startCollector(t, cfg)
 	waitDelivered(t, late, 6000)
+	reader := dial(t, r2.c.GRPCAddr(), readerAll)
+	replay, err := follow(t, ctx, reader, &eventpipev1.FollowRequest{SandboxId: "sb-1", Tail: 6000, NoFollow: true}, 0)
+	if err != nil || len(replay) != 6000 {
+		t.Fatalf("Follow replay of 6,000 across the damaged header: %d records, %v", len(replay), err)
+	}
 	if got := counterValue(t, r2.reg, "eventpipe_collector_log_data_loss_bytes_total", nil); got != 16 {
 		t.Fatalf("data_loss_bytes_total = %v, want 16", got)
 	}
@@ -104,7 +109,7 @@ func TestDamagedSegmentHeaderEndToEnd(t *testing.T) {
 	segs, _ = filepath.Glob(filepath.Join(cfg.Store.Dir, "log", "*.seg"))
 	lastSeg := segs[len(segs)-1]
 	flipBit0(t, lastSeg)
-	_, err := New(cfg, testLogger(t), prometheus.NewRegistry())
+	_, err = New(cfg, testLogger(t), prometheus.NewRegistry())
 	if !errors.Is(err, store.ErrDataLoss) || !strings.Contains(err.Error(), filepath.Base(lastSeg)) {
 		t.Fatalf("New with the last segment's header damaged: %v, want ErrDataLoss naming %s", err, filepath.Base(lastSeg))
 	}
