@@ -91,14 +91,15 @@ func counted(w *WAL, off uint64) bool {
 	return r.TornFrom > 0 && off >= r.TornFrom && r.Records > 0
 }
 
-// recoverAll opens the log in m accepting data loss and reads every record.
-func recoverAll(t *testing.T, m *memFS, acked uint64) (*WAL, []Entry) {
+// recoverAll opens the log in m accepting data loss and reads every record
+// (at most limit: a log of n bytes holds at most n/17 records).
+func recoverAll(t *testing.T, m *memFS, acked uint64, limit int) (*WAL, []Entry) {
 	t.Helper()
 	w, err := Open(fuzzDir, Options{FS: m, AcceptDataLoss: true, AckedThrough: acked})
 	if err != nil {
 		t.Fatalf("open accepting data loss: %v", err)
 	}
-	got, err := w.Read(1, 1<<20)
+	got, err := w.Read(1, limit)
 	if err != nil {
 		w.Close()
 		t.Fatalf("read after an accepted repair: %v", err)
@@ -128,7 +129,7 @@ func repairIsFinal(t *testing.T, m *memFS, w *WAL, got []Entry, acked uint64) {
 		t.Fatalf("open after the accepted repair: %v", err)
 	}
 	defer w2.Close()
-	again, err := w2.Read(1, 1<<20)
+	again, err := w2.Read(1, len(got)+1)
 	if err != nil || len(again) != len(got) {
 		t.Fatalf("after the repair: %d records (%v), want %d", len(again), err, len(got))
 	}
@@ -197,7 +198,7 @@ func FuzzSegmentFlips(f *testing.F) {
 		for name, b := range files {
 			m.put(filepath.Join(fuzzDir, name), b)
 		}
-		w, got := recoverAll(t, m, acked)
+		w, got := recoverAll(t, m, acked, l.total/minFrameV2+1)
 		have := map[uint64]bool{}
 		for _, e := range got {
 			if e.Offset <= l.n && !bytes.Equal(e.Data, rec(int(e.Offset))) {
@@ -277,7 +278,7 @@ func FuzzSegmentBytes(f *testing.F) {
 				frames = append(frames, fuzzFrame{p, fm, in[p+frameHeaderV2 : p+fm.size]})
 			}
 		}
-		w, got := recoverAll(t, m, 0)
+		w, got := recoverAll(t, m, 0, len(in)/minFrameV2+1)
 		// Match each record read to the first intact frame after the
 		// previous match with the same offset and payload.
 		matched := make([]int, len(got))
