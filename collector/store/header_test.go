@@ -76,6 +76,30 @@ func headerLoss(t *testing.T, s *Store, seg string) {
 	}
 }
 
+// refusedThenAccepted checks that the store refuses to open with seg's
+// header damaged, naming it, then opens it accepting the loss and checks
+// that the loss is the header's (no record, 16 bytes counted).
+func refusedThenAccepted(t *testing.T, cfg Config, seg string) (*Store, *prometheus.Registry) {
+	t.Helper()
+	_, err := openWith(cfg, nil, nil, options{})
+	if !errors.Is(err, ErrDataLoss) || !strings.Contains(err.Error(), filepath.Base(seg)) {
+		t.Fatalf("open with a damaged header: %v, want ErrDataLoss naming %s", err, filepath.Base(seg))
+	}
+	accept := cfg
+	accept.AcceptDataLoss = true
+	reg := prometheus.NewRegistry()
+	s, err := openWith(accept, nil, reg, options{})
+	if err != nil {
+		t.Fatalf("open accepting data loss: %v", err)
+	}
+	headerLoss(t, s, seg)
+	if got := gathered(t, reg, "eventpipe_collector_log_data_loss_bytes_total"); got != 16 {
+		s.Close()
+		t.Fatalf("data_loss_bytes_total = %v, want 16", got)
+	}
+	return s, reg
+}
+
 // Issue 21, defect 1, first case: one bit flipped in byte 0 of a middle
 // segment inside the dedupe window. The start used to be impossible even
 // with accept_data_loss ("rebuild dedupe index ...: bad header"). Now the
@@ -87,21 +111,7 @@ func TestDamagedHeaderOfASealedSegmentInsideTheDedupeWindow(t *testing.T) {
 	seg := segs[len(segs)/2]
 	flipBit(t, seg, 0)
 
-	_, err := openWith(cfg, nil, nil, options{})
-	if !errors.Is(err, ErrDataLoss) || !strings.Contains(err.Error(), filepath.Base(seg)) {
-		t.Fatalf("open with a damaged sealed header: %v, want ErrDataLoss naming %s", err, filepath.Base(seg))
-	}
-	accept := cfg
-	accept.AcceptDataLoss = true
-	reg := prometheus.NewRegistry()
-	s, err := openWith(accept, nil, reg, options{})
-	if err != nil {
-		t.Fatalf("open accepting data loss: %v", err)
-	}
-	headerLoss(t, s, seg)
-	if got := gathered(t, reg, "eventpipe_collector_log_data_loss_bytes_total"); got != 16 {
-		t.Fatalf("data_loss_bytes_total = %v, want 16", got)
-	}
+	s, _ := refusedThenAccepted(t, cfg, seg)
 	readEvery(t, s, 6000)
 	s.Close()
 
@@ -150,18 +160,7 @@ func TestDamagedHeaderOfTheLastSegmentIsNotATornTail(t *testing.T) {
 	seg := segs[len(segs)-1]
 	flipBit(t, seg, 0)
 
-	_, err := openWith(cfg, nil, nil, options{})
-	if !errors.Is(err, ErrDataLoss) || !strings.Contains(err.Error(), filepath.Base(seg)) {
-		t.Fatalf("open with a damaged last header: %v, want ErrDataLoss naming %s", err, filepath.Base(seg))
-	}
-	accept := cfg
-	accept.AcceptDataLoss = true
-	reg := prometheus.NewRegistry()
-	s, err := openWith(accept, nil, reg, options{})
-	if err != nil {
-		t.Fatalf("open accepting data loss: %v", err)
-	}
-	headerLoss(t, s, seg)
+	s, reg := refusedThenAccepted(t, cfg, seg)
 	if r := s.Repaired(); r.Records != 0 || r.TornFrom != 0 {
 		t.Fatalf("intact acknowledged records repaired away as a torn tail: %+v", r)
 	}
