@@ -414,8 +414,9 @@ func (s *ingestServer) splitWithDuplicates(ctx context.Context, group []*pending
 }
 
 // sanitize sets aside the occurrences the log cannot identify (nil, no
-// event_id) as rejections for the ack, counted and logged, and stamps the
-// batch's cluster on occurrences without one.
+// event_id) or a sink cannot write (a timestamp outside protobuf's range,
+// which no JSON encoder can render) as rejections for the ack, counted and
+// logged, and stamps the batch's cluster on occurrences without one.
 func (s *ingestServer) sanitize(b *eventpipev1.Batch) ([]*eventpipev1.Occurrence, []*eventpipev1.Rejection) {
 	occs := b.GetOccurrences()
 	out := occs[:0:0]
@@ -423,6 +424,10 @@ func (s *ingestServer) sanitize(b *eventpipev1.Batch) ([]*eventpipev1.Occurrence
 	for i, o := range occs {
 		if o == nil || o.GetEventId() == "" {
 			rejected = append(rejected, s.reject(b, i, o, reasonMissingEventID, "occurrence has no event_id"))
+			continue
+		}
+		if path, problem := badTimestamp(o.ProtoReflect()); path != "" {
+			rejected = append(rejected, s.reject(b, i, o, reasonInvalid, fmt.Sprintf("%s is outside the valid timestamp range (years 1 to 9999): %s", path, problem)))
 			continue
 		}
 		if o.Cluster == "" {
