@@ -253,7 +253,7 @@ func (c *Collector) buildGRPC() error {
 	}
 	c.grpc = grpc.NewServer(opts...)
 	ingest := &ingestServer{
-		logger: c.logger.With("api", "ingest"), m: c.m, pipeline: cfg.IngestPipeline, drain: c.drain,
+		logger: c.logger.With("api", "ingest"), m: c.m, pipeline: cfg.IngestPipeline, maxRecv: cfg.MaxRecvBytes, drain: c.drain,
 	}
 	if c.backbone != nil {
 		ingest.log, ingest.maxOcc = backboneLog{c.backbone}, c.backbone.MaxOccurrenceBytes()
