@@ -467,7 +467,9 @@ func (c *Collector) flushSinks(max time.Duration) {
 		return
 	}
 	max = time.Duration(math.Max(float64(max), float64(time.Second)))
-	_, last := c.store.Bounds()
+	// The newest record, not Bounds' last: offsets a repair skipped at the
+	// end of the log hold nothing to deliver (issue 21).
+	last := c.store.LastRecord()
 	deadline := time.Now().Add(max)
 	for {
 		var behind []string
