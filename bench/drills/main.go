@@ -30,6 +30,7 @@ func main() {
 	only := flag.String("only", "", "comma-separated drill names to run (default all)")
 	out := flag.String("out", "", "write the results as Markdown to this file")
 	keep := flag.Bool("keep", false, "keep the work directory (logs, stores) for inspection")
+	tags := flag.String("tags", "", "comma-separated build tags for the eventpipe binary: a planted bug (bench/drills.md)")
 	flag.Parse()
 	if *full && *short {
 		fmt.Fprintln(os.Stderr, "drills: -full and -short exclude each other")
@@ -46,6 +47,9 @@ func main() {
 	opts := Options{Full: *full, Dir: dir, Log: os.Stderr}
 	if *only != "" {
 		opts.Only = strings.Split(*only, ",")
+	}
+	if *tags != "" {
+		opts.Tags = strings.Split(*tags, ",")
 	}
 	loadBefore := uptime()
 	start := time.Now()
