@@ -436,7 +436,7 @@ func (s *ingestServer) sanitize(b *eventpipev1.Batch) ([]*eventpipev1.Occurrence
 			rejected = append(rejected, s.reject(b, i, o, reasonMissingEventID, "occurrence has no event_id"))
 			continue
 		}
-		if path, problem := badTimestamp(o.ProtoReflect()); path != "" {
+		if path, problem := badTimestamp(o); path != "" {
 			rejected = append(rejected, s.reject(b, i, o, reasonInvalid, fmt.Sprintf("%s is outside the valid timestamp range (years 1 to 9999): %s", path, problem)))
 			continue
 		}

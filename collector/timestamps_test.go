@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
@@ -64,5 +65,61 @@ func TestIngestRefusesTimestampsNoSinkCanWrite(t *testing.T) {
 	got := readJSONL(t, jsonl)
 	if len(got) != 2 || got["good/1"] != 1 || got["year-9999/1"] != 1 {
 		t.Errorf("file sink holds %v, want good/1 and year-9999/1 once each", got)
+	}
+}
+
+// Every google.protobuf.Timestamp of the Occurrence schema, at any depth
+// (found from the descriptor), is checked by badTimestamp: set out of range
+// alone, it is reported with its path.
+func TestBadTimestampCoversEveryTimestampField(t *testing.T) {
+	tsName := (&timestamppb.Timestamp{}).ProtoReflect().Descriptor().FullName()
+	var paths [][]protoreflect.FieldDescriptor
+	var walk func(md protoreflect.MessageDescriptor, prefix []protoreflect.FieldDescriptor, depth int)
+	walk = func(md protoreflect.MessageDescriptor, prefix []protoreflect.FieldDescriptor, depth int) {
+		fields := md.Fields()
+		for i := range fields.Len() {
+			fd := fields.Get(i)
+			if fd.Message() == nil || fd.IsList() || fd.IsMap() || depth > 4 {
+				continue
+			}
+			p := append(append([]protoreflect.FieldDescriptor(nil), prefix...), fd)
+			if fd.Message().FullName() == tsName {
+				paths = append(paths, p)
+				continue
+			}
+			walk(fd.Message(), p, depth+1)
+		}
+	}
+	walk((&eventpipev1.Occurrence{}).ProtoReflect().Descriptor(), nil, 0)
+	if len(paths) < 6 {
+		t.Fatalf("found %d Timestamp fields, want at least 6", len(paths))
+	}
+	for _, p := range paths {
+		var names []string
+		o := &eventpipev1.Occurrence{}
+		m := o.ProtoReflect()
+		for _, fd := range p[:len(p)-1] {
+			m = m.Mutable(fd).Message()
+			names = append(names, string(fd.Name()))
+		}
+		last := p[len(p)-1]
+		names = append(names, string(last.Name()))
+		m.Set(last, protoreflect.ValueOfMessage((&timestamppb.Timestamp{Seconds: -1e12}).ProtoReflect()))
+		want := strings.Join(names, ".")
+		if got, _ := badTimestamp(o); got != want {
+			t.Errorf("%s out of range: badTimestamp says %q", want, got)
+		}
+	}
+}
+
+// It runs on every ingested occurrence.
+func BenchmarkBadTimestamp(b *testing.B) {
+	o := occ("bench/1", "sb-1", "ws1", "one", "gw-a")
+	o.PullFailure = &eventpipev1.PullFailure{Category: "not_found", FirstSeen: o.OccurredAt, LastSeen: o.OccurredAt}
+	b.ReportAllocs()
+	for b.Loop() {
+		if p, _ := badTimestamp(o); p != "" {
+			b.Fatal(p)
+		}
 	}
 }

@@ -58,15 +58,7 @@ func drillCollectorSIGKILL(ctx context.Context, e *env) ([]SinkResult, error) {
 	var healed time.Time
 	for k := 1; k <= kills; k++ {
 		sleep(ctx, pick(e, 2*time.Second, 5*time.Second))
-		// Kill only with batches in flight (sent, not acknowledged).
-		var inflight int
-		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
-			if inflight = p.ship.stats().InFlight; inflight > 0 {
-				break
-			}
-			time.Sleep(time.Millisecond)
-		}
-		p.col.kill()
+		inflight := killInFlight(p)
 		notes = append(notes, fmt.Sprintf("kill %d: %d batches in flight", k, inflight))
 		if inflight == 0 {
 			return nil, fmt.Errorf("kill %d: no batch was in flight", k)
@@ -88,6 +80,20 @@ func drillCollectorSIGKILL(ctx context.Context, e *env) ([]SinkResult, error) {
 		}
 	}
 	return rs, err
+}
+
+// killInFlight SIGKILLs the collector as soon as batches are in flight
+// (sent, not acknowledged; up to 5 s) and returns how many were.
+func killInFlight(p *pipeline) int {
+	var inflight int
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
+		if inflight = p.ship.stats().InFlight; inflight > 0 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	p.col.kill()
+	return inflight
 }
 
 // segments returns the store's wal segment files, oldest first.

@@ -37,14 +37,7 @@ func drillPowerCut(ctx context.Context, e *env) ([]SinkResult, error) {
 	var healed time.Time
 	for k := 1; k <= pick(e, 2, 5); k++ {
 		sleep(ctx, pick(e, 3*time.Second, 5*time.Second))
-		var inflight int
-		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
-			if inflight = p.ship.stats().InFlight; inflight > 0 {
-				break
-			}
-			time.Sleep(time.Millisecond)
-		}
-		p.col.kill()
+		inflight := killInFlight(p)
 		cut, err := powerCut(p.o.storeDir, journal)
 		if err != nil {
 			return nil, fmt.Errorf("power cut %d: %w", k, err)
