@@ -9,6 +9,7 @@
 //	go run ./bench/drills            # short form (what make test runs via go test)
 //	go run ./bench/drills -full -out bench/drills.md
 //	go run ./bench/drills -only loki-down,kafka-down
+//	go run ./bench/drills -only power-cut -tags plant_ackbeforefsync   # a planted bug: must fail
 //
 // See bench/drills.md for the results and what each column means.
 package main
