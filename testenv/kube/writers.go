@@ -114,38 +114,20 @@ func (c *Cluster) startWriters(ctx context.Context) error {
 	var ws []writer
 	if w.Scheduler {
 		port := strconv.Itoa(ports[0])
-		ws = append(ws, writer{name: schedulerBin, bin: filepath.Join(c.binDir, kubepartsBin), args: []string{
-			schedulerBin,
-			"--kubeconfig=" + kubeconfig,
-			"--authentication-kubeconfig=" + kubeconfig,
-			"--authorization-kubeconfig=" + kubeconfig,
-			"--leader-elect=false",
-			"--bind-address=127.0.0.1",
-			"--secure-port=" + port,
-			"--cert-dir=" + filepath.Join(c.dir, "scheduler-certs"),
-			"--v=2",
-		}, health: "https://127.0.0.1:" + port + "/healthz", client: insecure})
+		ws = append(ws, writer{name: schedulerBin, bin: filepath.Join(c.binDir, kubepartsBin),
+			args: c.componentArgs(schedulerBin, port), health: "https://127.0.0.1:" + port + "/healthz", client: insecure})
 	}
 	if w.ControllerManager {
 		port := strconv.Itoa(ports[1])
-		ws = append(ws, writer{name: controllerManagerBin, bin: filepath.Join(c.binDir, kubepartsBin), args: []string{
-			controllerManagerBin,
-			"--kubeconfig=" + kubeconfig,
-			"--authentication-kubeconfig=" + kubeconfig,
-			"--authorization-kubeconfig=" + kubeconfig,
-			"--leader-elect=false",
-			"--bind-address=127.0.0.1",
-			"--secure-port=" + port,
-			"--cert-dir=" + filepath.Join(c.dir, "controller-manager-certs"),
-			"--controllers=" + strings.Join(ControllerManagerControllers, ","),
-			"--service-account-private-key-file=" + c.saKeyPath(),
-			"--root-ca-file=" + c.caPath(),
+		ws = append(ws, writer{name: controllerManagerBin, bin: filepath.Join(c.binDir, kubepartsBin), args: append(c.componentArgs(controllerManagerBin, port),
+			"--controllers="+strings.Join(ControllerManagerControllers, ","),
+			"--service-account-private-key-file="+c.saKeyPath(),
+			"--root-ca-file="+c.caPath(),
 			"--use-service-account-credentials=false",
 			// A claim with no class and no volume is retried on this
 			// period; the default (15 s) would make tests wait.
 			"--pvclaimbinder-sync-period=2s",
-			"--v=2",
-		}, health: "https://127.0.0.1:" + port + "/healthz", client: insecure})
+		), health: "https://127.0.0.1:" + port + "/healthz", client: insecure})
 	}
 	if w.AgentSandbox {
 		port := strconv.Itoa(ports[2])
@@ -180,6 +162,23 @@ func (c *Cluster) startWriters(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// componentArgs are the flags kube-scheduler and kube-controller-manager
+// (part name) share: the admin kubeconfig for everything, no leader
+// election, health on a loopback port with a self-signed certificate.
+func (c *Cluster) componentArgs(part, port string) []string {
+	return []string{
+		part,
+		"--kubeconfig=" + c.kubeconfigPath,
+		"--authentication-kubeconfig=" + c.kubeconfigPath,
+		"--authorization-kubeconfig=" + c.kubeconfigPath,
+		"--leader-elect=false",
+		"--bind-address=127.0.0.1",
+		"--secure-port=" + port,
+		"--cert-dir=" + filepath.Join(c.dir, part+"-certs"),
+		"--v=2",
+	}
 }
 
 // writerByName returns the running writer process called name; c.mu held.
