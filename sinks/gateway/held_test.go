@@ -235,51 +235,49 @@ func (g *rawGateway) waitFor(d time.Duration, cond func() bool) bool {
 // holding everything behind it). Then the held answers are read in full.
 // testenv/h2peer's hol is the same with the Rust h2 crate.
 func TestHeldAnswersDoNotBlock(t *testing.T) {
-	forRelays(t, func(t *testing.T, relay string) {
-		dir := shortDir(t)
-		drv := startDriver(t, dir)
-		col := startCollector(t, dir, "")
-		rp := startProxy(t, proxyConfig(relay, dir, drv.Path, col.addr))
-		for _, path := range []string{drv.Path, rp.p.cfg.Listen} {
-			via := map[bool]string{true: "direct", false: "through the proxy"}[path == drv.Path]
-			g := dialRawGateway(t, path)
-			held := [][]byte{bytes.Repeat([]byte("a"), 60000), bytes.Repeat([]byte("b"), 60000)}
-			g.call(1, gatewaytest.MethodUnknownSv, held[0])
-			g.call(3, gatewaytest.MethodUnknownSv, held[1])
-			// 120 KB of answers against a 64 KiB window: the first fills
-			// most of it, the rest waits.
-			if !g.waitFor(5*time.Second, func() bool { return g.recv >= 60000 }) {
-				t.Fatalf("%s: the held answers did not arrive (%d bytes, %v)", via, g.recv, g.err)
-			}
-			time.Sleep(200 * time.Millisecond) // the driver has sent all it may
-			done := make(chan struct{})
-			go func() { g.call(5, gatewaytest.MethodStop, bytes.Repeat([]byte("u"), 300000)); close(done) }()
-			ok := g.waitFor(5*time.Second, func() bool { _, ok := g.status[5]; return ok })
-			g.mu.Lock()
-			st := g.status[5]
-			g.mu.Unlock()
-			if !ok || st != "9" {
-				t.Errorf("%s: the upload call: grpc-status %q (answered: %v), want 9 while answers are held", via, st, ok)
-			}
-			// Read the held answers: grant the windows back.
-			for _, sid := range []uint32{0, 1, 3} {
-				g.grant(sid, 1<<20)
-			}
-			if !g.waitFor(5*time.Second, func() bool { return g.status[1] != "" && g.status[3] != "" }) {
-				t.Fatalf("%s: held answers did not end: %v (%v)", via, g.status, g.err)
-			}
-			g.mu.Lock()
-			for i, sid := range []uint32{1, 3} {
-				b := g.got[sid]
-				if g.status[sid] != "0" || len(b) < 5 || !bytes.HasPrefix(b[5:], held[i]) || !strings.Contains(string(b), "echo:") {
-					t.Errorf("%s: held stream %d: status %q, %d bytes", via, sid, g.status[sid], len(b))
-				}
-			}
-			g.mu.Unlock()
-			g.c.Close()
-			<-done
+	dir := shortDir(t)
+	drv := startDriver(t, dir)
+	col := startCollector(t, dir, "")
+	rp := startProxy(t, proxyConfig(dir, drv.Path, col.addr))
+	for _, path := range []string{drv.Path, rp.p.cfg.Listen} {
+		via := map[bool]string{true: "direct", false: "through the proxy"}[path == drv.Path]
+		g := dialRawGateway(t, path)
+		held := [][]byte{bytes.Repeat([]byte("a"), 60000), bytes.Repeat([]byte("b"), 60000)}
+		g.call(1, gatewaytest.MethodUnknownSv, held[0])
+		g.call(3, gatewaytest.MethodUnknownSv, held[1])
+		// 120 KB of answers against a 64 KiB window: the first fills
+		// most of it, the rest waits.
+		if !g.waitFor(5*time.Second, func() bool { return g.recv >= 60000 }) {
+			t.Fatalf("%s: the held answers did not arrive (%d bytes, %v)", via, g.recv, g.err)
 		}
-	})
+		time.Sleep(200 * time.Millisecond) // the driver has sent all it may
+		done := make(chan struct{})
+		go func() { g.call(5, gatewaytest.MethodStop, bytes.Repeat([]byte("u"), 300000)); close(done) }()
+		ok := g.waitFor(5*time.Second, func() bool { _, ok := g.status[5]; return ok })
+		g.mu.Lock()
+		st := g.status[5]
+		g.mu.Unlock()
+		if !ok || st != "9" {
+			t.Errorf("%s: the upload call: grpc-status %q (answered: %v), want 9 while answers are held", via, st, ok)
+		}
+		// Read the held answers: grant the windows back.
+		for _, sid := range []uint32{0, 1, 3} {
+			g.grant(sid, 1<<20)
+		}
+		if !g.waitFor(5*time.Second, func() bool { return g.status[1] != "" && g.status[3] != "" }) {
+			t.Fatalf("%s: held answers did not end: %v (%v)", via, g.status, g.err)
+		}
+		g.mu.Lock()
+		for i, sid := range []uint32{1, 3} {
+			b := g.got[sid]
+			if g.status[sid] != "0" || len(b) < 5 || !bytes.HasPrefix(b[5:], held[i]) || !strings.Contains(string(b), "echo:") {
+				t.Errorf("%s: held stream %d: status %q, %d bytes", via, sid, g.status[sid], len(b))
+			}
+		}
+		g.mu.Unlock()
+		g.c.Close()
+		<-done
+	}
 }
 
 // TestHeldAnswerWindowSplit: one answer the gateway leaves unread takes
@@ -289,37 +287,35 @@ func TestHeldAnswersDoNotBlock(t *testing.T) {
 // larger than the window left must be split the same way, not wait whole
 // for a window that only this stream's reads would free.
 func TestHeldAnswerWindowSplit(t *testing.T) {
-	forRelays(t, func(t *testing.T, relay string) {
-		dir := shortDir(t)
-		drv := startDriver(t, dir)
-		col := startCollector(t, dir, "")
-		rp := startProxy(t, proxyConfig(relay, dir, drv.Path, col.addr))
-		for _, path := range []string{drv.Path, rp.p.cfg.Listen} {
-			via := map[bool]string{true: "direct", false: "through the proxy"}[path == drv.Path]
-			g := dialRawGateway(t, path)
-			g.call(1, gatewaytest.MethodUnknownSv, bytes.Repeat([]byte("a"), 60000))
-			if !g.waitFor(5*time.Second, func() bool { return g.recv >= 60000 }) {
-				t.Fatalf("%s: the held answer did not arrive (%d bytes, %v)", via, g.recv, g.err)
-			}
-			g.mu.Lock()
-			g.auto[3] = true
-			g.mu.Unlock()
-			body := bytes.Repeat([]byte("c"), 40000)
-			g.call(3, gatewaytest.MethodUnknownSv, body)
-			if !g.waitFor(5*time.Second, func() bool { return g.status[3] != "" }) {
-				g.mu.Lock()
-				t.Errorf("%s: the read answer did not end: %d of %d bytes (%v)", via, len(g.got[3]), len(body), g.err)
-				g.mu.Unlock()
-			} else {
-				g.mu.Lock()
-				if b := g.got[3]; g.status[3] != "0" || len(b) < 5 || !bytes.HasPrefix(b[5:], body) {
-					t.Errorf("%s: the read answer: status %q, %d bytes", via, g.status[3], len(b))
-				}
-				g.mu.Unlock()
-			}
-			g.c.Close()
+	dir := shortDir(t)
+	drv := startDriver(t, dir)
+	col := startCollector(t, dir, "")
+	rp := startProxy(t, proxyConfig(dir, drv.Path, col.addr))
+	for _, path := range []string{drv.Path, rp.p.cfg.Listen} {
+		via := map[bool]string{true: "direct", false: "through the proxy"}[path == drv.Path]
+		g := dialRawGateway(t, path)
+		g.call(1, gatewaytest.MethodUnknownSv, bytes.Repeat([]byte("a"), 60000))
+		if !g.waitFor(5*time.Second, func() bool { return g.recv >= 60000 }) {
+			t.Fatalf("%s: the held answer did not arrive (%d bytes, %v)", via, g.recv, g.err)
 		}
-	})
+		g.mu.Lock()
+		g.auto[3] = true
+		g.mu.Unlock()
+		body := bytes.Repeat([]byte("c"), 40000)
+		g.call(3, gatewaytest.MethodUnknownSv, body)
+		if !g.waitFor(5*time.Second, func() bool { return g.status[3] != "" }) {
+			g.mu.Lock()
+			t.Errorf("%s: the read answer did not end: %d of %d bytes (%v)", via, len(g.got[3]), len(body), g.err)
+			g.mu.Unlock()
+		} else {
+			g.mu.Lock()
+			if b := g.got[3]; g.status[3] != "0" || len(b) < 5 || !bytes.HasPrefix(b[5:], body) {
+				t.Errorf("%s: the read answer: status %q, %d bytes", via, g.status[3], len(b))
+			}
+			g.mu.Unlock()
+		}
+		g.c.Close()
+	}
 }
 
 // TestHeldAnswerThenReset: with the gateway's connection window spent by
@@ -328,42 +324,40 @@ func TestHeldAnswerWindowSplit(t *testing.T) {
 // grpc-go does, RFC 9113 8.1). Directly the reset comes after the answer;
 // through the proxy the held answer must not be dropped for the reset.
 func TestHeldAnswerThenReset(t *testing.T) {
-	forRelays(t, func(t *testing.T, relay string) {
-		dir := shortDir(t)
-		drv := startDriver(t, dir)
-		col := startCollector(t, dir, "")
-		rp := startProxy(t, proxyConfig(relay, dir, drv.Path, col.addr))
-		direct := dialT(t, drv.Path)
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		want, err := direct.Unary(ctx, gatewaytest.MethodCaps, nil)
-		if err != nil {
-			t.Fatal(err)
+	dir := shortDir(t)
+	drv := startDriver(t, dir)
+	col := startCollector(t, dir, "")
+	rp := startProxy(t, proxyConfig(dir, drv.Path, col.addr))
+	direct := dialT(t, drv.Path)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	want, err := direct.Unary(ctx, gatewaytest.MethodCaps, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{drv.Path, rp.p.cfg.Listen} {
+		via := map[bool]string{true: "direct", false: "through the proxy"}[path == drv.Path]
+		g := dialRawGateway(t, path)
+		g.call(1, gatewaytest.MethodUnknownSv, bytes.Repeat([]byte("a"), 60000))
+		g.call(3, gatewaytest.MethodUnknownSv, bytes.Repeat([]byte("b"), 60000))
+		if !g.waitFor(5*time.Second, func() bool { return g.recv >= 65535 }) {
+			t.Fatalf("%s: the held answers did not arrive (%d bytes, %v)", via, g.recv, g.err)
 		}
-		for _, path := range []string{drv.Path, rp.p.cfg.Listen} {
-			via := map[bool]string{true: "direct", false: "through the proxy"}[path == drv.Path]
-			g := dialRawGateway(t, path)
-			g.call(1, gatewaytest.MethodUnknownSv, bytes.Repeat([]byte("a"), 60000))
-			g.call(3, gatewaytest.MethodUnknownSv, bytes.Repeat([]byte("b"), 60000))
-			if !g.waitFor(5*time.Second, func() bool { return g.recv >= 65535 || (relay == RelayFrame && path != drv.Path && g.recv >= 60000) }) {
-				t.Fatalf("%s: the held answers did not arrive (%d bytes, %v)", via, g.recv, g.err)
-			}
-			time.Sleep(200 * time.Millisecond)
-			g.callEnd(5, gatewaytest.MethodCaps, nil, false)
-			time.Sleep(300 * time.Millisecond) // answered and reset by now
-			g.grant(0, 1<<20)
-			if !g.waitFor(5*time.Second, func() bool { return g.status[5] != "" }) {
-				t.Fatalf("%s: no answer on stream 5: %v (%v)", via, g.status, g.err)
-			}
-			g.mu.Lock()
-			b := g.got[5]
-			if g.status[5] != "0" || len(b) < 5 || !bytes.Equal(b[5:], want.Bodies[0]) {
-				t.Errorf("%s: stream 5 got %d bytes (status %q), want the driver's answer (%d bytes)", via, len(b), g.status[5], 5+len(want.Bodies[0]))
-			}
-			g.mu.Unlock()
-			g.c.Close()
+		time.Sleep(200 * time.Millisecond)
+		g.callEnd(5, gatewaytest.MethodCaps, nil, false)
+		time.Sleep(300 * time.Millisecond) // answered and reset by now
+		g.grant(0, 1<<20)
+		if !g.waitFor(5*time.Second, func() bool { return g.status[5] != "" }) {
+			t.Fatalf("%s: no answer on stream 5: %v (%v)", via, g.status, g.err)
 		}
-	})
+		g.mu.Lock()
+		b := g.got[5]
+		if g.status[5] != "0" || len(b) < 5 || !bytes.Equal(b[5:], want.Bodies[0]) {
+			t.Errorf("%s: stream 5 got %d bytes (status %q), want the driver's answer (%d bytes)", via, len(b), g.status[5], 5+len(want.Bodies[0]))
+		}
+		g.mu.Unlock()
+		g.c.Close()
+	}
 }
 
 // TestGatewayWritesWhileNotReading: a gateway that sends 8 MiB on a stream
@@ -375,91 +369,89 @@ func TestHeldAnswerThenReset(t *testing.T) {
 // gateway reader once waited for the gateway write lock (to flush) while
 // the driver reader held it, stuck writing to the gateway: a deadlock.
 func TestGatewayWritesWhileNotReading(t *testing.T) {
-	forRelays(t, func(t *testing.T, relay string) {
-		dir := shortDir(t)
-		drv, err := gatewaytest.StartDriver(dir+"/driver/driver.sock", grpc.InitialWindowSize(16<<20), grpc.InitialConnWindowSize(16<<20))
+	dir := shortDir(t)
+	drv, err := gatewaytest.StartDriver(dir+"/driver/driver.sock", grpc.InitialWindowSize(16<<20), grpc.InitialConnWindowSize(16<<20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(drv.Stop)
+	col := startCollector(t, dir, "")
+	rp := startProxy(t, proxyConfig(dir, drv.Path, col.addr))
+	for _, path := range []string{drv.Path, rp.p.cfg.Listen} {
+		via := map[bool]string{true: "direct", false: "through the proxy"}[path == drv.Path]
+		c, err := net.Dial("unix", path)
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(drv.Stop)
-		col := startCollector(t, dir, "")
-		rp := startProxy(t, proxyConfig(relay, dir, drv.Path, col.addr))
-		for _, path := range []string{drv.Path, rp.p.cfg.Listen} {
-			via := map[bool]string{true: "direct", false: "through the proxy"}[path == drv.Path]
-			c, err := net.Dial("unix", path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			_ = c.SetDeadline(time.Now().Add(15 * time.Second))
-			bw := bufio.NewWriterSize(c, 64<<10)
-			fr := http2.NewFramer(bw, bufio.NewReader(c))
-			fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
-			bw.WriteString(http2.ClientPreface)
-			_ = fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 16 << 20})
-			_ = fr.WriteWindowUpdate(0, 16<<20)
-			var hb bytes.Buffer
-			enc := hpack.NewEncoder(&hb)
-			for _, f := range []hpack.HeaderField{
-				{Name: ":method", Value: "POST"}, {Name: ":scheme", Value: "http"}, {Name: ":path", Value: gatewaytest.MethodUnknownSv},
-				{Name: ":authority", Value: "localhost"}, {Name: "content-type", Value: "application/grpc"}, {Name: "te", Value: "trailers"},
-			} {
-				_ = enc.WriteField(f)
-			}
-			_ = fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: hb.Bytes(), EndHeaders: true})
-			const msgs, size = 16, 512 << 10
-			var werr error
-			for i := 0; i < msgs && werr == nil; i++ {
-				msg := make([]byte, 5+size)
-				binary.BigEndian.PutUint32(msg[1:], size)
-				for j := 0; len(msg) > 0 && werr == nil; j++ {
-					n := min(len(msg), 16384)
-					werr = fr.WriteData(1, i == msgs-1 && n == len(msg), msg[:n])
-					msg = msg[n:]
-					if j%16 == 15 && werr == nil {
-						// Pauses, so the relay's gateway reader runs dry
-						// (and flushes) while the answers pile up.
-						werr = bw.Flush()
-						time.Sleep(time.Millisecond)
-					}
-				}
-			}
-			if werr == nil {
-				werr = bw.Flush()
-			}
-			if werr != nil {
-				t.Fatalf("%s: writing 8 MiB without reading: %v", via, werr)
-			}
-			got, status := 0, ""
-			for status == "" {
-				f, err := fr.ReadFrame()
-				if err != nil {
-					t.Fatalf("%s: reading the answers: %v (%d bytes so far)", via, err, got)
-				}
-				switch f := f.(type) {
-				case *http2.DataFrame:
-					got += len(f.Data())
-				case *http2.MetaHeadersFrame:
-					for _, hf := range f.RegularFields() {
-						if hf.Name == "grpc-status" {
-							status = hf.Value
-						}
-					}
-				case *http2.SettingsFrame:
-					if !f.IsAck() {
-						_ = fr.WriteSettingsAck()
-						_ = bw.Flush()
-					}
-				case *http2.PingFrame:
-					if !f.IsAck() {
-						_ = fr.WritePing(true, f.Data)
-						_ = bw.Flush()
-					}
-				}
-			}
-			if status != "0" || got < msgs*(5+size) {
-				t.Errorf("%s: status %q, %d answer bytes, want OK and %d+", via, status, got, msgs*(5+size))
-			}
-			c.Close()
+		_ = c.SetDeadline(time.Now().Add(15 * time.Second))
+		bw := bufio.NewWriterSize(c, 64<<10)
+		fr := http2.NewFramer(bw, bufio.NewReader(c))
+		fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+		bw.WriteString(http2.ClientPreface)
+		_ = fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 16 << 20})
+		_ = fr.WriteWindowUpdate(0, 16<<20)
+		var hb bytes.Buffer
+		enc := hpack.NewEncoder(&hb)
+		for _, f := range []hpack.HeaderField{
+			{Name: ":method", Value: "POST"}, {Name: ":scheme", Value: "http"}, {Name: ":path", Value: gatewaytest.MethodUnknownSv},
+			{Name: ":authority", Value: "localhost"}, {Name: "content-type", Value: "application/grpc"}, {Name: "te", Value: "trailers"},
+		} {
+			_ = enc.WriteField(f)
 		}
-	})
+		_ = fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: hb.Bytes(), EndHeaders: true})
+		const msgs, size = 16, 512 << 10
+		var werr error
+		for i := 0; i < msgs && werr == nil; i++ {
+			msg := make([]byte, 5+size)
+			binary.BigEndian.PutUint32(msg[1:], size)
+			for j := 0; len(msg) > 0 && werr == nil; j++ {
+				n := min(len(msg), 16384)
+				werr = fr.WriteData(1, i == msgs-1 && n == len(msg), msg[:n])
+				msg = msg[n:]
+				if j%16 == 15 && werr == nil {
+					// Pauses, so the relay's gateway reader runs dry
+					// (and flushes) while the answers pile up.
+					werr = bw.Flush()
+					time.Sleep(time.Millisecond)
+				}
+			}
+		}
+		if werr == nil {
+			werr = bw.Flush()
+		}
+		if werr != nil {
+			t.Fatalf("%s: writing 8 MiB without reading: %v", via, werr)
+		}
+		got, status := 0, ""
+		for status == "" {
+			f, err := fr.ReadFrame()
+			if err != nil {
+				t.Fatalf("%s: reading the answers: %v (%d bytes so far)", via, err, got)
+			}
+			switch f := f.(type) {
+			case *http2.DataFrame:
+				got += len(f.Data())
+			case *http2.MetaHeadersFrame:
+				for _, hf := range f.RegularFields() {
+					if hf.Name == "grpc-status" {
+						status = hf.Value
+					}
+				}
+			case *http2.SettingsFrame:
+				if !f.IsAck() {
+					_ = fr.WriteSettingsAck()
+					_ = bw.Flush()
+				}
+			case *http2.PingFrame:
+				if !f.IsAck() {
+					_ = fr.WritePing(true, f.Data)
+					_ = bw.Flush()
+				}
+			}
+		}
+		if status != "0" || got < msgs*(5+size) {
+			t.Errorf("%s: status %q, %d answer bytes, want OK and %d+", via, status, got, msgs*(5+size))
+		}
+		c.Close()
+	}
 }

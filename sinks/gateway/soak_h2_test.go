@@ -37,25 +37,19 @@ import (
 // updates, its header encoding, RST_STREAM CANCEL on a dropped call), which
 // grpc-go's do not cover.
 
-// TestRelaySoakH2 runs the h2 soak for each seed in each relay mode.
+// TestRelaySoakH2 runs the h2 soak for each seed. Seed
+// 1796412189666667297 made main red on a fresh clone (an early status on a
+// server-streaming call while h2 still sent its request: see
+// README.md, Soak); it stays as a fixed case.
 func TestRelaySoakH2(t *testing.T) {
 	bin := h2peerBin(t)
-	seeds := []uint64{uint64(time.Now().UnixNano())}
-	d := 2 * time.Second
-	if *soakSeed != 0 {
-		seeds = []uint64{*soakSeed}
+	seeds, d := soakSeeds(t, 1796412189666667297)
+	for _, seed := range seeds {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			t.Logf("relay soak (h2peer): -soak.seed=%d -soak.for=%s", seed, d)
+			runSoakH2(t, bin, seed, d)
+		})
 	}
-	if *soakFor > 0 {
-		d = *soakFor
-	}
-	forRelays(t, func(t *testing.T, relay string) {
-		for _, seed := range seeds {
-			t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
-				t.Logf("relay soak (h2peer): relay=%s -soak.seed=%d -soak.for=%s", relay, seed, d)
-				runSoakH2(t, bin, relay, seed, d)
-			})
-		}
-	})
 }
 
 // h2Pending is a call written to the peer, not answered yet.
@@ -82,8 +76,8 @@ type h2SoakResult struct {
 
 const h2FinalID = 1 << 40
 
-func runSoakH2(t *testing.T, bin, relay string, seed uint64, d time.Duration) {
-	s := newSoak(t, relay, seed)
+func runSoakH2(t *testing.T, bin string, seed uint64, d time.Duration) {
+	s := newSoak(t, seed)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	target := s.rp.p.cfg.Listen
@@ -176,8 +170,8 @@ func runSoakH2(t *testing.T, bin, relay string, seed uint64, d time.Duration) {
 			if len(stuck) > 0 {
 				buf := make([]byte, 8<<20)
 				buf = buf[:runtime.Stack(buf, true)]
-				stalled <- fmt.Sprintf("relay=%s seed=%d: no answer for %s, %d calls out:\n%s\n\ngoroutines (the proxy's side):\n%s",
-					relay, seed, quiet.Round(time.Millisecond), len(stuck), strings.Join(stuck, "\n"), buf)
+				stalled <- fmt.Sprintf("seed=%d: no answer for %s, %d calls out:\n%s\n\ngoroutines (the proxy's side):\n%s",
+					seed, quiet.Round(time.Millisecond), len(stuck), strings.Join(stuck, "\n"), buf)
 				cancel() // kills the peer: the reader below ends
 				return
 			}
