@@ -108,7 +108,7 @@ bench-kafka:
 .PHONY: soak
 SOAK_FOR ?= 30s
 soak: h2peer
-	$(GO) test -race -count=1 -timeout 30m -run 'TestRelaySoak' ./sinks/gateway/ -soak.random -soak.for=$(SOAK_FOR) -v 2>&1 | grep -E 'random seed|^(=== RUN|--- |FAIL|ok|PASS)|seed='
+	$(GO) test -race -count=1 -timeout 30m -run 'TestRelaySoak' ./sinks/gateway/ -soak.random -soak.for=$(SOAK_FOR) -v
 
 ## bench-gateway: the driver proxy harness (see bench/gateway.md).
 .PHONY: bench-gateway
