@@ -92,7 +92,8 @@ type FollowConfig struct {
 	FailOpenAfter time.Duration `yaml:"fail_open_after,omitempty"`
 	// BackoffMin and BackoffMax bound the wait between Follow attempts
 	// (doubling, with ±20 % jitter). While the collector is unreachable it
-	// is probed every BackoffMin and followed again as soon as it answers,
+	// is probed every BackoffMin (at most 250 ms) and followed again as
+	// soon as it answers,
 	// so BackoffMax matters only for a collector that answers and refuses.
 	BackoffMin time.Duration `yaml:"backoff_min"`
 	BackoffMax time.Duration `yaml:"backoff_max"`

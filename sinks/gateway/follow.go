@@ -104,8 +104,13 @@ func (f *follower) run(ctx context.Context) {
 	}
 }
 
+// maxProbeEvery bounds the probe interval of wait: a refused connection
+// attempt on a collector that is down costs next to nothing.
+const maxProbeEvery = 250 * time.Millisecond
+
 // wait sleeps d before the next Follow attempt, or less: while the
-// collector connection is down it is probed every follow.backoff_min (gRPC
+// collector connection is down it is probed every follow.backoff_min, at
+// most maxProbeEvery (gRPC
 // redials at once instead of after its own connect backoff, which grows to
 // two minutes), and the wait ends as soon as a probe connects, so a
 // collector that is back is followed again within about one probe
@@ -119,7 +124,7 @@ func (f *follower) wait(ctx context.Context, conn *grpc.ClientConn, d time.Durat
 		<-wctx.Done()
 		return ctx.Err() == nil
 	}
-	probe := time.NewTicker(f.cfg.Follow.BackoffMin)
+	probe := time.NewTicker(min(f.cfg.Follow.BackoffMin, maxProbeEvery))
 	defer probe.Stop()
 	changed := make(chan connectivity.State, 1)
 	watchFrom := func(from connectivity.State) {
