@@ -341,9 +341,8 @@ func TestH2Interop(t *testing.T) {
 				direct := runH2Client(t, bin, "client", sock, hyper)
 				// huge-header (h2 defaults only): a 20 KB header, over
 				// the 16 KiB header list a hyper/tonic server takes, which
-				// answers HTTP 431. The frame relay passes that on; the
-				// gRPC legs answer INTERNAL (grpc-go's client leg refuses
-				// to send it).
+				// answers HTTP 431. The proxy answers INTERNAL (grpc-go's
+				// client leg refuses to send it).
 				huge := driver == "hyper" && !hyper
 				if r := direct["huge-header"]; huge && r.Status != 431 {
 					t.Errorf("huge-header to a hyper driver: HTTP %d, want 431", r.Status)
@@ -423,12 +422,11 @@ func TestH2InteropHeldAnswers(t *testing.T) {
 	}
 }
 
-// TestH2InteropEdited: while a pull failure is active the frame relay
-// edits the GetSandbox and ListSandboxes answers on the frame path (it
-// reads the driver's DATA of those streams and writes its own, within an
-// h2 gateway's windows: with h2's defaults, 64 KiB, shared with the
-// suite's 1.5 and 3 MiB answers on the same connection); everything else
-// of the suite is still forwarded unchanged.
+// TestH2InteropEdited: while a pull failure is active the proxy edits the
+// GetSandbox and ListSandboxes answers to an h2 gateway (with h2's
+// defaults, 64 KiB windows, shared with the suite's 1.5 and 3 MiB answers
+// on the same connection); everything else of the suite is still
+// forwarded unchanged.
 func TestH2InteropEdited(t *testing.T) {
 	bin := h2peerBin(t)
 	for _, hyper := range []bool{false, true} {

@@ -365,9 +365,10 @@ func TestHeldAnswerThenReset(t *testing.T) {
 // while its writes are blocked), to a driver that echoes as it reads, with
 // windows big enough for all of it. Directly the driver keeps reading
 // while its answers wait in the socket, so the upload completes and the
-// answers are read after. Through the proxy the same: the frame relay's
-// gateway reader once waited for the gateway write lock (to flush) while
-// the driver reader held it, stuck writing to the gateway: a deadlock.
+// answers are read after. Through the proxy the same (the removed frame
+// relay once deadlocked here: its gateway reader waited for the gateway
+// write lock while the driver reader held it, stuck writing to the
+// gateway).
 func TestGatewayWritesWhileNotReading(t *testing.T) {
 	dir := shortDir(t)
 	drv, err := gatewaytest.StartDriver(dir+"/driver/driver.sock", grpc.InitialWindowSize(16<<20), grpc.InitialConnWindowSize(16<<20))
