@@ -15,6 +15,9 @@ import (
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	"github.com/eventpipe/eventpipe/sinks/gateway/gatewaytest"
 )
@@ -39,6 +42,7 @@ type rawGateway struct {
 	got     map[uint32][]byte
 	status  map[uint32]string // grpc-status of ended streams
 	headers map[uint32]bool   // streams whose response headers came
+	tonly   map[uint32]bool   // streams answered trailers-only (first header block ended the stream)
 	recv    int64             // DATA bytes received in all
 	auto    map[uint32]bool   // streams whose DATA is granted back at once
 	err     error
@@ -61,7 +65,7 @@ func dialRawGateway(t *testing.T, path string) *rawGateway {
 	t.Cleanup(func() { c.Close() })
 	g := &rawGateway{t: t, c: c, bw: bufio.NewWriter(c), conn: 65535, init: 65535,
 		streams: map[uint32]int64{}, got: map[uint32][]byte{}, status: map[uint32]string{}, auto: map[uint32]bool{},
-		headers: map[uint32]bool{}, rconn: 65535, rstreams: map[uint32]int64{}}
+		headers: map[uint32]bool{}, tonly: map[uint32]bool{}, rconn: 65535, rstreams: map[uint32]int64{}}
 	g.cond = sync.NewCond(&g.mu)
 	g.fr = http2.NewFramer(g.bw, bufio.NewReader(c))
 	g.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
@@ -122,6 +126,9 @@ func (g *rawGateway) read() {
 				})
 			}
 		case *http2.MetaHeadersFrame:
+			if !g.headers[f.StreamID] && f.StreamEnded() {
+				g.tonly[f.StreamID] = true
+			}
 			g.headers[f.StreamID] = true
 			for _, hf := range f.RegularFields() {
 				if hf.Name == "grpc-status" {
@@ -454,5 +461,52 @@ func TestGatewayWritesWhileNotReading(t *testing.T) {
 			t.Errorf("%s: status %q, %d answer bytes, want OK and %d+", via, status, got, msgs*(5+size))
 		}
 		c.Close()
+	}
+}
+
+// TestHeadersThenStatusKept: a driver that answers with response headers
+// (empty: no metadata) and then a status, while the gateway is still
+// sending its request, gives the gateway the same two header blocks
+// through the proxy, on the stream path and the unary path; the proxy once
+// made that a trailers-only answer, which grpc-go follows with
+// RST_STREAM(NO_ERROR) and which the h2 crate (before its PR 922) then
+// reports as "stream error received: not a result of an error" instead of
+// the status (seed 1796412189666667297 of TestRelaySoakH2).
+func TestHeadersThenStatusKept(t *testing.T) {
+	dir := shortDir(t)
+	early := func(method string, ss grpc.ServerStream) (bool, error) {
+		if !strings.HasSuffix(method, "/EarlyStatus") && !strings.HasSuffix(method, "/CreateSandbox") {
+			return false, nil
+		}
+		if err := ss.SendHeader(metadata.MD{}); err != nil {
+			return true, err
+		}
+		return true, status.Error(codes.FailedPrecondition, "answered before the request ended")
+	}
+	drv, err := gatewaytest.StartDriverHook(dir+"/driver/driver.sock", early)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(drv.Stop)
+	rp := startProxy(t, proxyConfig(dir, drv.Path, "127.0.0.1:1"))
+	for _, path := range []string{drv.Path, rp.p.cfg.Listen} {
+		via := map[bool]string{true: "direct", false: "through the proxy"}[path == drv.Path]
+		g := dialRawGateway(t, path)
+		for i, method := range []string{gatewaytest.Prefix + "EarlyStatus", gatewaytest.Prefix + "CreateSandbox"} {
+			sid := uint32(2*i + 1)
+			g.callEnd(sid, method, []byte("request, not ended"), false)
+			if !g.waitFor(5*time.Second, func() bool { return g.status[sid] != "" }) {
+				t.Fatalf("%s %s: no status (%v)", via, method, g.err)
+			}
+			g.mu.Lock()
+			st, tonly := g.status[sid], g.tonly[sid]
+			g.mu.Unlock()
+			if st != "9" {
+				t.Errorf("%s %s: grpc-status %q, want 9 (FailedPrecondition)", via, method, st)
+			}
+			if tonly {
+				t.Errorf("%s %s: a trailers-only answer; the driver sent headers, then the status", via, method)
+			}
+		}
 	}
 }
