@@ -170,7 +170,8 @@ func TestEndToEndSeedScenarios(t *testing.T) {
 	pcfg.GatewayID = scenario.DefaultGateway
 	pcfg.Collector.Address = col.GRPCAddr()
 	pcfg.Collector.Insecure = true
-	proxy, err := gateway.New(pcfg, logger(), nil)
+	preg := prometheus.NewRegistry()
+	proxy, err := gateway.New(pcfg, logger(), preg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,6 +212,20 @@ func TestEndToEndSeedScenarios(t *testing.T) {
 	if err := drv.WaitWatchers(context.Background(), 1); err != nil {
 		t.Fatal(err)
 	}
+	// The driver's own kubernetes events are replaced only while the
+	// proxy's Follow stream is live (before, they pass: fail open).
+	waitFor(t, 30*time.Second, "the proxy following the collector", func() (bool, string) {
+		mfs, err := preg.Gather()
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == "eventpipe_driver_proxy_follow_connected" && len(mf.GetMetric()) == 1 {
+				return mf.GetMetric()[0].GetGauge().GetValue() == 1, ""
+			}
+		}
+		return false, "no follow_connected gauge"
+	})
 
 	clients, err := scenario.NewClients(cluster.AdminConfig())
 	if err != nil {
