@@ -467,11 +467,13 @@ func TestGatewayWritesWhileNotReading(t *testing.T) {
 // TestHeadersThenStatusKept: a driver that answers with response headers
 // (empty: no metadata) and then a status, while the gateway is still
 // sending its request, gives the gateway the same two header blocks
-// through the proxy, on the stream path and the unary path; the proxy once
-// made that a trailers-only answer, which grpc-go follows with
-// RST_STREAM(NO_ERROR) and which the h2 crate (before its PR 922) then
-// reports as "stream error received: not a result of an error" instead of
-// the status (seed 1796412189666667297 of TestRelaySoakH2).
+// through the proxy, on the stream path and the unary path. A
+// trailers-only answer here would be followed by grpc-go's
+// RST_STREAM(NO_ERROR), which the h2 crate before its PR 922 reports
+// instead of the status ("stream error received: not a result of an
+// error"). Checked while looking for the cause of seed
+// 1796412189666667297 of TestRelaySoakH2: the proxy already kept the two
+// blocks (it fails when the proxy sends the status alone).
 func TestHeadersThenStatusKept(t *testing.T) {
 	dir := shortDir(t)
 	early := func(method string, ss grpc.ServerStream) (bool, error) {

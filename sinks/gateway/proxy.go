@@ -320,15 +320,11 @@ func (p *Proxy) handle(_ any, ss grpc.ServerStream) error {
 	} else {
 		go p.forwardRequests(ss, up, cancel)
 	}
-	// The driver's response headers go out before anything else, empty
-	// ones too: a driver answer of headers then a status must not become a
-	// trailers-only answer here. If the gateway is still sending, gRPC
-	// follows the status with RST_STREAM(NO_ERROR), and h2 (tonic's HTTP/2,
-	// before h2 PR 922) then loses the END_STREAM of a header-only block
-	// and reports "stream error received: not a result of an error"
-	// instead of the status; with separate trailers it keeps the status.
-	// Header is nil only for the driver's own trailers-only answer.
-	if h, _ := up.Header(); h != nil {
+	// The driver's response headers go out before anything else. Header
+	// is nil only for the driver's own trailers-only answer; a real header
+	// block always holds content-type, so a driver answer of headers then
+	// a status stays two blocks here (TestHeadersThenStatusKept).
+	if h, _ := up.Header(); len(h) > 0 {
 		if err := ss.SendHeader(h); err != nil {
 			return err
 		}
@@ -430,14 +426,8 @@ func (p *Proxy) unary(ctx context.Context, ss grpc.ServerStream, method string, 
 	}
 	ss.SetTrailer(trl)
 	if err != nil {
-		if hdr != nil {
-			// The driver sent headers before its status: so does the
-			// proxy (see handle; hdr is nil for a trailers-only answer;
-			// its values are set above).
-			if herr := ss.SendHeader(nil); herr != nil {
-				return herr
-			}
-		}
+		// With headers set (a driver answer that had a header block), gRPC
+		// writes them as a block of their own before the status.
 		return err
 	}
 	p.editResponse(method, &resp)

@@ -38,8 +38,8 @@ import (
 // grpc-go's do not cover.
 
 // TestRelaySoakH2 runs the h2 soak for each seed. Seed
-// 1796412189666667297 made main red on a fresh clone (an early status on a
-// server-streaming call while h2 still sent its request: see
+// 1796412189666667297 made main red on a fresh clone once (h2 reported an
+// RST_STREAM(NO_ERROR) instead of a status on a server-streaming call; see
 // README.md, Soak); it stays as a fixed case.
 func TestRelaySoakH2(t *testing.T) {
 	bin := h2peerBin(t)
