@@ -233,13 +233,17 @@ func TestLargeMessagesSmallWindows(t *testing.T) {
 			}
 		}()
 	}
+	// A Fatalf below must not end the test while the callers still run
+	// (they report on t).
+	defer wg.Wait()
 	// Requests larger than the windows to an edited method: the
 	// driver never sees their bytes, so the relay must credit the
 	// gateway's connection and stream windows itself or the next
 	// request stalls.
 	bigGet := reqWithUnknown(failingID, "", strings.Repeat("g", 200<<10))
 	for range 4 {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		// 20 s: it shares the connection with the 1 MiB calls above.
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		r, err := c.Unary(ctx, gatewaytest.MethodGet, bigGet)
 		cancel()
 		if err != nil {
@@ -251,7 +255,6 @@ func TestLargeMessagesSmallWindows(t *testing.T) {
 		}
 		checkFailing(t, "GetSandbox with a large request", sbs[0], true)
 	}
-	wg.Wait()
 }
 
 // TestDriverGoAway: a driver that ends its connections every 300 ms with
