@@ -74,11 +74,8 @@ func runDriverProxy(ctx context.Context, args []string, _ io.Reader, stdout, std
 		fmt.Fprint(stderr, driverProxyUsage)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if exit, ok := parseFlags(fs, "driver-proxy", args, stderr); !ok {
+		return exit
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "eventpipe driver-proxy: unexpected arguments %q\n", fs.Args())

@@ -64,6 +64,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&scen, "scenarios", strings.Join(demo.DefaultScenarios, ","), "scenarios to play, comma-separated: "+strings.Join(scenario.Names(), ", "))
 	fs.StringVar(&mode, "mode", string(scenario.ModeManaged), "workspace mode of the scenarios: managed, shared or operator")
 	fs.DurationVar(&cfg.Pace, "pace", 150*time.Millisecond, "pause between scenario steps")
+	fs.StringVar(&cfg.CLI, "cli", "eventpipe", "the eventpipe binary the printed commands name (make run passes the one it built)")
 	plain := fs.Bool("plain", false, "print a new view on every change instead of redrawing the terminal")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, usage)

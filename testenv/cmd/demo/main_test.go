@@ -271,7 +271,8 @@ func (c *child) stopAndCheck(t *testing.T, dataDir string) {
 // data went, and on Ctrl-C stops with nothing left running.
 func TestMakeRun(t *testing.T) {
 	dataDir := filepath.Join(t.TempDir(), "data")
-	c := startChild(t, "--plain", "--data-dir", dataDir, "--pace", "60ms")
+	cli := buildCLI(t)
+	c := startChild(t, "--plain", "--data-dir", dataDir, "--pace", "60ms", "--cli", cli)
 	c.waitFor(t, "the control plane", 5*time.Minute, func(out string) bool { return strings.Contains(out, "control plane  kube-apiserver") })
 	c.waitFor(t, "a retrying pull failure", 2*time.Minute, func(out string) bool {
 		return strings.Contains(out, " retrying\n") && strings.Contains(out, "BLOCKED")
@@ -303,20 +304,14 @@ func TestMakeRun(t *testing.T) {
 	if len(c.pids) < 2 {
 		t.Errorf("expected etcd and kube-apiserver among the children, saw %v", c.pids)
 	}
-	checkDiagnoseCommand(t, out, dataDir)
+	checkDiagnoseCommand(t, out, cli)
 	c.stopAndCheck(t, dataDir)
 }
 
-// checkDiagnoseCommand runs the real `eventpipe diagnose` against the
-// running pipeline's collector, as the view's "try" line says, with the
-// reader token: what a CLI user without kubectl gets.
-func checkDiagnoseCommand(t *testing.T, out, dataDir string) {
+// buildCLI builds cmd/eventpipe as make run does, for the view's "try"
+// line to name (--cli).
+func buildCLI(t *testing.T) string {
 	t.Helper()
-	i := strings.Index(out, "eventpipe diagnose --collector ")
-	if i < 0 {
-		t.Fatal("no try line")
-	}
-	addr := strings.Fields(out[i+len("eventpipe diagnose --collector "):])[0]
 	root, err := kube.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
@@ -327,9 +322,26 @@ func checkDiagnoseCommand(t *testing.T, out, dataDir string) {
 	if b, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build eventpipe: %v\n%s", err, b)
 	}
+	return bin
+}
+
+// checkDiagnoseCommand runs the view's "try" line exactly as printed (the
+// real `eventpipe diagnose` against the running pipeline's collector with
+// the reader token: what a CLI user without kubectl gets), then the same
+// command for single sandboxes.
+func checkDiagnoseCommand(t *testing.T, out, cli string) {
+	t.Helper()
+	i := strings.LastIndex(out, "  try         ")
+	if i < 0 {
+		t.Fatal("no try line")
+	}
+	try := strings.Fields(strings.SplitN(out[i:], "\n", 2)[0])[1:]
+	if try[0] != cli || try[1] != "diagnose" || try[len(try)-1] != "--supervisor" {
+		t.Fatalf("try line %q does not name the built binary %s", try, cli)
+	}
 	diagnose := func(args ...string) (int, string) {
 		t.Helper()
-		cmd := exec.Command(bin, append([]string{"diagnose", "--collector", addr, "--insecure", "--token-file", filepath.Join(dataDir, "reader.token")}, args...)...)
+		cmd := exec.Command(try[0], append(append([]string{}, try[1:len(try)-1]...), args...)...)
 		var o bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &o, &o
 		err := cmd.Run()
@@ -354,7 +366,7 @@ func checkDiagnoseCommand(t *testing.T, out, dataDir string) {
 	if code, o := diagnose("healthy", "-w", scenario.DefaultWorkspace); code != 0 || !strings.Contains(o, "nothing blocks it") {
 		t.Errorf("eventpipe diagnose healthy: exit %d\n%s", code, o)
 	}
-	if code, o := diagnose("--supervisor"); code != 1 || !strings.Contains(o, "supervisor image "+scenario.SupervisorImageBad+" of gateway openshell: not_found") {
+	if code, o := diagnose(try[len(try)-1]); code != 1 || !strings.Contains(o, "supervisor image "+scenario.SupervisorImageBad+" of gateway openshell: not_found") {
 		t.Errorf("eventpipe diagnose --supervisor: exit %d\n%s", code, o)
 	}
 }
