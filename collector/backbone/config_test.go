@@ -113,7 +113,8 @@ func TestClientOptions(t *testing.T) {
 	c.Brokers = []string{"127.0.0.1:9092"}
 	c.SASL.Mechanism, c.SASL.Username, c.SASL.Password = "SCRAM-SHA-512", "u", "p"
 	opts, err := c.ClientOptions()
-	if err != nil || len(opts) != 3 {
+	// seed brokers, client id, SASL, read_committed
+	if err != nil || len(opts) != 4 {
 		t.Fatalf("opts %d, err %v", len(opts), err)
 	}
 	c.TLS.Enabled, c.TLS.CAFile = true, "/nonexistent/ca.pem"
