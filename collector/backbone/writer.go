@@ -447,7 +447,13 @@ func (w *Writer) produceTxn(parent, ctx context.Context, recs []*kgo.Record) err
 		w.m.produceErrors.WithLabelValues(topicBackbone).Inc()
 		return err
 	}
-	w.m.produced.WithLabelValues(topicBackbone).Add(float64(len(recs)))
+	for _, r := range recs {
+		if r.Topic == w.cfg.CursorTopic {
+			w.m.produced.WithLabelValues(topicCursor).Inc()
+		} else {
+			w.m.produced.WithLabelValues(topicBackbone).Inc()
+		}
+	}
 	return nil
 }
 

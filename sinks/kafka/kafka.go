@@ -35,11 +35,13 @@ type Sink struct {
 	opts []kgo.Opt // connection options, shared by the transactional producers
 	cl   *kgo.Client
 
-	mu         sync.Mutex
-	enc        encoder
+	mu     sync.Mutex // serialises Push (it owns enc)
+	enc    encoder
+	closed bool
+
+	topicMu    sync.Mutex
 	topicReady bool
 	missing    atomic.Bool // the last write found no topic
-	closed     bool
 }
 
 type metrics struct {
@@ -232,33 +234,31 @@ func (s *Sink) Push(ctx context.Context, batch []sinks.Record) error {
 	if s.closed {
 		return errors.New("kafka sink is closed") // retryable: never drop on shutdown
 	}
-	return s.push(ctx, s.cl, batch, nil)
+	return s.push(ctx, s.cl, &s.enc, batch, nil)
 }
 
-// push encodes batch and produces it with cl. Records refused for good are
-// reported through a PartialError; any other failure is returned,
-// classified for the runner. Called with s.mu held. inTxn, when set, runs
-// after the encoding with the records to produce (the transactional
-// pusher's produce-and-commit); nil produces them plainly.
-func (s *Sink) push(ctx context.Context, cl *kgo.Client, batch []sinks.Record, inTxn func([]*kgo.Record, []int, map[int]error) error) error {
-	if s.cfg.CreateTopic.Enabled && !s.topicReady {
-		if err := s.ensureTopic(ctx, cl); err != nil {
-			return err
-		}
+// push encodes batch with enc and produces it with cl. Records refused for
+// good are reported through a PartialError; any other failure is returned,
+// classified for the runner. The caller owns enc for the call. inTxn,
+// when set, runs after the encoding with the records to produce (the
+// transactional pusher's produce-and-commit); nil produces them plainly.
+func (s *Sink) push(ctx context.Context, cl *kgo.Client, enc *encoder, batch []sinks.Record, inTxn func([]*kgo.Record, []int, map[int]error) error) error {
+	if err := s.ensureTopic(ctx, cl); err != nil {
+		return err
 	}
 	recs := make([]kgo.Record, 0, len(batch))
 	idx := make([]int, 0, len(batch)) // batch index of recs[j]
 	failed := map[int]error{}
-	s.enc.start(len(batch))
+	enc.start(len(batch))
 	// ProduceSync returns only once every record has its outcome, so the
 	// arena is free again afterwards.
-	defer func() { s.enc.finish(len(batch), true) }()
+	defer func() { enc.finish(len(batch), true) }()
 	for i, r := range batch {
 		if r.Occurrence == nil {
 			failed[i] = fmt.Errorf("offset %d: no occurrence", r.Offset)
 			continue
 		}
-		msg, truncated, fits, err := s.enc.encode(r.Occurrence)
+		msg, truncated, fits, err := enc.encode(r.Occurrence)
 		switch {
 		case err != nil:
 			failed[i] = fmt.Errorf("encode: %w", err)
@@ -412,9 +412,17 @@ func classify(err error) error {
 	return err
 }
 
-// ensureTopic creates the topic if create_topic.enabled; an existing topic
-// is fine.
+// ensureTopic creates the topic if create_topic.enabled, once; an
+// existing topic is fine.
 func (s *Sink) ensureTopic(ctx context.Context, cl *kgo.Client) error {
+	if !s.cfg.CreateTopic.Enabled {
+		return nil
+	}
+	s.topicMu.Lock()
+	defer s.topicMu.Unlock()
+	if s.topicReady {
+		return nil
+	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.WriteTimeout)
 	defer cancel()
 	resp, err := kadm.NewClient(cl).CreateTopic(ctx, int32(s.cfg.CreateTopic.Partitions), int16(s.cfg.CreateTopic.ReplicationFactor), nil, s.cfg.Topic)
