@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -50,8 +51,9 @@ type txnPusher struct {
 	cl  *kgo.Client
 	src sinks.TxnSource
 
-	mu  sync.Mutex
-	enc encoder
+	mu      sync.Mutex
+	enc     encoder
+	topicID [16]byte // the source topic's id: newer TxnOffsetCommit versions name topics by id
 }
 
 // Init registers the transactional id with the brokers
@@ -61,6 +63,16 @@ func (t *txnPusher) Init(ctx context.Context) error {
 	if _, _, err := t.cl.ProducerID(ctx); err != nil {
 		return fmt.Errorf("init transactional producer %s: %w", t.src.TransactionalID, err)
 	}
+	td, err := kadm.NewClient(t.cl).ListTopics(ctx, t.src.Topic)
+	if err == nil {
+		err = td.Error()
+	}
+	if err != nil {
+		return fmt.Errorf("look up source topic %s: %w", t.src.Topic, err)
+	}
+	t.mu.Lock()
+	t.topicID = td[t.src.Topic].ID
+	t.mu.Unlock()
 	return nil
 }
 
@@ -187,7 +199,7 @@ func (t *txnPusher) commitOffset(ctx context.Context, off int64) error {
 	req.TransactionalID, req.Group, req.ProducerID, req.ProducerEpoch = t.src.TransactionalID, t.src.Group, id, epoch
 	req.MemberID, req.Generation = member, gen
 	rt := kmsg.NewTxnOffsetCommitRequestTopic()
-	rt.Topic = t.src.Topic
+	rt.Topic, rt.TopicID = t.src.Topic, t.topicID
 	rp := kmsg.NewTxnOffsetCommitRequestTopicPartition()
 	rp.Partition, rp.Offset, rp.LeaderEpoch = t.src.Partition, off, -1
 	rt.Partitions = append(rt.Partitions, rp)
