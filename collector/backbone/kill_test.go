@@ -7,6 +7,8 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -26,6 +28,8 @@ const (
 	envReplica      = "EVENTPIPE_KILLTEST_REPLICA"
 	envBrokers      = "EVENTPIPE_KILLTEST_BROKERS"
 	envTransactions = "EVENTPIPE_KILLTEST_TRANSACTIONS"
+	envName         = "EVENTPIPE_KILLTEST_NAME"
+	envStatusDir    = "EVENTPIPE_KILLTEST_STATUS"
 	// EVENTPIPE_TEST_TRANSACTIONS=off runs the kill test with
 	// backbone.transactions.enabled: false, to show that it then fails.
 	envTestTransactions = "EVENTPIPE_TEST_TRANSACTIONS"
@@ -43,7 +47,9 @@ func killConfig(brokers []string, txn bool) Config {
 	cfg.ReplicationFactor = 3
 	cfg.SessionTimeout = 6 * time.Second
 	cfg.Transactions.Enabled = txn
-	cfg.Transactions.ID = "kill-writer"
+	if txn {
+		cfg.Transactions.ID = "kill-writer"
+	}
 	return cfg
 }
 
@@ -55,6 +61,7 @@ func TestKillReplicaHelper(t *testing.T) {
 		t.Skip("helper process of TestKafkaSinkExactlyOnceThroughReplicaKill")
 	}
 	cfg := killConfig(strings.Split(os.Getenv(envBrokers), ","), os.Getenv(envTransactions) == "on")
+	cfg.ClientID = os.Getenv(envName) // the test finds the busiest replica by it
 	kcfg := kafka.NewDefaultConfig()
 	kcfg.Brokers, kcfg.Topic = cfg.Brokers, archiveTopic
 	ks, err := kafka.New(kcfg, slog.New(slog.NewTextHandler(os.Stderr, nil)), nil)
@@ -63,7 +70,7 @@ func TestKillReplicaHelper(t *testing.T) {
 	}
 	rc := sinks.NewDefaultRunnerConfig("archive")
 	rc.Batch.MaxRecords, rc.Batch.MaxWait = 50, 20*time.Millisecond
-	rc.CommitInterval = time.Second
+	rc.CommitInterval = 2 * time.Second
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	g, err := NewGroupSinks(cfg, []GroupSink{{Runner: rc, Pusher: ks}}, logger, nil)
 	if err != nil {
@@ -71,19 +78,29 @@ func TestKillReplicaHelper(t *testing.T) {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
+	go func() { // how many partitions this replica owns, for the test to pick whom to kill
+		for ctx.Err() == nil {
+			n := 0
+			for _, st := range g.Status() {
+				n += len(st.Partitions)
+			}
+			_ = os.WriteFile(filepath.Join(os.Getenv(envStatusDir), os.Getenv(envName)), []byte(strconv.Itoa(n)), 0o600)
+			time.Sleep(100 * time.Millisecond)
+		}
+	}()
 	fmt.Println("replica running")
 	_ = g.Run(ctx)
 }
 
 // startSinkReplica runs the helper as a child process.
-func startSinkReplica(t *testing.T, brokers []string, txn bool) *exec.Cmd {
+func startSinkReplica(t *testing.T, brokers []string, txn bool, name, dir string) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestKillReplicaHelper$", "-test.count=1")
 	on := "off"
 	if txn {
 		on = "on"
 	}
-	cmd.Env = append(os.Environ(), envReplica+"=1", envBrokers+"="+strings.Join(brokers, ","), envTransactions+"="+on)
+	cmd.Env = append(os.Environ(), envReplica+"=1", envBrokers+"="+strings.Join(brokers, ","), envTransactions+"="+on, envName+"="+name, envStatusDir+"="+dir)
 	if testing.Verbose() {
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	}
@@ -126,7 +143,12 @@ func TestKafkaSinkExactlyOnceThroughReplicaKill(t *testing.T) {
 	if err := w.CheckTopics(ctx); err != nil {
 		t.Fatal(err)
 	}
-	replicas := []*exec.Cmd{startSinkReplica(t, brokers, txn), startSinkReplica(t, brokers, txn), startSinkReplica(t, brokers, txn)}
+	dir := t.TempDir()
+	names := []string{"replica-0", "replica-1", "replica-2"}
+	replicas := map[string]*exec.Cmd{}
+	for _, name := range names {
+		replicas[name] = startSinkReplica(t, brokers, txn, name, dir)
+	}
 
 	const total, batch = 3000, 20
 	var ids []string
@@ -149,13 +171,17 @@ func TestKafkaSinkExactlyOnceThroughReplicaKill(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if !killed && time.Since(start) > 2500*time.Millisecond {
+		if !killed && n+batch >= total/2 {
+			// The replica that owns the most partitions now is SIGKILLed:
+			// it has pushed up to commit_interval's worth of each without
+			// committing. A new replica takes its place.
 			killed = true
-			if err := replicas[0].Process.Signal(syscall.SIGKILL); err != nil {
+			name := busiestMember(t, dir, names)
+			if err := replicas[name].Process.Signal(syscall.SIGKILL); err != nil {
 				t.Fatal(err)
 			}
-			t.Logf("SIGKILLed replica 0 after %d occurrences", n+batch)
-			replicas[0] = startSinkReplica(t, brokers, txn)
+			t.Logf("SIGKILLed %s after %d occurrences", name, n+batch)
+			replicas[name+"-new"] = startSinkReplica(t, brokers, txn, name+"-new", dir)
 		}
 	}
 	t.Logf("%d occurrences acknowledged in %s", total, time.Since(start).Round(time.Millisecond))
@@ -216,4 +242,22 @@ func TestKafkaSinkExactlyOnceThroughReplicaKill(t *testing.T) {
 	for _, p := range replicas {
 		_ = p.Process.Signal(syscall.SIGTERM)
 	}
+}
+
+// busiestMember is the name of the replica that owns the most backbone
+// partitions, as each replica reports in its status file.
+func busiestMember(t *testing.T, dir string, names []string) string {
+	t.Helper()
+	best, most := "", 0
+	for _, name := range names {
+		b, _ := os.ReadFile(filepath.Join(dir, name))
+		n, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+		if n > most {
+			best, most = name, n
+		}
+	}
+	if best == "" {
+		t.Fatal("no replica owns a partition of the archive group")
+	}
+	return best
 }
