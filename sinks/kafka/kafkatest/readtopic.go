@@ -18,9 +18,28 @@ import (
 // reads up to each partition's last stable offset: records of aborted
 // transactions and transaction markers are not returned.
 func ReadTopic(ctx context.Context, opts []kgo.Opt, topic string) ([]*kgo.Record, error) {
+	byPart := map[int32][]*kgo.Record{}
+	if err := EachRecord(ctx, opts, topic, func(r *kgo.Record) { byPart[r.Partition] = append(byPart[r.Partition], r) }); err != nil {
+		return nil, err
+	}
+	parts := make([]int32, 0, len(byPart))
+	for p := range byPart {
+		parts = append(parts, p)
+	}
+	sort.Slice(parts, func(i, j int) bool { return parts[i] < parts[j] })
+	var out []*kgo.Record
+	for _, p := range parts {
+		out = append(out, byPart[p]...)
+	}
+	return out, nil
+}
+
+// EachRecord calls fn with every record of topic that ReadTopic would
+// return, in offset order within a partition, without keeping them.
+func EachRecord(ctx context.Context, opts []kgo.Opt, topic string, fn func(*kgo.Record)) error {
 	adm, err := kgo.NewClient(opts...)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	ends, err := kadm.NewClient(adm).ListEndOffsets(ctx, topic)
 	adm.Close()
@@ -28,7 +47,7 @@ func ReadTopic(ctx context.Context, opts []kgo.Opt, topic string) ([]*kgo.Record
 		err = ends.Error()
 	}
 	if err != nil {
-		return nil, fmt.Errorf("end offsets of %s: %w", topic, err)
+		return fmt.Errorf("end offsets of %s: %w", topic, err)
 	}
 	want := map[int32]int64{}
 	ends.Each(func(o kadm.ListedOffset) {
@@ -41,10 +60,9 @@ func ReadTopic(ctx context.Context, opts []kgo.Opt, topic string) ([]*kgo.Record
 	cl, err := kgo.NewClient(append(opts, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchMaxWait(200*time.Millisecond), kgo.KeepControlRecords())...)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer cl.Close()
-	byPart := map[int32][]*kgo.Record{}
 	next := map[int32]int64{}
 	behind := func() bool {
 		for p, end := range want {
@@ -57,7 +75,7 @@ func ReadTopic(ctx context.Context, opts []kgo.Opt, topic string) ([]*kgo.Record
 	for behind() {
 		fs := cl.PollFetches(ctx)
 		if err := ctx.Err(); err != nil {
-			return nil, fmt.Errorf("read %s: %w (read up to %v of %v)", topic, err, next, want)
+			return fmt.Errorf("read %s: %w (read up to %v of %v)", topic, err, next, want)
 		}
 		fs.EachError(func(_ string, p int32, e error) {
 			if err == nil {
@@ -65,7 +83,7 @@ func ReadTopic(ctx context.Context, opts []kgo.Opt, topic string) ([]*kgo.Record
 			}
 		})
 		if err != nil {
-			return nil, err
+			return err
 		}
 		fs.EachPartition(func(p kgo.FetchTopicPartition) {
 			// Under read_committed the last stable offset is the end:
@@ -75,20 +93,11 @@ func ReadTopic(ctx context.Context, opts []kgo.Opt, topic string) ([]*kgo.Record
 			}
 			for _, r := range p.Records {
 				if !r.Attrs.IsControl() {
-					byPart[p.Partition] = append(byPart[p.Partition], r)
+					fn(r)
 				}
 				next[p.Partition] = r.Offset + 1
 			}
 		})
 	}
-	parts := make([]int32, 0, len(byPart))
-	for p := range byPart {
-		parts = append(parts, p)
-	}
-	sort.Slice(parts, func(i, j int) bool { return parts[i] < parts[j] })
-	var out []*kgo.Record
-	for _, p := range parts {
-		out = append(out, byPart[p]...)
-	}
-	return out, nil
+	return nil
 }
