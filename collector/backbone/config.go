@@ -106,13 +106,13 @@ const (
 	// worth of waiting, short enough that a killed replica's open
 	// transaction holds consumers back only briefly.
 	DefaultTransactionTimeout = 10 * time.Second
-	DefaultTopic             = "eventpipe.occurrences"
-	DefaultCursorTopic       = "eventpipe.cursors"
-	DefaultGroupPrefix       = "eventpipe"
-	DefaultClientID          = "eventpipe-collector"
-	DefaultPartitions        = 12
-	DefaultReplicationFactor = 3
-	DefaultProduceTimeout    = 10 * time.Second
+	DefaultTopic              = "eventpipe.occurrences"
+	DefaultCursorTopic        = "eventpipe.cursors"
+	DefaultGroupPrefix        = "eventpipe"
+	DefaultClientID           = "eventpipe-collector"
+	DefaultPartitions         = 12
+	DefaultReplicationFactor  = 3
+	DefaultProduceTimeout     = 10 * time.Second
 	// DefaultSessionTimeout: Kafka's consumer default was 10 s before 3.0
 	// (45 s since); eventpipe's sinks prefer a quick takeover, and brokers
 	// accept 6 s to 30 min by default (group.min/max.session.timeout.ms).
