@@ -69,7 +69,8 @@ Examples:
 
 A reader token sees only the workspaces it was granted: a sandbox of another
 workspace shows no events. Ctrl-C stops (exit 0) and prints the cursor (or, from
-collectors in Kafka mode, the position) to resume from. While following, an unreachable collector is retried with backoff.
+collectors in Kafka mode, the position) to resume from. While following, an unreachable collector is retried with backoff;
+with several replicas in --collector (a,b,c) a broken stream resumes on the first of them that answers.
 
 Exit status: 0 done or interrupted, 1 refused or failed, 2 bad flags.
 
