@@ -90,8 +90,10 @@ type TransactionsConfig struct {
 	// "<group_prefix>.ingest.<id>". A replica started with the ID of one
 	// that is still running (a zombie cut off from its agents, or a
 	// restarted pod) fences it: the old one can no longer write. Empty:
-	// the host name, which is the pod name in a StatefulSet. Two live
-	// replicas must never share an ID (they would fence each other).
+	// the collector uses "<host name>-<gRPC port>" (the pod name in
+	// Kubernetes; the process id instead of an ephemeral port), and
+	// TransactionalID the host name. Two live replicas must never share an
+	// ID (they would fence each other).
 	ID string `yaml:"id" json:"id"`
 	// Timeout is the transaction timeout: a transaction its replica left
 	// open (killed mid-write) is aborted by the brokers after it, and until
