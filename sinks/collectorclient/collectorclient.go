@@ -26,6 +26,7 @@ import (
 	"google.golang.org/grpc/resolver/manual"
 
 	"github.com/eventpipe/eventpipe/api/config"
+	"github.com/eventpipe/eventpipe/internal/buildinfo"
 )
 
 // Options says how to reach the collector.
@@ -90,7 +91,8 @@ func Dial(o Options) (*grpc.ClientConn, error) {
 	if o.MaxRecvBytes > 0 {
 		opts = append(opts, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(o.MaxRecvBytes)))
 	}
-	opts = append(opts, grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}))
+	opts = append(opts, grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+		grpc.WithUserAgent(buildinfo.UserAgent("collector-client")))
 	target := o.Address
 	if addrs := Addresses(o.Address); len(addrs) > 1 {
 		var r *manual.Resolver
