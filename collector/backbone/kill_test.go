@@ -189,14 +189,12 @@ func TestKafkaSinkExactlyOnceThroughReplicaKill(t *testing.T) {
 	// Wait until the archive holds every id (read_committed), then for
 	// stragglers a little longer, and count.
 	opts := []kgo.Opt{kgo.SeedBrokers(brokers...), kgo.FetchIsolationLevel(kgo.ReadCommitted())}
-	var counts map[string]int
-	deadline := time.Now().Add(90 * time.Second)
-	for {
+	count := func() (map[string]int, int) {
 		recs, err := kafkatest.ReadTopic(ctx, opts, archiveTopic)
 		if err != nil {
 			t.Fatal(err)
 		}
-		counts = map[string]int{}
+		counts := map[string]int{}
 		for _, r := range recs {
 			for _, h := range r.Headers {
 				if h.Key == "ce_id" {
@@ -204,6 +202,11 @@ func TestKafkaSinkExactlyOnceThroughReplicaKill(t *testing.T) {
 				}
 			}
 		}
+		return counts, len(recs)
+	}
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		counts, _ := count()
 		missing := 0
 		for _, id := range ids {
 			if counts[id] == 0 {
@@ -219,23 +222,12 @@ func TestKafkaSinkExactlyOnceThroughReplicaKill(t *testing.T) {
 		time.Sleep(time.Second)
 	}
 	time.Sleep(3 * time.Second) // a late duplicate would land now
-	recs, err := kafkatest.ReadTopic(ctx, opts, archiveTopic)
-	if err != nil {
-		t.Fatal(err)
-	}
-	counts = map[string]int{}
-	for _, r := range recs {
-		for _, h := range r.Headers {
-			if h.Key == "ce_id" {
-				counts[string(h.Value)]++
-			}
-		}
-	}
+	counts, n := count()
 	dups := 0
 	for _, n := range counts {
 		dups += n - 1
 	}
-	t.Logf("transactions %v: archive holds %d records, %d distinct, %d duplicates", txn, len(recs), len(counts), dups)
+	t.Logf("transactions %v: archive holds %d records, %d distinct, %d duplicates", txn, n, len(counts), dups)
 	if dups > 0 {
 		t.Errorf("%d duplicate records in the archive topic (read_committed) after a replica kill", dups)
 	}

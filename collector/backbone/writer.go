@@ -376,15 +376,7 @@ func (w *Writer) produce(parent, ctx context.Context, topic string, recs []*kgo.
 	// takes them: then the agent's re-send is a duplicate).
 	done := make(chan error, 1)
 	go func() { done <- w.prod.ProduceSync(ctx, recs...).FirstErr() }()
-	var err error
-	select {
-	case err = <-done:
-	case <-ctx.Done():
-		err = ctx.Err()
-	}
-	if err != nil && parent.Err() == nil && ctx.Err() != nil {
-		err = fmt.Errorf("%w (%s): %v", ErrProduceTimeout, w.cfg.ProduceTimeout, err)
-	}
+	err := w.await(parent, ctx, done)
 	w.m.produceSeconds.WithLabelValues(topic).Observe(time.Since(start).Seconds())
 	if err != nil {
 		w.m.produceErrors.WithLabelValues(topic).Inc()
@@ -433,15 +425,7 @@ func (w *Writer) produceTxn(parent, ctx context.Context, recs []*kgo.Record) err
 		}
 		done <- err
 	}()
-	var err error
-	select {
-	case err = <-done:
-	case <-ctx.Done():
-		err = ctx.Err()
-	}
-	if err != nil && parent.Err() == nil && ctx.Err() != nil {
-		err = fmt.Errorf("%w (%s): %v", ErrProduceTimeout, w.cfg.ProduceTimeout, err)
-	}
+	err := w.await(parent, ctx, done)
 	w.m.produceSeconds.WithLabelValues(topicBackbone).Observe(time.Since(start).Seconds())
 	if err != nil {
 		w.m.produceErrors.WithLabelValues(topicBackbone).Inc()
@@ -455,6 +439,22 @@ func (w *Writer) produceTxn(parent, ctx context.Context, recs []*kgo.Record) err
 		}
 	}
 	return nil
+}
+
+// await waits for a produce's outcome on done, or for ctx (parent bounded
+// by produce_timeout) to end; a timeout of the bound, not of the caller, is
+// ErrProduceTimeout.
+func (w *Writer) await(parent, ctx context.Context, done <-chan error) error {
+	var err error
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	if err != nil && parent.Err() == nil && ctx.Err() != nil {
+		err = fmt.Errorf("%w (%s): %v", ErrProduceTimeout, w.cfg.ProduceTimeout, err)
+	}
+	return err
 }
 
 func cursorKey(cluster, stream string) string { return cluster + "/" + stream }
