@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"strings"
 	"sync"
@@ -19,13 +18,13 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
-	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/resolver/manual"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
 	"github.com/eventpipe/eventpipe/internal/buildinfo"
+	"github.com/eventpipe/eventpipe/sinks/collectorclient"
 )
 
 // shipper sends batches over one Ingest.Ship stream at a time, keeps at most
@@ -423,34 +422,18 @@ func dialCollector(cfg CollectorConfig) (*grpc.ClientConn, error) {
 	target := cfg.Address
 	if len(cfg.Addresses) > 0 {
 		var r *manual.Resolver
-		target, r = replicasResolver(cfg.Addresses)
+		target, r = collectorclient.ReplicasResolver(cfg.Addresses)
 		opts = append(opts, grpc.WithResolvers(r),
 			// One connection at a time, to the first replica of a shuffled
 			// list that answers; when it breaks, the next Ship stream
 			// goes to whichever answers then.
-			grpc.WithDefaultServiceConfig(`{"loadBalancingConfig":[{"pick_first":{"shuffleAddressList":true}}]}`))
+			grpc.WithDefaultServiceConfig(collectorclient.PickFirst(true)))
 	}
 	conn, err := grpc.NewClient(target, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("collector client %s: %w", describeTarget(cfg), err)
 	}
 	return conn, nil
-}
-
-// replicasResolver serves collector.addresses to gRPC as one target. Each
-// address keeps its host as the TLS server name, as if dialled alone.
-func replicasResolver(addrs []string) (string, *manual.Resolver) {
-	r := manual.NewBuilderWithScheme("eventpipe-collectors")
-	state := resolver.State{}
-	for _, a := range addrs {
-		host, _, err := net.SplitHostPort(a)
-		if err != nil {
-			host = a
-		}
-		state.Addresses = append(state.Addresses, resolver.Address{Addr: a, ServerName: host})
-	}
-	r.InitialState(state)
-	return r.Scheme() + ":///collectors", r
 }
 
 // describeTarget names the collector(s) in messages.

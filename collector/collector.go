@@ -9,6 +9,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"os"
 	"sync"
 	"time"
 
@@ -162,11 +163,36 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer, opts ...Opt
 	return c, nil
 }
 
+// transactionSlot is the default backbone.transactions.id: the host name
+// and the gRPC port. A pod's host name is its name, so a restarted
+// container takes its predecessor's slot (and fences it), while replicas
+// sharing a host (tests, one machine) differ by port. With an ephemeral
+// port (":0") the process id stands in: unique, though not kept across a
+// restart.
+func transactionSlot(listen string) (string, error) {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		return "", fmt.Errorf("backbone.transactions.id is empty and the host name is unknown (%v): set it to this replica's slot", err)
+	}
+	if _, port, err := net.SplitHostPort(listen); err == nil && port != "" && port != "0" {
+		return host + "-" + port, nil
+	}
+	return fmt.Sprintf("%s-pid%d", host, os.Getpid()), nil
+}
+
 // openBackbone builds the Kafka writer and checks (or creates) its topics:
 // a collector that cannot reach the brokers, or finds a topic missing with
 // create_topics off, does not start.
 func (c *Collector) openBackbone() error {
-	w, err := backbone.NewWriter(*c.cfg.Backbone, c.logger.With("part", "backbone"), c.reg)
+	bcfg := *c.cfg.Backbone
+	if bcfg.Transactions.Enabled && bcfg.Transactions.ID == "" {
+		id, err := transactionSlot(c.cfg.GRPC.Listen)
+		if err != nil {
+			return err
+		}
+		bcfg.Transactions.ID = id
+	}
+	w, err := backbone.NewWriter(bcfg, c.logger.With("part", "backbone"), c.reg)
 	if err != nil {
 		return err
 	}

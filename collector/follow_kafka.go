@@ -416,7 +416,8 @@ func (f *kafkaFollowServer) tailPartition(ctx context.Context, sel selector, p *
 	cl, err := kgo.NewClient(append(slices.Clip(f.opts),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{f.topic: {q: kgo.NewOffset().At(lo)}}),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.FetchMaxWait(100*time.Millisecond))...)
+		kgo.FetchMaxWait(100*time.Millisecond),
+		kgo.KeepControlRecords())...)
 	if err != nil {
 		return nil, nil, 0, status.Errorf(codes.Unavailable, "backbone: %v", err)
 	}
@@ -470,8 +471,10 @@ func (f *kafkaFollowServer) tailPartition(ctx context.Context, sel selector, p *
 const readRangeTimeout = 30 * time.Second
 
 // readRange reads offsets [lo, hi) of partition q with cl (a client
-// consuming q), in offset order. The backbone is neither compacted nor
-// transactional, so the range is dense and ends at hi-1.
+// consuming q, transaction markers kept), in offset order. The backbone is
+// not compacted, but with transactions its read_committed view has holes
+// (aborted records): the range is complete once the client returned an
+// offset at or past hi-1 (a record, or a marker, which is not returned).
 func (f *kafkaFollowServer) readRange(ctx context.Context, cl *kgo.Client, q int32, lo, hi int64, seek bool) ([]*kgo.Record, error) {
 	if seek {
 		cl.SetOffsets(map[string]map[int32]kgo.EpochOffset{f.topic: {q: {Epoch: -1, Offset: lo}}})
@@ -489,14 +492,17 @@ func (f *kafkaFollowServer) readRange(ctx context.Context, cl *kgo.Client, q int
 		}
 		complete := false
 		fs.EachRecord(func(r *kgo.Record) {
-			if r.Partition != q || r.Offset < lo || r.Offset >= hi {
-				return // buffered before the seek, or past the range
+			if r.Partition != q || r.Offset < lo {
+				return // buffered before the seek
+			}
+			complete = complete || r.Offset >= hi-1
+			if r.Offset >= hi || r.Attrs.IsControl() {
+				return
 			}
 			if len(out) > 0 && r.Offset <= out[len(out)-1].Offset {
 				return
 			}
 			out = append(out, r)
-			complete = complete || r.Offset == hi-1
 		})
 		if complete {
 			return out, nil

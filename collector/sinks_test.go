@@ -8,12 +8,13 @@ import (
 	"testing"
 	"time"
 
-	kafkago "github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
 	"github.com/eventpipe/eventpipe/sinks"
 	"github.com/eventpipe/eventpipe/sinks/kafka"
+	"github.com/eventpipe/eventpipe/sinks/kafka/kafkatest"
 	"github.com/eventpipe/eventpipe/sinks/loki"
 	"github.com/eventpipe/eventpipe/sinks/sinktest"
 	"github.com/eventpipe/eventpipe/testenv/victorialogs"
@@ -73,7 +74,7 @@ func TestCollectorFeedsEverySinkType(t *testing.T) {
 	}
 
 	eventually(t, "the file sink", func() bool { return len(readJSONL(t, jsonl)) == total })
-	var msgs []kafkago.Message
+	var msgs []*kgo.Record
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		msgs, err = readKafkaTopic(ctx, kcfg.Brokers[0], kcfg.Topic)
@@ -103,42 +104,6 @@ func TestCollectorFeedsEverySinkType(t *testing.T) {
 	})
 }
 
-func readKafkaTopic(ctx context.Context, addr, topic string) ([]kafkago.Message, error) {
-	d := &kafkago.Dialer{Timeout: 5 * time.Second}
-	conn, err := d.DialContext(ctx, "tcp", addr)
-	if err != nil {
-		return nil, err
-	}
-	parts, err := conn.ReadPartitions(topic)
-	conn.Close()
-	if err != nil {
-		return nil, err
-	}
-	var out []kafkago.Message
-	for _, p := range parts {
-		lc, err := d.DialLeader(ctx, "tcp", addr, topic, p.ID)
-		if err != nil {
-			return nil, err
-		}
-		first, last, err := lc.ReadOffsets()
-		if err != nil {
-			lc.Close()
-			return nil, err
-		}
-		if _, err := lc.Seek(first, kafkago.SeekAbsolute); err != nil {
-			lc.Close()
-			return nil, err
-		}
-		for off := first; off < last; off++ {
-			lc.SetReadDeadline(time.Now().Add(5 * time.Second))
-			m, err := lc.ReadMessage(10 << 20)
-			if err != nil {
-				lc.Close()
-				return nil, err
-			}
-			out = append(out, m)
-		}
-		lc.Close()
-	}
-	return out, nil
+func readKafkaTopic(ctx context.Context, addr, topic string) ([]*kgo.Record, error) {
+	return kafkatest.ReadTopic(ctx, []kgo.Opt{kgo.SeedBrokers(addr)}, topic)
 }

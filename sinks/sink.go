@@ -44,6 +44,51 @@ type Pusher interface {
 	Push(ctx context.Context, batch []Record) error
 }
 
+// Transactor is implemented by a Pusher whose destination can store the
+// consumer's position together with a batch, atomically: a Kafka sink
+// reading a Kafka source (consume-transform-produce). The collector's
+// Kafka mode asks it for one TxnPusher per source partition it owns;
+// elsewhere the Pusher is used as usual.
+type Transactor interface {
+	Transactional(src TxnSource) (TxnPusher, error)
+}
+
+// TxnSource is one partition of a Kafka source read by a consumer group.
+type TxnSource struct {
+	// Group, Topic and Partition name what is consumed; the offset after
+	// each pushed batch is committed to Group inside the batch's
+	// transaction.
+	Group, Topic string
+	Partition    int32
+	// TransactionalID is the producer's transactional.id. It belongs to
+	// the partition, not to the process: the partition's next owner uses
+	// the same id, which fences a previous owner still alive (a zombie)
+	// and aborts what it left open.
+	TransactionalID string
+	// Timeout is the transaction timeout (an open transaction of a killed
+	// owner is aborted after it, or at once when the next owner starts).
+	Timeout time.Duration
+	// Member returns the group member id and generation the commits are
+	// made under: a member the group has removed is refused.
+	Member func() (memberID string, generation int32)
+	// Committed is told the offset (the Kafka offset after the batch,
+	// which equals the last record's sinks Offset) each committed
+	// transaction stored.
+	Committed func(offset uint64)
+}
+
+// TxnPusher pushes one partition's batches, each with its position in one
+// transaction: Push returning nil means the batch and the group offset
+// after its last record (Record.Offset, Kafka offset + 1) are both stored;
+// an error means neither is visible to read_committed readers. Init
+// fences the partition's previous owner; call it before reading the
+// group's committed offset. Close releases the producer.
+type TxnPusher interface {
+	Pusher
+	Init(ctx context.Context) error
+	Close()
+}
+
 // Source is what a sink reads: the collector's durable log. Read returns up
 // to max records with Offset >= from, in offset order, without blocking
 // (possibly fewer than are available: the caller reads again). skipped

@@ -39,6 +39,9 @@ func startCollector(bcfg backbone.Config, o options, i int) (replica, func(), er
 	cfg.Log = collector.LogKafka
 	b := bcfg
 	b.ClientID = fmt.Sprintf("bench-collector-%d", i)
+	if b.Transactions.Enabled {
+		b.Transactions.ID = fmt.Sprintf("bench-collector-%d", i) // one slot per replica
+	}
 	cfg.Backbone = &b
 	cfg.GRPC.Listen, cfg.HTTP.Listen = "127.0.0.1:0", "127.0.0.1:0"
 	cfg.GRPC.IngestPipeline = o.window

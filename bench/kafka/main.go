@@ -48,6 +48,7 @@ import (
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
 	"github.com/eventpipe/eventpipe/collector/backbone"
 	"github.com/eventpipe/eventpipe/sinks"
+	"github.com/eventpipe/eventpipe/sinks/kafka/kafkatest"
 	"github.com/eventpipe/eventpipe/sinks/sinktest"
 )
 
@@ -70,6 +71,8 @@ type options struct {
 	rate        int
 	duration    time.Duration
 	runs        int
+	txn         bool // backbone.transactions.enabled for this run
+	txnModes    []bool
 }
 
 func run() error {
@@ -86,6 +89,7 @@ func run() error {
 	flag.IntVar(&o.rate, "rate", 50_000, "target ingest rate of the lag phase (occurrences/s)")
 	flag.DurationVar(&o.duration, "duration", 30*time.Second, "length of the lag phase's live ingest")
 	flag.IntVar(&o.runs, "runs", 3, "runs of each measurement")
+	txnModes := flag.String("transactions", "off,on", "backbone.transactions.enabled values to measure, comma-separated (each run of each replica count goes through them in turn)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.Parse()
 	if *cpuProfile != "" {
@@ -106,6 +110,16 @@ func run() error {
 		}
 		o.replicas = append(o.replicas, n)
 	}
+	for _, f := range strings.Split(*txnModes, ",") {
+		switch strings.TrimSpace(f) {
+		case "on":
+			o.txnModes = append(o.txnModes, true)
+		case "off":
+			o.txnModes = append(o.txnModes, false)
+		default:
+			return fmt.Errorf("-transactions %q: want on and/or off", *txnModes)
+		}
+	}
 	if o.agents < 1 || o.batch < 1 || o.window < 1 || o.runs < 1 {
 		return fmt.Errorf("-agents, -batch, -window and -runs must be at least 1")
 	}
@@ -119,12 +133,15 @@ func run() error {
 		}
 		for i := 1; i <= o.runs; i++ {
 			for _, r := range o.replicas {
-				run := ingestRun
-				if phase == "lag" {
-					run = lagRun
-				}
-				if err := run(o, r, i); err != nil {
-					return fmt.Errorf("%s, %d replica(s), run %d: %w", phase, r, i, err)
+				for _, txn := range o.txnModes {
+					run := ingestRun
+					if phase == "lag" {
+						run = lagRun
+					}
+					o.txn = txn
+					if err := run(o, r, i); err != nil {
+						return fmt.Errorf("%s, %d replica(s), transactions %v, run %d: %w", phase, r, txn, i, err)
+					}
 				}
 			}
 		}
@@ -166,6 +183,7 @@ func newEnv(o options, replicas int) (*env, error) {
 	cfg.CreateTopics = true
 	cfg.Partitions = o.partitions
 	cfg.ReplicationFactor = 3
+	cfg.Transactions.Enabled = o.txn
 	e.cfg = cfg
 	for i := range replicas {
 		var r replica
@@ -173,7 +191,11 @@ func newEnv(o options, replicas int) (*env, error) {
 		var err error
 		switch o.target {
 		case "writer":
-			r, stop, err = startWriter(cfg)
+			wcfg := cfg
+			if wcfg.Transactions.Enabled {
+				wcfg.Transactions.ID = fmt.Sprintf("bench-writer-%d", i)
+			}
+			r, stop, err = startWriter(wcfg)
 		case "collector":
 			r, stop, err = startCollector(cfg, o, i)
 		default:
@@ -397,27 +419,22 @@ func ingestRun(o options, replicas, run int) error {
 	if end != int64(res.occurrences) {
 		return fmt.Errorf("the backbone topic holds %d records, %d were acknowledged", end, res.occurrences)
 	}
-	fmt.Printf("ingest replicas=%d run=%d: %d occurrences, %d agents, batch %d, window %d: %.2fs, %.0f occurrences/s; ack p50 %s p99 %s max %s; CPU %.1f µs/occurrence (all in this process); topic holds %d; load %s -> %s\n",
-		replicas, run, res.occurrences, o.agents, o.batch, o.window, res.elapsed.Seconds(), float64(res.occurrences)/res.elapsed.Seconds(),
+	fmt.Printf("ingest replicas=%d transactions=%v run=%d: %d occurrences, %d agents, batch %d, window %d: %.2fs, %.0f occurrences/s; ack p50 %s p99 %s max %s; CPU %.1f µs/occurrence (all in this process); topic holds %d; load %s -> %s\n",
+		replicas, o.txn, run, res.occurrences, o.agents, o.batch, o.window, res.elapsed.Seconds(), float64(res.occurrences)/res.elapsed.Seconds(),
 		res.p(0.50), res.p(0.99), res.p(1), float64(res.cpu.Microseconds())/float64(res.occurrences), end, before, loadAvg())
 	return nil
 }
 
-// topicTotal is the number of records in the backbone topic (sum of end
-// offsets; nothing is deleted during a run).
+// topicTotal is the number of occurrences in the backbone topic, read as
+// a read_committed consumer reads them.
+
 func topicTotal(ctx context.Context, cfg backbone.Config) (int64, error) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(cfg.Brokers...))
-	if err != nil {
-		return 0, err
-	}
-	defer cl.Close()
-	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, cfg.Topic)
-	if err != nil {
-		return 0, err
-	}
+	// Read as a read_committed consumer: with transactions, markers take
+	// offsets too, so the end offsets would overcount.
 	var n int64
-	ends.Each(func(o kadm.ListedOffset) { n += o.Offset })
-	return n, nil
+	err := kafkatest.EachRecord(ctx, []kgo.Opt{kgo.SeedBrokers(cfg.Brokers...), kgo.FetchIsolationLevel(kgo.ReadCommitted())},
+		cfg.Topic, func(*kgo.Record) { n++ })
+	return n, err
 }
 
 // countingSink delivers nothing anywhere: it counts each occurrence by its
@@ -649,8 +666,8 @@ func lagRun(o options, replicas, run int) error {
 		return lat[int(q*float64(len(lat)-1))].Round(time.Millisecond)
 	}
 	rate := float64(total) / ingestEnd.Seconds()
-	fmt.Printf("lag replicas=%d run=%d: target %d/s, sustained %.0f/s (%d occurrences in %.1fs, %d agents, batch %d); ack p50 %s p99 %s; sink group lag (Kafka, committed) p50 %d p99 %d max %d records; produced-not-delivered p50 %d p99 %d max %d (%.2fs / %.2fs / %.2fs of ingest); ingest-to-sink p50 %s p99 %s max %s; drained %.2fs after the last ack; %d delivered exactly once; CPU during the ingest %.1f µs/occurrence (agents, collectors, consumers, brokers); load %s -> %s\n",
-		replicas, run, o.rate, rate, total, ingestEnd.Seconds(), o.agents, o.batch, res.p(0.5), res.p(0.99),
+	fmt.Printf("lag replicas=%d transactions=%v run=%d: target %d/s, sustained %.0f/s (%d occurrences in %.1fs, %d agents, batch %d); ack p50 %s p99 %s; sink group lag (Kafka, committed) p50 %d p99 %d max %d records; produced-not-delivered p50 %d p99 %d max %d (%.2fs / %.2fs / %.2fs of ingest); ingest-to-sink p50 %s p99 %s max %s; drained %.2fs after the last ack; %d delivered exactly once; CPU during the ingest %.1f µs/occurrence (agents, collectors, consumers, brokers); load %s -> %s\n",
+		replicas, o.txn, run, o.rate, rate, total, ingestEnd.Seconds(), o.agents, o.batch, res.p(0.5), res.p(0.99),
 		pq(lagC, 0.5), pq(lagC, 0.99), pq(lagC, 1), pq(lagU, 0.5), pq(lagU, 0.99), pq(lagU, 1),
 		float64(pq(lagU, 0.5))/rate, float64(pq(lagU, 0.99))/rate, float64(pq(lagU, 1))/rate,
 		pd(0.5), pd(0.99), pd(1), drain.Seconds(), total, float64(res.cpu.Microseconds())/float64(total), before, loadAvg())

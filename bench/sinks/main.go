@@ -59,8 +59,9 @@ import (
 	"syscall"
 	"time"
 
-	segkafka "github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
@@ -570,29 +571,31 @@ func newRunner(st *store.Store, src sinks.Source, commits *atomic.Int64, name st
 // countTopic sums, over the topic's partitions, the offsets between the
 // first and the end: the number of records the broker holds.
 func countTopic(ctx context.Context, addr, topic string) (int, error) {
-	d := &segkafka.Dialer{Timeout: 5 * time.Second}
-	conn, err := d.DialContext(ctx, "tcp", addr)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr))
 	if err != nil {
 		return 0, err
 	}
-	parts, err := conn.ReadPartitions(topic)
-	conn.Close()
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	starts, err := adm.ListStartOffsets(ctx, topic)
+	if err == nil {
+		err = starts.Error()
+	}
+	if err != nil {
+		return 0, err
+	}
+	ends, err := adm.ListEndOffsets(ctx, topic)
+	if err == nil {
+		err = ends.Error()
+	}
 	if err != nil {
 		return 0, err
 	}
 	total := 0
-	for _, p := range parts {
-		lc, err := d.DialLeader(ctx, "tcp", addr, topic, p.ID)
-		if err != nil {
-			return 0, err
-		}
-		first, last, err := lc.ReadOffsets()
-		lc.Close()
-		if err != nil {
-			return 0, fmt.Errorf("partition %d: %w", p.ID, err)
-		}
-		total += int(last - first)
-	}
+	ends.Each(func(o kadm.ListedOffset) {
+		first, _ := starts.Lookup(o.Topic, o.Partition)
+		total += int(o.Offset - first.Offset)
+	})
 	return total, nil
 }
 

@@ -51,11 +51,8 @@ func runAgent(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 		cpuProfile  = fs.String("cpu-profile", "", "write a CPU profile to this file until the agent stops (benchmarks)")
 		memProfile  = fs.String("mem-profile", "", "write a heap profile to this file when the agent stops (benchmarks)")
 	)
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			return 0
-		}
-		return 2
+	if exit, ok := parseFlags(fs, "agent", args, stderr); !ok {
+		return exit
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "eventpipe agent: unexpected arguments %q\n", fs.Args())

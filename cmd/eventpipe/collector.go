@@ -4,7 +4,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -34,11 +33,8 @@ func runCollector(ctx context.Context, args []string, _ io.Reader, stdout, stder
 		fmt.Fprintln(stderr, "Usage: eventpipe collector [--config FILE] [flags]")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if exit, ok := parseFlags(fs, "collector", args, stderr); !ok {
+		return exit
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "eventpipe collector: unexpected arguments %q\n", fs.Args())

@@ -7,7 +7,6 @@ import (
 	"context"
 	_ "embed"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -62,11 +61,8 @@ Flags:
 	fs.StringVar(&output, "output", output, "output format: json or table")
 	fs.StringVar(&output, "o", output, "shorthand for --output")
 	fs.BoolVar(&demo, "demo", false, "read the bundled seed scenario instead of stdin")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if exit, ok := parseFlags(fs, "enrich", args, stderr); !ok {
+		return exit
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "eventpipe enrich: unexpected arguments %q\n", fs.Args())

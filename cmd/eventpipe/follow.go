@@ -69,7 +69,8 @@ Examples:
 
 A reader token sees only the workspaces it was granted: a sandbox of another
 workspace shows no events. Ctrl-C stops (exit 0) and prints the cursor (or, from
-collectors in Kafka mode, the position) to resume from. While following, an unreachable collector is retried with backoff.
+collectors in Kafka mode, the position) to resume from. While following, an unreachable collector is retried with backoff;
+with several replicas in --collector (a,b,c) a broken stream resumes on the first of them that answers.
 
 Exit status: 0 done or interrupted, 1 refused or failed, 2 bad flags.
 
@@ -176,7 +177,7 @@ func (o *followOptions) validate() []string {
 // connFlags registers the flags that say how to reach the collector (shared
 // by follow and diagnose).
 func (o *followOptions) connFlags(fs *flag.FlagSet) {
-	fs.StringVar(&o.addr, "collector", collector.DefaultGRPCListen, "collector gRPC address host:port")
+	fs.StringVar(&o.addr, "collector", collector.DefaultGRPCListen, "collector gRPC address host:port, or several replicas' addresses separated by commas (Kafka mode): a broken stream resumes on the next that answers")
 	fs.StringVar(&o.tokenFile, "token-file", "", "file holding a bearer token with role reader (re-read on every reconnect)")
 	fs.StringVar(&o.caFile, "ca", "", "CA bundle to verify the collector's certificate (default: system roots)")
 	fs.StringVar(&o.certFile, "cert", "", "client certificate for mTLS (with --key)")
@@ -277,10 +278,14 @@ func (f *follower) run(ctx context.Context) int {
 			if gotHeader {
 				backoff = followBackoffMin
 			}
-			msg := fmt.Sprintf("collector at %s is not reachable: %s", f.opts.addr, st.Message())
+			at, is := "the collector at "+f.opts.addr, "is"
+			if len(collectorclient.Addresses(f.opts.addr)) > 1 {
+				at, is = "the collectors at "+f.opts.addr, "are"
+			}
+			msg := fmt.Sprintf("%s %s not reachable: %s", at, is, st.Message())
 			msg += tlsHint(st.Message())
 			if gotHeader {
-				msg = fmt.Sprintf("lost the stream from the collector at %s: %s", f.opts.addr, st.Message())
+				msg = fmt.Sprintf("lost the stream from %s: %s", at, st.Message())
 			}
 			if f.opts.noFollow {
 				fmt.Fprintf(f.stderr, "eventpipe follow: %s\n", msg)
@@ -288,8 +293,13 @@ func (f *follower) run(ctx context.Context) int {
 				return 1
 			}
 			wait := jitter(backoff)
+			// The next subscription goes to the first replica that answers
+			// (the one that broke, or the next of --collector's list).
 			then := "retrying"
-			if f.resume > 0 {
+			switch {
+			case len(f.position) > 0: // Kafka mode: a position, not a cursor
+				then = "will resume from the last position"
+			case f.resume > 0:
 				then = fmt.Sprintf("will resume after cursor %d", f.resume)
 			}
 			fmt.Fprintf(f.stderr, "eventpipe follow: %s; %s in %s\n", msg, then, wait.Round(time.Millisecond))

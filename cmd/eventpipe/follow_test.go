@@ -822,3 +822,81 @@ func TestFollowCommandResumesByPosition(t *testing.T) {
 		t.Errorf("--after-position request: %v", r)
 	}
 }
+
+// With several --collector addresses (Kafka mode replicas), a stream broken
+// by its replica going away resumes on the next replica of the list, from
+// the last position, and says so in Kafka mode's words (a position, not a
+// cursor).
+func TestFollowCommandFailsOverToTheNextCollector(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	oldMin := followBackoffMin
+	followBackoffMin = 20 * time.Millisecond
+	defer func() { followBackoffMin = oldMin }()
+	seed := seedOccurrences()
+	p0, p1, p2 := []byte{1, 0, 1, 0, 7}, []byte{1, 0, 1, 0, 8}, []byte{1, 0, 1, 0, 9}
+	serve := func(srv *scriptedFollow) (*grpc.Server, string) {
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		gs := grpc.NewServer()
+		eventpipev1.RegisterFollowServer(gs, srv)
+		go gs.Serve(lis)
+		return gs, lis.Addr().String()
+	}
+	killed := make(chan struct{})
+	a := &scriptedFollow{reqs: make(chan *eventpipev1.FollowRequest, 10), calls: []func(eventpipev1.Follow_FollowServer) error{
+		func(st eventpipev1.Follow_FollowServer) error {
+			st.SendHeader(metadata.Pairs(collector.HeaderLostRecords, "0", collector.HeaderLastCursor, "0", collector.HeaderLastPosition, string(p0)))
+			if err := st.Send(&eventpipev1.FollowResponse{Cursor: 3, Occurrence: seed[2], Position: p1, Partition: 4}); err != nil {
+				return err
+			}
+			<-killed
+			return status.Error(codes.Unavailable, "replica killed")
+		},
+	}}
+	sent := make(chan struct{})
+	b := &scriptedFollow{reqs: make(chan *eventpipev1.FollowRequest, 10), calls: []func(eventpipev1.Follow_FollowServer) error{
+		func(st eventpipev1.Follow_FollowServer) error {
+			st.SendHeader(metadata.Pairs(collector.HeaderLostRecords, "0", collector.HeaderLastCursor, "0", collector.HeaderLastPosition, string(p0)))
+			if err := st.Send(&eventpipev1.FollowResponse{Cursor: 6, Occurrence: seed[5], Position: p2, Partition: 1}); err != nil {
+				return err
+			}
+			close(sent)
+			<-st.Context().Done()
+			return nil
+		},
+	}}
+	gsA, addrA := serve(a)
+	gsB, addrB := serve(b)
+	defer gsB.Stop()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var out, errb syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- runFollow(ctx, []string{"--collector", addrA + "," + addrB, "--insecure", "--workspace", "repro"}, nil, &out, &errb)
+	}()
+	waitFor(t, &out, "cursor=3")
+	// Replica A goes away for good: its port refuses from now on.
+	close(killed)
+	gsA.Stop()
+	select {
+	case <-sent:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("no resubscription on the second collector; stderr:\n%s", errb.String())
+	}
+	waitFor(t, &out, "cursor=6")
+	cancel()
+	if code := <-done; code != 0 {
+		t.Fatalf("exit %d; stderr:\n%s", code, errb.String())
+	}
+	close(b.reqs)
+	r, ok := <-b.reqs
+	if !ok || !bytes.Equal(r.GetAfterPosition(), p1) || r.GetTail() != 0 {
+		t.Fatalf("request on the second collector: %v, want after_position %v", r, p1)
+	}
+	if !strings.Contains(errb.String(), "will resume from the last position") || strings.Contains(errb.String(), "after cursor") {
+		t.Errorf("stderr does not speak of a position:\n%s", errb.String())
+	}
+}

@@ -8,9 +8,6 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/sasl"
-	"github.com/twmb/franz-go/pkg/sasl/plain"
-	"github.com/twmb/franz-go/pkg/sasl/scram"
 	yaml "go.yaml.in/yaml/v2"
 
 	"github.com/eventpipe/eventpipe/api/config"
@@ -74,20 +71,50 @@ type Config struct {
 	// agent's unacknowledged batches plus what other agents wrote
 	// meanwhile (docs/kafka-backbone.md, "Duplicates").
 	DedupeWindow int `yaml:"dedupe_window" json:"dedupe_window"`
+	// Transactions make Kafka mode exactly once across a replica kill
+	// (docs/kafka-backbone.md, "Exactly once").
+	Transactions TransactionsConfig `yaml:"transactions" json:"transactions"`
 	// TLS and SASL to the brokers, the same keys as the Kafka sink's.
 	TLS  kafka.TLSConfig  `yaml:"tls" json:"tls"`
 	SASL kafka.SASLConfig `yaml:"sasl" json:"sasl"`
 }
 
+// TransactionsConfig: with Enabled, an ingest batch and its stream's
+// cursor are written in one Kafka transaction, every consumer reads only
+// committed records, and a sink that writes to Kafka commits its consumer
+// group offset inside its producer's transaction. Without, Kafka mode is
+// at-least-once and consumers drop copies within the dedupe window.
+type TransactionsConfig struct {
+	Enabled bool `yaml:"enabled" json:"enabled"`
+	// ID is this replica's slot: the ingest producer's transactional.id is
+	// "<group_prefix>.ingest.<id>". A replica started with the ID of one
+	// that is still running (a zombie cut off from its agents, or a
+	// restarted pod) fences it: the old one can no longer write. Empty:
+	// the collector uses "<host name>-<gRPC port>" (the pod name in
+	// Kubernetes; the process id instead of an ephemeral port), and
+	// TransactionalID the host name. Two live replicas must never share an
+	// ID (they would fence each other).
+	ID string `yaml:"id" json:"id"`
+	// Timeout is the transaction timeout: a transaction its replica left
+	// open (killed mid-write) is aborted by the brokers after it, and until
+	// then holds back read_committed consumers of its partitions. A
+	// replica restarted in the same slot aborts it at once.
+	Timeout time.Duration `yaml:"timeout" json:"timeout"`
+}
+
 // Defaults.
 const (
-	DefaultTopic             = "eventpipe.occurrences"
-	DefaultCursorTopic       = "eventpipe.cursors"
-	DefaultGroupPrefix       = "eventpipe"
-	DefaultClientID          = "eventpipe-collector"
-	DefaultPartitions        = 12
-	DefaultReplicationFactor = 3
-	DefaultProduceTimeout    = 10 * time.Second
+	// DefaultTransactionTimeout: long enough for a produce_timeout's
+	// worth of waiting, short enough that a killed replica's open
+	// transaction holds consumers back only briefly.
+	DefaultTransactionTimeout = 10 * time.Second
+	DefaultTopic              = "eventpipe.occurrences"
+	DefaultCursorTopic        = "eventpipe.cursors"
+	DefaultGroupPrefix        = "eventpipe"
+	DefaultClientID           = "eventpipe-collector"
+	DefaultPartitions         = 12
+	DefaultReplicationFactor  = 3
+	DefaultProduceTimeout     = 10 * time.Second
 	// DefaultSessionTimeout: Kafka's consumer default was 10 s before 3.0
 	// (45 s since); eventpipe's sinks prefer a quick takeover, and brokers
 	// accept 6 s to 30 min by default (group.min/max.session.timeout.ms).
@@ -118,7 +145,22 @@ func NewDefaultConfig() Config {
 		SessionTimeout:    DefaultSessionTimeout,
 		MaxRecordBytes:    DefaultMaxRecordBytes,
 		DedupeWindow:      DefaultDedupeWindow,
+		Transactions:      TransactionsConfig{Enabled: true, Timeout: DefaultTransactionTimeout},
 	}
+}
+
+// TransactionalID is the ingest producer's transactional.id (see
+// TransactionsConfig.ID).
+func (c Config) TransactionalID() (string, error) {
+	id := c.Transactions.ID
+	if id == "" {
+		h, err := os.Hostname()
+		if err != nil || h == "" {
+			return "", fmt.Errorf("backbone.transactions.id is empty and the host name is unknown (%v): set it to this replica's slot", err)
+		}
+		id = h
+	}
+	return c.GroupPrefix + ".ingest." + id, nil
 }
 
 // UnmarshalYAML fills the defaults before the user's values, so a
@@ -208,6 +250,16 @@ func (c Config) Validate() error {
 	if c.DedupeWindow < minDedupeWindow || c.DedupeWindow > maxDedupeWindow {
 		add("dedupe_window", "must be between %d and %d records per partition, got %d", minDedupeWindow, maxDedupeWindow, c.DedupeWindow)
 	}
+	if tx := c.Transactions; tx.Enabled {
+		if tx.Timeout < time.Second || tx.Timeout > 15*time.Minute {
+			add("transactions.timeout", "must be between 1s and 15m (the brokers' default transaction.max.timeout.ms), got %s", tx.Timeout)
+		}
+		if tx.ID != "" && (!validTopic(tx.ID) || len(tx.ID) > 200) {
+			add("transactions.id", "%q: use letters, digits, '.', '_', '-' (it names this replica's transactional.id)", tx.ID)
+		}
+	} else if c.Transactions.ID != "" {
+		add("transactions.id", "set, but transactions.enabled is false")
+	}
 	readable := func(path, file string) {
 		if file == "" {
 			return
@@ -261,45 +313,13 @@ func (c Config) GroupName(part string) string { return c.GroupPrefix + "." + par
 // seed brokers, client id, TLS and SASL. Callers add their own (producer
 // or consumer) options after these.
 func (c Config) ClientOptions() ([]kgo.Opt, error) {
-	opts := []kgo.Opt{
-		kgo.SeedBrokers(c.Brokers...),
-		kgo.ClientID(c.ClientID),
+	opts, err := kafka.ConnOptions(c.Brokers, c.ClientID, c.TLS, c.SASL)
+	if err != nil {
+		return nil, fmt.Errorf("backbone %w", err)
 	}
-	if c.TLS.Enabled {
-		tc, err := c.TLS.ClientConfig()
-		if err != nil {
-			return nil, fmt.Errorf("backbone tls: %w", err)
-		}
-		opts = append(opts, kgo.DialTLSConfig(tc))
-	}
-	if c.SASL.Mechanism != "" {
-		m, err := saslMechanism(c.SASL)
-		if err != nil {
-			return nil, fmt.Errorf("backbone sasl: %w", err)
-		}
-		opts = append(opts, kgo.SASL(m))
-	}
-	return opts, nil
-}
-
-func saslMechanism(s kafka.SASLConfig) (sasl.Mechanism, error) {
-	pass := s.Password
-	if s.PasswordFile != "" {
-		b, err := os.ReadFile(s.PasswordFile)
-		if err != nil {
-			return nil, fmt.Errorf("read password_file: %w", err)
-		}
-		pass = strings.TrimRight(string(b), "\r\n")
-	}
-	switch s.Mechanism {
-	case kafka.MechanismPlain:
-		return plain.Auth{User: s.Username, Pass: pass}.AsMechanism(), nil
-	case kafka.MechanismSCRAMSHA256:
-		return scram.Auth{User: s.Username, Pass: pass}.AsSha256Mechanism(), nil
-	case kafka.MechanismSCRAMSHA512:
-		return scram.Auth{User: s.Username, Pass: pass}.AsSha512Mechanism(), nil
-	}
-	return nil, fmt.Errorf("unknown mechanism %q", s.Mechanism)
+	// Every consumer reads only committed records: with transactions on,
+	// a batch a killed or fenced replica left unfinished is never seen.
+	return append(opts, kgo.FetchIsolationLevel(kgo.ReadCommitted())), nil
 }
 
 // ParseConfig parses the section's YAML over the defaults. Unknown keys

@@ -65,6 +65,13 @@ func TestBadConfigFiles(t *testing.T) {
 			"tls.cert_file: open /nonexistent/client.pem: no such file or directory",
 			`sasl.mechanism: "SCRAM-SHA-1" is not one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512`,
 		},
+		"transactions.bad.yaml": {
+			"transactions.timeout: must be between 1s and 15m",
+			`transactions.id: "collector 0": use letters, digits`,
+		},
+		"transactions-off.bad.yaml": {
+			"transactions.id: set, but transactions.enabled is false",
+		},
 		// Refused while parsing, before Validate.
 		"bare-duration.bad.yaml": {
 			"produce_timeout",
@@ -113,7 +120,8 @@ func TestClientOptions(t *testing.T) {
 	c.Brokers = []string{"127.0.0.1:9092"}
 	c.SASL.Mechanism, c.SASL.Username, c.SASL.Password = "SCRAM-SHA-512", "u", "p"
 	opts, err := c.ClientOptions()
-	if err != nil || len(opts) != 3 {
+	// seed brokers, client id, SASL, read_committed
+	if err != nil || len(opts) != 4 {
 		t.Fatalf("opts %d, err %v", len(opts), err)
 	}
 	c.TLS.Enabled, c.TLS.CAFile = true, "/nonexistent/ca.pem"

@@ -471,11 +471,40 @@ func (m *member) work(ctx context.Context, cl *kgo.Client, w *partWorker) {
 	defer close(w.done)
 	log := m.log.With("partition", w.p)
 	topic := m.g.cfg.Topic
+	pusher := m.sink.Pusher
+	var cur *partCursor
+	var txn sinks.TxnPusher
+	if tr, ok := pusher.(sinks.Transactor); ok && m.g.cfg.Transactions.Enabled {
+		var err error
+		txn, err = tr.Transactional(sinks.TxnSource{
+			Group: m.group, Topic: topic, Partition: w.p,
+			TransactionalID: fmt.Sprintf("%s.%s.%d", m.group, topic, w.p),
+			Timeout:         m.g.cfg.Transactions.Timeout,
+			Member:          cl.GroupMetadata,
+			Committed:       func(off uint64) { cur.committedAt(off) },
+		})
+		if err != nil {
+			log.Error("sink cannot build its transactional producer", "err", err)
+			return
+		}
+		defer txn.Close()
+		pusher = txn
+	}
 	var start, logStart, end int64
 	backoff := 250 * time.Millisecond
 	for {
 		var err error
-		start, logStart, end, err = m.resolve(ctx, cl, w.p)
+		// The partition's transactional producer fences the previous
+		// owner (and aborts what it left open) before the committed
+		// offset is read: an offset committed by a transaction the
+		// previous owner had not finished is then either in or out, for
+		// good.
+		if txn != nil {
+			err = txn.Init(ctx)
+		}
+		if err == nil {
+			start, logStart, end, err = m.resolve(ctx, cl, w.p)
+		}
 		if err == nil {
 			break
 		}
@@ -509,14 +538,14 @@ func (m *member) work(ctx context.Context, cl *kgo.Client, w *partWorker) {
 	defer r.Close()
 	src := &partSource{r: r, p: w.p, pendingLost: lost}
 	src.head.Store(uint64(end))
-	cur := &partCursor{ctx: ctx, cl: cl, topic: topic, p: w.p, loaded: uint64(start), done: uint64(start), committed: uint64(start)}
+	cur = &partCursor{ctx: ctx, cl: cl, topic: topic, p: w.p, loaded: uint64(start), done: uint64(start), committed: uint64(start)}
 	reg := m.reg
 	if reg != nil {
 		// One runner per partition: the partition label keeps their lag
 		// gauges apart (the counters add up per sink as in local mode).
 		reg = prometheus.WrapRegistererWith(prometheus.Labels{"partition": strconv.Itoa(int(w.p))}, reg)
 	}
-	runner, err := sinks.NewRunner(m.sink.Runner, m.sink.Pusher, src, cur, log, reg)
+	runner, err := sinks.NewRunner(m.sink.Runner, pusher, src, cur, log, reg)
 	if err != nil {
 		log.Error("sink runner cannot start", "err", err)
 		return
@@ -524,7 +553,7 @@ func (m *member) work(ctx context.Context, cl *kgo.Client, w *partWorker) {
 	w.mu.Lock()
 	w.runner, w.cursor = runner, cur
 	w.mu.Unlock()
-	log.Info("sink partition started", "start_offset", start, "log_start", logStart, "end", end)
+	log.Info("sink partition started", "start_offset", start, "log_start", logStart, "end", end, "transactional", txn != nil)
 	if err := runner.Run(ctx); err != nil {
 		log.Error("sink runner failed", "err", err)
 	}
@@ -654,7 +683,11 @@ func (c *partCursor) Load() (uint64, error) { return c.loaded, nil }
 func (c *partCursor) Commit(off uint64) error {
 	c.mu.Lock()
 	c.done = max(c.done, off)
+	inTxn := off <= c.committed
 	c.mu.Unlock()
+	if inTxn {
+		return nil // committed with the batch's transaction
+	}
 	if c.ctx.Err() != nil {
 		return nil // the revoke or stop commits it
 	}
@@ -677,6 +710,14 @@ func (c *partCursor) uncommitted() (int64, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return int64(c.done), c.done > c.committed
+}
+
+// committedAt records an offset a transactional push committed with its
+// batch.
+func (c *partCursor) committedAt(off uint64) {
+	c.mu.Lock()
+	c.committed = max(c.committed, off)
+	c.mu.Unlock()
 }
 
 func (c *partCursor) markCommitted() {

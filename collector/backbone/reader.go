@@ -22,10 +22,11 @@ type Record struct {
 	Offset     int64
 	Occurrence *eventpipev1.Occurrence
 	// Skipped counts the offsets of this partition that were never read
-	// between the previous record handled and this one: removed by
-	// retention while the consumer was behind (the backbone is neither
-	// compacted nor transactional, so its offsets are otherwise dense).
-	// The consumer reports them as lost; 0 normally.
+	// between the previous record handled and this one and lie below the
+	// partition's log start: removed by retention while the consumer was
+	// behind. The consumer reports them as lost; 0 normally. Other offsets
+	// a read_committed consumer never sees (transaction markers, records of
+	// aborted transactions) are not losses and are not counted.
 	Skipped int64
 }
 
@@ -72,6 +73,7 @@ type partState struct {
 	w        *Window
 	progress int64 // offset after the last record handled at or after start
 	gap      int64 // offsets skipped, not yet reported with a delivered record
+	logStart int64 // the partition's log start, as the last fetch said
 }
 
 // Start is where a Reader begins in one partition.
@@ -131,6 +133,9 @@ func NewReaderAt(opts []kgo.Opt, topic string, starts map[int32]Start, window in
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: at}),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchMaxWait(500*time.Millisecond),
+		// Transaction markers are returned (and skipped by accept), so
+		// Progress moves past them like past any record handled.
+		kgo.KeepControlRecords(),
 	)
 	cl, err := kgo.NewClient(all...)
 	if err != nil {
@@ -181,6 +186,9 @@ func (r *Reader) take(fs kgo.Fetches) (out []Record, handled bool) {
 		if p.Err == nil && p.HighWatermark > r.hwm[p.Partition] {
 			r.hwm[p.Partition] = p.HighWatermark
 		}
+		if ps := r.parts[p.Partition]; ps != nil && p.Err == nil && p.LogStartOffset > ps.logStart {
+			ps.logStart = p.LogStartOffset
+		}
 	})
 	r.mu.Unlock()
 	fs.EachRecord(func(rec *kgo.Record) {
@@ -227,17 +235,28 @@ func (r *Reader) accept(rec *kgo.Record) (_ *eventpipev1.Occurrence, deliver, ha
 			r.m.evictions.Add(float64(d))
 		}
 	}()
+	if rec.Attrs.IsControl() {
+		// A transaction's commit or abort marker: handled, never delivered
+		// nor remembered.
+		if rec.Offset >= ps.progress && rec.Offset >= ps.start {
+			ps.progress = rec.Offset + 1
+			return nil, false, true
+		}
+		return nil, false, false
+	}
 	id := EventID(rec)
 	var o *eventpipev1.Occurrence
 	if rec.Offset >= ps.start {
 		if rec.Offset < ps.progress {
 			return nil, false, false // read again (the client went back): handled already
 		}
-		if gap := rec.Offset - ps.progress; gap > 0 {
+		// Only offsets below the log start were removed: a gap above it
+		// is a transaction's marker or its aborted records.
+		if gap := min(rec.Offset, ps.logStart) - ps.progress; gap > 0 {
 			ps.gap += gap
 			r.m.skipped.Add(float64(gap))
 			r.logger.Error("backbone records removed by retention before this consumer read them",
-				"partition", rec.Partition, "from_offset", ps.progress, "to_offset", rec.Offset-1, "records", gap)
+				"partition", rec.Partition, "from_offset", ps.progress, "to_offset", ps.progress+gap-1, "records", gap)
 		}
 		ps.progress = rec.Offset + 1
 	}
@@ -303,7 +322,9 @@ const (
 )
 
 // ListOffsets returns, per partition, the log start (start=true) or the
-// high watermark (the offset the next record will get).
+// end a read_committed consumer sees: the last stable offset (the first
+// offset of a transaction still open), which is the high watermark (the
+// offset the next record will get) when no transaction is open.
 func ListOffsets(ctx context.Context, cl *kgo.Client, topic string, parts []int32, start bool) (map[int32]int64, error) {
 	ts := int64(offsetEnd)
 	if start {
@@ -311,6 +332,7 @@ func ListOffsets(ctx context.Context, cl *kgo.Client, topic string, parts []int3
 	}
 	req := kmsg.NewPtrListOffsetsRequest()
 	req.ReplicaID = -1
+	req.IsolationLevel = 1 // read_committed
 	t := kmsg.NewListOffsetsRequestTopic()
 	t.Topic = topic
 	for _, p := range parts {

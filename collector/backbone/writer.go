@@ -38,6 +38,11 @@ type Writer struct {
 	// maxOcc is the largest encoded occurrence a record may carry: the
 	// record limit less room for the key and headers.
 	maxOcc int
+	// txnID is the producer's transactional.id ("" without transactions).
+	// A producer runs one transaction at a time: txnMu serialises the
+	// appends of concurrent streams, from BeginTransaction to its end.
+	txnID string
+	txnMu sync.Mutex
 
 	cursorMu   sync.Mutex // serialises cursor-topic reads
 	cursorCons *kgo.Client
@@ -85,12 +90,6 @@ func NewWriter(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Wri
 		// Ingest already batches; a short linger only gathers what
 		// concurrent streams produce at the same moment.
 		kgo.ProducerLinger(time.Millisecond),
-		// A produce must end within produce_timeout even when a broker
-		// vanished after receiving a request: the batch then fails, the
-		// agent re-sends it, and a copy Kafka did store is a duplicate the
-		// consumers drop. Without this the client waits for an outcome
-		// that may never come, and the agent's stream stalls.
-		kgo.AllowIdempotentProduceCancellation(),
 		kgo.RecordDeliveryTimeout(cfg.ProduceTimeout),
 		// A topic deleted under a running collector fails the batch
 		// quickly (and /readyz says why) instead of retrying for ever.
@@ -105,6 +104,22 @@ func NewWriter(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Wri
 		// ago is found.
 		kgo.MetadataMinAge(500*time.Millisecond),
 	)
+	if cfg.Transactions.Enabled {
+		id, err := cfg.TransactionalID()
+		if err != nil {
+			return nil, err
+		}
+		w.txnID = id
+		prodOpts = append(prodOpts, kgo.TransactionalID(id), kgo.TransactionTimeout(cfg.Transactions.Timeout))
+	} else {
+		// A produce must end within produce_timeout even when a broker
+		// vanished after receiving a request: the batch then fails, the
+		// agent re-sends it, and a copy Kafka did store is a duplicate the
+		// consumers drop. Without this the client waits for an outcome
+		// that may never come, and the agent's stream stalls. (A
+		// transaction needs no such thing: its abort removes the copy.)
+		prodOpts = append(prodOpts, kgo.AllowIdempotentProduceCancellation())
+	}
 	if w.prod, err = kgo.NewClient(prodOpts...); err != nil {
 		return nil, fmt.Errorf("backbone producer: %w", err)
 	}
@@ -112,6 +127,9 @@ func NewWriter(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Wri
 	consOpts := append(base[:len(base):len(base)],
 		kgo.ConsumeTopics(cfg.CursorTopic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		// Transaction markers take offsets too: returned, they tell the
+		// reader it is past the end offset (they are not cursors).
+		kgo.KeepControlRecords(),
 		// The reader long-polls the cursor topic in the background (a
 		// broker answers a waiting fetch as soon as a record arrives), so
 		// ClusterCursor usually finds what it needs already fetched.
@@ -311,6 +329,20 @@ func (w *Writer) Append(ctx context.Context, cluster, stream, resourceVersion st
 	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, w.cfg.ProduceTimeout)
 	defer cancel()
+	if w.txnID != "" {
+		if resourceVersion != "" {
+			recs = append(recs, &kgo.Record{Topic: w.cfg.CursorTopic, Key: []byte(cursorKey(cluster, stream)), Value: []byte(resourceVersion)})
+		}
+		if len(recs) == 0 {
+			return res, nil
+		}
+		if err := w.produceTxn(parent, ctx, recs); err != nil {
+			return res, fmt.Errorf("write %d occurrences to %s and cursor %s=%s to %s in one transaction: %w",
+				len(occs), w.cfg.Topic, cursorKey(cluster, stream), resourceVersion, w.cfg.CursorTopic, err)
+		}
+		res.Stored = len(occs)
+		return res, nil
+	}
 	if len(recs) > 0 {
 		if err := w.produce(parent, ctx, topicBackbone, recs); err != nil {
 			return res, fmt.Errorf("produce %d occurrences to %s: %w", len(recs), w.cfg.Topic, err)
@@ -344,6 +376,75 @@ func (w *Writer) produce(parent, ctx context.Context, topic string, recs []*kgo.
 	// takes them: then the agent's re-send is a duplicate).
 	done := make(chan error, 1)
 	go func() { done <- w.prod.ProduceSync(ctx, recs...).FirstErr() }()
+	err := w.await(parent, ctx, done)
+	w.m.produceSeconds.WithLabelValues(topic).Observe(time.Since(start).Seconds())
+	if err != nil {
+		w.m.produceErrors.WithLabelValues(topic).Inc()
+		return err
+	}
+	w.m.produced.WithLabelValues(topic).Add(float64(len(recs)))
+	return nil
+}
+
+// produceTxn writes recs (a batch and its cursor) in one transaction and
+// waits for its commit under ctx, which is parent bounded by
+// produce_timeout. Either every record becomes visible to read_committed
+// consumers or none does: a failed or timed-out append is aborted, so the
+// agent's re-send is not a duplicate. The transaction is finished (and the
+// next append may begin) only once the client has every record's outcome,
+// which may come after this call returned on a timeout.
+func (w *Writer) produceTxn(parent, ctx context.Context, recs []*kgo.Record) error {
+	start := time.Now()
+	w.txnMu.Lock()
+	if err := w.prod.BeginTransaction(); err != nil {
+		w.txnMu.Unlock()
+		return fmt.Errorf("begin transaction: %w", err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		defer w.txnMu.Unlock()
+		err := w.prod.ProduceSync(ctx, recs...).FirstErr()
+		end := kgo.TryCommit
+		if err != nil || ctx.Err() != nil {
+			// The caller gave up or Kafka refused: nothing of the batch may
+			// become visible, since the agent sends it again.
+			end = kgo.TryAbort
+			if aerr := w.prod.AbortBufferedRecords(context.Background()); aerr != nil && err == nil {
+				err = aerr
+			}
+		}
+		ectx, cancel := context.WithTimeout(context.Background(), w.cfg.ProduceTimeout)
+		defer cancel()
+		if eerr := w.prod.EndTransaction(ectx, end); eerr != nil {
+			w.log.Warn("backbone transaction did not end cleanly; the brokers abort it after transactions.timeout", "commit", bool(end), "err", eerr)
+			if err == nil {
+				err = fmt.Errorf("end transaction: %w", eerr)
+			}
+		} else if end == kgo.TryAbort && err == nil {
+			err = ctx.Err()
+		}
+		done <- err
+	}()
+	err := w.await(parent, ctx, done)
+	w.m.produceSeconds.WithLabelValues(topicBackbone).Observe(time.Since(start).Seconds())
+	if err != nil {
+		w.m.produceErrors.WithLabelValues(topicBackbone).Inc()
+		return err
+	}
+	for _, r := range recs {
+		if r.Topic == w.cfg.CursorTopic {
+			w.m.produced.WithLabelValues(topicCursor).Inc()
+		} else {
+			w.m.produced.WithLabelValues(topicBackbone).Inc()
+		}
+	}
+	return nil
+}
+
+// await waits for a produce's outcome on done, or for ctx (parent bounded
+// by produce_timeout) to end; a timeout of the bound, not of the caller, is
+// ErrProduceTimeout.
+func (w *Writer) await(parent, ctx context.Context, done <-chan error) error {
 	var err error
 	select {
 	case err = <-done:
@@ -353,13 +454,7 @@ func (w *Writer) produce(parent, ctx context.Context, topic string, recs []*kgo.
 	if err != nil && parent.Err() == nil && ctx.Err() != nil {
 		err = fmt.Errorf("%w (%s): %v", ErrProduceTimeout, w.cfg.ProduceTimeout, err)
 	}
-	w.m.produceSeconds.WithLabelValues(topic).Observe(time.Since(start).Seconds())
-	if err != nil {
-		w.m.produceErrors.WithLabelValues(topic).Inc()
-		return err
-	}
-	w.m.produced.WithLabelValues(topic).Add(float64(len(recs)))
-	return nil
+	return err
 }
 
 func cursorKey(cluster, stream string) string { return cluster + "/" + stream }
@@ -419,7 +514,9 @@ func (w *Writer) catchUpCursors(ctx context.Context) error {
 		// client has moved past these records and will not return them
 		// again, so dropping them would leave a stale cursor.
 		fs.EachRecord(func(r *kgo.Record) {
-			w.cursors[string(r.Key)] = string(r.Value)
+			if !r.Attrs.IsControl() {
+				w.cursors[string(r.Key)] = string(r.Value)
+			}
 			w.cursorNext[r.Partition] = r.Offset + 1
 		})
 		if err := ctx.Err(); err != nil {

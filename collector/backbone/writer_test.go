@@ -206,9 +206,18 @@ func failProduceTo(t *testing.T, c *kfake.Cluster, topic string, code int16, on 
 // TestCursorWrittenOnlyAfterItsBatch: a batch Kafka does not acknowledge
 // fails Append and leaves the cursor where it was; a cursor Kafka does not
 // acknowledge fails Append too (the agent re-sends the batch).
+// With transactions, batch and cursor are one transaction: the refused
+// cursor aborts the batch too.
 func TestCursorWrittenOnlyAfterItsBatch(t *testing.T) {
+	for _, txn := range []bool{false, true} {
+		t.Run(fmt.Sprintf("transactions=%v", txn), func(t *testing.T) { testCursorAfterBatch(t, txn) })
+	}
+}
+
+func testCursorAfterBatch(t *testing.T, txn bool) {
 	c := newWriterCluster(t)
 	cfg := testConfig(c)
+	cfg.Transactions.Enabled = txn
 	cfg.ProduceTimeout = 3 * time.Second
 	w := newWriter(t, cfg, nil)
 	ctx := context.Background()
@@ -235,7 +244,7 @@ func TestCursorWrittenOnlyAfterItsBatch(t *testing.T) {
 
 	appendEventually(t, w, "", occs("c1", 100, 5, 2))
 	failCursor.Store(true)
-	if _, err := w.Append(ctx, "c1", "events", "30", occs("c1", 10, 5, 2)); err == nil || !strings.Contains(err.Error(), "write cursor") {
+	if _, err := w.Append(ctx, "c1", "events", "30", occs("c1", 10, 5, 2)); err == nil || !strings.Contains(err.Error(), "cursor c1/events=30") {
 		t.Fatalf("Append with the cursor refused: %v", err)
 	}
 	failCursor.Store(false)

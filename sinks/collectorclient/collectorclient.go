@@ -2,7 +2,10 @@
 // reader of the Follow stream does (eventpipe follow and diagnose, the
 // gateway driver proxy): TLS unless told otherwise, an optional client
 // certificate, and a bearer token re-read from its file on every call so a
-// rotated token is used after the next reconnect.
+// rotated token is used after the next reconnect. Several collector
+// replicas (Kafka mode) are one target: a broken connection moves the next
+// call to the next replica that answers, and the reader resumes there from
+// its cursor or position.
 package collectorclient
 
 import (
@@ -10,6 +13,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"net"
 	"os"
 	"strings"
 	"time"
@@ -18,6 +22,8 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/resolver"
+	"google.golang.org/grpc/resolver/manual"
 
 	"github.com/eventpipe/eventpipe/api/config"
 	"github.com/eventpipe/eventpipe/internal/buildinfo"
@@ -25,6 +31,8 @@ import (
 
 // Options says how to reach the collector.
 type Options struct {
+	// Address is host:port, or several replicas' addresses separated by
+	// commas (tried in that order).
 	Address    string
 	CAFile     string // PEM roots for the collector's certificate; empty: the system's
 	CertFile   string // client certificate (mTLS), with KeyFile
@@ -85,11 +93,53 @@ func Dial(o Options) (*grpc.ClientConn, error) {
 	}
 	opts = append(opts, grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 		grpc.WithUserAgent(buildinfo.UserAgent("collector-client")))
-	conn, err := grpc.NewClient(o.Address, opts...)
+	target := o.Address
+	if addrs := Addresses(o.Address); len(addrs) > 1 {
+		var r *manual.Resolver
+		target, r = ReplicasResolver(addrs)
+		opts = append(opts, grpc.WithResolvers(r), grpc.WithDefaultServiceConfig(PickFirst(false)))
+	}
+	conn, err := grpc.NewClient(target, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("%s %s: %w", o.Names.Address, o.Address, err)
 	}
 	return conn, nil
+}
+
+// Addresses splits a comma-separated list of collector addresses.
+func Addresses(list string) []string {
+	var out []string
+	for _, a := range strings.Split(list, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// ReplicasResolver serves several collector replicas to gRPC as one target
+// (use it with PickFirst). Each address keeps its host as the TLS server
+// name, as if dialled alone.
+func ReplicasResolver(addrs []string) (string, *manual.Resolver) {
+	r := manual.NewBuilderWithScheme("eventpipe-collectors")
+	state := resolver.State{}
+	for _, a := range addrs {
+		host, _, err := net.SplitHostPort(a)
+		if err != nil {
+			host = a
+		}
+		state.Addresses = append(state.Addresses, resolver.Address{Addr: a, ServerName: host})
+	}
+	r.InitialState(state)
+	return r.Scheme() + ":///collectors", r
+}
+
+// PickFirst is the service config that keeps one connection, to the first
+// replica that answers (of the list in its order, or shuffled: many agents
+// then spread over the replicas); when it breaks, the next call goes to
+// whichever replica answers then.
+func PickFirst(shuffle bool) string {
+	return fmt.Sprintf(`{"loadBalancingConfig":[{"pick_first":{"shuffleAddressList":%v}}]}`, shuffle)
 }
 
 // ReadToken reads a bearer token file; name labels it in errors. An empty

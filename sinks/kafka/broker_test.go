@@ -2,18 +2,17 @@ package kafka
 
 import (
 	"context"
-	"crypto/tls"
-	"errors"
 	"fmt"
 	"net"
-	"sort"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eventpipe/eventpipe/sinks/kafka/kafkatest"
 )
 
 // broker is a real Kafka-protocol broker (kfake) on a loopback port,
@@ -83,72 +82,12 @@ func (b *broker) stop() {
 
 func (b *broker) addr() string { return fmt.Sprintf("127.0.0.1:%d", b.port) }
 
-// readTopic returns every record of topic, partition by partition in
-// offset order.
-func readTopic(ctx context.Context, d *kafka.Dialer, addr, topic string) ([]kafka.Message, error) {
-	if d == nil {
-		d = &kafka.Dialer{Timeout: 5 * time.Second}
-	}
-	conn, err := d.DialContext(ctx, "tcp", addr)
-	if err != nil {
-		return nil, err
-	}
-	parts, err := conn.ReadPartitions(topic)
-	conn.Close()
-	if err != nil {
-		return nil, err
-	}
-	sort.Slice(parts, func(i, j int) bool { return parts[i].ID < parts[j].ID })
-	var out []kafka.Message
-	for _, p := range parts {
-		lc, err := d.DialLeader(ctx, "tcp", addr, topic, p.ID)
-		if err != nil {
-			return nil, err
-		}
-		msgs, err := readPartition(lc)
-		lc.Close()
-		if err != nil {
-			return nil, fmt.Errorf("partition %d: %w", p.ID, err)
-		}
-		out = append(out, msgs...)
-	}
-	return out, nil
+// readTopic returns every record of topic (kafkatest.ReadTopic).
+func readTopic(ctx context.Context, extra []kgo.Opt, addr, topic string) ([]*kgo.Record, error) {
+	return kafkatest.ReadTopic(ctx, append([]kgo.Opt{kgo.SeedBrokers(addr)}, extra...), topic)
 }
 
-func readPartition(lc *kafka.Conn) ([]kafka.Message, error) {
-	first, last, err := lc.ReadOffsets()
-	if err != nil {
-		return nil, err
-	}
-	var out []kafka.Message
-	off := first
-	for off < last {
-		if _, err := lc.Seek(off, kafka.SeekAbsolute); err != nil {
-			return nil, err
-		}
-		_ = lc.SetReadDeadline(time.Now().Add(5 * time.Second))
-		batch := lc.ReadBatch(1, 16<<20)
-		n := 0
-		for {
-			m, err := batch.ReadMessage()
-			if err != nil {
-				break
-			}
-			out = append(out, m)
-			off = m.Offset + 1
-			n++
-		}
-		if err := batch.Close(); err != nil && !errors.Is(err, context.DeadlineExceeded) && n == 0 {
-			return nil, err
-		}
-		if n == 0 {
-			return nil, fmt.Errorf("no progress reading at offset %d of %d", off, last)
-		}
-	}
-	return out, nil
-}
-
-func header(m kafka.Message, k string) string {
+func header(m *kgo.Record, k string) string {
 	for _, h := range m.Headers {
 		if h.Key == k {
 			return string(h.Value)
@@ -156,5 +95,3 @@ func header(m kafka.Message, k string) string {
 	}
 	return ""
 }
-
-var _ = tls.VersionTLS12

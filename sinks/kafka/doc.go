@@ -1,5 +1,6 @@
 // Package kafka is the audit-archive sink: every occurrence becomes one
-// Kafka record produced with segmentio/kafka-go, acks=all.
+// Kafka record produced with franz-go (github.com/twmb/franz-go), acks=all,
+// from an idempotent producer.
 //
 // Contract (details and the value schema in README.md):
 //   - key = sandbox id, else "<namespace>/<involved object uid>", so one
@@ -16,8 +17,8 @@
 //     boundary) and message_truncated set; what still does not fit is
 //     refused permanently through sinks.PartialError (counted and logged by
 //     the runner), never silently;
-//   - errors map to the runner's classes: per-message errors of
-//     kafka.WriteErrors become a PartialError (refused for good) or a
+//   - errors map to the runner's classes: per-record produce errors become
+//     a PartialError (refused for good: invalid record, too large) or a
 //     retryable error for the batch (transient); broker unavailability,
 //     timeouts and leader changes are retryable; throttling is a
 //     ThrottleError; authentication and authorisation failures are
@@ -28,9 +29,10 @@
 // was acknowledged by all in-sync replicas. Push only reads the batch (see
 // sinks.Pusher): truncation and UTF-8 repair work on copies.
 //
-// compression: snappy uses snappy's standard (fast) encoder, as the Java
-// client and librdkafka do, not kafka-go's default "better" level, which
-// costs about twice the CPU for a few percent of size. kafka-go keeps the
-// codec in a process-wide table: New sets that table's snappy level once,
-// for every kafka-go writer in the process (eventpipe has no other).
+// Exactly once in Kafka mode: the collector's consumer groups ask the
+// sink for one transactional producer per backbone partition they own
+// (Transactional, txn.go), which writes a batch and the group's offset
+// after it in one Kafka transaction. Elsewhere (a local log's cursor is a
+// file) delivery is at-least-once: a retried push may write a record
+// twice, with the same ce_id.
 package kafka

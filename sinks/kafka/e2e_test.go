@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/protobuf/proto"
 
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
@@ -73,7 +73,7 @@ func waitCursor(t *testing.T, r *sinks.Runner, want uint64, within time.Duration
 }
 
 // TestConsumerGroupReadsKeysHeadersInOrder produces through the runner and
-// reads back with a kafka-go consumer group, as an archive consumer would.
+// reads back with a franz-go consumer group, as an archive consumer would.
 func TestConsumerGroupReadsKeysHeadersInOrder(t *testing.T) {
 	b := startBroker(t)
 	cfg := testConfig(b.addr(), "eventpipe.occurrences")
@@ -90,24 +90,28 @@ func TestConsumerGroupReadsKeysHeadersInOrder(t *testing.T) {
 	}
 	waitCursor(t, rn.r, 400, 30*time.Second)
 
-	rd := kafka.NewReader(kafka.ReaderConfig{
-		Brokers: []string{b.addr()}, GroupID: "audit-archive", Topic: cfg.Topic,
-		MinBytes: 1, MaxBytes: 10 << 20, MaxWait: 100 * time.Millisecond, StartOffset: kafka.FirstOffset,
-		CommitInterval: 0,
-	})
+	rd, err := kgo.NewClient(kgo.SeedBrokers(b.addr()), kgo.ConsumerGroup("audit-archive"), kgo.ConsumeTopics(cfg.Topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.DisableAutoCommit(), kgo.FetchMaxWait(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer rd.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	byKey := map[string][]string{} // key -> ce_id in consumption order
-	partOf := map[string]int{}
-	for n := 0; n < len(occs); n++ {
-		m, err := rd.FetchMessage(ctx)
-		if err != nil {
-			t.Fatalf("after %d messages: %v", n, err)
+	partOf := map[string]int32{}
+	var got []*kgo.Record
+	for len(got) < len(occs) {
+		fs := rd.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			t.Fatalf("after %d records: %v", len(got), err)
 		}
-		if err := rd.CommitMessages(ctx, m); err != nil {
-			t.Fatal(err)
-		}
+		got = append(got, fs.Records()...)
+	}
+	if err := rd.CommitUncommittedOffsets(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range got {
 		k := string(m.Key)
 		if p, ok := partOf[k]; ok && p != m.Partition {
 			t.Errorf("key %s in partitions %d and %d", k, p, m.Partition)
@@ -157,12 +161,17 @@ func TestConsumerGroupReadsKeysHeadersInOrder(t *testing.T) {
 		t.Error("unattributed occurrences are not keyed namespace/involved uid")
 	}
 	// The group's commits are stored: a new reader in the group has nothing left.
-	rd2 := kafka.NewReader(kafka.ReaderConfig{Brokers: []string{b.addr()}, GroupID: "audit-archive", Topic: cfg.Topic, MaxWait: 100 * time.Millisecond})
+	rd.Close()
+	rd2, err := kgo.NewClient(kgo.SeedBrokers(b.addr()), kgo.ConsumerGroup("audit-archive"), kgo.ConsumeTopics(cfg.Topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer rd2.Close()
 	short, cancel2 := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel2()
-	if m, err := rd2.FetchMessage(short); err == nil {
-		t.Errorf("committed group re-read offset %d", m.Offset)
+	if recs := rd2.PollFetches(short).Records(); len(recs) > 0 {
+		t.Errorf("committed group re-read offset %d", recs[0].Offset)
 	}
 }
 

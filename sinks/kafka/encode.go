@@ -7,7 +7,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -44,13 +44,12 @@ func appendKey(b []byte, o *eventpipev1.Occurrence) []byte {
 	return append(b, o.GetEventId()...)
 }
 
-// encoder turns occurrences into kafka messages. It is not safe for
+// encoder turns occurrences into Kafka records. It is not safe for
 // concurrent use.
 //
 // The bytes of one push's messages (keys, values, header values) live in
-// one arena and their headers in one slice. kafka-go may still be writing a
-// batch after WriteMessages returned on a cancelled context, so a push's
-// arena is reused by the next push only when every write of the push ended
+// one arena and their headers in one slice. A push's arena is reused by the
+// next push only when the client is done with every record of the push
 // (finish with reuse): otherwise the next push gets a fresh one.
 type encoder struct {
 	format   string
@@ -58,11 +57,11 @@ type encoder struct {
 	maxBytes int
 
 	arena   []byte
-	headers []kafka.Header
+	headers []kgo.RecordHeader
 	perMsg  int // arena bytes per message in the previous push (sizing)
 
 	spare     []byte // a finished push's arena, free for the next one
-	spareHdrs []kafka.Header
+	spareHdrs []kgo.RecordHeader
 }
 
 // maxSpareBytes bounds the arena kept between pushes (one huge batch does
@@ -73,7 +72,7 @@ const maxSpareBytes = 16 << 20
 // the record (internal/buildinfo: the version `eventpipe version` prints).
 const HeaderVersion = "eventpipe-version"
 
-// Header values that never change, shared by every message (kafka-go only
+// Header values that never change, shared by every record (franz-go only
 // reads them).
 var (
 	hdrSpecVersion = []byte(SpecVersion)
@@ -99,15 +98,15 @@ func (e *encoder) start(n int) {
 	if cap(e.spareHdrs) >= n*8 {
 		e.headers = e.spareHdrs[:0]
 	} else {
-		e.headers = make([]kafka.Header, 0, n*8)
+		e.headers = make([]kgo.RecordHeader, 0, n*8)
 	}
 	e.spare, e.spareHdrs = nil, nil
 }
 
-// finish ends a push of n messages. reuse says that kafka-go is done with
-// every message of the push (each WriteMessages returned, none because its
-// context ended): the arena then serves the next push. Otherwise the
-// messages alone keep it alive, as long as kafka-go needs them.
+// finish ends a push of n messages. reuse says that the client is done with
+// every record of the push (each has its outcome): the arena then serves
+// the next push. Otherwise the records alone keep it alive, as long as the
+// client needs them.
 func (e *encoder) finish(n int, reuse bool) {
 	if n > 0 && len(e.arena) > 0 {
 		e.perMsg = len(e.arena)/n + 64
@@ -134,7 +133,7 @@ func (e *encoder) bytes(s string) []byte {
 // (attributes, varints, record-batch share), with margin.
 const overhead = 128
 
-func messageSize(m *kafka.Message) int {
+func messageSize(m *kgo.Record) int {
 	n := len(m.Key) + len(m.Value) + overhead
 	for _, h := range m.Headers {
 		n += len(h.Key) + len(h.Value) + 8
@@ -146,7 +145,7 @@ func messageSize(m *kafka.Message) int {
 // field is cut (on a rune boundary) and message_truncated set; truncated
 // reports that. fits is false when even an empty message field does not
 // fit: the record must be refused.
-func (e *encoder) encode(o *eventpipev1.Occurrence) (msg kafka.Message, truncated, fits bool, err error) {
+func (e *encoder) encode(o *eventpipev1.Occurrence) (msg kgo.Record, truncated, fits bool, err error) {
 	mark, hmark := len(e.arena), len(e.headers)
 	msg, err = e.build(o)
 	if err != nil {
@@ -183,7 +182,7 @@ func (e *encoder) encode(o *eventpipev1.Occurrence) (msg kafka.Message, truncate
 	return msg, true, over <= 0, nil
 }
 
-func (e *encoder) build(o *eventpipev1.Occurrence) (kafka.Message, error) {
+func (e *encoder) build(o *eventpipev1.Occurrence) (kgo.Record, error) {
 	if e.arena == nil {
 		e.start(1) // encode called outside a push (tests, benchmarks)
 	}
@@ -198,14 +197,14 @@ func (e *encoder) build(o *eventpipev1.Occurrence) (kafka.Message, error) {
 		if err != nil {
 			o = sanitize.ValidUTF8(o)
 			if b, err = (proto.MarshalOptions{Deterministic: true}).MarshalAppend(e.arena, o); err != nil {
-				return kafka.Message{}, err
+				return kgo.Record{}, err
 			}
 		}
 		e.arena, ct = b, hdrProtobuf
 	case FormatOCSF:
 		b, err := AppendOCSF(e.arena, o)
 		if err != nil {
-			return kafka.Message{}, err
+			return kgo.Record{}, err
 		}
 		e.arena, ct = b, hdrOCSF
 	default:
@@ -214,21 +213,21 @@ func (e *encoder) build(o *eventpipev1.Occurrence) (kafka.Message, error) {
 	value = e.arena[start:len(e.arena):len(e.arena)]
 	h0 := len(e.headers)
 	e.headers = append(e.headers,
-		kafka.Header{Key: "ce_specversion", Value: hdrSpecVersion},
-		kafka.Header{Key: "ce_id", Value: e.bytes(o.GetEventId())},
-		kafka.Header{Key: "ce_source", Value: e.ceSource(o)},
-		kafka.Header{Key: "ce_type", Value: hdrType},
+		kgo.RecordHeader{Key: "ce_specversion", Value: hdrSpecVersion},
+		kgo.RecordHeader{Key: "ce_id", Value: e.bytes(o.GetEventId())},
+		kgo.RecordHeader{Key: "ce_source", Value: e.ceSource(o)},
+		kgo.RecordHeader{Key: "ce_type", Value: hdrType},
 	)
 	if t := o.GetOccurredAt(); t != nil {
 		start := len(e.arena)
 		e.arena = t.AsTime().UTC().AppendFormat(e.arena, time.RFC3339Nano)
-		e.headers = append(e.headers, kafka.Header{Key: "ce_time", Value: e.arena[start:len(e.arena):len(e.arena)]})
+		e.headers = append(e.headers, kgo.RecordHeader{Key: "ce_time", Value: e.arena[start:len(e.arena):len(e.arena)]})
 	}
 	if id := o.GetSandbox().GetId(); id != "" {
-		e.headers = append(e.headers, kafka.Header{Key: "ce_subject", Value: e.bytes(id)})
+		e.headers = append(e.headers, kgo.RecordHeader{Key: "ce_subject", Value: e.bytes(id)})
 	}
-	e.headers = append(e.headers, kafka.Header{Key: "content-type", Value: ct}, kafka.Header{Key: HeaderVersion, Value: hdrVersion})
-	return kafka.Message{Key: e.key(o), Value: value, Headers: e.headers[h0:len(e.headers):len(e.headers)]}, nil
+	e.headers = append(e.headers, kgo.RecordHeader{Key: "content-type", Value: ct}, kgo.RecordHeader{Key: HeaderVersion, Value: hdrVersion})
+	return kgo.Record{Key: e.key(o), Value: value, Headers: e.headers[h0:len(e.headers):len(e.headers)]}, nil
 }
 
 // key appends Key(o) to the arena.

@@ -185,9 +185,9 @@ func TestConfigValidate(t *testing.T) {
 	}
 }
 
-// A push's arena serves the next push only when kafka-go is done with its
+// A push's arena serves the next push only when the client is done with its
 // messages; after a push abandoned with its context, the messages it
-// handed to kafka-go keep their bytes.
+// handed to the client keep their bytes.
 func TestArenaReusedOnlyAfterACompletedPush(t *testing.T) {
 	e := encoder{format: FormatJSON, source: DefaultSource, maxBytes: DefaultMaxMessageBytes}
 	o := seedOccurrence()
@@ -197,7 +197,7 @@ func TestArenaReusedOnlyAfterACompletedPush(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := string(first.Value)
-	e.finish(1, false) // abandoned: kafka-go may still be writing first
+	e.finish(1, false) // abandoned: the client may still be writing first
 	e.start(1)
 	other := seedOccurrence()
 	other.Message = strings.Repeat("z", len(o.GetMessage()))

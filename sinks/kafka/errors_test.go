@@ -29,7 +29,7 @@ func failProduce(b *broker, code int16, on *atomic.Bool) {
 		resp := req.ResponseKind().(*kmsg.ProduceResponse)
 		for _, rt := range req.Topics {
 			st := kmsg.NewProduceResponseTopic()
-			st.Topic = rt.Topic
+			st.Topic, st.TopicID = rt.Topic, rt.TopicID // v13+ names topics by id
 			for _, rp := range rt.Partitions {
 				sp := kmsg.NewProduceResponseTopicPartition()
 				sp.Partition = rp.Partition

@@ -8,44 +8,40 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/segmentio/kafka-go"
-	"github.com/segmentio/kafka-go/compress"
-	kafkasnappy "github.com/segmentio/kafka-go/compress/snappy"
-	"github.com/segmentio/kafka-go/sasl"
-	"github.com/segmentio/kafka-go/sasl/plain"
-	"github.com/segmentio/kafka-go/sasl/scram"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
 
 	"github.com/eventpipe/eventpipe/sinks"
 	"github.com/eventpipe/eventpipe/sinks/internal/promreg"
 )
 
-// writerBatchSize is the kafka-go Writer's per-partition batch size.
-const writerBatchSize = 1000
-
-// fastSnappy sets kafka-go's process-wide snappy codec to the standard
-// (fast) level once (see the package doc).
-var fastSnappy sync.Once
-
 // Sink produces batches to one topic. It implements sinks.Pusher; pushes
 // are serialised.
 type Sink struct {
-	cfg       Config
-	log       *slog.Logger
-	m         *metrics
-	transport *kafka.Transport
-	w         *kafka.Writer
+	cfg  Config
+	log  *slog.Logger
+	m    *metrics
+	opts []kgo.Opt // connection options, shared by the transactional producers
+	cl   *kgo.Client
 
-	mu         sync.Mutex
-	enc        encoder
+	mu     sync.Mutex // serialises Push (it owns enc)
+	enc    encoder
+	closed bool
+
+	topicMu    sync.Mutex
 	topicReady bool
 	missing    atomic.Bool // the last write found no topic
-	closed     bool
 }
 
 type metrics struct {
@@ -83,6 +79,60 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}, err
 }
 
+// ConnOptions are the franz-go options for reaching brokers as these
+// settings say: seed brokers, client id, TLS and SASL. The sink and the
+// collector's Kafka backbone both start from them, so they speak to
+// brokers alike.
+func ConnOptions(brokers []string, clientID string, t TLSConfig, s SASLConfig) ([]kgo.Opt, error) {
+	opts := []kgo.Opt{kgo.SeedBrokers(brokers...), kgo.ClientID(clientID)}
+	if t.Enabled {
+		tc, err := t.ClientConfig()
+		if err != nil {
+			return nil, fmt.Errorf("tls: %w", err)
+		}
+		opts = append(opts, kgo.DialTLSConfig(tc))
+	}
+	if s.Mechanism != "" {
+		m, err := s.mechanism()
+		if err != nil {
+			return nil, fmt.Errorf("sasl: %w", err)
+		}
+		opts = append(opts, kgo.SASL(m))
+	}
+	return opts, nil
+}
+
+// producerOptions are the options of every producer of the sink, plain or
+// transactional: acks=all from an idempotent producer, the configured
+// compression, batches up to max_message_bytes, the key partitioner that
+// matches Kafka's Java client (murmur2), and quick retries: the runner owns
+// the real retry policy.
+func (c Config) producerOptions() []kgo.Opt {
+	codec := map[string]kgo.CompressionCodec{
+		CompressionNone: kgo.NoCompression(), CompressionSnappy: kgo.SnappyCompression(), CompressionLZ4: kgo.Lz4Compression(),
+		CompressionZstd: kgo.ZstdCompression(), CompressionGzip: kgo.GzipCompression(),
+	}[c.Compression]
+	return []kgo.Opt{
+		kgo.DefaultProduceTopic(c.Topic),
+		kgo.RequiredAcks(kgo.AllISRAcks()),
+		kgo.ProducerBatchCompression(codec),
+		kgo.ProducerBatchMaxBytes(int32(c.MaxMessageBytes)),
+		kgo.MaxBufferedRecords(1 << 16),
+		// Push hands the client a whole batch and waits: never hold a
+		// partial batch back.
+		kgo.ProducerLinger(0),
+		kgo.ProduceRequestTimeout(c.WriteTimeout),
+		kgo.RecordRetries(3),
+		kgo.RetryBackoffFn(func(tries int) time.Duration { return min(10*time.Millisecond<<min(tries, 5), 200*time.Millisecond) }),
+		// A missing topic fails the push quickly with a message that says
+		// what to do, instead of waiting for it for ever.
+		kgo.UnknownTopicRetries(1),
+		kgo.MetadataMinAge(time.Second),
+		kgo.MetadataMaxAge(30 * time.Second),
+		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)),
+	}
+}
+
 // New validates cfg and builds the producer. It does not contact the
 // brokers: connection problems surface (retryably) on Push. logger and reg
 // may be nil.
@@ -97,63 +147,36 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Sink, err
 	if err != nil {
 		return nil, fmt.Errorf("kafka sink: register metrics: %w", err)
 	}
-	tr := &kafka.Transport{
-		ClientID:    cfg.ClientID,
-		DialTimeout: 10 * time.Second,
-		IdleTimeout: 30 * time.Second,
-		MetadataTTL: 30 * time.Second,
+	conn, err := ConnOptions(cfg.Brokers, cfg.ClientID, cfg.TLS, cfg.SASL)
+	if err != nil {
+		return nil, fmt.Errorf("kafka sink: %w", err)
 	}
-	if cfg.TLS.Enabled {
-		if tr.TLS, err = cfg.TLS.ClientConfig(); err != nil {
-			return nil, fmt.Errorf("kafka sink: tls: %w", err)
-		}
-	}
-	if cfg.SASL.Mechanism != "" {
-		if tr.SASL, err = saslMechanism(cfg.SASL); err != nil {
-			return nil, fmt.Errorf("kafka sink: sasl: %w", err)
-		}
-	}
-	if cfg.Compression == CompressionSnappy {
-		fastSnappy.Do(func() { compress.SnappyCodec.Compression = kafkasnappy.FasterCompression })
-	}
-	codec := map[string]kafka.Compression{
-		CompressionNone: 0, CompressionSnappy: kafka.Snappy, CompressionLZ4: kafka.Lz4,
-		CompressionZstd: kafka.Zstd, CompressionGzip: kafka.Gzip,
-	}[cfg.Compression]
 	log := logger.With("topic", cfg.Topic)
-	w := &kafka.Writer{
-		Addr:     kafka.TCP(cfg.Brokers...),
-		Topic:    cfg.Topic,
-		Balancer: &kafka.Murmur2Balancer{},
-		// A couple of quick attempts for leader moves; the runner owns the
-		// real retry policy.
-		MaxAttempts:     3,
-		WriteBackoffMin: 10 * time.Millisecond,
-		WriteBackoffMax: 200 * time.Millisecond,
-		// Push hands the writer a whole batch and waits: never hold a
-		// partial batch back for long. kafka-go allocates BatchSize slots
-		// per partition batch up front, so keep it moderate: a larger push
-		// becomes several produce batches.
-		BatchSize:  writerBatchSize,
-		BatchBytes: int64(cfg.MaxMessageBytes),
-		// Push is serialised and hands all its records to the writer under
-		// the partition writer's lock, so a tiny timeout flushes each
-		// partition batch as soon as the call has filled it, without
-		// waiting.
-		BatchTimeout: time.Microsecond,
-		ReadTimeout:  cfg.WriteTimeout,
-		WriteTimeout: cfg.WriteTimeout,
-		RequiredAcks: kafka.RequireAll,
-		Compression:  codec,
-		Transport:    tr,
-		ErrorLogger: kafka.LoggerFunc(func(msg string, args ...any) {
-			log.Debug("kafka-go: " + fmt.Sprintf(msg, args...))
-		}),
+	opts := append(slices.Clip(conn), cfg.producerOptions()...)
+	opts = append(opts,
+		// A push must end within its deadline (push_timeout) even when a
+		// broker vanished after receiving a request; the runner then pushes
+		// the batch again, and a copy Kafka did store is a duplicate with the
+		// same event_id (at-least-once).
+		kgo.AllowIdempotentProduceCancellation(),
+		kgo.WithLogger(kgoLogger{log}),
+	)
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("kafka sink: producer: %w", err)
 	}
 	return &Sink{
-		cfg: cfg, log: log, m: m, transport: tr, w: w,
+		cfg: cfg, log: log, m: m, opts: conn, cl: cl,
 		enc: encoder{format: cfg.ValueFormat, source: cfg.Source, maxBytes: cfg.MaxMessageBytes},
 	}, nil
+}
+
+// kgoLogger passes franz-go's own log lines on at debug level.
+type kgoLogger struct{ l *slog.Logger }
+
+func (k kgoLogger) Level() kgo.LogLevel { return kgo.LogLevelWarn }
+func (k kgoLogger) Log(_ kgo.LogLevel, msg string, kv ...any) {
+	k.l.Debug("franz-go: "+msg, kv...)
 }
 
 // ClientConfig is the crypto/tls client configuration these settings
@@ -182,7 +205,8 @@ func (t TLSConfig) ClientConfig() (*tls.Config, error) {
 	return c, nil
 }
 
-func saslMechanism(s SASLConfig) (sasl.Mechanism, error) {
+// mechanism is the franz-go SASL mechanism these settings name.
+func (s SASLConfig) mechanism() (sasl.Mechanism, error) {
 	pass := s.Password
 	if s.PasswordFile != "" {
 		b, err := os.ReadFile(s.PasswordFile)
@@ -193,11 +217,11 @@ func saslMechanism(s SASLConfig) (sasl.Mechanism, error) {
 	}
 	switch s.Mechanism {
 	case MechanismPlain:
-		return plain.Mechanism{Username: s.Username, Password: pass}, nil
+		return plain.Auth{User: s.Username, Pass: pass}.AsMechanism(), nil
 	case MechanismSCRAMSHA256:
-		return scram.Mechanism(scram.SHA256, s.Username, pass)
+		return scram.Auth{User: s.Username, Pass: pass}.AsSha256Mechanism(), nil
 	case MechanismSCRAMSHA512:
-		return scram.Mechanism(scram.SHA512, s.Username, pass)
+		return scram.Auth{User: s.Username, Pass: pass}.AsSha512Mechanism(), nil
 	}
 	return nil, fmt.Errorf("unknown mechanism %q", s.Mechanism)
 }
@@ -210,24 +234,31 @@ func (s *Sink) Push(ctx context.Context, batch []sinks.Record) error {
 	if s.closed {
 		return errors.New("kafka sink is closed") // retryable: never drop on shutdown
 	}
-	if s.cfg.CreateTopic.Enabled && !s.topicReady {
-		if err := s.ensureTopic(ctx); err != nil {
-			return err
-		}
+	return s.push(ctx, s.cl, &s.enc, batch, nil)
+}
+
+// push encodes batch with enc and produces it with cl. Records refused for
+// good are reported through a PartialError; any other failure is returned,
+// classified for the runner. The caller owns enc for the call. inTxn,
+// when set, runs after the encoding with the records to produce (the
+// transactional pusher's produce-and-commit); nil produces them plainly.
+func (s *Sink) push(ctx context.Context, cl *kgo.Client, enc *encoder, batch []sinks.Record, inTxn func([]*kgo.Record, []int, map[int]error) error) error {
+	if err := s.ensureTopic(ctx, cl); err != nil {
+		return err
 	}
-	msgs := make([]kafka.Message, 0, len(batch))
-	idx := make([]int, 0, len(batch)) // batch index of msgs[j]
+	recs := make([]kgo.Record, 0, len(batch))
+	idx := make([]int, 0, len(batch)) // batch index of recs[j]
 	failed := map[int]error{}
-	s.enc.start(len(batch))
-	// WriteMessages returns before its batches are written only when ctx
-	// ends: otherwise the push's arena is free again afterwards.
-	defer func() { s.enc.finish(len(batch), ctx.Err() == nil) }()
+	enc.start(len(batch))
+	// ProduceSync returns only once every record has its outcome, so the
+	// arena is free again afterwards.
+	defer func() { enc.finish(len(batch), true) }()
 	for i, r := range batch {
 		if r.Occurrence == nil {
 			failed[i] = fmt.Errorf("offset %d: no occurrence", r.Offset)
 			continue
 		}
-		msg, truncated, fits, err := s.enc.encode(r.Occurrence)
+		msg, truncated, fits, err := enc.encode(r.Occurrence)
 		switch {
 		case err != nil:
 			failed[i] = fmt.Errorf("encode: %w", err)
@@ -241,13 +272,21 @@ func (s *Sink) Push(ctx context.Context, batch []sinks.Record) error {
 			s.log.Warn("kafka sink truncated a message to fit max_message_bytes",
 				"event_id", r.Occurrence.GetEventId(), "message_bytes", len(r.Occurrence.GetMessage()))
 		}
-		msgs = append(msgs, msg)
+		recs = append(recs, msg)
 		idx = append(idx, i)
 	}
-	if len(msgs) > 0 {
-		if err := s.write(ctx, msgs, idx, failed); err != nil {
-			return err
-		}
+	ptrs := make([]*kgo.Record, len(recs))
+	for j := range recs {
+		ptrs[j] = &recs[j]
+	}
+	var err error
+	if inTxn != nil {
+		err = inTxn(ptrs, idx, failed)
+	} else if len(ptrs) > 0 {
+		err = s.write(ctx, cl, ptrs, idx, failed)
+	}
+	if err != nil {
+		return err
 	}
 	if len(failed) > 0 {
 		s.m.refused.Add(float64(len(failed)))
@@ -256,91 +295,75 @@ func (s *Sink) Push(ctx context.Context, batch []sinks.Record) error {
 	return nil
 }
 
-// write produces msgs. Records refused for good are added to failed (by
+// write produces recs. Records refused for good are added to failed (by
 // batch index); any other failure is returned, classified for the runner.
-func (s *Sink) write(ctx context.Context, msgs []kafka.Message, idx []int, failed map[int]error) error {
-	err := s.w.WriteMessages(ctx, msgs...)
-	if err == nil {
-		s.countBytes(msgs)
+func (s *Sink) write(ctx context.Context, cl *kgo.Client, recs []*kgo.Record, idx []int, failed map[int]error) error {
+	res := cl.ProduceSync(ctx, recs...)
+	if err := res.FirstErr(); err == nil {
+		s.countBytes(recs)
 		s.topicFound()
 		return nil
 	}
-	if errors.Is(err, kafka.UnknownTopicOrPartition) && allUnknownTopic(err) {
-		return s.topicNotFound(len(msgs), err)
-	}
-	if ctx.Err() != nil {
-		return fmt.Errorf("produce: %w", err)
-	}
-	var tooLarge kafka.MessageTooLargeError
-	if errors.As(err, &tooLarge) {
-		return s.isolate(ctx, msgs, idx, failed)
-	}
-	var werrs kafka.WriteErrors
-	if !errors.As(err, &werrs) || len(werrs) != len(msgs) {
-		return classify(fmt.Errorf("produce %d records: %w", len(msgs), err))
-	}
 	var retry error
 	var large []int
-	for j, e := range werrs {
-		switch {
+	nfail, unknownTopic := 0, 0
+	for j, r := range res {
+		switch e := r.Err; {
 		case e == nil:
-		case errors.Is(e, kafka.MessageSizeTooLarge) || errors.Is(e, kafka.RecordListTooLarge):
+		case errors.Is(e, kerr.MessageTooLarge) || errors.Is(e, kerr.RecordListTooLarge):
+			nfail++
 			large = append(large, j)
 		case permanent(e):
+			nfail++
 			failed[idx[j]] = fmt.Errorf("refused by the broker: %w", e)
-		case retry == nil:
-			retry = e
+		default:
+			nfail++
+			if errors.Is(e, kerr.UnknownTopicOrPartition) {
+				unknownTopic++
+			}
+			if retry == nil {
+				retry = e
+			}
 		}
+	}
+	if unknownTopic == nfail {
+		return s.topicNotFound(len(recs), retry)
+	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("produce: %w", retry)
 	}
 	if retry != nil {
 		// Some records must be produced again; the ones already written
 		// will be duplicates (at-least-once, same event_id).
-		return classify(fmt.Errorf("produce: %d of %d records failed: %w", werrs.Count(), len(msgs), retry))
+		return classify(fmt.Errorf("produce: %d of %d records failed: %w", nfail, len(recs), retry))
 	}
 	if len(large) == 1 {
-		failed[idx[large[0]]] = fmt.Errorf("refused by the broker: %w", werrs[large[0]])
+		failed[idx[large[0]]] = fmt.Errorf("refused by the broker: %w", res[large[0]].Err)
 		return nil
 	}
 	if len(large) > 1 {
 		// The broker refuses a whole record batch when it is over the
 		// limit: find which records are too large on their own.
-		sub := make([]kafka.Message, len(large))
-		subIdx := make([]int, len(large))
-		for k, j := range large {
-			sub[k], subIdx[k] = msgs[j], idx[j]
+		for _, j := range large {
+			one := res[j].Record
+			err := cl.ProduceSync(ctx, one).FirstErr()
+			switch {
+			case err == nil:
+				s.countBytes([]*kgo.Record{one})
+			case errors.Is(err, kerr.MessageTooLarge) || errors.Is(err, kerr.RecordListTooLarge) || permanent(err):
+				failed[idx[j]] = fmt.Errorf("refused: %w", err)
+			default:
+				return classify(fmt.Errorf("produce: %w", err))
+			}
 		}
-		return s.isolate(ctx, sub, subIdx, failed)
 	}
 	return nil
 }
 
-// isolate produces each message alone, so a size refusal names exactly
-// one record.
-func (s *Sink) isolate(ctx context.Context, msgs []kafka.Message, idx []int, failed map[int]error) error {
-	for j := range msgs {
-		err := s.w.WriteMessages(ctx, msgs[j])
-		var werrs kafka.WriteErrors
-		if errors.As(err, &werrs) && len(werrs) == 1 && werrs[0] != nil {
-			err = werrs[0] // kafka.WriteErrors does not unwrap
-		}
-		if err == nil {
-			s.countBytes(msgs[j : j+1])
-			continue
-		}
-		var tooLarge kafka.MessageTooLargeError
-		if errors.As(err, &tooLarge) || errors.Is(err, kafka.MessageSizeTooLarge) || errors.Is(err, kafka.RecordListTooLarge) || permanent(err) {
-			failed[idx[j]] = fmt.Errorf("refused: %w", err)
-			continue
-		}
-		return classify(fmt.Errorf("produce: %w", err))
-	}
-	return nil
-}
-
-func (s *Sink) countBytes(msgs []kafka.Message) {
+func (s *Sink) countBytes(recs []*kgo.Record) {
 	var n int
-	for i := range msgs {
-		n += messageSize(&msgs[i]) - overhead
+	for _, r := range recs {
+		n += messageSize(r) - overhead
 	}
 	s.m.bytes.Add(float64(n))
 }
@@ -349,29 +372,13 @@ func (s *Sink) countBytes(msgs []kafka.Message) {
 // never fix. Authorisation and authentication failures are not among them:
 // an operator can fix those, and the data waits in the log meanwhile.
 func permanent(err error) bool {
-	for _, code := range []kafka.Error{kafka.InvalidRecord, kafka.InvalidTimestamp, kafka.UnsupportedForMessageFormat,
-		kafka.MessageSizeTooLarge, kafka.RecordListTooLarge} {
+	for _, code := range []*kerr.Error{kerr.InvalidRecord, kerr.InvalidTimestamp, kerr.UnsupportedForMessageFormat,
+		kerr.MessageTooLarge, kerr.RecordListTooLarge, kerr.CorruptMessage} {
 		if errors.Is(err, code) {
 			return true
 		}
 	}
 	return false
-}
-
-// allUnknownTopic reports whether every write failed because the topic
-// does not exist (a single partition missing after a shrink is something
-// else and stays a plain retryable error).
-func allUnknownTopic(err error) bool {
-	var werrs kafka.WriteErrors
-	if !errors.As(err, &werrs) {
-		return true // a batch-level UnknownTopicOrPartition
-	}
-	for _, e := range werrs {
-		if e != nil && !errors.Is(e, kafka.UnknownTopicOrPartition) {
-			return false
-		}
-	}
-	return true
 }
 
 // topicNotFound turns "unknown topic or partition" into an error that says
@@ -399,33 +406,39 @@ func (s *Sink) topicFound() {
 // classify wraps a batch-level failure: throttling becomes a ThrottleError,
 // everything else stays retryable.
 func classify(err error) error {
-	if errors.Is(err, kafka.ThrottlingQuotaExceeded) {
+	if errors.Is(err, kerr.ThrottlingQuotaExceeded) {
 		return sinks.Throttle(err, 0)
 	}
 	return err
 }
 
-// ensureTopic creates the topic if create_topic.enabled; an existing topic
-// is fine.
-func (s *Sink) ensureTopic(ctx context.Context) error {
-	c := &kafka.Client{Addr: kafka.TCP(s.cfg.Brokers...), Transport: s.transport, Timeout: s.cfg.WriteTimeout}
-	resp, err := c.CreateTopics(ctx, &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{{
-		Topic:             s.cfg.Topic,
-		NumPartitions:     s.cfg.CreateTopic.Partitions,
-		ReplicationFactor: s.cfg.CreateTopic.ReplicationFactor,
-	}}})
-	if err != nil {
-		return fmt.Errorf("create topic %s: %w", s.cfg.Topic, err)
+// ensureTopic creates the topic if create_topic.enabled, once; an
+// existing topic is fine.
+func (s *Sink) ensureTopic(ctx context.Context, cl *kgo.Client) error {
+	if !s.cfg.CreateTopic.Enabled {
+		return nil
 	}
-	if e := resp.Errors[s.cfg.Topic]; e != nil && !errors.Is(e, kafka.TopicAlreadyExists) {
-		if errors.Is(e, kafka.InvalidReplicationFactor) || errors.Is(e, kafka.InvalidPartitionNumber) {
-			s.log.Error("kafka sink cannot create its topic: fix create_topic", "err", e)
+	s.topicMu.Lock()
+	defer s.topicMu.Unlock()
+	if s.topicReady {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.WriteTimeout)
+	defer cancel()
+	resp, err := kadm.NewClient(cl).CreateTopic(ctx, int32(s.cfg.CreateTopic.Partitions), int16(s.cfg.CreateTopic.ReplicationFactor), nil, s.cfg.Topic)
+	if err == nil {
+		err = resp.Err
+	}
+	created := err == nil
+	if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
+		if errors.Is(err, kerr.InvalidReplicationFactor) || errors.Is(err, kerr.InvalidPartitions) {
+			s.log.Error("kafka sink cannot create its topic: fix create_topic", "err", err)
 		}
-		return fmt.Errorf("create topic %s: %w", s.cfg.Topic, e)
+		return fmt.Errorf("create topic %s: %w", s.cfg.Topic, err)
 	}
 	s.topicReady = true
 	s.log.Info("kafka topic ready", "partitions", s.cfg.CreateTopic.Partitions,
-		"replication_factor", s.cfg.CreateTopic.ReplicationFactor, "created", resp.Errors[s.cfg.Topic] == nil)
+		"replication_factor", s.cfg.CreateTopic.ReplicationFactor, "created", created)
 	return nil
 }
 
@@ -438,10 +451,6 @@ func (s *Sink) Close() error {
 		return nil
 	}
 	s.closed = true
-	err := s.w.Close()
-	s.transport.CloseIdleConnections()
-	if err != nil {
-		return fmt.Errorf("kafka sink: close: %w", err)
-	}
+	s.cl.Close()
 	return nil
 }

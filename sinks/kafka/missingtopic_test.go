@@ -54,7 +54,7 @@ func TestMissingTopicIsNamed(t *testing.T) {
 		t.Fatalf("creating the topic: %v", err)
 	}
 	// The writer learns of the topic at its next metadata refresh
-	// (kafka-go's transport caches metadata for a few seconds).
+	// (the client caches metadata for a second at least).
 	deadline := time.Now().Add(30 * time.Second)
 	for err = pushSome(t, s, "miss-", 3); err != nil; err = pushSome(t, s, "miss-", 3) {
 		if time.Now().After(deadline) {

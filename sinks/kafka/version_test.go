@@ -23,7 +23,7 @@ func TestBuildVersionInRecords(t *testing.T) {
 		if err != nil || !fits {
 			t.Fatalf("%s: encode: fits %v, %v", format, fits, err)
 		}
-		if got := header(msg, HeaderVersion); got != want {
+		if got := header(&msg, HeaderVersion); got != want {
 			t.Errorf("%s: header %s %q, want %q", format, HeaderVersion, got, want)
 		}
 	}

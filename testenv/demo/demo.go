@@ -72,9 +72,16 @@ type Config struct {
 	Out      io.Writer
 	Terminal bool
 	Refresh  time.Duration
+	// CLI is the eventpipe command the view's "try" line names, so that
+	// the line runs as printed: make run passes the binary it built
+	// ($(BIN)/eventpipe, an absolute path). Default "eventpipe" (on PATH).
+	CLI string
 }
 
 func (c *Config) defaults() {
+	if c.CLI == "" {
+		c.CLI = "eventpipe"
+	}
 	if c.Gateway == "" {
 		c.Gateway = scenario.DefaultGateway
 	}

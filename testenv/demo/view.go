@@ -150,7 +150,7 @@ func (d *demo) dataTextFinal(final bool) string {
 	if final {
 		return b.String()
 	}
-	fmt.Fprintf(&b, "  try         eventpipe diagnose --collector %s --insecure --token-file %s --supervisor\n", d.coll.GRPCAddr(), filepath.Join(d.dir, "reader.token"))
+	fmt.Fprintf(&b, "  try         %s diagnose --collector %s --insecure --token-file %s --supervisor\n", d.cfg.CLI, d.coll.GRPCAddr(), filepath.Join(d.dir, "reader.token"))
 	return b.String()
 }
 

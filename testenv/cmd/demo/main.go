@@ -73,6 +73,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&mode, "mode", string(scenario.ModeManaged), "workspace mode of the scenarios: managed, shared or operator")
 	fs.DurationVar(&cfg.Pace, "pace", 150*time.Millisecond, "pause between scenario steps")
 	fs.BoolVar(&cfg.Writers, "writers", false, "run kube-scheduler, kube-controller-manager and the Agent Sandbox controller on the control plane and create the sandboxes as the OpenShell driver would (scenarios: "+strings.Join(osdriver.Names(), ", ")+"; default "+strings.Join(demo.DefaultWriterScenarios, ",")+")")
+	fs.StringVar(&cfg.CLI, "cli", "eventpipe", "the eventpipe binary the printed commands name (make run passes the one it built)")
 	plain := fs.Bool("plain", false, "print a new view on every change instead of redrawing the terminal")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, usage)

@@ -45,7 +45,6 @@ func TestFlagErrors(t *testing.T) {
 		"unknown mode":              {"--mode", "cloud"},
 		"context without cluster":   {"--context", "x"},
 		"scenarios with kubeconfig": {"--kubeconfig", "/nonexistent", "--scenarios", "img-missing"},
-		"writers with kubeconfig":   {"--kubeconfig", "/nonexistent", "--writers"},
 	} {
 		var stderr bytes.Buffer
 		if code := run(context.Background(), args, io.Discard, &stderr); code != 2 {
@@ -272,7 +271,8 @@ func (c *child) stopAndCheck(t *testing.T, dataDir string) {
 // data went, and on Ctrl-C stops with nothing left running.
 func TestMakeRun(t *testing.T) {
 	dataDir := filepath.Join(t.TempDir(), "data")
-	c := startChild(t, "--plain", "--data-dir", dataDir, "--pace", "60ms")
+	cli := buildCLI(t)
+	c := startChild(t, "--plain", "--data-dir", dataDir, "--pace", "60ms", "--cli", cli)
 	c.waitFor(t, "the control plane", 5*time.Minute, func(out string) bool { return strings.Contains(out, "control plane  kube-apiserver") })
 	c.waitFor(t, "a retrying pull failure", 2*time.Minute, func(out string) bool {
 		return strings.Contains(out, " retrying\n") && strings.Contains(out, "BLOCKED")
@@ -304,16 +304,42 @@ func TestMakeRun(t *testing.T) {
 	if len(c.pids) < 2 {
 		t.Errorf("expected etcd and kube-apiserver among the children, saw %v", c.pids)
 	}
-	checkDiagnoseCommand(t, out, dataDir)
+	checkDiagnoseCommand(t, out, cli)
 	c.stopAndCheck(t, dataDir)
 }
 
-// checkDiagnoseCommand runs the real `eventpipe diagnose` against the
-// running pipeline's collector, as the view's "try" line says, with the
-// reader token: what a CLI user without kubectl gets.
-func checkDiagnoseCommand(t *testing.T, out, dataDir string) {
+// buildCLI builds cmd/eventpipe as make run does, for the view's "try"
+// line to name (--cli).
+func buildCLI(t *testing.T) string {
 	t.Helper()
-	diagnose := diagnoseCommand(t, out, dataDir)
+	root, err := kube.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(t.TempDir(), "eventpipe")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/eventpipe")
+	build.Dir = root
+	if b, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build eventpipe: %v\n%s", err, b)
+	}
+	return bin
+}
+
+// checkDiagnoseCommand runs the view's "try" line exactly as printed (the
+// real `eventpipe diagnose` against the running pipeline's collector with
+// the reader token: what a CLI user without kubectl gets), then the same
+// command for single sandboxes.
+func checkDiagnoseCommand(t *testing.T, out, cli string) {
+	t.Helper()
+	i := strings.LastIndex(out, "  try         ")
+	if i < 0 {
+		t.Fatal("no try line")
+	}
+	try := strings.Fields(strings.SplitN(out[i:], "\n", 2)[0])[1:]
+	if try[0] != cli || try[1] != "diagnose" || try[len(try)-1] != "--supervisor" {
+		t.Fatalf("try line %q does not name the built binary %s", try, cli)
+	}
+	diagnose := tryCommand(t, try)
 	if code, o := diagnose("sup-bad", "-w", scenario.DefaultWorkspace, "-o", "json"); code != 1 ||
 		!strings.Contains(o, `"image_role": "supervisor"`) || !strings.Contains(o, `"cause": "not_found"`) ||
 		!strings.Contains(o, `"image": "`+scenario.SupervisorImageBad+`"`) || !strings.Contains(o, `"disposition": "persistent"`) {
@@ -327,44 +353,8 @@ func checkDiagnoseCommand(t *testing.T, out, dataDir string) {
 	if code, o := diagnose("healthy", "-w", scenario.DefaultWorkspace); code != 0 || !strings.Contains(o, "nothing blocks it") {
 		t.Errorf("eventpipe diagnose healthy: exit %d\n%s", code, o)
 	}
-	if code, o := diagnose("--supervisor"); code != 1 || !strings.Contains(o, "supervisor image "+scenario.SupervisorImageBad+" of gateway openshell: not_found") {
+	if code, o := diagnose(try[len(try)-1]); code != 1 || !strings.Contains(o, "supervisor image "+scenario.SupervisorImageBad+" of gateway openshell: not_found") {
 		t.Errorf("eventpipe diagnose --supervisor: exit %d\n%s", code, o)
-	}
-}
-
-// diagnoseCommand builds the real eventpipe binary and returns a function
-// that runs `eventpipe diagnose ARGS` against the collector of the view's
-// "try" line with the reader token, returning its exit code and output.
-func diagnoseCommand(t *testing.T, out, dataDir string) func(args ...string) (int, string) {
-	t.Helper()
-	i := strings.Index(out, "eventpipe diagnose --collector ")
-	if i < 0 {
-		t.Fatal("no try line")
-	}
-	addr := strings.Fields(out[i+len("eventpipe diagnose --collector "):])[0]
-	root, err := kube.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(t.TempDir(), "eventpipe")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/eventpipe")
-	build.Dir = root
-	if b, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build eventpipe: %v\n%s", err, b)
-	}
-	return func(args ...string) (int, string) {
-		t.Helper()
-		cmd := exec.Command(bin, append([]string{"diagnose", "--collector", addr, "--insecure", "--token-file", filepath.Join(dataDir, "reader.token")}, args...)...)
-		var o bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &o, &o
-		err := cmd.Run()
-		code := 0
-		if ee, ok := err.(*exec.ExitError); ok {
-			code = ee.ExitCode()
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		return code, o.String()
 	}
 }
 
@@ -405,4 +395,25 @@ func TestRunAgainstACluster(t *testing.T) {
 		t.Errorf("leases in %s: %v (err %v), want none", kube.AgentNamespace, leases, err)
 	}
 	c.stopAndCheck(t, dataDir)
+}
+
+// tryCommand returns a function that runs the view's "try" command (try,
+// its fields) without its last argument (--supervisor) and with args
+// instead, returning the exit code and output.
+func tryCommand(t *testing.T, try []string) func(args ...string) (int, string) {
+	t.Helper()
+	return func(args ...string) (int, string) {
+		t.Helper()
+		cmd := exec.Command(try[0], append(append([]string{}, try[1:len(try)-1]...), args...)...)
+		var o bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &o, &o
+		err := cmd.Run()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return code, o.String()
+	}
 }

@@ -56,7 +56,8 @@ var blocked = map[string][2]string{
 
 func runWriters(t *testing.T, mode scenario.Mode, scenarios []string) {
 	dataDir := filepath.Join(t.TempDir(), "data")
-	c := startChild(t, "--writers", "--plain", "--data-dir", dataDir, "--mode", string(mode), "--scenarios", strings.Join(scenarios, ","))
+	cli := buildCLI(t)
+	c := startChild(t, "--writers", "--plain", "--data-dir", dataDir, "--cli", cli, "--mode", string(mode), "--scenarios", strings.Join(scenarios, ","))
 	c.waitFor(t, "the control plane and its writers", 10*time.Minute, func(out string) bool { return strings.Contains(out, "kubeconfig     ") })
 	out := c.output()
 	kubeconfig := strings.Fields(out[strings.Index(out, "kubeconfig     ")+len("kubeconfig     "):])[0]
@@ -183,7 +184,9 @@ func runWriters(t *testing.T, mode scenario.Mode, scenarios []string) {
 
 	// `eventpipe diagnose` (the Follow stream) names the blocker.
 	c.waitFor(t, "where the data went", 2*time.Minute, func(out string) bool { return strings.Contains(out, "where the data went:") })
-	diagnose := diagnoseCommand(t, c.output(), dataDir)
+	out = c.output()
+	try := strings.Fields(strings.SplitN(out[strings.LastIndex(out, "  try         "):], "\n", 2)[0])[1:]
+	diagnose := tryCommand(t, try)
 	for name, b := range blocked {
 		cr, ok := sandboxes[name]
 		if !ok {
