@@ -53,7 +53,13 @@ cause:
 
 SANDBOX is a sandbox id (UUID) or a name. A name is unique only within a
 workspace: with -w it is looked up there, without it across the sandboxes of
---gateway (an error lists the workspaces when several have that name).
+--gateway (an error lists the workspaces when several have that name). A
+name stands for the sandbox that has it now: when a sandbox was deleted and
+created again under its name (a new id), the old id's late events never
+count for the new one; the old one is shown by its id, as DELETED (or
+REPLACED, when its deletion was not seen) with what blocked it then, and
+in a table as state deleted or replaced, with the id beside each name the
+rows share.
 --supervisor groups the supervisor-image failures of every sandbox of a
 gateway, so a bad supervisor tag shows from the first failed sandbox on.
 
