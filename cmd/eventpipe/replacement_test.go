@@ -173,3 +173,23 @@ func TestDiagnoseReplacedSandbox(t *testing.T) {
 		t.Errorf("json by name: exit %d, %+v (%v)", code, d, err)
 	}
 }
+
+// In a follow by name, the lines of the deleted sandbox say whose they
+// are; the new sandbox's lines do not.
+func TestFollowLineOfDeletedSandbox(t *testing.T) {
+	occs := replacedWeb("repro", webOldID, webNewID, true)
+	for _, tc := range []struct {
+		o    *eventpipev1.Occurrence
+		want string
+	}{
+		{occs[1], ""}, // before the deletion
+		{occs[4], ""}, // the new id
+		{occs[6], "reason=SandboxDeleted deleted_sandbox=" + webOldID},
+		{occs[7], "reason=Failed deleted_sandbox=" + webOldID},
+	} {
+		line := formatFollowLine(&eventpipev1.FollowResponse{Cursor: 1, Occurrence: tc.o}, false)
+		if tc.want == "" && strings.Contains(line, "deleted_sandbox") || !strings.Contains(line, tc.want) {
+			t.Errorf("%s %s: %s", tc.o.GetSandbox().GetId(), tc.o.GetReason(), line)
+		}
+	}
+}
