@@ -96,7 +96,7 @@ var blockerReport = flag.String("blockers.report", "", "write the held-out score
 var blockersTrainOnly = flag.Bool("blockers.train", false, "check the training entries only (for rule writers)")
 
 // knownTrainMisses: training entries whose text cannot say what their
-// source says (reported in bench/diagnosis-blockers.md), by source.
+// source says (reported in bench/diagnosis/blockers.md), by source.
 var knownTrainMisses = map[string]string{
 	// Exit 137 with reason Error is a SIGKILL; the source knows it was the
 	// OOM killer (a 1.1 runtime that did not report OOMKilled), the status
@@ -104,7 +104,7 @@ var knownTrainMisses = map[string]string{
 	"https://github.com/kubernetes/kubernetes/issues/19825": "container/exit_error",
 }
 
-// heldOutFloor is the held-out score recorded in bench/diagnosis-blockers.md
+// heldOutFloor is the held-out score recorded in bench/diagnosis/blockers.md
 // (session 6: 83/86 over the five draws' held-out entries after the rules
 // for the fifth draw's training part; three of those answers are not
 // independent, see there; 82/86 at that draw's first score): the test

@@ -149,6 +149,9 @@ var rules = []rule{
 		// CRI-O / Podman short-name policy (registries.conf).
 		"short name mode is enforcing", "returns ambiguous list", "did not resolve to an alias",
 		"no unqualified-search registries", "short-name resolution enforced",
+		// CRI-O before containers/image's short names (1.10-1.15): no
+		// registry to complete an unqualified name with.
+		"no registries configured",
 		// containers/image: registries.conf blocks the registry.
 		"is blocked in /",
 		// containerd (1.7+ transfer service) image verifier plugins.
@@ -176,6 +179,9 @@ var rules = []rule{
 		// build checks; containerd's platform filter leaving nothing.
 		"no image found in image index for", "cannot download image with operating system",
 		"based image is incompatible with a", "image might be filtered out",
+		// Docker 1.12-1.13 and old containers/image: the manifest list has
+		// no entry for the node's OS and architecture.
+		"no supported platform found in manifest list",
 	}},
 	// A Docker image manifest v2 schema 1 image: containerd 2.0 disabled
 	// and 2.1 removed pulling it (the schema 1 "converter"), Docker 26
@@ -305,6 +311,10 @@ var rules = []rule{
 		// bearer challenges it cannot complete.
 		"statuscode: 401", "statuscode: 403", "http 401 response", "http 403 response",
 		"bearer auth challenge", "decoding bearer token",
+		// containerd 1.1-1.3's authorizer: a registry's Bearer challenge
+		// without a scope (a private repository answering an anonymous
+		// request); 1.4 and later only log it and go on.
+		"no scope specified for token auth challenge",
 		// The kubelet's ErrImageNotEnsured.
 		"does not have the proper auth",
 	}},
@@ -464,7 +474,7 @@ func classifyPull(reason, message, image string) (category, img, detail string, 
 		}
 	}
 	bits := pullScan(message, image, short)
-	if !isPullReason && bits&markerBit == 0 {
+	if !isPullReason && bits&markerBit == 0 && !oldDockerNotFound(message) {
 		return "", "", "", false
 	}
 	if image == "" {
@@ -516,6 +526,9 @@ func classifyPull(reason, message, image string) (category, img, detail string, 
 	}
 	if category == eventpipev1.CategoryUnauthorized && quayRefusal(message) {
 		category = eventpipev1.CategoryNotFoundOrUnauthorized
+	}
+	if category == eventpipev1.CategoryRegistryUnreachable && dockerSocketDeadline(message) {
+		category = eventpipev1.CategoryTimeout
 	}
 	if category != eventpipev1.CategoryUnknown {
 		detail = pullDetail(message)
@@ -641,6 +654,36 @@ const quayStatus = "401 UNAUTHORIZED"
 func quayRefusal(message string) bool {
 	return strings.Contains(message, quayStatus) && pullIndexFold(message, "token") < 0
 }
+
+// oldDockerNotFound: Docker 1.x's v1 pull ("Error: image R[:T] not found",
+// its answer to the index's 404 for the repository), which kubelets of
+// 2015 put alone into a waiting message with no reason. Only the whole
+// message counts: the wording carries no other pull marker.
+func oldDockerNotFound(message string) bool {
+	return strings.HasPrefix(message, oldDockerNotFoundPrefix) && strings.HasSuffix(message, " not found")
+}
+
+const oldDockerNotFoundPrefix = "Error: image "
+
+// dockerSocketDeadline: the request that ran out of time is the kubelet's
+// (dockershim's, cri-dockerd's) own image pull call to the Docker daemon
+// ("Post \"http://%2Fvar%2Frun%2Fdocker.sock/v1.41/images/create?...\":
+// context deadline exceeded"), not a registry request: the whole pull
+// ran past the CRI call's deadline, so timeout, not registry_unreachable.
+func dockerSocketDeadline(message string) bool {
+	i := strings.LastIndex(message, dockerDeadline)
+	if i < 0 {
+		return false
+	}
+	j := strings.LastIndexByte(message[:i], '"')
+	if j < 0 {
+		return false
+	}
+	url := message[j+1 : i]
+	return strings.Contains(url, "docker.sock/") && strings.Contains(url, "/images/create")
+}
+
+const dockerDeadline = `": context deadline exceeded`
 
 // ruleCategory is the category of the first rule whose bit is set.
 func ruleCategory(bits uint32) string {

@@ -301,7 +301,7 @@ func TestClassifyPullSchema1AndBareDenied(t *testing.T) {
 	}
 }
 
-// The families the fifth draw's training part added (bench/diagnosis.md,
+// The families the fifth draw's training part added (bench/diagnosis/draws.md,
 // "Fifth draw"), in wordings other than the corpus messages': each rule
 // must hold for its family, not for one string.
 func TestClassifyPullFifthDrawFamilies(t *testing.T) {
@@ -379,5 +379,47 @@ func TestClassifyPullSeventhDrawFamilies(t *testing.T) {
 	// A registry pod's own probe names the same URL, not a pull.
 	if cat, _, _, ok := ClassifyPull("", `Readiness probe failed: Get https://10.0.0.9:5000/v2/: dial tcp 10.0.0.9:5000: connect: connection refused`); ok {
 		t.Errorf("a registry's readiness probe classified as %s", cat)
+	}
+}
+
+// Wordings of old runtimes the rules lacked until issue 24 (the held-out
+// misses P0210, P0408, P0310, P0785, P0235, P0890 carry them), and the
+// neighbours each new rule must leave alone.
+func TestClassifyPullOldRuntimeWordings(t *testing.T) {
+	for _, tt := range []struct {
+		name, reason, msg string
+		ok                bool
+		want, image       string
+	}{
+		{"cri-o without registries", "", `Failed to inspect image "nginx:alpine": rpc error: code = Unknown desc = no registries configured while trying to pull an unqualified image`,
+			true, eventpipev1.CategoryPolicyRejected, "docker.io/library/nginx:alpine"},
+		{"containerd 1.3 scope-less challenge", "Failed", `Failed to pull image "r.example/a/b": rpc error: code = Unknown desc = failed to pull and unpack image "r.example/a/b:latest": failed to resolve reference "r.example/a/b:latest": no scope specified for token auth challenge`,
+			true, eventpipev1.CategoryUnauthorized, "r.example/a/b:latest"},
+		{"docker 1.12 manifest list", "Failed", `Failed to pull image "traefik": rpc error: code = 2 desc = no supported platform found in manifest list`,
+			true, eventpipev1.CategoryPlatformMismatch, "docker.io/library/traefik:latest"},
+		{"docker v1 not found, no reason", "", `Error: image openshift/foo:latest not found`,
+			true, eventpipev1.CategoryNotFound, "docker.io/openshift/foo:latest"},
+		{"docker v1 not found, old lower-case reason", "failed", `Error: image openshift/foo not found`,
+			true, eventpipev1.CategoryNotFound, "docker.io/openshift/foo:latest"},
+		// Only the whole message is Docker's v1 answer; other "Error: image"
+		// sentences are not pull failures.
+		{"other error about an image", "", `Error: image openshift/foo:latest is in use by a running container`, false, "", ""},
+		{"not found in a longer message", "", `Error: image gc failed: image openshift/foo not found in store, retrying`, false, "", ""},
+		{"not a candidate reason", "Unhealthy", `Error: image openshift/foo not found`, false, "", ""},
+		{"docker socket pull call deadline", "Failed", `Failed to pull image "tccr.io/a/b:1": rpc error: code = Unknown desc = Post "http://%2Fvar%2Frun%2Fdocker.sock/v1.41/images/create?fromImage=tccr.io%2Fa%2Fb&tag=1": context deadline exceeded`,
+			true, eventpipev1.CategoryTimeout, "tccr.io/a/b:1"},
+		// The same call refused at the socket: the runtime, not the time.
+		{"docker socket refused", "Failed", `Failed to pull image "tccr.io/a/b:1": rpc error: code = Unknown desc = Post "http://%2Fvar%2Frun%2Fdocker.sock/v1.41/images/create?fromImage=tccr.io%2Fa%2Fb&tag=1": dial unix /var/run/docker.sock: connect: connection refused`,
+			true, eventpipev1.CategoryRuntimeStore, "tccr.io/a/b:1"},
+		// A registry request's deadline stays registry_unreachable.
+		{"registry request deadline", "Failed", `Failed to pull image "tccr.io/a/b:1": rpc error: code = Unknown desc = Error response from daemon: Get "https://tccr.io/v2/": context deadline exceeded`,
+			true, eventpipev1.CategoryRegistryUnreachable, "tccr.io/a/b:1"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cat, img, _, ok := ClassifyPull(tt.reason, tt.msg)
+			if ok != tt.ok || cat != tt.want || img != tt.image {
+				t.Fatalf("ClassifyPull = %q %q %v, want %q %q %v", cat, img, ok, tt.want, tt.image, tt.ok)
+			}
+		})
 	}
 }

@@ -19,7 +19,7 @@
 // disposition (a second bounded tracker, like the pull tracker's) and a
 // fix. The check is a switch on the Event's reason, so ordinary events pay
 // nothing for it. The rules and their held-out score against real messages
-// (testdata/blockers) are in bench/diagnosis-blockers.md.
+// (testdata/blockers) are in bench/diagnosis/blockers.md.
 //
 // Contract: enrich is pure with respect to I/O. It reads cached metadata
 // through the read-only Lookups interfaces, starts no goroutines and never

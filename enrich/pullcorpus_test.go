@@ -286,7 +286,7 @@ func keys(m map[string]bool) []string {
 }
 
 // TestCorpusScore scores ClassifyPull on both parts of the corpus; with
-// -diagnosis.write FILE it writes the report (bench/diagnosis.md quotes it).
+// -diagnosis.write FILE it writes the report (bench/diagnosis/draws.md quotes it; bench/diagnosis.md summarises it).
 // It checks only that the corpus and the split are well formed; the exact
 // answers are TestPullCorpus's job.
 func TestCorpusScore(t *testing.T) {
@@ -319,7 +319,7 @@ func validCorpusCategory(c string) bool { return validCategory(c) }
 
 // knownMiss is one line of testdata/pullcorpus/known_misses.jsonl: a
 // message the classifier gets wrong today, with what it answers and why
-// no rule fixes it. bench/diagnosis.md reports the same misses.
+// no rule fixes it. bench/diagnosis.md and bench/diagnosis/draws.md report the same misses.
 type knownMiss struct {
 	ID       string `json:"id"`
 	Category string `json:"category"`

@@ -63,7 +63,6 @@ var (
 	proxyProf          = flag.String("proxy-cpu-profile", "", "write the latency run's proxy CPU profile to this file")
 	fsync              = flag.Bool("fsync", true, "the collector fsyncs its log (false: only to show how much of the e2e latency is the fsync)")
 	quietPeers         = flag.Bool("quiet-peers", false, "the test gateway client and driver use fixed flow-control windows: no bandwidth-delay PINGs for the proxy to ack (grpc-go's default sends them)")
-	relayMode          = flag.String("relay", "", "the proxy's relay mode, grpc or frame (empty: the proxy's default)")
 	pipe               = flag.Bool("pipe", false, "also measure unary calls through a plain byte relay process (the floor of any relay design)")
 	only               = flag.String("only", "", "run only this part of the latency measurement: unary or stream (empty: both)")
 	proxyCPUs          = flag.String("proxy-cpus", "", "run the proxy and the byte relay under `taskset -c LIST` (e.g. 1, with the harness itself started under taskset -c 0): each side gets its own core")
@@ -174,9 +173,6 @@ func (e *env) startProxy(name string, extra ...string) (*proc, error) {
 	sock := filepath.Join(e.dir, name, "proxy.sock")
 	args := append([]string{"driver-proxy", "--listen", sock, "--driver", e.drv.Path, "--gateway-id", "openshell",
 		"--collector", e.col.GRPCAddr(), "--insecure", "--log-level", "warn"}, extra...)
-	if *relayMode != "" {
-		args = append(args, "--relay", *relayMode)
-	}
 	if name == "lat" && *proxyProf != "" {
 		args = append(args, "--cpu-profile", *proxyProf)
 	}

@@ -63,7 +63,7 @@ func runDriverProxy(ctx context.Context, args []string, _ io.Reader, stdout, std
 	keyFile := fs.String("key", "", "client key for mTLS (config: collector.key_file)")
 	serverName := fs.String("server-name", "", "TLS server name of the collector (config: collector.server_name)")
 	insecure := fs.Bool("insecure", false, "plaintext gRPC to the collector (config: collector.insecure)")
-	relay := fs.String("relay", "", "how calls are forwarded: grpc (default) or frame (config: relay; see sinks/gateway/README.md)")
+	relay := fs.String("relay", "", "ignored, with a warning: the proxy has one relay since 2026-12-04 (kept so older command lines still start)")
 	stateFile := fs.String("state-file", "", "where the delivered follow cursor is kept across restarts (config: follow.state_file)")
 	metricsAddr := fs.String("metrics-listen", "", "serve /metrics on this address (empty: off)")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
@@ -128,6 +128,9 @@ func runDriverProxy(ctx context.Context, args []string, _ io.Reader, stdout, std
 		return 2
 	}
 	if *check {
+		for _, d := range cfg.Deprecations() {
+			fmt.Fprintf(stderr, "eventpipe driver-proxy: warning: %s\n", d)
+		}
 		fmt.Fprintf(stdout, "config (%s) is valid\n", where)
 		return 0
 	}

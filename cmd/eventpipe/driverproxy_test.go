@@ -53,6 +53,22 @@ func TestDriverProxyConfigErrors(t *testing.T) {
 	if code := realMain([]string{"driver-proxy", "--config", good, "--check-config"}, nil, &stdout, &stderr); code != 0 || !strings.Contains(stdout.String(), "is valid") {
 		t.Errorf("good config: exit %d: %s%s", code, stdout.String(), stderr.String())
 	}
+	// Settings of the removed frame relay and fail-open grace: accepted,
+	// each with a warning that says to remove it.
+	old := filepath.Join(dir, "old.yaml")
+	if err := os.WriteFile(old, []byte("listen: /run/eventpipe/proxy.sock\ndriver: /run/openshell/driver.sock\ngateway_id: openshell\ncollector:\n  address: collector:7070\n  insecure: true\nrelay_edit_max_bytes: 1048576\nfollow:\n  fail_open_after: 30s\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	stdout.Reset()
+	stderr.Reset()
+	if code := realMain([]string{"driver-proxy", "--config", old, "--relay", "frame", "--check-config"}, nil, &stdout, &stderr); code != 0 || !strings.Contains(stdout.String(), "is valid") {
+		t.Errorf("config with removed settings: exit %d: %s%s", code, stdout.String(), stderr.String())
+	}
+	for _, w := range []string{`warning: relay: "frame" is ignored`, "warning: relay_edit_max_bytes is ignored", "warning: follow.fail_open_after is ignored"} {
+		if !strings.Contains(stderr.String(), w) {
+			t.Errorf("removed settings: stderr lacks %q:\n%s", w, stderr.String())
+		}
+	}
 }
 
 // TestDriverProxyCommandForwards runs the subcommand against the test

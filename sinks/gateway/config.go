@@ -15,12 +15,6 @@ import (
 	"github.com/eventpipe/eventpipe/sinks/gateway/driverwire"
 )
 
-// The relay modes (Config.Relay).
-const (
-	RelayGRPC  = "grpc"
-	RelayFrame = "frame"
-)
-
 // Config is what a user writes for eventpipe driver-proxy (YAML).
 type Config struct {
 	// Listen is the Unix socket the gateway dials
@@ -39,25 +33,17 @@ type Config struct {
 	Follow    FollowConfig    `yaml:"follow"`
 	// DropDriverKubernetesEvents drops the driver's own platform events
 	// with source "kubernetes" (shared mode), so each occurrence reaches
-	// the gateway once, from eventpipe. On by default. They pass again
-	// while the Follow stream has been down for follow.fail_open_after.
+	// the gateway once, from eventpipe. On by default. They are dropped
+	// only while eventpipe's Follow stream is live; before it first comes
+	// up and during an outage they pass unchanged.
 	DropDriverKubernetesEvents bool `yaml:"drop_driver_kubernetes_events"`
-	// Relay picks how calls are forwarded: RelayGRPC, the default (a gRPC
-	// server leg and a gRPC client leg), or RelayFrame (HTTP/2 frames
-	// relayed as they are, Get and List answers edited on the frame path,
-	// WatchSandboxes answered through the gRPC client leg; see relay.go):
-	// about half the CPU and latency per forwarded or edited call, but new
-	// on 2026-12-01, when interop with the h2 crate (tonic's HTTP/2) found
-	// three stalls in it, now fixed and tested; it becomes the default once
-	// it has run against a real OpenShell gateway.
-	// bench/gateway.md has the figures of both.
-	Relay string `yaml:"relay"`
-	// RelayEditMaxBytes bounds a GetSandbox or ListSandboxes answer the
-	// frame relay reassembles to edit (one such answer in memory per call,
-	// twice while it is edited). A larger answer passes unedited, counted in
-	// unedited_answers_total{reason="over_limit"}; a ListSandboxes answer
-	// of 10,000 failing sandboxes is about 8 MB.
-	RelayEditMaxBytes int `yaml:"relay_edit_max_bytes"`
+	// Relay and RelayEditMaxBytes are accepted, and ignored with a warning
+	// (Deprecations), so a config written when the proxy had a second,
+	// HTTP/2-frame relay (until 2026-12-04) still starts the proxy:
+	// refusing it would cut the gateway off its driver on an upgrade.
+	// There is one relay now, the gRPC legs (docs/design.md says why).
+	Relay             string `yaml:"relay,omitempty"`
+	RelayEditMaxBytes int    `yaml:"relay_edit_max_bytes,omitempty"`
 	// ShutdownGrace bounds how long Run waits for open RPCs on shutdown.
 	ShutdownGrace time.Duration `yaml:"shutdown_grace"`
 }
@@ -100,13 +86,17 @@ type FollowConfig struct {
 	// (written before sending), so a restarted proxy does not send them
 	// again to a gateway that kept running. Empty: not kept.
 	StateFile string `yaml:"state_file"`
-	// FailOpenAfter: once the Follow stream has been down this long (or
-	// never came up), the driver's own kubernetes events pass through
-	// again, so the gateway keeps the driver's view without eventpipe. An
-	// occurrence in that window can reach the gateway from both.
-	FailOpenAfter time.Duration `yaml:"fail_open_after"`
-	BackoffMin    time.Duration `yaml:"backoff_min"`
-	BackoffMax    time.Duration `yaml:"backoff_max"`
+	// FailOpenAfter is accepted and ignored with a warning (Deprecations):
+	// the driver's own events now pass from the moment the Follow stream
+	// is not live, without a grace.
+	FailOpenAfter time.Duration `yaml:"fail_open_after,omitempty"`
+	// BackoffMin and BackoffMax bound the wait between Follow attempts
+	// (doubling, with ±20 % jitter). While the collector is unreachable it
+	// is probed every BackoffMin (at most 250 ms) and followed again as
+	// soon as it answers,
+	// so BackoffMax matters only for a collector that answers and refuses.
+	BackoffMin time.Duration `yaml:"backoff_min"`
+	BackoffMax time.Duration `yaml:"backoff_max"`
 }
 
 // NewDefaultConfig returns the defaults; Listen, Driver, GatewayID and
@@ -115,8 +105,6 @@ func NewDefaultConfig() Config {
 	return Config{
 		Layout:                     driverwire.Layout,
 		DropDriverKubernetesEvents: true,
-		Relay:                      RelayGRPC,
-		RelayEditMaxBytes:          32 << 20,
 		ShutdownGrace:              5 * time.Second,
 		Follow: FollowConfig{
 			TailPerSandbox: 50,
@@ -125,8 +113,7 @@ func NewDefaultConfig() Config {
 			StartTail:      5000,
 			DedupeWindow:   100000,
 			BackoffMin:     500 * time.Millisecond,
-			BackoffMax:     30 * time.Second,
-			FailOpenAfter:  30 * time.Second,
+			BackoffMax:     5 * time.Second,
 		},
 	}
 }
@@ -153,6 +140,22 @@ func ParseConfig(b []byte) (Config, error) {
 		return Config{}, fmt.Errorf("parse driver-proxy config: %w", err)
 	}
 	return cfg, nil
+}
+
+// Deprecations are warnings about settings that are accepted but have no
+// effect any more; New logs them.
+func (c Config) Deprecations() []string {
+	var out []string
+	if c.Relay != "" {
+		out = append(out, fmt.Sprintf("relay: %q is ignored: the proxy has one relay, the gRPC legs, since 2026-12-04 (the frame relay was removed); remove the key", c.Relay))
+	}
+	if c.RelayEditMaxBytes != 0 {
+		out = append(out, "relay_edit_max_bytes is ignored: it bounded the removed frame relay's edits; remove the key")
+	}
+	if c.Follow.FailOpenAfter != 0 {
+		out = append(out, "follow.fail_open_after is ignored: the driver's own kubernetes events pass whenever the Follow stream is not live, without a grace; remove the key")
+	}
+	return out
 }
 
 // Validate reports every problem, each with its YAML path.
@@ -191,11 +194,11 @@ func (c Config) Validate() error {
 	if c.Collector.Insecure && (c.Collector.CAFile != "" || c.Collector.CertFile != "" || c.Collector.ServerName != "") {
 		add("collector.insecure", "plaintext cannot be combined with ca_file, cert_file or server_name")
 	}
-	if c.Relay != RelayGRPC && c.Relay != RelayFrame {
-		add("relay", "must be %q or %q, got %q", RelayGRPC, RelayFrame, c.Relay)
+	if c.Relay != "" && c.Relay != "grpc" && c.Relay != "frame" {
+		add("relay", "is no longer a setting (there is one relay, the gRPC legs); remove it, got %q", c.Relay)
 	}
-	if c.RelayEditMaxBytes < 1 || c.RelayEditMaxBytes > maxMsgBytes {
-		add("relay_edit_max_bytes", "must be between 1 and %d, got %d", maxMsgBytes, c.RelayEditMaxBytes)
+	if c.RelayEditMaxBytes < 0 {
+		add("relay_edit_max_bytes", "is no longer a setting; remove it, got %d", c.RelayEditMaxBytes)
 	}
 	if c.ShutdownGrace <= 0 {
 		add("shutdown_grace", "must be positive, got %s", c.ShutdownGrace)
@@ -219,8 +222,8 @@ func (c Config) Validate() error {
 	if f.BackoffMin <= 0 || f.BackoffMax < f.BackoffMin {
 		add("follow.backoff_min", "backoff_min must be positive and at most backoff_max, got %s and %s", f.BackoffMin, f.BackoffMax)
 	}
-	if f.FailOpenAfter < 0 {
-		add("follow.fail_open_after", "must not be negative, got %s", f.FailOpenAfter)
+	if f.BackoffMax > time.Minute {
+		add("follow.backoff_max", "must be at most 1m (a collector that is back is found by the probe; this only spaces refused attempts), got %s", f.BackoffMax)
 	}
 	if len(errs) == 0 {
 		return nil

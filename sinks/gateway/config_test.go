@@ -24,8 +24,8 @@ func TestConfigValidate(t *testing.T) {
 		{"unknown layout", func(c *Config) { c.Layout = "2027-01-01" }, []string{`layout: unsupported driver wire layout "2027-01-01"`}},
 		{"tls halves", func(c *Config) { c.Collector.CertFile = "c.pem" }, []string{"cert_file and key_file go together"}},
 		{"insecure with tls", func(c *Config) { c.Collector.Insecure, c.Collector.CAFile = true, "ca.pem" }, []string{"collector.insecure: plaintext cannot be combined"}},
-		{"edit limit", func(c *Config) { c.RelayEditMaxBytes = 0 }, []string{"relay_edit_max_bytes: must be between 1 and 67108864, got 0"}},
-		{"edit limit over the message limit", func(c *Config) { c.RelayEditMaxBytes = 65 << 20 }, []string{"relay_edit_max_bytes: must be between 1"}},
+		{"unknown relay", func(c *Config) { c.Relay = "h3" }, []string{`relay: is no longer a setting (there is one relay, the gRPC legs); remove it, got "h3"`}},
+		{"backoff cap", func(c *Config) { c.Follow.BackoffMax = 2 * time.Minute }, []string{"follow.backoff_max: must be at most 1m"}},
 		{"bounds", func(c *Config) {
 			c.Follow.MaxSandboxes, c.Follow.MaxEvents, c.Follow.DedupeWindow = 0, 0, 0
 			c.Follow.TailPerSandbox, c.Follow.StartTail = 5000, -1
@@ -50,15 +50,51 @@ func TestConfigValidate(t *testing.T) {
 }
 
 func TestParseConfig(t *testing.T) {
-	c, err := ParseConfig([]byte("listen: /run/p.sock\nrelay_edit_max_bytes: 1048576\nfollow:\n  backoff_min: 250ms\n  tail_per_sandbox: 20\n"))
+	c, err := ParseConfig([]byte("listen: /run/p.sock\nfollow:\n  backoff_min: 250ms\n  tail_per_sandbox: 20\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if c.Listen != "/run/p.sock" || c.Follow.BackoffMin != 250*time.Millisecond || c.Follow.TailPerSandbox != 20 || c.Follow.MaxSandboxes != 10000 ||
-		c.RelayEditMaxBytes != 1<<20 {
+		c.Follow.BackoffMax != 5*time.Second {
 		t.Errorf("parsed %+v", c)
+	}
+	if d := c.Deprecations(); len(d) != 0 {
+		t.Errorf("deprecations of a current config: %q", d)
 	}
 	if _, err := ParseConfig([]byte("follow:\n  tail: 3\n")); err == nil || !strings.Contains(err.Error(), "field tail not found") {
 		t.Errorf("unknown key: %v", err)
+	}
+}
+
+// TestRemovedSettings: a config written for the proxy with two relays and a
+// fail-open grace still starts (an upgrade must not cut the gateway off its
+// driver), and each removed key gets a warning that says what to do.
+func TestRemovedSettings(t *testing.T) {
+	for _, tc := range []struct {
+		yaml string
+		want []string
+	}{
+		{"relay: frame\n", []string{`relay: "frame" is ignored`}},
+		{"relay: grpc\nrelay_edit_max_bytes: 1048576\n", []string{`relay: "grpc" is ignored`, "relay_edit_max_bytes is ignored"}},
+		{"follow:\n  fail_open_after: 30s\n", []string{"follow.fail_open_after is ignored"}},
+	} {
+		t.Run(strings.TrimSpace(tc.yaml), func(t *testing.T) {
+			c, err := ParseConfig([]byte("listen: /run/p/proxy.sock\ndriver: /run/d/driver.sock\ngateway_id: openshell\ncollector:\n  address: collector:7070\n" + tc.yaml))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Validate(); err != nil {
+				t.Fatalf("Validate: %v", err)
+			}
+			d := strings.Join(c.Deprecations(), "\n")
+			if len(c.Deprecations()) != len(tc.want) {
+				t.Errorf("warnings %q, want %d", d, len(tc.want))
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(d, w) || !strings.Contains(d, "remove the key") {
+					t.Errorf("warnings lack %q and what to do:\n%s", w, d)
+				}
+			}
+		})
 	}
 }

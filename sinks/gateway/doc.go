@@ -9,14 +9,13 @@
 //   - Transparent: every RPC, known to this build or not, unary or
 //     streaming, passes through byte for byte with its request metadata
 //     (trace context included), deadline, response headers, trailers and
-//     status (details included). The gRPC legs (relay: grpc, the
-//     default) forward messages with a raw codec; the frame relay
-//     (relay: frame, opt-in; relay.go) forwards HTTP/2 frames and never
-//     decodes a message. Either way exactly three places are edited, all through
-//     package driverwire: WatchSandboxes messages, GetSandbox and
-//     ListSandboxes responses (in frame mode the relay answers
-//     WatchSandboxes itself through its gRPC client leg, and edits Get and
-//     List answers on the frame path: relayedit.go).
+//     status (details included). One relay: a gRPC server leg towards
+//     the gateway and a gRPC client leg towards the driver, messages
+//     forwarded with a raw codec; the request content-type reaches the
+//     driver as sent, and a driver answer of headers then a status stays
+//     two blocks (never made trailers-only). Exactly three places are
+//     edited, all through package driverwire: WatchSandboxes messages,
+//     GetSandbox and ListSandboxes responses.
 //   - Platform events: every attributed occurrence of this gateway (the
 //     collector's Follow stream, gateway_id selector) becomes one
 //     WatchSandboxesPlatformEvent (source "kubernetes") spliced into every
@@ -24,8 +23,9 @@
 //     read (involved_kind, involved_name, namespace, count, the corrected
 //     openshell.progress.* keys) and eventpipe.* keys. The driver's own
 //     "kubernetes" platform events are dropped (drop_driver_kubernetes_events)
-//     so each occurrence arrives once, while the Follow stream is up or was
-//     up less than follow.fail_open_after ago; otherwise they pass.
+//     so each occurrence arrives once, but only while the Follow stream is
+//     live: before it first comes up and from the first moment of an
+//     outage they pass unchanged.
 //   - At most once per gateway connection: an event id is sent once on a
 //     connection (a dedupe window of follow.dedupe_window ids). A stream
 //     reopened on the same connection gets what it has not had yet; a new
@@ -47,13 +47,15 @@
 //   - Fail-open: the collector down, slow or refusing, or a driver message
 //     driverwire cannot parse, never blocks or alters driver traffic; the
 //     message goes through unchanged (counted, logged) and the Follow
-//     stream is retried with backoff from its cursor.
+//     stream is retried with backoff from its cursor, at once when a probe
+//     finds the collector reachable again.
 //   - Bounded: at most follow.max_sandboxes sandboxes and follow.max_events
 //     events are kept. Streams read a ring of the last max_events events
 //     at their own pace; one that falls further behind catches up from the
 //     tails (the sent set keeps it exact). Every drop is counted.
-//   - Socket: the directory belongs to the proxy's uid and is 0700
-//     (created so, forced to 0700 if ours, refused if another uid owns
-//     it); the socket is 0600; a peer with another uid (SO_PEERCRED) is
-//     dropped, logged and counted.
+//   - Socket: only the proxy's uid may write to its directory (created
+//     0700 when missing; an existing one is never chmodded, and refused
+//     when another uid owns it or others may write to it); the socket is
+//     0600; a peer with another uid (SO_PEERCRED) is dropped, logged and
+//     counted.
 package gateway

@@ -17,6 +17,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
@@ -93,16 +94,72 @@ func (f *follower) run(ctx context.Context) {
 			continue
 		}
 		f.m.followErrors.WithLabelValues(strings.ToLower(st.Code().String())).Inc()
-		f.log.Warn("collector follow stream lost; driver traffic is unaffected; retrying", "code", st.Code(),
-			"err", st.Message(), "resume_after", f.cursor, "in", backoff)
-		t := time.NewTimer(jitter(backoff))
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		wait := jitter(backoff)
+		f.log.Warn("collector follow stream lost; driver traffic is unaffected; the driver's own kubernetes events pass until it is back; retrying",
+			"code", st.Code(), "err", st.Message(), "resume_after", f.cursor, "in", wait)
+		if !f.wait(ctx, conn, wait) {
 			return
-		case <-t.C:
 		}
 		backoff = min(2*backoff, f.cfg.Follow.BackoffMax)
+	}
+}
+
+// maxProbeEvery bounds the probe interval of wait: a refused connection
+// attempt on a collector that is down costs next to nothing.
+const maxProbeEvery = 250 * time.Millisecond
+
+// wait sleeps d before the next Follow attempt, or less: while the
+// collector connection is down it is probed every follow.backoff_min, at
+// most maxProbeEvery (gRPC
+// redials at once instead of after its own connect backoff, which grows to
+// two minutes), and the wait ends as soon as a probe connects, so a
+// collector that is back is followed again within about one probe
+// interval, not one back-off. A connection that stays up (the collector
+// refused the call itself) is not a signal: then the wait is d. It
+// reports false when ctx ended.
+func (f *follower) wait(ctx context.Context, conn *grpc.ClientConn, d time.Duration) bool {
+	wctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	if conn == nil {
+		<-wctx.Done()
+		return ctx.Err() == nil
+	}
+	probe := time.NewTicker(min(f.cfg.Follow.BackoffMin, maxProbeEvery))
+	defer probe.Stop()
+	changed := make(chan connectivity.State, 1)
+	watchFrom := func(from connectivity.State) {
+		go func() {
+			if conn.WaitForStateChange(wctx, from) {
+				changed <- conn.GetState()
+			}
+		}()
+	}
+	st := conn.GetState()
+	wasDown := st != connectivity.Ready
+	if st == connectivity.Idle {
+		conn.Connect()
+	}
+	watchFrom(st)
+	for {
+		select {
+		case <-wctx.Done():
+			return ctx.Err() == nil
+		case <-probe.C:
+			// A connection waiting out gRPC's connect backoff redials now.
+			conn.ResetConnectBackoff()
+		case st = <-changed:
+			if st == connectivity.Ready && wasDown {
+				f.log.Info("collector reachable again; following at once")
+				return true
+			}
+			if st != connectivity.Ready {
+				wasDown = true
+			}
+			if st == connectivity.Idle {
+				conn.Connect()
+			}
+			watchFrom(st)
+		}
 	}
 }
 

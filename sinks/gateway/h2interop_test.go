@@ -287,14 +287,12 @@ func checkEcho(t *testing.T, r h2Result) {
 // grpc-go server, which always sends grpc-message (empty on OK); the gRPC
 // spec reads an absent and an empty grpc-message alike, so that one
 // addition is not a difference.
-func sameCall(t *testing.T, relay string, direct, via h2Result) {
+func sameCall(t *testing.T, direct, via h2Result) {
 	t.Helper()
-	if relay == RelayGRPC {
-		empty := func(kv [2]string) bool { return kv == [2]string{"grpc-message", ""} }
-		for _, r := range []*h2Result{&direct, &via} {
-			r.Headers = slices.DeleteFunc(slices.Clone(r.Headers), empty)
-			r.Trailers = slices.DeleteFunc(slices.Clone(r.Trailers), empty)
-		}
+	empty := func(kv [2]string) bool { return kv == [2]string{"grpc-message", ""} }
+	for _, r := range []*h2Result{&direct, &via} {
+		r.Headers = slices.DeleteFunc(slices.Clone(r.Headers), empty)
+		r.Trailers = slices.DeleteFunc(slices.Clone(r.Trailers), empty)
 	}
 	norm := func(h [][2]string) [][2]string {
 		h = slices.Clone(h)
@@ -338,47 +336,44 @@ func TestH2Interop(t *testing.T) {
 	for _, driver := range h2Drivers {
 		for _, hyper := range []bool{false, true} {
 			t.Run(fmt.Sprintf("driver=%s/hyper-client=%v", driver, hyper), func(t *testing.T) {
-				forRelays(t, func(t *testing.T, relay string) {
-					dir := shortDir(t)
-					sock := startH2Driver(t, bin, driver, dir)
-					direct := runH2Client(t, bin, "client", sock, hyper)
-					// huge-header (h2 defaults only): a 20 KB header, over
-					// the 16 KiB header list a hyper/tonic server takes, which
-					// answers HTTP 431. The frame relay passes that on; the
-					// gRPC legs answer INTERNAL (grpc-go's client leg refuses
-					// to send it).
-					huge := driver == "hyper" && !hyper
-					if r := direct["huge-header"]; huge && r.Status != 431 {
-						t.Errorf("huge-header to a hyper driver: HTTP %d, want 431", r.Status)
+				dir := shortDir(t)
+				sock := startH2Driver(t, bin, driver, dir)
+				direct := runH2Client(t, bin, "client", sock, hyper)
+				// huge-header (h2 defaults only): a 20 KB header, over
+				// the 16 KiB header list a hyper/tonic server takes, which
+				// answers HTTP 431. The proxy answers INTERNAL (grpc-go's
+				// client leg refuses to send it).
+				huge := driver == "hyper" && !hyper
+				if r := direct["huge-header"]; huge && r.Status != 431 {
+					t.Errorf("huge-header to a hyper driver: HTTP %d, want 431", r.Status)
+				}
+				for _, r := range direct {
+					switch {
+					case huge && r.Name == "huge-header":
+					case strings.HasSuffix(r.Method, "/DescribeSandboxFuture"), strings.HasSuffix(r.Method, "/Chat"):
+						checkEcho(t, r)
+					case r.Error != "":
+						t.Errorf("%s direct: %s", r.Name, r.Error)
 					}
-					for _, r := range direct {
-						switch {
-						case huge && r.Name == "huge-header":
-						case strings.HasSuffix(r.Method, "/DescribeSandboxFuture"), strings.HasSuffix(r.Method, "/Chat"):
-							checkEcho(t, r)
-						case r.Error != "":
-							t.Errorf("%s direct: %s", r.Name, r.Error)
+				}
+				if got := direct["stop"].header("grpc-status"); got != "9" {
+					t.Errorf("stop: grpc-status %q, want 9 (FailedPrecondition)", got)
+				}
+				col := startCollector(t, dir, "")
+				rp := startProxy(t, proxyConfig(dir, sock, col.addr))
+				via := runH2Client(t, bin, "client", rp.p.cfg.Listen, hyper)
+				if len(via) != len(direct) {
+					t.Fatalf("%d calls through the proxy, %d direct", len(via), len(direct))
+				}
+				for name, d := range direct {
+					if huge && name == "huge-header" {
+						if r := via[name]; r.header("grpc-status") != "13" {
+							t.Errorf("huge-header through the gRPC legs: HTTP %d grpc-status %q, want INTERNAL", r.Status, r.header("grpc-status"))
 						}
+						continue
 					}
-					if got := direct["stop"].header("grpc-status"); got != "9" {
-						t.Errorf("stop: grpc-status %q, want 9 (FailedPrecondition)", got)
-					}
-					col := startCollector(t, dir, "")
-					rp := startProxy(t, proxyConfig(relay, dir, sock, col.addr))
-					via := runH2Client(t, bin, "client", rp.p.cfg.Listen, hyper)
-					if len(via) != len(direct) {
-						t.Fatalf("%d calls through the proxy, %d direct", len(via), len(direct))
-					}
-					for name, d := range direct {
-						if huge && name == "huge-header" && relay == RelayGRPC {
-							if r := via[name]; r.header("grpc-status") != "13" {
-								t.Errorf("huge-header through the gRPC legs: HTTP %d grpc-status %q, want INTERNAL", r.Status, r.header("grpc-status"))
-							}
-							continue
-						}
-						sameCall(t, relay, d, via[name])
-					}
-				})
+					sameCall(t, d, via[name])
+				}
 			})
 		}
 	}
@@ -394,47 +389,44 @@ func TestH2InteropHeldAnswers(t *testing.T) {
 	for _, driver := range h2Drivers {
 		for _, hyper := range []bool{false, true} {
 			t.Run(fmt.Sprintf("driver=%s/hyper-client=%v", driver, hyper), func(t *testing.T) {
-				forRelays(t, func(t *testing.T, relay string) {
-					dir := shortDir(t)
-					sock := startH2Driver(t, bin, driver, dir)
-					col := startCollector(t, dir, "")
-					rp := startProxy(t, proxyConfig(relay, dir, sock, col.addr))
-					for _, path := range []string{sock, rp.p.cfg.Listen} {
-						res := runH2Client(t, bin, "hol", path, hyper)
-						via := "direct"
-						if path != sock {
-							via = "through the proxy"
+				dir := shortDir(t)
+				sock := startH2Driver(t, bin, driver, dir)
+				col := startCollector(t, dir, "")
+				rp := startProxy(t, proxyConfig(dir, sock, col.addr))
+				for _, path := range []string{sock, rp.p.cfg.Listen} {
+					res := runH2Client(t, bin, "hol", path, hyper)
+					via := "direct"
+					if path != sock {
+						via = "through the proxy"
+					}
+					up := res["hol-upload"]
+					if up.Error != "" || up.header("grpc-status") != "9" {
+						t.Errorf("%s: the upload call: error %q grpc-status %q, want FailedPrecondition", via, up.Error, up.header("grpc-status"))
+					}
+					held := 0
+					for name, r := range res {
+						if !strings.HasPrefix(name, "hol-held-") {
+							continue
 						}
-						up := res["hol-upload"]
-						if up.Error != "" || up.header("grpc-status") != "9" {
-							t.Errorf("%s: the upload call: error %q grpc-status %q, want FailedPrecondition", via, up.Error, up.header("grpc-status"))
-						}
-						held := 0
-						for name, r := range res {
-							if !strings.HasPrefix(name, "hol-held-") {
-								continue
-							}
-							held++
-							if r.Result.Error != "" || r.Result.GRPCStatus != "0" || r.Result.Bytes < r.Sent {
-								t.Errorf("%s: %s: %+v, want %d+ bytes and OK", via, name, r.Result, r.Sent)
-							}
-						}
-						if held == 0 {
-							t.Errorf("%s: no held calls reported", via)
+						held++
+						if r.Result.Error != "" || r.Result.GRPCStatus != "0" || r.Result.Bytes < r.Sent {
+							t.Errorf("%s: %s: %+v, want %d+ bytes and OK", via, name, r.Result, r.Sent)
 						}
 					}
-				})
+					if held == 0 {
+						t.Errorf("%s: no held calls reported", via)
+					}
+				}
 			})
 		}
 	}
 }
 
-// TestH2InteropEdited: while a pull failure is active the frame relay
-// edits the GetSandbox and ListSandboxes answers on the frame path (it
-// reads the driver's DATA of those streams and writes its own, within an
-// h2 gateway's windows: with h2's defaults, 64 KiB, shared with the
-// suite's 1.5 and 3 MiB answers on the same connection); everything else
-// of the suite is still forwarded unchanged.
+// TestH2InteropEdited: while a pull failure is active the proxy edits the
+// GetSandbox and ListSandboxes answers to an h2 gateway (with h2's
+// defaults, 64 KiB windows, shared with the suite's 1.5 and 3 MiB answers
+// on the same connection); everything else of the suite is still
+// forwarded unchanged.
 func TestH2InteropEdited(t *testing.T) {
 	bin := h2peerBin(t)
 	for _, hyper := range []bool{false, true} {
@@ -443,57 +435,55 @@ func TestH2InteropEdited(t *testing.T) {
 }
 
 func h2InteropEdited(t *testing.T, bin string, hyper bool) {
-	forRelays(t, func(t *testing.T, relay string) {
-		drv, rp := failingSetup(t, relay, 0)
-		direct := runH2Client(t, bin, "client", drv.Path, hyper)
-		via := runH2Client(t, bin, "client", rp.p.cfg.Listen, hyper)
-		for name, d := range direct {
-			switch name {
-			case "get-failing", "list":
-				continue
-			}
-			sameCall(t, relay, d, via[name])
+	drv, rp := failingSetup(t, 0)
+	direct := runH2Client(t, bin, "client", drv.Path, hyper)
+	via := runH2Client(t, bin, "client", rp.p.cfg.Listen, hyper)
+	for name, d := range direct {
+		switch name {
+		case "get-failing", "list":
+			continue
 		}
-		g := via["get-failing"]
-		if g.Error != "" || g.header("grpc-status") != "0" || len(g.Msgs) != 1 {
-			t.Fatalf("get-failing through the proxy: %+v", g)
+		sameCall(t, d, via[name])
+	}
+	g := via["get-failing"]
+	if g.Error != "" || g.header("grpc-status") != "0" || len(g.Msgs) != 1 {
+		t.Fatalf("get-failing through the proxy: %+v", g)
+	}
+	b, err := hex.DecodeString(g.Msgs[0].Hex)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := gatewaytest.DecodeSandbox(getSandboxField(t, b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, ok := resp.Condition("ImagePulled"); !ok || c.Status != "False" {
+		t.Errorf("get-failing through the proxy: no ImagePulled=False condition: %+v", resp)
+	}
+	if g.header("x-echo-x-call") != "get-failing" {
+		t.Errorf("get-failing: the driver's headers did not reach the gateway: %q", g.Headers)
+	}
+	l := via["list"]
+	if l.Error != "" || l.header("grpc-status") != "0" || len(l.Msgs) != 1 {
+		t.Fatalf("list through the proxy: %+v", l)
+	}
+	b, err = hex.DecodeString(l.Msgs[0].Hex)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sbs, err := gatewaytest.DecodeSandboxes(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	failing := 0
+	for _, s := range sbs {
+		if _, ok := s.Condition("ImagePulled"); ok {
+			failing++
 		}
-		b, err := hex.DecodeString(g.Msgs[0].Hex)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp, err := gatewaytest.DecodeSandbox(getSandboxField(t, b))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if c, ok := resp.Condition("ImagePulled"); !ok || c.Status != "False" {
-			t.Errorf("get-failing through the proxy: no ImagePulled=False condition: %+v", resp)
-		}
-		if g.header("x-echo-x-call") != "get-failing" {
-			t.Errorf("get-failing: the driver's headers did not reach the gateway: %q", g.Headers)
-		}
-		l := via["list"]
-		if l.Error != "" || l.header("grpc-status") != "0" || len(l.Msgs) != 1 {
-			t.Fatalf("list through the proxy: %+v", l)
-		}
-		b, err = hex.DecodeString(l.Msgs[0].Hex)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sbs, err := gatewaytest.DecodeSandboxes(b)
-		if err != nil {
-			t.Fatal(err)
-		}
-		failing := 0
-		for _, s := range sbs {
-			if _, ok := s.Condition("ImagePulled"); ok {
-				failing++
-			}
-		}
-		if len(sbs) != 2 || failing != 1 {
-			t.Errorf("list through the proxy: %d sandboxes, %d with ImagePulled, want 2 and 1", len(sbs), failing)
-		}
-	})
+	}
+	if len(sbs) != 2 || failing != 1 {
+		t.Errorf("list through the proxy: %d sandboxes, %d with ImagePulled, want 2 and 1", len(sbs), failing)
+	}
 }
 
 // getSandboxField is field 1 (the sandbox) of a GetSandboxResponse.
@@ -532,28 +522,26 @@ func getSandboxField(t *testing.T, b []byte) []byte {
 // grpc mode the proxy's client leg redials and the gateway sees nothing.
 func TestH2InteropDriverGoaway(t *testing.T) {
 	bin := h2peerBin(t)
-	forRelays(t, func(t *testing.T, relay string) {
-		dir := shortDir(t)
-		sock := filepath.Join(dir, "driver", "driver.sock")
-		startH2Server(t, bin, sock, true, "H2PEER_GOAWAY_AFTER=7")
-		col := startCollector(t, dir, "")
-		rp := startProxy(t, proxyConfig(relay, dir, sock, col.addr))
-		for _, path := range []string{sock, rp.p.cfg.Listen} {
-			res := runH2Client(t, bin, "goaway", path, true)
-			if len(res) != 30 {
-				t.Fatalf("%d calls reported, want 30", len(res))
-			}
-			retries := 0
-			for _, r := range res {
-				checkEcho(t, r)
-				for _, e := range r.Retries {
-					retries++
-					if !strings.Contains(e, "not a result of an error") {
-						t.Errorf("%s (%s): an attempt failed with %q, want only a GOAWAY refusal", r.Name, path, e)
-					}
+	dir := shortDir(t)
+	sock := filepath.Join(dir, "driver", "driver.sock")
+	startH2Server(t, bin, sock, true, "H2PEER_GOAWAY_AFTER=7")
+	col := startCollector(t, dir, "")
+	rp := startProxy(t, proxyConfig(dir, sock, col.addr))
+	for _, path := range []string{sock, rp.p.cfg.Listen} {
+		res := runH2Client(t, bin, "goaway", path, true)
+		if len(res) != 30 {
+			t.Fatalf("%d calls reported, want 30", len(res))
+		}
+		retries := 0
+		for _, r := range res {
+			checkEcho(t, r)
+			for _, e := range r.Retries {
+				retries++
+				if !strings.Contains(e, "not a result of an error") {
+					t.Errorf("%s (%s): an attempt failed with %q, want only a GOAWAY refusal", r.Name, path, e)
 				}
 			}
-			t.Logf("%s: %d calls refused by GOAWAY and retried", path, retries)
 		}
-	})
+		t.Logf("%s: %d calls refused by GOAWAY and retried", path, retries)
+	}
 }

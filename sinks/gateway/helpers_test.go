@@ -60,19 +60,8 @@ func startDriver(t testing.TB, dir string) *gatewaytest.Driver {
 	return d
 }
 
-// relays are the proxy's relay modes: every proxy test runs in each.
-var relays = []string{RelayGRPC, RelayFrame}
-
-// forRelays runs fn as one subtest per relay mode.
-func forRelays(t *testing.T, fn func(t *testing.T, relay string)) {
-	for _, r := range relays {
-		t.Run("relay="+r, func(t *testing.T) { fn(t, r) })
-	}
-}
-
-func proxyConfig(relay, dir, driverPath, collectorAddr string) Config {
+func proxyConfig(dir, driverPath, collectorAddr string) Config {
 	cfg := NewDefaultConfig()
-	cfg.Relay = relay
 	cfg.Listen = filepath.Join(dir, "proxy", "proxy.sock")
 	cfg.Driver = driverPath
 	cfg.GatewayID = "openshell"

@@ -92,28 +92,26 @@ type hub struct {
 	logNext uint64
 	logLen  int
 
-	// following: the Follow stream is open; lostAt: when it was lost.
+	// following: eventpipe's Follow stream for this gateway is live (the
+	// collector accepted the subscription and it has not failed since).
 	following bool
-	lostAt    time.Time
 }
 
 func (h *hub) setFollowing(up bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.following && !up {
-		h.lostAt = time.Now()
-	}
 	h.following = up
 }
 
 // replacing reports whether eventpipe's events stand in for the driver's
-// own kubernetes events: while the Follow stream is open, or was open (or
-// the proxy started) less than grace ago. Otherwise the driver's events pass (fail
-// open: without the collector the gateway still gets the driver's view).
-func (h *hub) replacing(grace time.Duration) bool {
+// own kubernetes events: only while the Follow stream is live. Before it
+// first comes up, and from the moment it fails until it is live again, the
+// driver's events pass unchanged (fail open: without the collector the
+// gateway keeps the driver's view, from the first second of an outage).
+func (h *hub) replacing() bool {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
-	return h.following || time.Since(h.lostAt) < grace
+	return h.following
 }
 
 func newHub(cfg FollowConfig, m *metrics) *hub {
@@ -123,9 +121,6 @@ func newHub(cfg FollowConfig, m *metrics) *hub {
 		conns: map[uint64]*gwConn{}, connLRU: list.New(),
 		subs: map[*subscriber]struct{}{},
 		log:  make([]*entry, max(cfg.MaxEvents, 1)),
-		// A (re)started proxy gives the Follow stream the same grace as a
-		// reconnect before the driver's own events pass.
-		lostAt: time.Now(),
 	}
 }
 

@@ -122,7 +122,7 @@ func TestFollowerKafkaPositionAndRestore(t *testing.T) {
 	go gs.Serve(lis)
 	defer gs.Stop()
 
-	cfg := proxyConfig(RelayGRPC, t.TempDir(), "unused", lis.Addr().String())
+	cfg := proxyConfig(t.TempDir(), "unused", lis.Addr().String())
 	m, err := newMetrics(nil)
 	if err != nil {
 		t.Fatal(err)

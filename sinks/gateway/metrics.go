@@ -16,7 +16,6 @@ type metrics struct {
 	droppedDriverEvents prometheus.Counter
 	lagged              prometheus.Counter
 	malformed           prometheus.Counter
-	unedited            *prometheus.CounterVec
 	peerRejected        prometheus.Counter
 	occurrences         prometheus.Counter
 	followErrors        *prometheus.CounterVec
@@ -49,8 +48,6 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Times a WatchSandboxes stream fell more than follow.max_events behind; it then catches up from the per-sandbox tails."}),
 		malformed: prometheus.NewCounter(prometheus.CounterOpts{Name: ns + "unparsed_messages_total",
 			Help: "Driver messages forwarded unedited because they could not be parsed."}),
-		unedited: prometheus.NewCounterVec(prometheus.CounterOpts{Name: ns + "unedited_answers_total",
-			Help: "GetSandbox/ListSandboxes answer messages the frame relay passed unedited during a pull failure: over_limit (relay_edit_max_bytes), compressed."}, []string{"reason"}),
 		peerRejected: prometheus.NewCounter(prometheus.CounterOpts{Name: ns + "peers_rejected_total",
 			Help: "Connections refused because the peer runs as another uid (or its credentials could not be read)."}),
 		occurrences: prometheus.NewCounter(prometheus.CounterOpts{Name: ns + "occurrences_total",
@@ -74,7 +71,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.rpcs, m.rpcSeconds, m.streams, m.spliced, m.duplicates, m.droppedDriverEvents,
-			m.lagged, m.malformed, m.unedited, m.peerRejected, m.occurrences, m.followErrors, m.connected,
+			m.lagged, m.malformed, m.peerRejected, m.occurrences, m.followErrors, m.connected,
 			m.sandboxes, m.failing, m.events, m.evicted, m.trimmed, m.stateErrors} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("register driver-proxy metrics: %w", err)

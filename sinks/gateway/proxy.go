@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -63,14 +64,15 @@ func (f *frame) bytes() []byte {
 	return f.b
 }
 
-// rawCodec moves frames unchanged. It is named "proto" so the content type
-// on both legs stays application/grpc+proto, which every ComputeDriver
-// implementation accepts. It is a gRPC CodecV2: a received message keeps
-// gRPC's pooled buffers (reference counted) until the other leg has
-// written them, instead of being copied twice per leg.
+// rawCodec moves frames unchanged. It is a gRPC CodecV2: a received
+// message keeps gRPC's pooled buffers (reference counted) until the other
+// leg has written them, instead of being copied twice per leg. Its name is
+// empty, so the driver leg sends the bare "application/grpc" unless the
+// call names the gateway's own subtype (contentSubtype): the driver sees
+// the content-type the gateway sent.
 type rawCodec struct{}
 
-func (rawCodec) Name() string { return "proto" }
+func (rawCodec) Name() string { return "" }
 
 func (rawCodec) Marshal(v any) (mem.BufferSlice, error) {
 	f, ok := v.(*frame)
@@ -114,8 +116,6 @@ type Proxy struct {
 	// calls drain.
 	stopping chan struct{}
 
-	handoffs handoffs // frame relay: see handoffs
-
 	stateMu sync.Mutex
 	saved   delivered // what the state file says was delivered
 }
@@ -127,6 +127,9 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*Proxy, error
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
+	}
+	for _, d := range cfg.Deprecations() {
+		log.Warn("driver-proxy config: " + d)
 	}
 	m, err := newMetrics(reg)
 	if err != nil {
@@ -169,28 +172,23 @@ func (p *Proxy) Run(ctx context.Context) error {
 		p.hub.restoreDelivered(saved)
 		p.saved = saved
 	}
-	ul, err := listenUnix(p.cfg.Listen, p.log)
+	ul, err := listenUnix(p.cfg.Listen)
 	if err != nil {
 		return err
 	}
 	l := &peerListener{UnixListener: ul, uid: os.Geteuid(), log: p.log, rejected: p.metrics.peerRejected.Inc}
 	p.log.Info("driver proxy listening", "listen", p.cfg.Listen, "driver", p.cfg.Driver,
-		"gateway_id", p.cfg.GatewayID, "collector", p.cfg.Collector.Address, "layout", p.cfg.Layout, "relay", p.cfg.Relay)
+		"gateway_id", p.cfg.GatewayID, "collector", p.cfg.Collector.Address, "layout", p.cfg.Layout)
 	p.readyOnce.Do(func() { close(p.ready) })
 
 	g, gctx := errgroup.WithContext(ctx)
-	var srv *grpc.Server
-	if p.cfg.Relay == RelayFrame {
-		g.Go(func() error { return p.serveFrameListener(gctx, l) })
-	} else {
-		srv = p.newServer()
-		g.Go(func() error {
-			if err := srv.Serve(l); err != nil && !errors.Is(err, grpc.ErrServerStopped) && !errors.Is(err, net.ErrClosed) {
-				return fmt.Errorf("serve %s: %w", p.cfg.Listen, err)
-			}
-			return nil
-		})
-	}
+	srv := p.newServer()
+	g.Go(func() error {
+		if err := srv.Serve(l); err != nil && !errors.Is(err, grpc.ErrServerStopped) && !errors.Is(err, net.ErrClosed) {
+			return fmt.Errorf("serve %s: %w", p.cfg.Listen, err)
+		}
+		return nil
+	})
 	fctx, fcancel := context.WithCancel(gctx)
 	defer fcancel()
 	f := newFollower(p.cfg, p.log, p.metrics, p.hub)
@@ -199,9 +197,6 @@ func (p *Proxy) Run(ctx context.Context) error {
 		<-gctx.Done()
 		close(p.stopping)
 		fcancel()
-		if srv == nil {
-			return nil // the frame relay drains its connections itself
-		}
 		done := make(chan struct{})
 		go func() { srv.GracefulStop(); close(done) }()
 		select {
@@ -216,7 +211,8 @@ func (p *Proxy) Run(ctx context.Context) error {
 	return err
 }
 
-// newServer is the gRPC server leg of relay: grpc.
+// newServer is the gateway side: a gRPC server whose unknown-service
+// handler takes every call.
 func (p *Proxy) newServer() *grpc.Server {
 	return grpc.NewServer(
 		grpc.ForceServerCodecV2(rawCodec{}),
@@ -230,30 +226,6 @@ func (p *Proxy) newServer() *grpc.Server {
 		// busy.
 		grpc.NumStreamWorkers(streamWorkers),
 	)
-}
-
-// serveFrameListener accepts gateway connections for the frame relay
-// until ctx ends, then waits for every connection to drain (each within
-// the shutdown grace).
-func (p *Proxy) serveFrameListener(ctx context.Context, l net.Listener) error {
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	stop := context.AfterFunc(ctx, func() { l.Close() })
-	defer stop()
-	for {
-		c, err := l.Accept()
-		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
-				return nil
-			}
-			return fmt.Errorf("accept on %s: %w", p.cfg.Listen, err)
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			p.serveFrames(ctx, c)
-		}()
-	}
 }
 
 // persistUpTo records, before the events es are sent, that they (and
@@ -280,6 +252,24 @@ func (p *Proxy) persistUpTo(es []*entry) {
 	p.saved = c
 }
 
+// contentSubtype is the gRPC content subtype of the gateway's request
+// ("proto" of "application/grpc+proto", "" of "application/grpc"), passed
+// to the driver leg so the driver gets the content-type as the gateway sent
+// it (gRPC writes the subtype lower-cased; the subtypes gRPC
+// implementations send, proto and json, are).
+func contentSubtype(ctx context.Context) string {
+	md, _ := metadata.FromIncomingContext(ctx)
+	ct := md.Get("content-type")
+	if len(ct) == 0 {
+		return ""
+	}
+	const base = "application/grpc"
+	if len(ct[0]) > len(base) && strings.HasPrefix(ct[0], base) && ct[0][len(base)] == '+' {
+		return ct[0][len(base)+1:]
+	}
+	return ""
+}
+
 // forwardMD is the request metadata for the driver: everything the gateway
 // sent (trace context included) except the HTTP/2 pseudo and transport
 // headers gRPC sets itself. FromIncomingContext already returns a copy of
@@ -300,12 +290,13 @@ func (p *Proxy) handle(_ any, ss grpc.ServerStream) error {
 		return fmt.Errorf("no method in stream")
 	}
 	start := time.Now()
+	ct := grpc.CallContentSubtype(contentSubtype(ss.Context()))
 	octx := metadata.NewOutgoingContext(ss.Context(), forwardMD(ss.Context()))
 	halfClosed := false
 	if unaryRPCs[method] {
 		// The gateway's call context ends the driver call too (cancel,
 		// deadline, broken connection): no context of its own needed.
-		err := p.unary(octx, ss, method)
+		err := p.unary(octx, ss, method, ct)
 		if !errors.Is(err, errNoRequest) {
 			p.metrics.rpcs.WithLabelValues(rpcLabel(method), codeLabel(err)).Inc()
 			p.metrics.rpcSeconds.WithLabelValues(rpcLabel(method)).Observe(time.Since(start).Seconds())
@@ -317,7 +308,7 @@ func (p *Proxy) handle(_ any, ss grpc.ServerStream) error {
 	}
 	ctx, cancel := context.WithCancel(octx)
 	defer cancel()
-	cs, err := p.driver.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}, method)
+	cs, err := p.driver.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}, method, ct)
 	if err != nil {
 		p.metrics.rpcs.WithLabelValues(rpcLabel(method), "dial_error").Inc()
 		return err
@@ -329,7 +320,10 @@ func (p *Proxy) handle(_ any, ss grpc.ServerStream) error {
 	} else {
 		go p.forwardRequests(ss, up, cancel)
 	}
-	// The driver's response headers go out before anything else.
+	// The driver's response headers go out before anything else. Header
+	// is nil only for the driver's own trailers-only answer; a real header
+	// block always holds content-type, so a driver answer of headers then
+	// a status stays two blocks here (TestHeadersThenStatusKept).
 	if h, _ := up.Header(); len(h) > 0 {
 		if err := ss.SendHeader(h); err != nil {
 			return err
@@ -412,7 +406,7 @@ func init() {
 }
 
 // unary forwards one call of a known unary method.
-func (p *Proxy) unary(ctx context.Context, ss grpc.ServerStream, method string) error {
+func (p *Proxy) unary(ctx context.Context, ss grpc.ServerStream, method string, ct grpc.CallOption) error {
 	var req frame
 	if err := ss.RecvMsg(&req); err != nil {
 		if errors.Is(err, io.EOF) {
@@ -422,7 +416,7 @@ func (p *Proxy) unary(ctx context.Context, ss grpc.ServerStream, method string) 
 	}
 	var resp frame
 	var hdr, trl metadata.MD
-	err := p.driver.Invoke(ctx, method, &req, &resp, grpc.Header(&hdr), grpc.Trailer(&trl))
+	err := p.driver.Invoke(ctx, method, &req, &resp, grpc.Header(&hdr), grpc.Trailer(&trl), ct)
 	if len(hdr) > 0 {
 		// Set, not sent: gRPC writes them with the answer or the status,
 		// in the same flush (one write to the gateway instead of two).
@@ -432,6 +426,8 @@ func (p *Proxy) unary(ctx context.Context, ss grpc.ServerStream, method string) 
 	}
 	ss.SetTrailer(trl)
 	if err != nil {
+		// With headers set (a driver answer that had a header block), gRPC
+		// writes them as a block of their own before the status.
 		return err
 	}
 	p.editResponse(method, &resp)

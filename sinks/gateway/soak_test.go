@@ -53,6 +53,9 @@ import (
 var (
 	soakFor  = flag.Duration("soak.for", 0, "relay soak: how long each seed runs (default 2s, for the default seeds)")
 	soakSeed = flag.Uint64("soak.seed", 0, "relay soak: run only this seed (0: the default seeds)")
+	// soakRandom is for `make soak`: a new seed each run, printed. Never
+	// in `make test`, which must not depend on the draw.
+	soakRandom = flag.Bool("soak.random", false, "relay soak: run one new random seed (printed) instead of the fixed ones")
 	// soakDirect tells a relay fault from a peer's: the same calls
 	// straight to the driver (TestRelaySoakH2; Get/List are then never
 	// edited, so the edit checks see the driver's answers).
@@ -236,7 +239,6 @@ type soakCall struct {
 type soakRun struct {
 	t       *testing.T
 	seed    uint64
-	relay   string
 	drv     *gatewaytest.Driver
 	rp      *runningProxy
 	col     *testCollector
@@ -279,36 +281,49 @@ var (
 	soakStreaming = []string{gatewaytest.Prefix + "SoakFuture", gatewaytest.MethodUnknownSv}
 )
 
-// TestRelaySoak runs the soak for each seed in each relay mode.
-func TestRelaySoak(t *testing.T) {
-	seeds := []uint64{2, uint64(time.Now().UnixNano())} // seed 2: the smallest windows
-	d := 2 * time.Second
-	if *soakSeed != 0 {
+// soakSeeds are the seeds a soak test runs: fixed ones by default (so
+// `make test` is the same on every clone), the one -soak.seed names, or a
+// new random one with -soak.random (`make soak`), printed so that a
+// failure can be replayed and kept as a fixed case.
+func soakSeeds(t *testing.T, fixed ...uint64) ([]uint64, time.Duration) {
+	seeds := fixed
+	switch {
+	case *soakSeed != 0:
 		seeds = []uint64{*soakSeed}
+	case *soakRandom:
+		seed := uint64(time.Now().UnixNano())
+		fmt.Printf("%s: random seed %d (replay: -soak.seed=%d)\n", t.Name(), seed, seed)
+		seeds = []uint64{seed}
 	}
+	d := 2 * time.Second
 	if *soakFor > 0 {
 		d = *soakFor
 	}
-	forRelays(t, func(t *testing.T, relay string) {
-		for _, seed := range seeds {
-			t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
-				t.Logf("relay soak: relay=%s -soak.seed=%d -soak.for=%s", relay, seed, d)
-				runSoak(t, relay, seed, d)
-			})
-		}
-	})
+	return seeds, d
+}
+
+// TestRelaySoak runs the soak for each seed: 2 (the smallest windows) and
+// 302906312 (grpc-go's own windows) by default.
+func TestRelaySoak(t *testing.T) {
+	seeds, d := soakSeeds(t, 2, 302906312)
+	for _, seed := range seeds {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			t.Logf("relay soak: -soak.seed=%d -soak.for=%s", seed, d)
+			runSoak(t, seed, d)
+		})
+	}
 }
 
 // newSoak starts the driver (with soakHook), the collector and the proxy,
 // takes the driver's own Get and List answers, and makes failingID fail.
-func newSoak(t *testing.T, relay string, seed uint64) *soakRun {
+func newSoak(t *testing.T, seed uint64) *soakRun {
 	dir := shortDir(t)
 	drv, err := gatewaytest.StartDriverHook(dir+"/driver/driver.sock", soakHook)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(drv.Stop)
-	s := &soakRun{t: t, seed: seed, relay: relay, drv: drv, raw: map[string]gatewaytest.Response{},
+	s := &soakRun{t: t, seed: seed, drv: drv, raw: map[string]gatewaytest.Response{},
 		rawErr: map[string]error{}, spans: map[string][]soakSpan{}, inflight: map[int64]*soakCall{}, counts: map[string]int{}}
 	drv.Put(testSandbox(healthyID, "healthy"))
 	drv.Put(testSandbox(failingID, "failing"))
@@ -322,7 +337,7 @@ func newSoak(t *testing.T, relay string, seed uint64) *soakRun {
 		drv.Put(testSandbox(extraID(i), fmt.Sprintf("sb-%d-%s", i, strings.Repeat("n", 100))))
 	}
 	s.col = startCollector(t, dir, "")
-	s.rp = startProxy(t, proxyConfig(relay, dir, drv.Path, s.col.addr))
+	s.rp = startProxy(t, proxyConfig(dir, drv.Path, s.col.addr))
 
 	direct := dialT(t, drv.Path)
 	for _, id := range []string{healthyID, soakMissing} {
@@ -363,9 +378,9 @@ func (s *soakRun) toggler(ctx context.Context, end time.Time) {
 	}
 }
 
-func runSoak(t *testing.T, relay string, seed uint64, d time.Duration) {
+func runSoak(t *testing.T, seed uint64, d time.Duration) {
 	rng := rand.New(rand.NewPCG(seed, 0x50a4))
-	s := newSoak(t, relay, seed)
+	s := newSoak(t, seed)
 	direct := dialT(t, s.drv.Path)
 
 	// The gateway's connection: small fixed windows (every large message
@@ -579,7 +594,7 @@ func (s *soakRun) watchdog(done <-chan struct{}, cancel context.CancelFunc) {
 		}
 		buf := make([]byte, 8<<20)
 		buf = buf[:runtime.Stack(buf, true)]
-		s.t.Errorf("relay=%s seed=%d: %d calls stalled:\n%s\n\ngoroutines:\n%s", s.relay, s.seed, len(stuck), strings.Join(stuck, "\n"), buf)
+		s.t.Errorf("seed=%d: %d calls stalled:\n%s\n\ngoroutines:\n%s", s.seed, len(stuck), strings.Join(stuck, "\n"), buf)
 		s.stuck.Store(true)
 		cancel()
 		<-done
@@ -593,7 +608,7 @@ func (s *soakRun) fail(format string, args ...any) {
 	n := s.failures
 	s.mu.Unlock()
 	if n <= 20 {
-		s.t.Errorf("relay=%s seed=%d: "+format, append([]any{s.relay, s.seed}, args...)...)
+		s.t.Errorf("seed=%d: "+format, append([]any{s.seed}, args...)...)
 	}
 }
 

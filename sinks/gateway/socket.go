@@ -13,18 +13,30 @@ import (
 )
 
 // listenUnix creates the proxy's socket the way the OpenShell driver
-// creates its own: the directory belongs to our uid and is 0700 (created
-// so when missing, forced to 0700 when ours with other bits, refused when
-// another uid owns it), a stale socket file is replaced, the socket is 0600.
-func listenUnix(path string, log *slog.Logger) (*net.UnixListener, error) {
+// creates its own: in a directory only our uid can write to, a stale socket
+// file replaced, the socket 0600.
+//
+// The directory's mode is changed only when the proxy created it (0700):
+// an existing directory is someone's choice and may be shared (a proxy
+// started as root with --listen /tmp/x.sock must not make /tmp 0700 for
+// every other user). An existing directory owned by another uid, or one
+// that the group or others may write to (1777 /tmp, a 0775 directory), is
+// refused with an error that names a private directory to use instead: in
+// a shared directory another user could replace the socket, and a private
+// subdirectory chosen by the proxy would move the socket away from the path
+// the gateway dials. An existing private directory (0700, 0755, 0750) is
+// used as it is.
+func listenUnix(path string) (*net.UnixListener, error) {
 	dir := filepath.Dir(path)
 	uid := os.Geteuid()
 	st, err := os.Lstat(dir)
+	created := false
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return nil, fmt.Errorf("create socket directory %s: %w", dir, err)
 		}
+		created = true
 		if st, err = os.Lstat(dir); err != nil {
 			return nil, fmt.Errorf("socket directory %s: %w", dir, err)
 		}
@@ -41,11 +53,16 @@ func listenUnix(path string, log *slog.Logger) (*net.UnixListener, error) {
 	if owner != uid {
 		return nil, fmt.Errorf("socket directory %s is owned by uid %d, not by this process's uid %d: refusing to listen there (any user who owns it could replace the socket); use a directory owned by uid %d, or run the proxy as uid %d like the gateway and the driver", dir, owner, uid, uid, owner)
 	}
-	if st.Mode().Perm() != 0o700 {
+	if created && st.Mode().Perm() != 0o700 {
+		// Only a directory made here is tightened (the umask may have
+		// left it narrower; never wider).
 		if err := os.Chmod(dir, 0o700); err != nil {
-			return nil, fmt.Errorf("socket directory %s has mode %04o and cannot be made 0700: %w", dir, st.Mode().Perm(), err)
+			return nil, fmt.Errorf("socket directory %s (created) cannot be made 0700: %w", dir, err)
 		}
-		log.Warn("socket directory mode forced to 0700", "dir", dir, "was", fmt.Sprintf("%04o", st.Mode().Perm()))
+	}
+	if !created && st.Mode().Perm()&0o022 != 0 {
+		return nil, fmt.Errorf("socket directory %s is shared (mode %s): other users can write to it and could replace the socket; refusing to listen there and leaving its mode alone; use a directory of the proxy's own, e.g. --listen %s (created 0700 when missing)",
+			dir, modeString(st.Mode()), filepath.Join(dir, "eventpipe-driver-proxy", filepath.Base(path)))
 	}
 	if fi, err := os.Lstat(path); err == nil {
 		if fi.Mode().Type() != fs.ModeSocket {
@@ -65,6 +82,21 @@ func listenUnix(path string, log *slog.Logger) (*net.UnixListener, error) {
 		return nil, fmt.Errorf("chmod socket %s: %w", path, err)
 	}
 	return l, nil
+}
+
+// modeString is a directory mode as chmod takes it (01777 for /tmp).
+func modeString(m fs.FileMode) string {
+	v := uint32(m.Perm())
+	if m&fs.ModeSticky != 0 {
+		v |= 0o1000
+	}
+	if m&fs.ModeSetgid != 0 {
+		v |= 0o2000
+	}
+	if m&fs.ModeSetuid != 0 {
+		v |= 0o4000
+	}
+	return fmt.Sprintf("%04o", v)
 }
 
 // peerListener accepts only peers with our uid (SO_PEERCRED) and gives

@@ -191,143 +191,139 @@ func checkFailing(t testing.TB, where string, s gatewaytest.Sandbox, want bool) 
 // agent's Pulled; a stream reopened on the same connection gets nothing
 // twice, a new connection gets the tail.
 func TestSpliceConditionsAndDedupe(t *testing.T) {
-	forRelays(t, func(t *testing.T, relay string) {
-		dir := shortDir(t)
-		drv := startDriver(t, dir)
-		const id = "7f7c2c8e-4a9b-4c1e-9e57-1f0b3a9d2c11"
-		drv.Put(testSandbox(id, "img"))
-		col := startCollector(t, dir, "")
-		rp := startProxy(t, proxyConfig(relay, dir, drv.Path, col.addr))
-		gw := dialT(t, rp.p.cfg.Listen)
-		w1 := watch(t, gw)
-		waitFor(t, 10*time.Second, "proxy following the collector", func() (bool, string) {
-			return rp.metric(t, "eventpipe_driver_proxy_follow_connected") == 1, ""
-		})
-
-		pulling := occurrence(id, "Pulling", "workspace-init", `Pulling image "docker.io/library/busybox:0.0.0-does-not-exist"`)
-		failed := pullFailed(id, 2)
-		col.ship(t, pulling, failed)
-		// The driver's own events go only to a stream it already has.
-		if err := drv.WaitWatchers(context.Background(), 1); err != nil {
-			t.Fatal(err)
-		}
-		drv.Platform(id, gatewaytest.PlatformEvent{TimestampMS: 5, Source: "kubernetes", Type: "Normal", Reason: "Pulling", Message: "the driver's own",
-			Metadata: map[string]string{"openshell.progress.active_step": "pulling_image"}})
-		drv.Platform(id, gatewaytest.PlatformEvent{TimestampMS: 6, Source: "gateway", Type: "Normal", Reason: "Other", Message: "not kubernetes"})
-		waitFor(t, 10*time.Second, "two spliced events and the driver's non-kubernetes one", func() (bool, string) {
-			return len(w1.ours()) == 2 && len(w1.all()) == 3, fmt.Sprint(eventIDs(w1.all()))
-		})
-		for _, e := range w1.all() {
-			if e.Platform.Message == "the driver's own" {
-				t.Errorf("the driver's kubernetes event was not dropped")
-			}
-		}
-		ev := w1.ours()[1]
-		md := ev.Platform.Metadata
-		want := map[string]string{KeyInvolvedKind: "Pod", KeyInvolvedName: "repro--img", KeyNamespace: "openshell", KeyCount: "1",
-			KeyContainer: "workspace-init", KeyImage: failed.Image, KeyImageRole: "workload", KeyPullCause: "not_found",
-			KeyDisposition: "persistent", KeyAttempts: "2", KeyEventID: failed.EventId}
-		for k, v := range want {
-			if md[k] != v {
-				t.Errorf("metadata %s = %q, want %q", k, md[k], v)
-			}
-		}
-		if ev.PlatformSandboxID != id || ev.Platform.Source != "kubernetes" || ev.Platform.Reason != "Failed" || ev.Platform.Type != "Warning" || ev.Platform.Message != failed.Message {
-			t.Errorf("platform event %+v of %s", ev.Platform, ev.PlatformSandboxID)
-		}
-		if got := ev.Platform.TimestampMS; got != failed.OccurredAt.AsTime().UnixMilli() {
-			t.Errorf("timestamp_ms %d, want %d", got, failed.OccurredAt.AsTime().UnixMilli())
-		}
-
-		checkFailing(t, "GetSandbox", getSandbox(t, gw, id), true)
-		checkFailing(t, "ListSandboxes", listSandbox(t, gw, id), true)
-		_, n := w1.snapshot(id)
-		drv.Put(testSandbox(id, "img"))
-		waitFor(t, 5*time.Second, "a new snapshot", func() (bool, string) { _, m := w1.snapshot(id); return m > n, "" })
-		s, _ := w1.snapshot(id)
-		checkFailing(t, "WatchSandboxes snapshot", s, true)
-
-		// Gateway stream restart on the same connection: nothing twice.
-		w1.close()
-		failed2 := pullFailed(id, 3)
-		col.ship(t, failed2)
-		w2 := watch(t, gw)
-		waitFor(t, 10*time.Second, "the event missed between streams", func() (bool, string) {
-			return len(w2.ours()) >= 1, fmt.Sprint(eventIDs(w2.ours()))
-		})
-		pulled := pulledAgent(id)
-		col.ship(t, pulled)
-		waitFor(t, 10*time.Second, "Pulled on the reopened stream", func() (bool, string) {
-			return len(w2.ours()) == 2, fmt.Sprint(eventIDs(w2.ours()))
-		})
-		if got := eventIDs(w2.ours()); got[0] != failed2.EventId || got[1] != pulled.EventId {
-			t.Errorf("reopened stream got %v, want only [%s %s]", got, failed2.EventId, pulled.EventId)
-		}
-		if md := w2.ours()[1].Platform.Metadata; md[KeyCompleteStep] != "pulling_image" || md[KeyCompleteLabel] != "Image pulled" || md[KeyActiveStep] != "starting_sandbox" {
-			t.Errorf("Pulled progress keys: %v", md)
-		}
-
-		// After the agent's Pulled the condition is gone everywhere.
-		checkFailing(t, "GetSandbox after Pulled", getSandbox(t, gw, id), false)
-		checkFailing(t, "ListSandboxes after Pulled", listSandbox(t, gw, id), false)
-		_, n = w2.snapshot(id)
-		drv.Put(testSandbox(id, "img"))
-		waitFor(t, 5*time.Second, "a new snapshot", func() (bool, string) { _, m := w2.snapshot(id); return m > n, "" })
-		s, _ = w2.snapshot(id)
-		checkFailing(t, "WatchSandboxes snapshot after Pulled", s, false)
-
-		// A new connection (a restarted gateway) gets the tail, in order.
-		gw2 := dialT(t, rp.p.cfg.Listen)
-		w3 := watch(t, gw2)
-		wantTail := []string{pulling.EventId, failed.EventId, failed2.EventId, pulled.EventId}
-		waitFor(t, 10*time.Second, "the tail on a new connection", func() (bool, string) {
-			return len(w3.ours()) == len(wantTail), fmt.Sprint(eventIDs(w3.ours()))
-		})
-		if got := fmt.Sprint(eventIDs(w3.ours())); got != fmt.Sprint(wantTail) {
-			t.Errorf("tail %s, want %v", got, wantTail)
-		}
-		// The same occurrence stored twice by the collector (at-least-once
-		// ingest from a restarted agent) is not sent twice.
-		col.ship(t, pulled)
-		time.Sleep(300 * time.Millisecond)
-		noDuplicates(t, "stream 2", w2.ours())
-		noDuplicates(t, "stream 3", w3.ours())
-		if n := rp.metric(t, "eventpipe_driver_proxy_driver_kubernetes_events_dropped_total"); n < 1 {
-			t.Errorf("dropped driver events = %v", n)
-		}
+	dir := shortDir(t)
+	drv := startDriver(t, dir)
+	const id = "7f7c2c8e-4a9b-4c1e-9e57-1f0b3a9d2c11"
+	drv.Put(testSandbox(id, "img"))
+	col := startCollector(t, dir, "")
+	rp := startProxy(t, proxyConfig(dir, drv.Path, col.addr))
+	gw := dialT(t, rp.p.cfg.Listen)
+	w1 := watch(t, gw)
+	waitFor(t, 10*time.Second, "proxy following the collector", func() (bool, string) {
+		return rp.metric(t, "eventpipe_driver_proxy_follow_connected") == 1, ""
 	})
+
+	pulling := occurrence(id, "Pulling", "workspace-init", `Pulling image "docker.io/library/busybox:0.0.0-does-not-exist"`)
+	failed := pullFailed(id, 2)
+	col.ship(t, pulling, failed)
+	// The driver's own events go only to a stream it already has.
+	if err := drv.WaitWatchers(context.Background(), 1); err != nil {
+		t.Fatal(err)
+	}
+	drv.Platform(id, gatewaytest.PlatformEvent{TimestampMS: 5, Source: "kubernetes", Type: "Normal", Reason: "Pulling", Message: "the driver's own",
+		Metadata: map[string]string{"openshell.progress.active_step": "pulling_image"}})
+	drv.Platform(id, gatewaytest.PlatformEvent{TimestampMS: 6, Source: "gateway", Type: "Normal", Reason: "Other", Message: "not kubernetes"})
+	waitFor(t, 10*time.Second, "two spliced events and the driver's non-kubernetes one", func() (bool, string) {
+		return len(w1.ours()) == 2 && len(w1.all()) == 3, fmt.Sprint(eventIDs(w1.all()))
+	})
+	for _, e := range w1.all() {
+		if e.Platform.Message == "the driver's own" {
+			t.Errorf("the driver's kubernetes event was not dropped")
+		}
+	}
+	ev := w1.ours()[1]
+	md := ev.Platform.Metadata
+	want := map[string]string{KeyInvolvedKind: "Pod", KeyInvolvedName: "repro--img", KeyNamespace: "openshell", KeyCount: "1",
+		KeyContainer: "workspace-init", KeyImage: failed.Image, KeyImageRole: "workload", KeyPullCause: "not_found",
+		KeyDisposition: "persistent", KeyAttempts: "2", KeyEventID: failed.EventId}
+	for k, v := range want {
+		if md[k] != v {
+			t.Errorf("metadata %s = %q, want %q", k, md[k], v)
+		}
+	}
+	if ev.PlatformSandboxID != id || ev.Platform.Source != "kubernetes" || ev.Platform.Reason != "Failed" || ev.Platform.Type != "Warning" || ev.Platform.Message != failed.Message {
+		t.Errorf("platform event %+v of %s", ev.Platform, ev.PlatformSandboxID)
+	}
+	if got := ev.Platform.TimestampMS; got != failed.OccurredAt.AsTime().UnixMilli() {
+		t.Errorf("timestamp_ms %d, want %d", got, failed.OccurredAt.AsTime().UnixMilli())
+	}
+
+	checkFailing(t, "GetSandbox", getSandbox(t, gw, id), true)
+	checkFailing(t, "ListSandboxes", listSandbox(t, gw, id), true)
+	_, n := w1.snapshot(id)
+	drv.Put(testSandbox(id, "img"))
+	waitFor(t, 5*time.Second, "a new snapshot", func() (bool, string) { _, m := w1.snapshot(id); return m > n, "" })
+	s, _ := w1.snapshot(id)
+	checkFailing(t, "WatchSandboxes snapshot", s, true)
+
+	// Gateway stream restart on the same connection: nothing twice.
+	w1.close()
+	failed2 := pullFailed(id, 3)
+	col.ship(t, failed2)
+	w2 := watch(t, gw)
+	waitFor(t, 10*time.Second, "the event missed between streams", func() (bool, string) {
+		return len(w2.ours()) >= 1, fmt.Sprint(eventIDs(w2.ours()))
+	})
+	pulled := pulledAgent(id)
+	col.ship(t, pulled)
+	waitFor(t, 10*time.Second, "Pulled on the reopened stream", func() (bool, string) {
+		return len(w2.ours()) == 2, fmt.Sprint(eventIDs(w2.ours()))
+	})
+	if got := eventIDs(w2.ours()); got[0] != failed2.EventId || got[1] != pulled.EventId {
+		t.Errorf("reopened stream got %v, want only [%s %s]", got, failed2.EventId, pulled.EventId)
+	}
+	if md := w2.ours()[1].Platform.Metadata; md[KeyCompleteStep] != "pulling_image" || md[KeyCompleteLabel] != "Image pulled" || md[KeyActiveStep] != "starting_sandbox" {
+		t.Errorf("Pulled progress keys: %v", md)
+	}
+
+	// After the agent's Pulled the condition is gone everywhere.
+	checkFailing(t, "GetSandbox after Pulled", getSandbox(t, gw, id), false)
+	checkFailing(t, "ListSandboxes after Pulled", listSandbox(t, gw, id), false)
+	_, n = w2.snapshot(id)
+	drv.Put(testSandbox(id, "img"))
+	waitFor(t, 5*time.Second, "a new snapshot", func() (bool, string) { _, m := w2.snapshot(id); return m > n, "" })
+	s, _ = w2.snapshot(id)
+	checkFailing(t, "WatchSandboxes snapshot after Pulled", s, false)
+
+	// A new connection (a restarted gateway) gets the tail, in order.
+	gw2 := dialT(t, rp.p.cfg.Listen)
+	w3 := watch(t, gw2)
+	wantTail := []string{pulling.EventId, failed.EventId, failed2.EventId, pulled.EventId}
+	waitFor(t, 10*time.Second, "the tail on a new connection", func() (bool, string) {
+		return len(w3.ours()) == len(wantTail), fmt.Sprint(eventIDs(w3.ours()))
+	})
+	if got := fmt.Sprint(eventIDs(w3.ours())); got != fmt.Sprint(wantTail) {
+		t.Errorf("tail %s, want %v", got, wantTail)
+	}
+	// The same occurrence stored twice by the collector (at-least-once
+	// ingest from a restarted agent) is not sent twice.
+	col.ship(t, pulled)
+	time.Sleep(300 * time.Millisecond)
+	noDuplicates(t, "stream 2", w2.ours())
+	noDuplicates(t, "stream 3", w3.ours())
+	if n := rp.metric(t, "eventpipe_driver_proxy_driver_kubernetes_events_dropped_total"); n < 1 {
+		t.Errorf("dropped driver events = %v", n)
+	}
 }
 
 // TestBurstDeliveredOnce: a burst of events for many sandboxes is
 // delivered completely and once each.
 func TestBurstDeliveredOnce(t *testing.T) {
-	forRelays(t, func(t *testing.T, relay string) {
-		dir := shortDir(t)
-		drv := startDriver(t, dir)
-		col := startCollector(t, dir, "")
-		cfg := proxyConfig(relay, dir, drv.Path, col.addr)
-		rp := startProxy(t, cfg)
-		w := watch(t, dialT(t, cfg.Listen))
-		waitFor(t, 10*time.Second, "proxy following the collector", func() (bool, string) {
-			return rp.metric(t, "eventpipe_driver_proxy_follow_connected") == 1, ""
-		})
-		var occs []*eventpipev1.Occurrence
-		for s := range 40 {
-			for range 5 {
-				occs = append(occs, pullFailed(fmt.Sprintf("3c4d5e6f-7a8b-4c9d-8e0f-%012d", s), 1))
-			}
-		}
-		col.ship(t, occs...)
-		waitFor(t, 20*time.Second, "all 200 events", func() (bool, string) {
-			return len(w.ours()) >= len(occs), fmt.Sprint(len(w.ours()))
-		})
-		time.Sleep(200 * time.Millisecond)
-		noDuplicates(t, "burst", w.ours())
-		if got := len(w.ours()); got != len(occs) {
-			t.Errorf("%d events, want %d", got, len(occs))
-		}
-		if n := rp.metric(t, "eventpipe_driver_proxy_stream_overflows_total"); n != 0 {
-			t.Errorf("stream_overflows_total = %v with a log of %d", n, cfg.Follow.MaxEvents)
-		}
+	dir := shortDir(t)
+	drv := startDriver(t, dir)
+	col := startCollector(t, dir, "")
+	cfg := proxyConfig(dir, drv.Path, col.addr)
+	rp := startProxy(t, cfg)
+	w := watch(t, dialT(t, cfg.Listen))
+	waitFor(t, 10*time.Second, "proxy following the collector", func() (bool, string) {
+		return rp.metric(t, "eventpipe_driver_proxy_follow_connected") == 1, ""
 	})
+	var occs []*eventpipev1.Occurrence
+	for s := range 40 {
+		for range 5 {
+			occs = append(occs, pullFailed(fmt.Sprintf("3c4d5e6f-7a8b-4c9d-8e0f-%012d", s), 1))
+		}
+	}
+	col.ship(t, occs...)
+	waitFor(t, 20*time.Second, "all 200 events", func() (bool, string) {
+		return len(w.ours()) >= len(occs), fmt.Sprint(len(w.ours()))
+	})
+	time.Sleep(200 * time.Millisecond)
+	noDuplicates(t, "burst", w.ours())
+	if got := len(w.ours()); got != len(occs) {
+		t.Errorf("%d events, want %d", got, len(occs))
+	}
+	if n := rp.metric(t, "eventpipe_driver_proxy_stream_overflows_total"); n != 0 {
+		t.Errorf("stream_overflows_total = %v with a log of %d", n, cfg.Follow.MaxEvents)
+	}
 }

@@ -129,7 +129,7 @@ func (p *Proxy) relayWatch(ss grpc.ServerStream, b []byte, rerr error) (done boo
 	}
 	switch ev.Kind {
 	case driverwire.KindPlatform:
-		if p.cfg.DropDriverKubernetesEvents && ev.Source == SourceKubernetes && p.hub.replacing(p.cfg.Follow.FailOpenAfter) {
+		if p.cfg.DropDriverKubernetesEvents && ev.Source == SourceKubernetes && p.hub.replacing() {
 			p.metrics.droppedDriverEvents.Inc()
 			return false, nil
 		}

@@ -40,13 +40,6 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// forRelays runs fn once per relay mode of the proxy.
-func forRelays(t *testing.T, fn func(t *testing.T, relay string)) {
-	for _, r := range []string{gateway.RelayGRPC, gateway.RelayFrame} {
-		t.Run("relay="+r, func(t *testing.T) { fn(t, r) })
-	}
-}
-
 func logger() *slog.Logger {
 	if os.Getenv("GATEWAY_TEST_LOG") != "" {
 		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -133,243 +126,255 @@ type played struct {
 // container, for the supervisor pod), and pulling_image completes only on
 // the agent container's Pulled.
 func TestEndToEndSeedScenarios(t *testing.T) {
-	forRelays(t, func(t *testing.T, relay string) {
-		cluster := kube.Start(t)
-		dir, err := os.MkdirTemp("/tmp", "gwe2e")
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { os.RemoveAll(dir) })
+	cluster := kube.Start(t)
+	dir, err := os.MkdirTemp("/tmp", "gwe2e")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
 
-		ccfg := collector.NewDefaultConfig()
-		ccfg.GRPC.Listen, ccfg.HTTP.Listen = "127.0.0.1:0", "127.0.0.1:0"
-		ccfg.GRPC.ShutdownGrace = time.Second
-		ccfg.Auth.Insecure = true
-		ccfg.Store.Dir = filepath.Join(dir, "log")
-		col, err := collector.New(ccfg, nil, prometheus.NewRegistry())
-		if err != nil {
-			t.Fatal(err)
-		}
-		run(t, "collector", col.Run)
+	ccfg := collector.NewDefaultConfig()
+	ccfg.GRPC.Listen, ccfg.HTTP.Listen = "127.0.0.1:0", "127.0.0.1:0"
+	ccfg.GRPC.ShutdownGrace = time.Second
+	ccfg.Auth.Insecure = true
+	ccfg.Store.Dir = filepath.Join(dir, "log")
+	col, err := collector.New(ccfg, nil, prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, "collector", col.Run)
 
-		acfg := agent.NewDefaultConfig()
-		acfg.Cluster = "e2e"
-		acfg.Collector.Address = col.GRPCAddr()
-		acfg.Collector.Insecure = true
-		acfg.HTTP.Listen = ""
-		acfg.LeaderElection.Enabled = false
-		acfg.Ship.FlushInterval = 50 * time.Millisecond
-		acfg.Hold.MaxAge = 5 * time.Second
-		acfg.Hold.RetryInterval = 100 * time.Millisecond
-		ag, err := agent.New(acfg, cluster.AgentConfig(), agent.Options{Logger: logger()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		run(t, "agent", ag.Run)
+	acfg := agent.NewDefaultConfig()
+	acfg.Cluster = "e2e"
+	acfg.Collector.Address = col.GRPCAddr()
+	acfg.Collector.Insecure = true
+	acfg.HTTP.Listen = ""
+	acfg.LeaderElection.Enabled = false
+	acfg.Ship.FlushInterval = 50 * time.Millisecond
+	acfg.Hold.MaxAge = 5 * time.Second
+	acfg.Hold.RetryInterval = 100 * time.Millisecond
+	ag, err := agent.New(acfg, cluster.AgentConfig(), agent.Options{Logger: logger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, "agent", ag.Run)
 
-		drv, err := gatewaytest.StartDriver(filepath.Join(dir, "driver", "driver.sock"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(drv.Stop)
-		pcfg := gateway.NewDefaultConfig()
-		pcfg.Listen = filepath.Join(dir, "proxy", "proxy.sock")
-		pcfg.Driver = drv.Path
-		pcfg.GatewayID = scenario.DefaultGateway
-		pcfg.Collector.Address = col.GRPCAddr()
-		pcfg.Collector.Insecure = true
-		pcfg.Relay = relay
-		proxy, err := gateway.New(pcfg, logger(), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		run(t, "proxy", proxy.Run)
-		<-proxy.Ready()
+	drv, err := gatewaytest.StartDriver(filepath.Join(dir, "driver", "driver.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(drv.Stop)
+	pcfg := gateway.NewDefaultConfig()
+	pcfg.Listen = filepath.Join(dir, "proxy", "proxy.sock")
+	pcfg.Driver = drv.Path
+	pcfg.GatewayID = scenario.DefaultGateway
+	pcfg.Collector.Address = col.GRPCAddr()
+	pcfg.Collector.Insecure = true
+	preg := prometheus.NewRegistry()
+	proxy, err := gateway.New(pcfg, logger(), preg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, "proxy", proxy.Run)
+	<-proxy.Ready()
 
-		gw, err := gatewaytest.Dial(pcfg.Listen)
+	gw, err := gatewaytest.Dial(pcfg.Listen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { gw.Close() })
+	st := &stream{snaps: map[string]gatewaytest.Sandbox{}, nsnap: map[string]int{}}
+	run(t, "gateway stream", func(ctx context.Context) error {
+		w, err := gw.Watch(ctx)
 		if err != nil {
-			t.Fatal(err)
+			return err
 		}
-		t.Cleanup(func() { gw.Close() })
-		st := &stream{snaps: map[string]gatewaytest.Sandbox{}, nsnap: map[string]int{}}
-		run(t, "gateway stream", func(ctx context.Context) error {
-			w, err := gw.Watch(ctx)
+		for {
+			ev, err := w.Recv()
 			if err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
 				return err
 			}
-			for {
-				ev, err := w.Recv()
-				if err != nil {
-					if ctx.Err() != nil {
-						return nil
-					}
-					return err
-				}
-				st.mu.Lock()
-				switch {
-				case ev.Platform != nil:
-					st.platform = append(st.platform, ev)
-				case ev.Sandbox != nil:
-					st.snaps[ev.Sandbox.ID] = *ev.Sandbox
-					st.nsnap[ev.Sandbox.ID]++
-				}
-				st.mu.Unlock()
+			st.mu.Lock()
+			switch {
+			case ev.Platform != nil:
+				st.platform = append(st.platform, ev)
+			case ev.Sandbox != nil:
+				st.snaps[ev.Sandbox.ID] = *ev.Sandbox
+				st.nsnap[ev.Sandbox.ID]++
 			}
-		})
-		waitFor(t, 60*time.Second, "agent ready", func() (bool, string) { return ag.Ready() == nil, fmt.Sprint(ag.Ready()) })
-		if err := drv.WaitWatchers(context.Background(), 1); err != nil {
-			t.Fatal(err)
-		}
-
-		clients, err := scenario.NewClients(cluster.AdminConfig())
-		if err != nil {
-			t.Fatal(err)
-		}
-		kc, err := kubernetes.NewForConfig(cluster.AdminConfig())
-		if err != nil {
-			t.Fatal(err)
-		}
-		cases := []struct {
-			name string
-			mode scenario.Mode
-			gen  scenario.Generation
-		}{
-			{"img-missing", scenario.ModeShared, scenario.Newer},
-			{"img-missing", scenario.ModeManaged, scenario.Newer},
-			{"sup-bad", scenario.ModeShared, scenario.Older},
-			{"sup-bad", scenario.ModeManaged, scenario.Older},
-			{"sup-bad", scenario.ModeManaged, scenario.Newer},
-		}
-		var all []*played
-		for i, c := range cases {
-			s, err := scenario.Build(c.name, scenario.Params{Mode: c.mode, Workspace: fmt.Sprintf("e2e%d", i), Generation: c.gen})
-			if err != nil {
-				t.Fatal(err)
-			}
-			sb := s.Events()[0].Sandbox
-			gen := "newer"
-			if c.gen == scenario.Older {
-				gen = "older"
-			}
-			p := &played{name: fmt.Sprintf("%s/%s/%s", c.mode, c.name, gen), mode: c.mode, sb: sb}
-			if c.name == "img-missing" {
-				p.role, p.image = eventpipev1.ImageRoleWorkload, sb.Image
-			} else {
-				p.role, p.image = eventpipev1.ImageRoleSupervisor, sb.SupervisorImage
-			}
-			// The gateway knows the sandbox before Kubernetes does.
-			drv.Put(driverSandbox(sb))
-			if c.mode == scenario.ModeShared {
-				// The driver's own (supervisor-less, wrong-progress) event.
-				drv.Platform(sb.ID, gatewaytest.PlatformEvent{TimestampMS: time.Now().UnixMilli(), Source: "kubernetes",
-					Type: "Normal", Reason: "Pulled", Message: "the driver's own event",
-					Metadata: map[string]string{"openshell.progress.complete_step": "pulling_image"}})
-			}
-			if p.res, err = scenario.Play(context.Background(), clients, s); err != nil {
-				t.Fatalf("play %s: %v", p.name, err)
-			}
-			p.podUID = p.res.UIDs["Pod "+sb.Namespace()+"/"+sb.PodName()]
-			all = append(all, p)
-		}
-
-		for _, p := range all {
-			t.Run(p.name, func(t *testing.T) {
-				id := p.sb.ID
-				stored := func() map[string]*eventpipev1.Occurrence {
-					out := map[string]*eventpipev1.Occurrence{}
-					for _, o := range readAll(t, col) {
-						if o.GetSandbox().GetId() == id {
-							out[o.GetEventId()] = o
-						}
-					}
-					return out
-				}
-				// Every Event played was stored, and every stored occurrence
-				// reached the stream.
-				waitFor(t, 60*time.Second, "the played events at the gateway", func() (bool, string) {
-					occ := stored()
-					events := 0
-					for _, o := range occ {
-						if o.GetPullFailure().GetSource() != eventpipev1.PullSourcePodStatus {
-							events++
-						}
-					}
-					got := st.ofSandbox(id)
-					return events >= len(p.res.Events) && len(got) >= len(occ), fmt.Sprintf("%d/%d events stored, %d of %d at the gateway", events, len(p.res.Events), len(got), len(occ))
-				})
-				checkFailure(t, p, st, gw, drv, true)
-
-				pulledID := writePulled(t, kc, p)
-				waitFor(t, 30*time.Second, "the Pulled at the gateway", func() (bool, string) {
-					for _, e := range st.ofSandbox(id) {
-						if strings.HasPrefix(e.Platform.Metadata[gateway.KeyEventID], pulledID+"/") {
-							return true, ""
-						}
-					}
-					return false, fmt.Sprintf("%d events", len(st.ofSandbox(id)))
-				})
-				checkFailure(t, p, st, gw, drv, false)
-
-				evs := st.ofSandbox(id)
-				occ := stored()
-				seen := map[string]int{}
-				for _, e := range evs {
-					md := e.Platform.Metadata
-					seen[md[gateway.KeyEventID]]++
-					if e.Platform.Message == "the driver's own event" {
-						t.Errorf("the driver's own kubernetes event reached the gateway")
-					}
-					o := occ[md[gateway.KeyEventID]]
-					if o == nil {
-						t.Errorf("platform event %s not in the collector", md[gateway.KeyEventID])
-						continue
-					}
-					for _, k := range []string{gateway.KeyInvolvedKind, gateway.KeyInvolvedName, gateway.KeyNamespace, gateway.KeyCount} {
-						if md[k] == "" {
-							t.Errorf("event %s (%s) lacks %s: %v", o.GetEventId(), o.GetReason(), k, md)
-						}
-					}
-					if e.Platform.Source != "kubernetes" || e.Platform.Reason != o.GetReason() || e.Platform.Type != o.GetType() {
-						t.Errorf("event %s: %+v", o.GetEventId(), e.Platform)
-					}
-					if pf := o.GetPullFailure(); pf != nil {
-						if md[gateway.KeyPullCause] != eventpipev1.CategoryNotFound || md[gateway.KeyDisposition] == "" || md[gateway.KeyImage] != p.image || md[gateway.KeyImageRole] != p.role {
-							t.Errorf("pull failure %s keys: %v", o.GetEventId(), md)
-						}
-					}
-					if md[gateway.KeyCompleteStep] == eventpipev1.StepPullingImage && (md[gateway.KeyContainer] != "agent" || e.Platform.Reason != "Pulled") {
-						t.Errorf("pulling_image completed by %s of container %q", e.Platform.Reason, md[gateway.KeyContainer])
-					}
-				}
-				for id, n := range seen {
-					if n != 1 {
-						t.Errorf("occurrence %s reached the stream %d times", id, n)
-					}
-				}
-				for id := range occ {
-					if seen[id] == 0 {
-						t.Errorf("occurrence %s (%s) never reached the stream", id, occ[id].GetReason())
-					}
-				}
-				completed := 0
-				for _, e := range evs {
-					if e.Platform.Metadata[gateway.KeyCompleteStep] == eventpipev1.StepPullingImage {
-						completed++
-					}
-				}
-				if completed == 0 {
-					t.Errorf("pulling_image never completed (the agent's Pulled carries it)")
-				}
-				failures := 0
-				for _, o := range occ {
-					if o.GetPullFailure() != nil {
-						failures++
-					}
-				}
-				t.Logf("%d occurrences stored, %d platform events at the gateway (%d pull failures, %d completing pulling_image)", len(occ), len(evs), failures, completed)
-			})
+			st.mu.Unlock()
 		}
 	})
+	waitFor(t, 60*time.Second, "agent ready", func() (bool, string) { return ag.Ready() == nil, fmt.Sprint(ag.Ready()) })
+	if err := drv.WaitWatchers(context.Background(), 1); err != nil {
+		t.Fatal(err)
+	}
+	// The driver's own kubernetes events are replaced only while the
+	// proxy's Follow stream is live (before, they pass: fail open).
+	waitFor(t, 30*time.Second, "the proxy following the collector", func() (bool, string) {
+		mfs, err := preg.Gather()
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == "eventpipe_driver_proxy_follow_connected" && len(mf.GetMetric()) == 1 {
+				return mf.GetMetric()[0].GetGauge().GetValue() == 1, ""
+			}
+		}
+		return false, "no follow_connected gauge"
+	})
+
+	clients, err := scenario.NewClients(cluster.AdminConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc, err := kubernetes.NewForConfig(cluster.AdminConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name string
+		mode scenario.Mode
+		gen  scenario.Generation
+	}{
+		{"img-missing", scenario.ModeShared, scenario.Newer},
+		{"img-missing", scenario.ModeManaged, scenario.Newer},
+		{"sup-bad", scenario.ModeShared, scenario.Older},
+		{"sup-bad", scenario.ModeManaged, scenario.Older},
+		{"sup-bad", scenario.ModeManaged, scenario.Newer},
+	}
+	var all []*played
+	for i, c := range cases {
+		s, err := scenario.Build(c.name, scenario.Params{Mode: c.mode, Workspace: fmt.Sprintf("e2e%d", i), Generation: c.gen})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sb := s.Events()[0].Sandbox
+		gen := "newer"
+		if c.gen == scenario.Older {
+			gen = "older"
+		}
+		p := &played{name: fmt.Sprintf("%s/%s/%s", c.mode, c.name, gen), mode: c.mode, sb: sb}
+		if c.name == "img-missing" {
+			p.role, p.image = eventpipev1.ImageRoleWorkload, sb.Image
+		} else {
+			p.role, p.image = eventpipev1.ImageRoleSupervisor, sb.SupervisorImage
+		}
+		// The gateway knows the sandbox before Kubernetes does.
+		drv.Put(driverSandbox(sb))
+		if c.mode == scenario.ModeShared {
+			// The driver's own (supervisor-less, wrong-progress) event.
+			drv.Platform(sb.ID, gatewaytest.PlatformEvent{TimestampMS: time.Now().UnixMilli(), Source: "kubernetes",
+				Type: "Normal", Reason: "Pulled", Message: "the driver's own event",
+				Metadata: map[string]string{"openshell.progress.complete_step": "pulling_image"}})
+		}
+		if p.res, err = scenario.Play(context.Background(), clients, s); err != nil {
+			t.Fatalf("play %s: %v", p.name, err)
+		}
+		p.podUID = p.res.UIDs["Pod "+sb.Namespace()+"/"+sb.PodName()]
+		all = append(all, p)
+	}
+
+	for _, p := range all {
+		t.Run(p.name, func(t *testing.T) {
+			id := p.sb.ID
+			stored := func() map[string]*eventpipev1.Occurrence {
+				out := map[string]*eventpipev1.Occurrence{}
+				for _, o := range readAll(t, col) {
+					if o.GetSandbox().GetId() == id {
+						out[o.GetEventId()] = o
+					}
+				}
+				return out
+			}
+			// Every Event played was stored, and every stored occurrence
+			// reached the stream.
+			waitFor(t, 60*time.Second, "the played events at the gateway", func() (bool, string) {
+				occ := stored()
+				events := 0
+				for _, o := range occ {
+					if o.GetPullFailure().GetSource() != eventpipev1.PullSourcePodStatus {
+						events++
+					}
+				}
+				got := st.ofSandbox(id)
+				return events >= len(p.res.Events) && len(got) >= len(occ), fmt.Sprintf("%d/%d events stored, %d of %d at the gateway", events, len(p.res.Events), len(got), len(occ))
+			})
+			checkFailure(t, p, st, gw, drv, true)
+
+			pulledID := writePulled(t, kc, p)
+			waitFor(t, 30*time.Second, "the Pulled at the gateway", func() (bool, string) {
+				for _, e := range st.ofSandbox(id) {
+					if strings.HasPrefix(e.Platform.Metadata[gateway.KeyEventID], pulledID+"/") {
+						return true, ""
+					}
+				}
+				return false, fmt.Sprintf("%d events", len(st.ofSandbox(id)))
+			})
+			checkFailure(t, p, st, gw, drv, false)
+
+			evs := st.ofSandbox(id)
+			occ := stored()
+			seen := map[string]int{}
+			for _, e := range evs {
+				md := e.Platform.Metadata
+				seen[md[gateway.KeyEventID]]++
+				if e.Platform.Message == "the driver's own event" {
+					t.Errorf("the driver's own kubernetes event reached the gateway")
+				}
+				o := occ[md[gateway.KeyEventID]]
+				if o == nil {
+					t.Errorf("platform event %s not in the collector", md[gateway.KeyEventID])
+					continue
+				}
+				for _, k := range []string{gateway.KeyInvolvedKind, gateway.KeyInvolvedName, gateway.KeyNamespace, gateway.KeyCount} {
+					if md[k] == "" {
+						t.Errorf("event %s (%s) lacks %s: %v", o.GetEventId(), o.GetReason(), k, md)
+					}
+				}
+				if e.Platform.Source != "kubernetes" || e.Platform.Reason != o.GetReason() || e.Platform.Type != o.GetType() {
+					t.Errorf("event %s: %+v", o.GetEventId(), e.Platform)
+				}
+				if pf := o.GetPullFailure(); pf != nil {
+					if md[gateway.KeyPullCause] != eventpipev1.CategoryNotFound || md[gateway.KeyDisposition] == "" || md[gateway.KeyImage] != p.image || md[gateway.KeyImageRole] != p.role {
+						t.Errorf("pull failure %s keys: %v", o.GetEventId(), md)
+					}
+				}
+				if md[gateway.KeyCompleteStep] == eventpipev1.StepPullingImage && (md[gateway.KeyContainer] != "agent" || e.Platform.Reason != "Pulled") {
+					t.Errorf("pulling_image completed by %s of container %q", e.Platform.Reason, md[gateway.KeyContainer])
+				}
+			}
+			for id, n := range seen {
+				if n != 1 {
+					t.Errorf("occurrence %s reached the stream %d times", id, n)
+				}
+			}
+			for id := range occ {
+				if seen[id] == 0 {
+					t.Errorf("occurrence %s (%s) never reached the stream", id, occ[id].GetReason())
+				}
+			}
+			completed := 0
+			for _, e := range evs {
+				if e.Platform.Metadata[gateway.KeyCompleteStep] == eventpipev1.StepPullingImage {
+					completed++
+				}
+			}
+			if completed == 0 {
+				t.Errorf("pulling_image never completed (the agent's Pulled carries it)")
+			}
+			failures := 0
+			for _, o := range occ {
+				if o.GetPullFailure() != nil {
+					failures++
+				}
+			}
+			t.Logf("%d occurrences stored, %d platform events at the gateway (%d pull failures, %d completing pulling_image)", len(occ), len(evs), failures, completed)
+		})
+	}
 }
 
 func driverSandbox(sb scenario.Sandbox) gatewaytest.Sandbox {

@@ -124,3 +124,20 @@ func (w *Watch) Recv() (WatchEvent, error) {
 
 // Header is the stream's response header.
 func (w *Watch) Header() (metadata.MD, error) { return w.st.Header() }
+
+// WithContentSubtype makes the client send content-type
+// "application/grpc+sub", or the bare "application/grpc" for "" (what
+// tonic, the OpenShell gateway's gRPC stack, sends). Without it the client
+// sends "application/grpc+proto".
+func WithContentSubtype(sub string) grpc.DialOption {
+	return grpc.WithDefaultCallOptions(grpc.ForceCodec(namedCodec{name: sub}))
+}
+
+// namedCodec is rawCodec under another name (the name is the content
+// subtype a gRPC client sends).
+type namedCodec struct {
+	rawCodec
+	name string
+}
+
+func (c namedCodec) Name() string { return c.name }

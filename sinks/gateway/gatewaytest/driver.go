@@ -169,6 +169,13 @@ func (d *Driver) LastMetadata(method string) metadata.MD {
 	return d.lastMD[method].Copy()
 }
 
+// ClearMetadata forgets the request metadata of every call so far.
+func (d *Driver) ClearMetadata() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	clear(d.lastMD)
+}
+
 func (d *Driver) broadcast(b []byte) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
