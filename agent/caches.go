@@ -32,7 +32,14 @@ type caches struct {
 	changed chan struct{}
 	// diagnose receives keys of pods with a container waiting on something.
 	diagnose chan objKey
+	// gone receives the Sandbox CRs seen deleted (the processor ships a
+	// deletion occurrence for each).
+	gone chan *enrich.Sandbox
 }
+
+// goneQueue bounds the Sandbox deletions waiting for the processor; a
+// workspace deleted at once deletes all its sandboxes.
+const goneQueue = 4096
 
 // kindCache is the store, reflector and tombstones of one kind.
 type kindCache struct {
@@ -62,6 +69,20 @@ func (k *kindCache) deleted(co *cached) {
 	m := co.meta()
 	k.tomb.put(nsKey(m.Namespace, m.Name), m.UID, co)
 	k.c.signal()
+	if co.sb != nil {
+		k.c.sandboxGone(co.sb)
+	}
+}
+
+// sandboxGone queues a deleted Sandbox CR for its deletion occurrence
+// without blocking the reflector; a full queue is counted and logged.
+func (c *caches) sandboxGone(sb *enrich.Sandbox) {
+	select {
+	case c.gone <- sb:
+	default:
+		c.m.deletionDropped.Inc()
+		c.log.Warn("deletion queue full; the deletion of this sandbox is not shipped", "namespace", sb.Namespace, "name", sb.Name, "uid", sb.UID)
+	}
 }
 
 func newCaches(ctx context.Context, cfg Config, kc *kubeClient, log *slog.Logger, m *metrics) (*caches, error) {
@@ -72,6 +93,7 @@ func newCaches(ctx context.Context, cfg Config, kc *kubeClient, log *slog.Logger
 		m:          m,
 		changed:    make(chan struct{}, 1),
 		diagnose:   make(chan objKey, cfg.Cache.DiagnoseQueue),
+		gone:       make(chan *enrich.Sandbox, goneQueue),
 	}
 	c.mo = kwire.MetaOptions{KeepPrefixes: cfg.Cache.KeepPrefixes, Intern: c.in.intern, InternSmall: c.in.internSmall}
 	newKind := func(label string, res apiResource, uidIndex, pod bool, decode func([]byte) (*cached, error)) *kindCache {
@@ -319,6 +341,20 @@ func nsKey(ns, name string) string {
 // tombstone's value is copied to carry DeletedAt.
 
 type podLookup struct{ c *caches }
+
+// PodByUID finds a deleted pod the caches remember (enrich.PodUIDLookup);
+// live pods are not indexed by uid (memory), and enrich asks only after the
+// pod cached under the name turned out to be another one.
+func (l podLookup) PodByUID(uid string) (*enrich.Pod, bool) {
+	obj, deleted, ok := l.c.pods.tomb.getByUID(uid)
+	co, isCached := obj.(*cached)
+	if !ok || !isCached || co.pod == nil {
+		return nil, false
+	}
+	cp := *co.pod
+	cp.DeletedAt = deleted
+	return &cp, true
+}
 
 func (l podLookup) Pod(ns, name string) (*enrich.Pod, bool) {
 	co, deleted, ok := l.c.pods.get(ns, name)

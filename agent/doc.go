@@ -63,6 +63,14 @@
 //     Deleted objects are remembered (cache.tombstone_ttl/tombstone_max).
 //     Handlers only signal; pods with a waiting container are queued for a
 //     pod-status diagnosis (enrich.DiagnosePod), shipped like Events.
+//   - An Event is attributed through a cached object only when the uids
+//     agree: after a sandbox was deleted and created again under its name,
+//     Events of the old pod (named by uid) go to the old id through the
+//     remembered objects, or unattributed, never to the new one. A Sandbox
+//     CR seen deleted (watch, relisting, or another uid under its name) is
+//     shipped as a deletion occurrence (enrich.SandboxDeleted) through a
+//     bounded queue; overflow is counted
+//     (eventpipe_agent_deletion_dropped_total) and logged.
 //   - Refusals for good never stall shipping (shipper.go): an occurrence the
 //     collector refuses (Ack.rejected), a batch it refuses whole (a
 //     BatchRejection detail, or found by sending one batch per stream when

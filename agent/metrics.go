@@ -33,6 +33,7 @@ type metrics struct {
 	leader          prometheus.Gauge
 	cacheObjects    *prometheus.GaugeVec // kind
 	diagnoseDropped prometheus.Counter
+	deletionDropped prometheus.Counter
 	deadLetters     *prometheus.CounterVec // reason
 	resent          prometheus.Counter
 }
@@ -56,7 +57,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "eventpipe_agent_watch_events_total", Help: "Event watch notifications received, by watch type.",
 		}, []string{"type"}),
 		occurrences: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "eventpipe_agent_occurrences_total", Help: "Occurrences handed to the shipper, by source (event, pod_status).",
+			Name: "eventpipe_agent_occurrences_total", Help: "Occurrences handed to the shipper, by source (event, pod_status, deletion: a Sandbox CR seen deleted).",
 		}, []string{"source"}),
 		attributed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "eventpipe_agent_attributed_total", Help: "Occurrences attributed to a sandbox, by the rule that matched.",
@@ -119,6 +120,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		diagnoseDropped: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "eventpipe_agent_diagnose_dropped_total", Help: "Pod-status diagnoses dropped because the diagnose queue was full (the pod's next update retries).",
 		}),
+		deletionDropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "eventpipe_agent_deletion_dropped_total", Help: "Sandbox deletions not shipped because the deletion queue was full (readers then tell the live sandbox of a reused name by which id appeared last).",
+		}),
 		deadLetters: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "eventpipe_agent_dead_letter_total", Help: "Occurrences refused for good (by the collector, or not encodable), logged, kept at /debug/deadletter and skipped, by reason.",
 		}, []string{"reason"}),
@@ -150,7 +154,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		for _, c := range []prometheus.Collector{m.watchEvents, m.occurrences, m.attributed, m.unattributed, m.skipped, m.held,
 			m.lateBound, m.holdExpired, m.holdOverflow, m.relists, m.expired, m.watchErrors, m.apiRequests,
 			m.cursorAge, m.shipLatency, m.batches, m.acked, m.shipErrors, m.queueLength, m.leader,
-			m.cacheObjects, m.diagnoseDropped, m.deadLetters, m.resent} {
+			m.cacheObjects, m.diagnoseDropped, m.deletionDropped, m.deadLetters, m.resent} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("register agent metrics: %w", err)
 			}

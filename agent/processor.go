@@ -81,8 +81,9 @@ func (p *processor) run(ctx context.Context) error {
 	}
 	var changed <-chan struct{}
 	var diagnose <-chan objKey
+	var gone <-chan *enrich.Sandbox
 	if p.caches != nil {
-		changed, diagnose = p.caches.changed, p.caches.diagnose
+		changed, diagnose, gone = p.caches.changed, p.caches.diagnose, p.caches.gone
 	}
 	for {
 		select {
@@ -102,6 +103,12 @@ func (p *processor) run(ctx context.Context) error {
 		case key := <-diagnose:
 			if !p.diagnose(ctx, key) || !idleFlush() {
 				return nil
+			}
+		case sb := <-gone:
+			if o := p.enr.SandboxDeleted(sb, p.now()); o != nil {
+				if !p.add(ctx, o, sourceDeletion) || !idleFlush() {
+					return nil
+				}
 			}
 		case <-lingerC:
 			lingerC = nil
@@ -232,6 +239,10 @@ func (p *processor) diagnose(ctx context.Context, key objKey) bool {
 	}
 	return true
 }
+
+// sourceDeletion is the occurrences metric's source label of deletion
+// occurrences (enrich.SandboxDeleted).
+const sourceDeletion = "deletion"
 
 // add appends one occurrence to the batch, shipping the batch when full.
 func (p *processor) add(ctx context.Context, o *eventpipev1.Occurrence, source string) bool {

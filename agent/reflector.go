@@ -86,11 +86,13 @@ func (s *objStore) touch(k objKey, rv string, gen uint32) bool {
 	return true
 }
 
-func (s *objStore) remove(k objKey) (*cached, bool) {
+// remove deletes the object stored under k, unless it has another uid
+// than uid (a newer object of the same name; "" matches any).
+func (s *objStore) remove(k objKey, uid string) (*cached, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	c, ok := s.items[k]
-	if !ok {
+	if !ok || (uid != "" && c.meta().UID != "" && c.meta().UID != uid) {
 		return nil, false
 	}
 	delete(s.items, k)
@@ -306,7 +308,7 @@ func (r *reflector) apply(typ string, raw []byte, listing bool) string {
 	m := c.meta()
 	k := objKey{m.Namespace, m.Name}
 	if typ == watchDeleted {
-		if _, ok := r.store.remove(k); ok {
+		if _, ok := r.store.remove(k, m.UID); ok {
 			r.h.deleted(c)
 		}
 		return m.ResourceVersion
@@ -315,7 +317,15 @@ func (r *reflector) apply(typ string, raw []byte, listing bool) string {
 		return m.ResourceVersion // relisted unchanged
 	}
 	if old := r.store.put(c, r.gen); old != nil {
-		if old.meta().ResourceVersion != m.ResourceVersion {
+		switch om := old.meta(); {
+		case om.UID != "" && m.UID != "" && om.UID != m.UID:
+			// Another object under the same name: the old one was deleted
+			// and its deletion not seen (a relisting after the watch was
+			// down, client-go's DeletedFinalStateUnknown). Its last known
+			// state is the final one we have.
+			r.h.deleted(old)
+			r.h.added(c)
+		case om.ResourceVersion != m.ResourceVersion:
 			r.h.updated(old, c)
 		}
 	} else {

@@ -336,7 +336,7 @@ func TestCachedPodFromWire(t *testing.T) {
 	if got := <-c.diagnose; got != (objKey{"ns", "p"}) {
 		t.Errorf("diagnose key %v", got)
 	}
-	k.store.remove(objKey{"ns", "p"})
+	k.store.remove(objKey{"ns", "p"}, "")
 	k.deleted(co)
 	got, ok := podLookup{c}.Pod("ns", "p")
 	if !ok || got.DeletedAt.IsZero() || co.pod.DeletedAt != (time.Time{}) {

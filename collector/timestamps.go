@@ -20,7 +20,7 @@ import (
 // TestBadTimestampCoversEveryTimestampField fails when the schema gains a
 // Timestamp this list misses.
 func badTimestamp(o *eventpipev1.Occurrence) (path, problem string) {
-	pf, bl := o.GetPullFailure(), o.GetBlocker()
+	pf, bl, sb := o.GetPullFailure(), o.GetBlocker(), o.GetSandbox()
 	for _, f := range [...]struct {
 		path string
 		ts   *timestamppb.Timestamp
@@ -31,6 +31,7 @@ func badTimestamp(o *eventpipev1.Occurrence) (path, problem string) {
 		{"pull_failure.last_seen", pf.GetLastSeen()},
 		{"blocker.first_seen", bl.GetFirstSeen()},
 		{"blocker.last_seen", bl.GetLastSeen()},
+		{"sandbox.deleted_at", sb.GetDeletedAt()},
 	} {
 		if f.ts == nil {
 			continue

@@ -3,6 +3,8 @@ package enrich
 import (
 	"strings"
 
+	"google.golang.org/protobuf/types/known/timestamppb"
+
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
 )
 
@@ -115,12 +117,12 @@ func (e *Enricher) attribute(ref *ObjectRef, eventNS string, dst *eventpipev1.Sa
 		if ref.APIVersion != "" && ref.APIVersion != "v1" {
 			return a
 		}
-		e.attributePod(&a, ns, ref.Name)
+		e.attributePod(&a, ns, ref.Name, ref.UID)
 	case "PersistentVolumeClaim":
 		if ref.APIVersion != "" && ref.APIVersion != "v1" {
 			return a
 		}
-		e.attributePVC(&a, ns, ref.Name)
+		e.attributePVC(&a, ns, ref.Name, ref.UID)
 	}
 	return a
 }
@@ -135,6 +137,11 @@ func (e *Enricher) isSandboxAPI(apiVersion string) bool {
 
 func (e *Enricher) attributeSandbox(a *attribution, ns string, ref *ObjectRef) {
 	cr := e.sandboxCR(ns, ref.Name)
+	if cr != nil && !sameUID(cr.UID, ref.UID) {
+		// A CR of that name, but another one: the sandbox was deleted and
+		// created again under its name. The event is about the old one.
+		cr = nil
+	}
 	if cr == nil && ref.UID != "" && e.lk.Sandboxes != nil {
 		cr, _ = e.lk.Sandboxes.SandboxByUID(ref.UID)
 	}
@@ -153,10 +160,19 @@ func (e *Enricher) attributeSandbox(a *attribution, ns string, ref *ObjectRef) {
 	a.sandbox, a.missing = e.describe(a.dst, cr, nil, ns, "")
 }
 
-func (e *Enricher) attributePod(a *attribution, ns, name string) {
+func (e *Enricher) attributePod(a *attribution, ns, name, uid string) {
 	var pod *Pod
 	if e.lk.Pods != nil {
 		pod, _ = e.lk.Pods.Pod(ns, name)
+	}
+	// replaced: a pod of that name is cached, but not the one the event is
+	// about (its uid differs): the old pod of a sandbox deleted and created
+	// again under its name, or a newer pod not cached yet. Neither the
+	// cached pod nor the name may attribute the event then, or an old
+	// sandbox's events would land on its replacement.
+	replaced := false
+	if pod != nil && !sameUID(pod.UID, uid) {
+		pod, replaced = e.podByUID(uid), true
 	}
 	a.pod = pod
 	supervisor := e.isSupervisorPod(name, pod)
@@ -180,8 +196,8 @@ func (e *Enricher) attributePod(a *attribution, ns, name string) {
 	}
 	// The CR gives name, workspace and gateway; the owner chain also
 	// attributes on its own.
+	owned := false
 	if pod != nil {
-		var owned bool
 		cr, owned = e.ownerSandbox(ns, pod.Owners)
 		if owned && cr == nil {
 			ownerMissing = true
@@ -190,7 +206,9 @@ func (e *Enricher) attributePod(a *attribution, ns, name string) {
 			rule = eventpipev1.AttributionOwnerChain
 		}
 	}
-	if cr == nil && !supervisor {
+	// The name rule guesses: not for a pod whose owner is known to be
+	// another CR (ownerSandbox matched none by uid), nor for a replaced one.
+	if cr == nil && !supervisor && !owned && !replaced {
 		// pod name == CR name (also works before the pod is cached).
 		if c := e.sandboxCR(ns, name); c != nil && (c.PodName == "" || c.PodName == name) {
 			cr = c
@@ -217,10 +235,17 @@ func (e *Enricher) attributePod(a *attribution, ns, name string) {
 	a.missing = pod == nil || ownerMissing || nsMissing
 }
 
-func (e *Enricher) attributePVC(a *attribution, ns, name string) {
+func (e *Enricher) attributePVC(a *attribution, ns, name, uid string) {
 	var pvc *PVC
 	if e.lk.PVCs != nil {
 		pvc, _ = e.lk.PVCs.PVC(ns, name)
+	}
+	if pvc != nil && !sameUID(pvc.UID, uid) {
+		// Another claim of that name (the workspace claim of a sandbox
+		// created again under its name): neither it nor the name rule may
+		// attribute the old claim's events.
+		a.missing = true
+		return
 	}
 	var cr *Sandbox
 	rule := ""
@@ -283,6 +308,11 @@ func (e *Enricher) describe(s *eventpipev1.Sandbox, cr *Sandbox, obj *Meta, ns, 
 		}
 	}
 	s.Id = id
+	if cr != nil && !cr.DeletedAt.IsZero() {
+		// Attributed through a remembered CR: the sandbox is gone, and a
+		// new one may have its name.
+		s.DeletedAt = timestamppb.New(cr.DeletedAt)
+	}
 	s.Workspace = pick(e.rules.WorkspaceKeys)
 	s.GatewayId = pick(e.rules.GatewayIDKeys)
 	name := pick(e.rules.SandboxNameKeys)
@@ -345,6 +375,24 @@ func (e *Enricher) isManaged(ns *Namespace) bool {
 		}
 	}
 	return true
+}
+
+// sameUID reports whether a cached object's uid can be the one an event
+// names: equal, or either unknown (an event written before its object had
+// a uid, a file without uids).
+func sameUID(cached, ref string) bool {
+	return cached == "" || ref == "" || cached == ref
+}
+
+// podByUID finds a pod by uid when the Pods lookup can (PodUIDLookup: the
+// agent remembers deleted pods by uid), else nil.
+func (e *Enricher) podByUID(uid string) *Pod {
+	if l, ok := e.lk.Pods.(PodUIDLookup); ok && uid != "" {
+		if p, ok := l.PodByUID(uid); ok {
+			return p
+		}
+	}
+	return nil
 }
 
 // sandboxCR looks a CR up by namespace and name.

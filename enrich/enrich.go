@@ -175,14 +175,17 @@ type occAlloc struct {
 	obj                eventpipev1.ObjectRef
 	occurred, observed timestamppb.Timestamp
 	sb                 eventpipev1.Sandbox // linked only when attributed
-	// id holds event_id's bytes when they fit: 832 bytes of parts, these
-	// 56 (a UID, "/" and a 19-digit resourceVersion) and the allocator's
-	// 8-byte header for objects with pointers fill the 896-byte size class,
-	// and the id then costs no allocation of its own.
+	// id holds event_id's bytes when they fit: 840 bytes of parts, these
+	// 48 (a UID, "/" and an 11-digit resourceVersion: etcd revisions up to
+	// 99,999,999,999) and the allocator's 8-byte header for objects with
+	// pointers fill the 896-byte size class, and the id then costs no
+	// allocation of its own (a longer one costs one: eventID).
 	id [eventIDBytes]byte
 }
 
-const eventIDBytes = 56
+// eventIDBytes was 56 (a 19-digit resourceVersion) until
+// Sandbox.deleted_at took 8 bytes of the part.
+const eventIDBytes = 48
 
 // occPullAlloc is an occurrence with a pull failure (1,144 bytes and the
 // header: the 1,152-byte size class).

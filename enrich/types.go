@@ -181,6 +181,14 @@ type (
 		Sandbox(namespace, name string) (*Sandbox, bool)
 		SandboxByUID(uid string) (*Sandbox, bool)
 	}
+	// PodUIDLookup may be implemented by a PodLookup besides Pod: a pod by
+	// uid, at least among the deleted pods it remembers. Attribution asks it
+	// when the pod cached under an event's pod name has another uid (a
+	// sandbox deleted and created again under its name while the old pod's
+	// Events still arrive).
+	PodUIDLookup interface {
+		PodByUID(uid string) (*Pod, bool)
+	}
 )
 
 // Lookups bundles the caches attribution reads. A nil field behaves as an

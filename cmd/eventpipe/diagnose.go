@@ -53,7 +53,13 @@ cause:
 
 SANDBOX is a sandbox id (UUID) or a name. A name is unique only within a
 workspace: with -w it is looked up there, without it across the sandboxes of
---gateway (an error lists the workspaces when several have that name).
+--gateway (an error lists the workspaces when several have that name). A
+name stands for the sandbox that has it now: when a sandbox was deleted and
+created again under its name (a new id), the old id's late events never
+count for the new one; the old one is shown by its id, as DELETED (or
+REPLACED, when its deletion was not seen) with what blocked it then, and
+in a table as state deleted or replaced, with the id beside each name the
+rows share.
 --supervisor groups the supervisor-image failures of every sandbox of a
 gateway, so a bad supervisor tag shows from the first failed sandbox on.
 
@@ -272,7 +278,17 @@ func (d *diagnoser) run(ctx context.Context) int {
 	if n := f.Dropped(); n > 0 {
 		fmt.Fprintf(d.stderr, "eventpipe diagnose: WARNING: %d events of further sandboxes were not folded (more than %d sandboxes)\n", n, f.MaxSandboxes)
 	}
-	code, _ := d.report(f.Sandboxes(), req)
+	all := f.Sandboxes()
+	if req.SandboxId != "" && len(all) == 1 && all[0].Name != "" && all[0].Workspace != "" {
+		// Its name may have passed to a newer sandbox: read the name too.
+		byName, _, err := diagnosis.Read(ctx, d.client, &eventpipev1.FollowRequest{Workspace: all[0].Workspace, SandboxName: all[0].Name, Tail: req.Tail})
+		if err != nil {
+			fmt.Fprintf(d.stderr, "eventpipe diagnose: note: could not read the other sandboxes named %s: %v\n", all[0].Name, status.Convert(err).Message())
+		} else {
+			all[0] = diagnosis.Successor(all[0], byName)
+		}
+	}
+	code, _ := d.report(all, req)
 	return code
 }
 
@@ -335,7 +351,10 @@ func (d *diagnoser) watch(ctx context.Context, req *eventpipev1.FollowRequest) i
 	}
 }
 
-// selected is the part of all the options ask about.
+// selected is the part of all the options ask about. A name stands for
+// the sandbox that has it now: an older sandbox of that name (deleted, or
+// replaced by a newer id in its workspace) is left out; it is reachable by
+// its id.
 func (d *diagnoser) selected(all []diagnosis.Diagnosis, req *eventpipev1.FollowRequest) []diagnosis.Diagnosis {
 	if d.opts.sandbox == "" {
 		return all
@@ -343,11 +362,42 @@ func (d *diagnoser) selected(all []diagnosis.Diagnosis, req *eventpipev1.FollowR
 	var out []diagnosis.Diagnosis
 	for _, sb := range all {
 		if (req.SandboxId != "" && sb.ID == req.SandboxId) ||
-			(req.SandboxId == "" && sb.Name == d.opts.sandbox && (d.opts.workspace == "" || sb.Workspace == d.opts.workspace)) {
+			(req.SandboxId == "" && sb.Name == d.opts.sandbox && sb.ReplacedBy == "" && (d.opts.workspace == "" || sb.Workspace == d.opts.workspace)) {
 			out = append(out, sb)
 		}
 	}
 	return out
+}
+
+// ambiguous says which sandboxes a name stands for when it names several
+// current ones (in several workspaces of a gateway, or, with -w, of
+// several gateways), and how to pick one: only what tells them apart.
+func (d *diagnoser) ambiguous(matches []diagnosis.Diagnosis, req *eventpipev1.FollowRequest) string {
+	var picks []string
+	if req.Workspace == "" {
+		for _, m := range matches {
+			picks = append(picks, fmt.Sprintf("-w %s (id %s)", m.Workspace, m.ID))
+		}
+		return fmt.Sprintf("%d sandboxes of gateway %s are named %s: pass %s, or the id",
+			len(matches), req.GatewayId, d.opts.sandbox, orList(picks))
+	}
+	for _, m := range matches {
+		gw := m.GatewayID
+		if gw == "" {
+			gw = "unknown"
+		}
+		picks = append(picks, fmt.Sprintf("%s (gateway %s)", m.ID, gw))
+	}
+	return fmt.Sprintf("%d sandboxes of workspace %s are named %s, of different gateways: pass the id, %s",
+		len(matches), req.Workspace, d.opts.sandbox, orList(picks))
+}
+
+// orList joins "a, b or c".
+func orList(s []string) string {
+	if len(s) < 2 {
+		return strings.Join(s, "")
+	}
+	return strings.Join(s[:len(s)-1], ", ") + " or " + s[len(s)-1]
 }
 
 // watchKey changes when what report prints changes (not with the clock).
@@ -392,12 +442,7 @@ func (d *diagnoser) report(all []diagnosis.Diagnosis, req *eventpipev1.FollowReq
 			return diagnoseUnknown, false
 		case 1:
 		default:
-			var names []string
-			for _, m := range matches {
-				names = append(names, fmt.Sprintf("-w %s (id %s)", m.Workspace, m.ID))
-			}
-			fmt.Fprintf(d.stderr, "eventpipe diagnose: %d sandboxes of gateway %s are named %s: pass one of %s, or the id\n",
-				len(matches), req.GatewayId, o.sandbox, strings.Join(names, ", "))
+			fmt.Fprintf(d.stderr, "eventpipe diagnose: %s\n", d.ambiguous(matches, req))
 			return diagnoseError, true
 		}
 		sb := matches[0]

@@ -49,6 +49,11 @@ with which image and why (the kubelet's full message is in -o json):
 
   [1793268638.250] [kubelet] [WARN ] [workload/workspace-init] workload image docker.io/library/busybox:0.0.0-does-not-exist: not_found (docker.io/library/busybox:0.0.0-does-not-exist: not found) reason=Failed image=docker.io/library/busybox:0.0.0-does-not-exist pull=not_found disposition=retrying cursor=3
 
+A sandbox deleted and created again under its name has a new id: the old
+one's lines (its deletion, reason SandboxDeleted, and late events of its
+old pods) carry deleted_sandbox=<old id>, so they never pass for the new
+sandbox's.
+
 disposition=persistent means retrying will not fix it (fix the image or the
 pull secret); eventpipe never stops or deletes a sandbox.
 
@@ -561,6 +566,11 @@ func formatFollowLine(m *eventpipev1.FollowResponse, withSandbox bool) string {
 		b.WriteString(kvValue(v))
 	}
 	kv("reason", o.GetReason())
+	if sb := o.GetSandbox(); sb.GetDeletedAt() != nil {
+		// The sandbox was deleted (its deletion, or a late event of its old
+		// pods): its name may belong to a new sandbox now, so say whose.
+		kv("deleted_sandbox", sb.GetId())
+	}
 	if withSandbox {
 		name := o.GetSandbox().GetName()
 		if name == "" {

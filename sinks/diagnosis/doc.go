@@ -52,6 +52,14 @@
 //     image pulls, containers (the earliest stage is the one to fix first:
 //     the later ones cannot even be tried before it; a pod whose claim is
 //     unbound is unschedulable because of it), then oldest first.
+//   - Sandboxes are keyed by id. One seen deleted (an occurrence with
+//     sandbox.deleted_at: the agent's deletion occurrence, or a late Event of
+//     its old pods) is StateDeleted and blocks nothing; of several sandboxes
+//     with one gateway, workspace and name, the newest not seen deleted
+//     (by FirstSeen) is the current one and the others are ReplacedBy it
+//     (StateReplaced when their deletion was missed). A name stands for the
+//     current sandbox (Diagnosis.Live); nothing of an old id is folded into
+//     the new one.
 //   - Memory is bounded: at most MaxSandboxes sandboxes and
 //     maxBlockersPerSandbox blockers per sandbox are kept; what does not
 //     fit is counted (Folder.Dropped) and reported by the renderers, never

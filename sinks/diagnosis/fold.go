@@ -5,6 +5,8 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/protobuf/types/known/timestamppb"
+
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
 	"github.com/eventpipe/eventpipe/api/remedy"
 )
@@ -15,6 +17,15 @@ const (
 	StateBlocked = "blocked"
 	// StateClear: events were seen and nothing blocks the sandbox now.
 	StateClear = "clear"
+	// StateDeleted: the agent saw the sandbox's CR deleted
+	// (Occurrence.sandbox.deleted_at); its blockers are what they were
+	// then. OpenShell may reuse the name for a new sandbox (a new id).
+	StateDeleted = "deleted"
+	// StateReplaced: no deletion was seen, but a newer sandbox (another id)
+	// has the same name in the same workspace and gateway, which OpenShell
+	// allows only once the old one is gone (the deletion was missed: the
+	// agent was down, or the deletion fell out of the tail read).
+	StateReplaced = "replaced"
 )
 
 // Kinds of blocker: KindImagePull for a pull failure; the other kinds are
@@ -88,7 +99,18 @@ type Diagnosis struct {
 	Workspace string `json:"workspace"`
 	GatewayID string `json:"gateway_id,omitempty"`
 	Namespace string `json:"namespace,omitempty"`
-	State     string `json:"state"`
+	// State is StateBlocked, StateClear, StateDeleted or StateReplaced.
+	State string `json:"state"`
+	// DeletedAt is when the agent saw the sandbox deleted (nil while it
+	// exists, or when the deletion was not seen).
+	DeletedAt *time.Time `json:"deleted_at,omitempty"`
+	// ReplacedBy is the id of the sandbox that now has this one's name (in
+	// the same workspace and gateway), when this one is older.
+	ReplacedBy string `json:"replaced_by,omitempty"`
+	// FirstSeen is the earliest time the folded occurrences name (their
+	// occurred_at, a failure's first_seen): it orders the sandboxes that had
+	// one name, oldest first.
+	FirstSeen time.Time `json:"first_seen"`
 	// Blockers, supervisor image first, then by stage (creation, claims,
 	// scheduling, volume mounts, image pulls, containers), then by Since.
 	Blockers []Blocker `json:"blockers"`
@@ -103,8 +125,13 @@ type Diagnosis struct {
 	DroppedBlockers int `json:"dropped_blockers,omitempty"`
 }
 
-// Blocked reports whether anything blocks the sandbox.
-func (d *Diagnosis) Blocked() bool { return len(d.Blockers) > 0 }
+// Blocked reports whether anything blocks the sandbox. A deleted or
+// replaced sandbox blocks nothing (its blockers are kept as they were).
+func (d *Diagnosis) Blocked() bool { return d.State == StateBlocked }
+
+// Live reports whether the sandbox is the one its name stands for now:
+// neither seen deleted nor replaced by a newer sandbox of its name.
+func (d *Diagnosis) Live() bool { return d.DeletedAt == nil && d.ReplacedBy == "" }
 
 // DisplayName is the sandbox name, else its id.
 func (d *Diagnosis) DisplayName() string {
@@ -193,6 +220,14 @@ func (f *Folder) Add(cursor uint64, o *eventpipev1.Occurrence) bool {
 	d.Occurrences++
 	d.Cursor = max(d.Cursor, cursor)
 	at := o.GetOccurredAt().AsTime()
+	d.FirstSeen = earliest(d.FirstSeen, at, o.GetPullFailure().GetFirstSeen(), o.GetBlocker().GetFirstSeen())
+	deleted := false
+	if t := sb.GetDeletedAt(); t != nil && d.DeletedAt == nil {
+		// Every later occurrence of it is history: nothing it says reaches
+		// another sandbox (a replacement has another id).
+		da := t.AsTime()
+		d.DeletedAt, deleted = &da, true
+	}
 	if d.Last == nil || !at.Before(d.Last.Time) {
 		obj := o.GetInvolvedObject()
 		d.Last = &LastEvent{Time: at, Type: o.GetType(), Reason: o.GetReason(), Message: o.GetMessage(),
@@ -234,10 +269,27 @@ func (f *Folder) Add(cursor uint64, o *eventpipev1.Occurrence) bool {
 		}
 		changed = s.closeBlockers(o, at) || changed
 	}
-	if changed {
+	if changed || deleted {
 		s.refresh()
 	}
-	return changed || isNew || progress != d.Progress
+	return changed || deleted || isNew || progress != d.Progress
+}
+
+// earliest is the earliest of t, at and the set timestamps (unset and
+// zero times do not count).
+func earliest(t, at time.Time, more ...*timestamppb.Timestamp) time.Time {
+	pick := func(c time.Time) {
+		if c.Unix() > 0 && (t.IsZero() || c.Before(t)) {
+			t = c
+		}
+	}
+	pick(at)
+	for _, ts := range more {
+		if ts.IsValid() {
+			pick(ts.AsTime())
+		}
+	}
+	return t
 }
 
 // notBefore reports whether a is not earlier than b, to the second.
@@ -316,7 +368,10 @@ func (s *sandboxState) refresh() {
 	}
 	sortBlockers(s.d.Blockers)
 	s.d.State = StateClear
-	if len(s.d.Blockers) > 0 {
+	switch {
+	case s.d.DeletedAt != nil:
+		s.d.State = StateDeleted
+	case len(s.d.Blockers) > 0:
 		s.d.State = StateBlocked
 	}
 }
@@ -343,14 +398,17 @@ func setIf(dst *string, v string) {
 	}
 }
 
-// Sandbox returns the diagnosis of one sandbox by id.
+// Sandbox returns the diagnosis of one sandbox by id (with ReplacedBy).
 func (f *Folder) Sandbox(id string) (Diagnosis, bool) {
-	f.settle()
-	s := f.sandboxes[id]
-	if s == nil {
+	if f.sandboxes[id] == nil {
 		return Diagnosis{}, false
 	}
-	return s.copy(), true
+	for _, d := range f.Sandboxes() {
+		if d.ID == id {
+			return d, true
+		}
+	}
+	return Diagnosis{}, false
 }
 
 func (s *sandboxState) copy() Diagnosis {
@@ -369,7 +427,55 @@ func (s *sandboxState) copy() Diagnosis {
 		l := *s.d.Last
 		d.Last = &l
 	}
+	if s.d.DeletedAt != nil {
+		t := *s.d.DeletedAt
+		d.DeletedAt = &t
+	}
 	return d
+}
+
+// markReplaced sets ReplacedBy (and StateReplaced when no deletion was
+// seen) on every sandbox older than the current one of its name, workspace
+// and gateway: the newest sandbox not seen deleted, else the newest one.
+// Sandboxes are ordered by FirstSeen (then id), so late Events of an old
+// sandbox, arriving after its replacement's, do not make it the newer one.
+func markReplaced(ds []Diagnosis) {
+	type nameKey struct{ gateway, workspace, name string }
+	groups := map[nameKey][]int{}
+	for i := range ds {
+		if ds[i].Name == "" {
+			continue
+		}
+		k := nameKey{ds[i].GatewayID, ds[i].Workspace, ds[i].Name}
+		groups[k] = append(groups[k], i)
+	}
+	newer := func(a, b *Diagnosis) bool {
+		if !a.FirstSeen.Equal(b.FirstSeen) {
+			return a.FirstSeen.After(b.FirstSeen)
+		}
+		return a.ID > b.ID
+	}
+	for _, idx := range groups {
+		if len(idx) < 2 {
+			continue
+		}
+		cur := idx[0]
+		for _, i := range idx[1:] {
+			li, lc := ds[i].DeletedAt == nil, ds[cur].DeletedAt == nil
+			if li != lc && li || li == lc && newer(&ds[i], &ds[cur]) {
+				cur = i
+			}
+		}
+		for _, i := range idx {
+			if i == cur || !newer(&ds[cur], &ds[i]) {
+				continue
+			}
+			ds[i].ReplacedBy = ds[cur].ID
+			if ds[i].DeletedAt == nil {
+				ds[i].State = StateReplaced
+			}
+		}
+	}
 }
 
 // Sandboxes returns every diagnosis, by workspace then name then id.
@@ -379,6 +485,7 @@ func (f *Folder) Sandboxes() []Diagnosis {
 	for _, s := range f.sandboxes {
 		out = append(out, s.copy())
 	}
+	markReplaced(out)
 	sort.Slice(out, func(i, j int) bool {
 		a, b := out[i], out[j]
 		if a.Workspace != b.Workspace {
@@ -387,12 +494,29 @@ func (f *Folder) Sandboxes() []Diagnosis {
 		if a.Name != b.Name {
 			return a.Name < b.Name
 		}
+		if !a.FirstSeen.Equal(b.FirstSeen) {
+			return a.FirstSeen.Before(b.FirstSeen) // the sandboxes of one name, oldest first
+		}
 		return a.ID < b.ID
 	})
 	return out
 }
 
-// Find returns the sandboxes named name (in workspace, when not empty).
+// Successor returns d with ReplacedBy (and StateReplaced) as byName, a
+// Folder of the sandboxes of d's name and workspace, sees it: a reader that
+// selected d by id learns whether its name has passed to a newer sandbox.
+func Successor(d Diagnosis, byName *Folder) Diagnosis {
+	if s, ok := byName.Sandbox(d.ID); ok && s.ReplacedBy != "" {
+		d.ReplacedBy = s.ReplacedBy
+		if d.DeletedAt == nil {
+			d.State = StateReplaced
+		}
+	}
+	return d
+}
+
+// Find returns the sandboxes named name (in workspace, when not empty),
+// deleted and replaced ones included (Live tells).
 func (f *Folder) Find(name, workspace string) []Diagnosis {
 	var out []Diagnosis
 	for _, d := range f.Sandboxes() {
@@ -435,6 +559,9 @@ func Supervisor(ds []Diagnosis) []SupervisorFailure {
 	groups := map[gkey]*SupervisorFailure{}
 	seen := map[gkey]map[string]bool{}
 	for _, d := range ds {
+		if !d.Live() {
+			continue // its pods are gone: it shows no supervisor image now
+		}
 		for _, b := range d.Blockers {
 			if b.ImageRole != eventpipev1.ImageRoleSupervisor {
 				continue

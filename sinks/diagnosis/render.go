@@ -87,7 +87,9 @@ func WriteText(w io.Writer, d Diagnosis, now time.Time) error {
 		fmt.Fprintf(&b, "  gateway %s", clean(d.GatewayID))
 	}
 	b.WriteByte('\n')
-	if !d.Blocked() {
+	if !d.Live() {
+		writeGone(&b, d, now)
+	} else if !d.Blocked() {
 		b.WriteString("nothing blocks it")
 		if d.Last != nil {
 			fmt.Fprintf(&b, ": last event %s %s", clean(d.Last.Reason), clean(d.Last.Object))
@@ -121,6 +123,27 @@ func WriteText(w io.Writer, d Diagnosis, now time.Time) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// writeGone says that a sandbox was deleted or replaced, and what blocked
+// it then: history, not the state of the sandbox that now has its name.
+func writeGone(b *strings.Builder, d Diagnosis, now time.Time) {
+	if d.DeletedAt != nil {
+		fmt.Fprintf(b, "DELETED at %s (%s ago)", d.DeletedAt.UTC().Format(time.RFC3339), Ago(now, *d.DeletedAt))
+	} else {
+		b.WriteString("REPLACED (its deletion was not seen)")
+	}
+	if d.ReplacedBy != "" {
+		fmt.Fprintf(b, "; the name %s is now sandbox id %s", clean(d.DisplayName()), clean(d.ReplacedBy))
+	}
+	b.WriteByte('\n')
+	if len(d.Blockers) == 0 {
+		return
+	}
+	fmt.Fprintf(b, "what blocked it when last seen (%d):\n", len(d.Blockers))
+	for _, bl := range d.Blockers {
+		writeBlocker(b, bl, now)
+	}
 }
 
 func writeBlocker(b *strings.Builder, bl Blocker, now time.Time) {
@@ -167,22 +190,34 @@ func writeBlocker(b *strings.Builder, bl Blocker, now time.Time) {
 // WriteTable writes one line per sandbox when clear, one per blocker when
 // blocked (BLOCKER: the image role for an image pull, else the blocker kind;
 // WHAT: the image, else the object the cause names and the container) and,
-// below, the fix of every blocker.
+// below, the fix of every blocker. A name that several sandboxes of ds had
+// (a sandbox deleted and created again) is shown with each one's id; a
+// deleted or replaced sandbox gets one line (STATE deleted or replaced,
+// SINCE its deletion) and no fix.
 func WriteTable(w io.Writer, ds []Diagnosis, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SANDBOX\tWORKSPACE\tSTATE\tBLOCKER\tWHAT\tCAUSE\tATTEMPTS\tSINCE\tDISPOSITION")
-	for _, d := range ds {
+	names := tableNames(ds)
+	for i, d := range ds {
+		if !d.Live() {
+			since := "-"
+			if d.DeletedAt != nil {
+				since = Ago(now, *d.DeletedAt) + " ago"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t-\t-\t-\t-\t%s\t-\n", names[i], orDash(d.Workspace), d.State, since)
+			continue
+		}
 		if !d.Blocked() {
 			last := "-"
 			if d.Last != nil {
 				last = clean(d.Last.Reason)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t-\t-\t-\t-\t-\t(last: %s)\n", clean(d.DisplayName()), orDash(d.Workspace), "clear", last)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t-\t-\t-\t-\t-\t(last: %s)\n", names[i], orDash(d.Workspace), "clear", last)
 			continue
 		}
-		for i, bl := range d.Blockers {
-			name, ws, state := clean(d.DisplayName()), orDash(d.Workspace), "BLOCKED"
-			if i > 0 {
+		for j, bl := range d.Blockers {
+			name, ws, state := names[i], orDash(d.Workspace), "BLOCKED"
+			if j > 0 {
 				name, ws, state = "", "", ""
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s ago\t%s\n", name, ws, state, blockerWord(bl),
@@ -193,13 +228,34 @@ func WriteTable(w io.Writer, ds []Diagnosis, now time.Time) error {
 		return err
 	}
 	var b strings.Builder
-	for _, d := range ds {
+	for i, d := range ds {
+		if !d.Live() {
+			continue
+		}
 		for _, bl := range d.Blockers {
-			fmt.Fprintf(&b, "fix %s (%s): %s\n", clean(d.DisplayName()), fixLabel(bl), clean(bl.Remedy))
+			fmt.Fprintf(&b, "fix %s (%s): %s\n", names[i], fixLabel(bl), clean(bl.Remedy))
 		}
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// tableNames is the SANDBOX column of each of ds: its name, and its id
+// when another sandbox of ds has the same name in the same workspace.
+func tableNames(ds []Diagnosis) []string {
+	type key struct{ workspace, name string }
+	n := map[key]int{}
+	for _, d := range ds {
+		n[key{d.Workspace, d.DisplayName()}]++
+	}
+	out := make([]string, len(ds))
+	for i, d := range ds {
+		out[i] = clean(d.DisplayName())
+		if n[key{d.Workspace, d.DisplayName()}] > 1 {
+			out[i] += " (id " + clean(d.ID) + ")"
+		}
+	}
+	return out
 }
 
 // WriteSupervisor writes the supervisor-image failures of a gateway.

@@ -232,6 +232,15 @@ func (h *hub) applyAt(partition int32, cursor uint64, o *eventpipev1.Occurrence,
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if o.GetSandbox().GetDeletedAt() != nil {
+		// The sandbox is gone (its deletion, or a late Event of its old
+		// pods): forget it and relay nothing. A sandbox created again under
+		// its name has another id, so nothing of this one reaches it.
+		if s, ok := h.sandboxes[sandboxKey(id)]; ok {
+			h.drop(s)
+		}
+		return
+	}
 	s := h.get(id)
 	h.updateFailures(s, o)
 	for _, e := range s.tail {

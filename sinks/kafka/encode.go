@@ -323,6 +323,9 @@ func AppendJSON(b []byte, o *eventpipev1.Occurrence) []byte {
 		b = str(b, "gateway_id", s.GetGatewayId())
 		b = str(b, "cr_namespace", s.GetCrNamespace())
 		b = str(b, "cr_name", s.GetCrName())
+		if t := s.GetDeletedAt(); t != nil {
+			b = ts(b, "deleted_at", t)
+		}
 		b = append(b, '}')
 	} else {
 		b = append(b, `,"sandbox":null`...)

@@ -82,6 +82,7 @@ var ocsfFieldPlaces = map[string][]ocsfPlace{
 	"sandbox.gateway_id":          {{path: "unmapped.sandbox.gateway_id"}},
 	"sandbox.cr_namespace":        {{path: "unmapped.sandbox.cr_namespace"}},
 	"sandbox.cr_name":             {{path: "unmapped.sandbox.cr_name"}},
+	"sandbox.deleted_at":          {{path: "unmapped.sandbox.deleted_at"}},
 	"attribution":                 {{path: "unmapped.attribution"}},
 	"role":                        {{path: "unmapped.role"}},
 	"container":                   {{path: "unmapped.container"}},

@@ -239,6 +239,7 @@ type (
 		GatewayID   string `json:"gateway_id,omitempty"`
 		CRNamespace string `json:"cr_namespace,omitempty"`
 		CRName      string `json:"cr_name,omitempty"`
+		DeletedAt   string `json:"deleted_at,omitempty"`
 	}
 	ocsfPullFailure struct {
 		Category    string `json:"category"`
@@ -371,7 +372,7 @@ func OCSF(o *eventpipev1.Occurrence) ocsfEvent {
 	}
 	if sb := o.GetSandbox(); sb != nil {
 		ev.Unmapped.Sandbox = &ocsfSandbox{ID: sb.GetId(), Name: sb.GetName(), Workspace: sb.GetWorkspace(),
-			GatewayID: sb.GetGatewayId(), CRNamespace: sb.GetCrNamespace(), CRName: sb.GetCrName()}
+			GatewayID: sb.GetGatewayId(), CRNamespace: sb.GetCrNamespace(), CRName: sb.GetCrName(), DeletedAt: ocsfTime(sb.GetDeletedAt())}
 	}
 	ev.App = ocsfApp(o)
 	if d := ocsfNode(o); d != nil {

@@ -278,6 +278,7 @@ func appendLine(dst []byte, o *eventpipev1.Occurrence, maxMessage int) []byte {
 		w.str("gateway_id", sb.GetGatewayId())
 		w.str("cr_namespace", sb.GetCrNamespace())
 		w.str("cr_name", sb.GetCrName())
+		w.ts("deleted_at", sb.GetDeletedAt())
 		w.close()
 	}
 	w.str("attribution", o.GetAttribution())

@@ -465,8 +465,15 @@ type Sandbox struct {
 	Workspace string `protobuf:"bytes,3,opt,name=workspace,proto3" json:"workspace,omitempty"`
 	GatewayId string `protobuf:"bytes,4,opt,name=gateway_id,json=gatewayId,proto3" json:"gateway_id,omitempty"`
 	// The Sandbox CR, when known.
-	CrNamespace   string `protobuf:"bytes,5,opt,name=cr_namespace,json=crNamespace,proto3" json:"cr_namespace,omitempty"`
-	CrName        string `protobuf:"bytes,6,opt,name=cr_name,json=crName,proto3" json:"cr_name,omitempty"`
+	CrNamespace string `protobuf:"bytes,5,opt,name=cr_namespace,json=crNamespace,proto3" json:"cr_namespace,omitempty"`
+	CrName      string `protobuf:"bytes,6,opt,name=cr_name,json=crName,proto3" json:"cr_name,omitempty"`
+	// When the agent saw this sandbox's Sandbox CR deleted; unset while it
+	// exists. Set on the deletion occurrence (reason SandboxDeleted, see
+	// values.go) and on every later occurrence the agent attributes through
+	// the CR it remembers after the deletion (late Events of the old pods).
+	// A sandbox name can be reused by a new sandbox (a new id) once the old
+	// one is deleted: readers answer about the id without deleted_at.
+	DeletedAt     *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=deleted_at,json=deletedAt,proto3" json:"deleted_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -541,6 +548,13 @@ func (x *Sandbox) GetCrName() string {
 		return x.CrName
 	}
 	return ""
+}
+
+func (x *Sandbox) GetDeletedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.DeletedAt
+	}
+	return nil
 }
 
 // PullFailure is the diagnosis of an image-pull failure.
@@ -952,7 +966,7 @@ const file_eventpipe_v1_occurrence_proto_rawDesc = "" +
 	"\x04name\x18\x04 \x01(\tR\x04name\x12\x10\n" +
 	"\x03uid\x18\x05 \x01(\tR\x03uid\x12\x1d\n" +
 	"\n" +
-	"field_path\x18\x06 \x01(\tR\tfieldPath\"\xa6\x01\n" +
+	"field_path\x18\x06 \x01(\tR\tfieldPath\"\xe1\x01\n" +
 	"\aSandbox\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1c\n" +
@@ -960,7 +974,9 @@ const file_eventpipe_v1_occurrence_proto_rawDesc = "" +
 	"\n" +
 	"gateway_id\x18\x04 \x01(\tR\tgatewayId\x12!\n" +
 	"\fcr_namespace\x18\x05 \x01(\tR\vcrNamespace\x12\x17\n" +
-	"\acr_name\x18\x06 \x01(\tR\x06crName\"\xa1\x02\n" +
+	"\acr_name\x18\x06 \x01(\tR\x06crName\x129\n" +
+	"\n" +
+	"deleted_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tdeletedAt\"\xa1\x02\n" +
 	"\vPullFailure\x12\x1a\n" +
 	"\bcategory\x18\x01 \x01(\tR\bcategory\x12\x14\n" +
 	"\x05image\x18\x02 \x01(\tR\x05image\x12 \n" +
@@ -1026,15 +1042,16 @@ var file_eventpipe_v1_occurrence_proto_depIdxs = []int32{
 	4,  // 5: eventpipe.v1.Occurrence.pull_failure:type_name -> eventpipe.v1.PullFailure
 	5,  // 6: eventpipe.v1.Occurrence.progress:type_name -> eventpipe.v1.Progress
 	6,  // 7: eventpipe.v1.Occurrence.blocker:type_name -> eventpipe.v1.Blocker
-	7,  // 8: eventpipe.v1.PullFailure.first_seen:type_name -> google.protobuf.Timestamp
-	7,  // 9: eventpipe.v1.PullFailure.last_seen:type_name -> google.protobuf.Timestamp
-	7,  // 10: eventpipe.v1.Blocker.first_seen:type_name -> google.protobuf.Timestamp
-	7,  // 11: eventpipe.v1.Blocker.last_seen:type_name -> google.protobuf.Timestamp
-	12, // [12:12] is the sub-list for method output_type
-	12, // [12:12] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	7,  // 8: eventpipe.v1.Sandbox.deleted_at:type_name -> google.protobuf.Timestamp
+	7,  // 9: eventpipe.v1.PullFailure.first_seen:type_name -> google.protobuf.Timestamp
+	7,  // 10: eventpipe.v1.PullFailure.last_seen:type_name -> google.protobuf.Timestamp
+	7,  // 11: eventpipe.v1.Blocker.first_seen:type_name -> google.protobuf.Timestamp
+	7,  // 12: eventpipe.v1.Blocker.last_seen:type_name -> google.protobuf.Timestamp
+	13, // [13:13] is the sub-list for method output_type
+	13, // [13:13] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_eventpipe_v1_occurrence_proto_init() }

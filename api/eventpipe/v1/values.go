@@ -103,6 +103,26 @@ const (
 	PullSourcePodStatus = "pod_status"
 )
 
+// The deletion occurrence: the agent writes one when it sees a Sandbox CR
+// deleted (by its watch, or by a relisting that no longer has it), so every
+// reader learns that the sandbox id is gone and a new sandbox of the same
+// name (a new id) is its replacement. It is no Kubernetes Event: its
+// event_id is "sandbox-deleted/<CR uid>", involved_object the CR,
+// reporting_component ComponentAgent, type Normal, sandbox.deleted_at set.
+const (
+	ReasonSandboxDeleted = "SandboxDeleted"
+	ComponentAgent       = "eventpipe-agent"
+	// DeletionEventIDPrefix starts the event_id of a deletion occurrence.
+	DeletionEventIDPrefix = "sandbox-deleted/"
+)
+
+// IsSandboxDeletion reports whether o is the agent's deletion occurrence
+// of its sandbox (not a Kubernetes Event that happens to use the reason).
+func IsSandboxDeletion(o *Occurrence) bool {
+	return o.GetReason() == ReasonSandboxDeleted && o.GetReportingComponent() == ComponentAgent &&
+		o.GetSandbox().GetDeletedAt() != nil
+}
+
 // Gateway progress steps and labels (openshell.progress.* keys).
 const (
 	StepRequestingSandbox = "requesting_sandbox"

@@ -173,6 +173,7 @@ func AppendProtoJSON(b []byte, o *eventpipev1.Occurrence) ([]byte, error) {
 		w.str("gateway_id", s.GetGatewayId())
 		w.str("cr_namespace", s.GetCrNamespace())
 		w.str("cr_name", s.GetCrName())
+		w.ts("deleted_at", s.GetDeletedAt())
 		w.close()
 	}
 	w.str("attribution", o.GetAttribution())
