@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -32,14 +33,16 @@ var (
 )
 
 // Objects returns the embedded CRDs, decoded.
-func Objects() ([]*unstructured.Unstructured, error) {
-	names, err := fs.Glob(files, "*.yaml")
+func Objects() ([]*unstructured.Unstructured, error) { return objectsFrom(files) }
+
+func objectsFrom(fsys fs.FS) ([]*unstructured.Unstructured, error) {
+	names, err := fs.Glob(fsys, "*.yaml")
 	if err != nil {
 		return nil, fmt.Errorf("list embedded crds: %w", err)
 	}
 	var out []*unstructured.Unstructured
 	for _, name := range names {
-		b, err := files.ReadFile(name)
+		b, err := fs.ReadFile(fsys, name)
 		if err != nil {
 			return nil, fmt.Errorf("read %s: %w", name, err)
 		}
@@ -49,17 +52,33 @@ func Objects() ([]*unstructured.Unstructured, error) {
 		}
 		out = append(out, &unstructured.Unstructured{Object: m})
 	}
+	if len(out) == 0 {
+		return nil, errors.New("no *.yaml CRD files")
+	}
 	return out, nil
 }
 
 // Install creates (or updates) the CRDs through cfg (which needs permission
 // to write customresourcedefinitions) and waits until they serve.
-func Install(ctx context.Context, cfg *rest.Config) error {
+func Install(ctx context.Context, cfg *rest.Config) error { return install(ctx, cfg, files) }
+
+// InstallDir is Install for the CRD files (*.yaml) of a directory instead
+// of the embedded ones: the Agent Sandbox module's own CRDs, which
+// testenv/build/build.sh copies beside the controller it builds from the
+// same module version.
+func InstallDir(ctx context.Context, cfg *rest.Config, dir string) error {
+	if err := install(ctx, cfg, os.DirFS(dir)); err != nil {
+		return fmt.Errorf("%s: %w", dir, err)
+	}
+	return nil
+}
+
+func install(ctx context.Context, cfg *rest.Config, fsys fs.FS) error {
 	dc, err := dynamic.NewForConfig(cfg)
 	if err != nil {
 		return fmt.Errorf("install crds: %w", err)
 	}
-	objs, err := Objects()
+	objs, err := objectsFrom(fsys)
 	if err != nil {
 		return fmt.Errorf("install crds: %w", err)
 	}

@@ -4,11 +4,14 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -26,6 +29,7 @@ import (
 	"github.com/eventpipe/eventpipe/sinks/diagnosis"
 	"github.com/eventpipe/eventpipe/sinks/file"
 	"github.com/eventpipe/eventpipe/testenv/kube"
+	"github.com/eventpipe/eventpipe/testenv/osdriver"
 	"github.com/eventpipe/eventpipe/testenv/scenario"
 )
 
@@ -55,6 +59,13 @@ type Config struct {
 	Scenarios []string
 	Mode      scenario.Mode
 	Pace      time.Duration
+	// Writers runs the real writers on the control plane (testenv/kube
+	// AllWriters: kube-scheduler, kube-controller-manager, the Agent
+	// Sandbox controller) and creates the Scenarios of testenv/osdriver
+	// (default DefaultWriterScenarios) as the OpenShell driver would,
+	// instead of playing testenv/scenario's: every Event and condition
+	// shown is then written by a Kubernetes component.
+	Writers bool
 	// Out receives the view. Terminal redraws it in place every Refresh
 	// (default 1s); otherwise a new view is printed whenever a diagnosis
 	// changes.
@@ -76,6 +87,9 @@ func (c *Config) defaults() {
 	}
 	if c.Scenarios == nil && c.Kubeconfig == "" {
 		c.Scenarios = DefaultScenarios
+		if c.Writers {
+			c.Scenarios = DefaultWriterScenarios
+		}
 	}
 	if c.Mode == "" {
 		c.Mode = scenario.ModeManaged
@@ -95,9 +109,16 @@ func (c *Config) defaults() {
 // package doc). It returns nil after a clean stop on ctx.
 func Run(ctx context.Context, cfg Config) (err error) {
 	cfg.defaults()
+	if cfg.Writers && cfg.Kubeconfig != "" {
+		return errors.New("the writers run on the control plane of its own: not with a kubeconfig")
+	}
 	for _, s := range cfg.Scenarios {
-		if _, ok := scenario.Named[s]; !ok {
-			return fmt.Errorf("unknown scenario %q (known: %s)", s, strings.Join(scenario.Names(), ", "))
+		known := scenario.Names()
+		if cfg.Writers {
+			known = osdriver.Names()
+		}
+		if !slices.Contains(known, s) {
+			return fmt.Errorf("unknown scenario %q (known: %s)", s, strings.Join(known, ", "))
 		}
 	}
 	d := &demo{cfg: cfg, out: cfg.Out, start: time.Now()}
@@ -171,12 +192,16 @@ func (d *demo) run(ctx context.Context) error {
 	var restCfg *rest.Config
 	if cfg.Kubeconfig == "" {
 		d.printf("eventpipe: the whole pipeline on this machine, on a control plane of its own (nothing else is touched)\n")
-		binDir, err := ensureBinaries(ctx, cfg.BinDir, d.printf)
+		binDir, err := ensureBinaries(ctx, cfg.BinDir, cfg.Writers, d.printf)
 		if err != nil {
 			return err
 		}
 		t0 := time.Now()
-		cl, err := kube.StartProcess(ctx, kube.Options{Dir: filepath.Join(d.dir, "cluster"), BinDir: binDir, Logger: d.logger})
+		opts := kube.Options{Dir: filepath.Join(d.dir, "cluster"), BinDir: binDir, Logger: d.logger}
+		if cfg.Writers {
+			opts.Writers = kube.AllWriters
+		}
+		cl, err := kube.StartProcess(ctx, opts)
 		if err != nil {
 			return fmt.Errorf("start the control plane: %w", err)
 		}
@@ -184,6 +209,15 @@ func (d *demo) run(ctx context.Context) error {
 		etcdPID, apiPID := cl.PIDs()
 		d.printf("  control plane  kube-apiserver %s (pid %d), etcd %s (pid %d): ready in %s\n",
 			cl.URL(), apiPID, cl.EtcdURL(), etcdPID, time.Since(t0).Round(time.Millisecond))
+		if cfg.Writers {
+			pids := cl.WriterPIDs()
+			names := slices.Sorted(maps.Keys(pids))
+			for i, n := range names {
+				names[i] = fmt.Sprintf("%s (pid %d)", n, pids[n])
+			}
+			d.printf("  writers        %s\n", strings.Join(names, ", "))
+			d.printf("  kubeconfig     %s (admin; kubectl --kubeconfig %s get events -A)\n", cl.Kubeconfig(), cl.Kubeconfig())
+		}
 		restCfg = cl.AgentConfig()
 	} else {
 		d.printf("eventpipe: the pipeline on this machine against the cluster of %s (read-only: list and watch)\n", cfg.Kubeconfig)
@@ -251,7 +285,14 @@ func (d *demo) run(ctx context.Context) error {
 	d.printf("  collector      gRPC %s (Ingest, Follow; tokens), durable log %s\n", d.coll.GRPCAddr(), filepath.Join(d.dir, "log"))
 	d.printf("  agent          as %s (least privilege: list/watch)\n", d.agentIdentity())
 	d.printf("  data, logs     %s\n", d.dir)
-	if d.cluster != nil && len(cfg.Scenarios) > 0 {
+	if d.cluster != nil && len(cfg.Scenarios) > 0 && cfg.Writers {
+		d.printf("  creating       %s as the OpenShell driver would (%s mode); the writers write the rest\n", strings.Join(cfg.Scenarios, ", "), cfg.Mode)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d.createSandboxes(inner)
+		}()
+	} else if d.cluster != nil && len(cfg.Scenarios) > 0 {
 		d.printf("  playing        %s (kubelet, scheduler and controller events, %s apart)\n", strings.Join(cfg.Scenarios, ", "), cfg.Pace)
 		wg.Add(1)
 		go func() {
@@ -408,10 +449,11 @@ func (d *demo) setPlayErr(err error) {
 	d.playDone = true
 }
 
-// ensureBinaries returns the directory holding etcd and kube-apiserver,
-// building them with testenv/build/build.sh when missing and showing the
-// build's progress and duration.
-func ensureBinaries(ctx context.Context, binDir string, printf func(string, ...any)) (string, error) {
+// ensureBinaries returns the directory holding etcd and kube-apiserver (and
+// with writers kubeparts and agent-sandbox-controller), building them with
+// testenv/build/build.sh when missing and showing the build's progress and
+// duration.
+func ensureBinaries(ctx context.Context, binDir string, writers bool, printf func(string, ...any)) (string, error) {
 	if binDir == "" {
 		binDir = os.Getenv(kube.BinDirEnv)
 	}
@@ -422,14 +464,19 @@ func ensureBinaries(ctx context.Context, binDir string, printf func(string, ...a
 		}
 		binDir = filepath.Join(root, ".bin")
 	}
-	if executable(filepath.Join(binDir, "etcd")) && executable(filepath.Join(binDir, "kube-apiserver")) {
+	names := []string{"etcd", "kube-apiserver"}
+	if writers {
+		names = append(names, "kubeparts", "agent-sandbox-controller")
+	}
+	missing := slices.DeleteFunc(slices.Clone(names), func(n string) bool { return executable(filepath.Join(binDir, n)) })
+	if len(missing) == 0 {
 		printf("  control plane  binaries in %s\n", binDir)
 		return binDir, nil
 	}
 	if rootErr != nil {
 		return "", fmt.Errorf("build the control plane into %s: %w", binDir, rootErr)
 	}
-	printf("  building       etcd and kube-apiserver into %s with testenv/build/build.sh (first run only; a cold build takes about 6 minutes on 2 cores)\n", binDir)
+	printf("  building       %s into %s with testenv/build/build.sh (first run only; a cold build takes 6 minutes on 2 cores, 15-20 with the writers)\n", strings.Join(missing, ", "), binDir)
 	t0 := time.Now()
 	if err := runBuild(ctx, filepath.Join(root, "testenv", "build", "build.sh"), root, binDir, printf); err != nil {
 		return "", err

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -53,44 +52,52 @@ func modulePathOf(gomod []byte) string {
 // a file lock against other test binaries.
 var buildMu sync.Mutex
 
-// binaries returns the paths of etcd and kube-apiserver, building them with
-// testenv/build/build.sh when missing.
-func binaries(ctx context.Context, binDir string, log func(string, ...any)) (etcd, apiserver string, err error) {
+// binaries returns the directory holding the named executables, building
+// them with testenv/build/build.sh when any is missing.
+func binaries(ctx context.Context, binDir string, names []string, log func(string, ...any)) (string, error) {
 	root, rootErr := RepoRoot()
 	if binDir == "" {
 		binDir = os.Getenv(BinDirEnv)
 	}
 	if binDir == "" {
 		if rootErr != nil {
-			return "", "", fmt.Errorf("locate binaries (set %s): %w", BinDirEnv, rootErr)
+			return "", fmt.Errorf("locate binaries (set %s): %w", BinDirEnv, rootErr)
 		}
 		binDir = filepath.Join(root, ".bin")
 	}
-	etcd = filepath.Join(binDir, "etcd")
-	apiserver = filepath.Join(binDir, "kube-apiserver")
-	if isExecutable(etcd) && isExecutable(apiserver) {
-		return etcd, apiserver, nil
+	missing := func() []string {
+		var out []string
+		for _, n := range names {
+			if !isExecutable(filepath.Join(binDir, n)) {
+				out = append(out, n)
+			}
+		}
+		return out
+	}
+	if len(missing()) == 0 {
+		return binDir, nil
 	}
 	if rootErr != nil {
-		return "", "", fmt.Errorf("build missing binaries in %s: %w", binDir, rootErr)
+		return "", fmt.Errorf("build missing binaries in %s: %w", binDir, rootErr)
 	}
 	buildMu.Lock()
 	defer buildMu.Unlock()
-	if isExecutable(etcd) && isExecutable(apiserver) {
-		return etcd, apiserver, nil
+	m := missing()
+	if len(m) == 0 {
+		return binDir, nil
 	}
 	script := filepath.Join(root, "testenv", "build", "build.sh")
-	log("kube: %s or %s missing: running %s (a cold build takes ~5 min)", etcd, apiserver, script)
+	log("kube: %s missing in %s: running %s (a cold build takes 10-20 min on 2 cores)", strings.Join(m, ", "), binDir, script)
 	cmd := exec.CommandContext(ctx, script, binDir)
 	cmd.Dir = root
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return "", "", fmt.Errorf("build control plane with %s: %w\n%s", script, err, tail(out, 4000))
+		return "", fmt.Errorf("build control plane with %s: %w\n%s", script, err, tail(out, 4000))
 	}
-	if !isExecutable(etcd) || !isExecutable(apiserver) {
-		return "", "", errors.New("build control plane: build.sh succeeded but the binaries are still missing")
+	if m := missing(); len(m) > 0 {
+		return "", fmt.Errorf("build control plane: build.sh succeeded but %s still missing", strings.Join(m, ", "))
 	}
-	return etcd, apiserver, nil
+	return binDir, nil
 }
 
 func isExecutable(path string) bool {

@@ -44,6 +44,9 @@ type Options struct {
 	StartTimeout time.Duration
 	// APIServerArgs are appended to kube-apiserver's command line.
 	APIServerArgs []string
+	// Writers are the components started beside kube-apiserver (none by
+	// default; see Writers).
+	Writers Writers
 	// Logger receives progress lines; nil discards them.
 	Logger *slog.Logger
 }
@@ -78,13 +81,15 @@ type Cluster struct {
 	adminToken     string
 	agentToken     string
 	kubeconfigPath string
+	binDir         string
 	etcdBin        string
 	apiserverBin   string
 	apiserverArgs  []string
 
-	mu        sync.Mutex // guards etcd, apiserver, stopped
+	mu        sync.Mutex // guards etcd, apiserver, writers, stopped
 	etcd      *process
 	apiserver *process
+	writers   []*process
 	stopped   bool
 
 	httpClient *http.Client // admin-authenticated, for /readyz and /metrics
@@ -116,6 +121,9 @@ func Start(t testing.TB, opts ...Option) *Cluster {
 		if t.Failed() {
 			t.Logf("etcd log tail:\n%s", c.logTail(c.etcdLogPath(), 3000))
 			t.Logf("kube-apiserver log tail:\n%s", c.logTail(c.apiserverLogPath(), 6000))
+			for name := range c.WriterPIDs() {
+				t.Logf("%s log tail:\n%s", name, c.WriterLog(name, 4000))
+			}
 		}
 		if err := c.Stop(); err != nil {
 			t.Errorf("stop control plane: %v", err)
@@ -155,15 +163,16 @@ func StartProcess(ctx context.Context, o Options) (*Cluster, error) {
 	if err := os.MkdirAll(o.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create cluster dir: %w", err)
 	}
-	etcdBin, apiserverBin, err := binaries(ctx, o.BinDir, func(f string, a ...any) { logger.Info(fmt.Sprintf(f, a...)) })
+	binDir, err := binaries(ctx, o.BinDir, o.neededBinaries(), func(f string, a ...any) { logger.Info(fmt.Sprintf(f, a...)) })
 	if err != nil {
 		return nil, err
 	}
+	etcdBin, apiserverBin := filepath.Join(binDir, "etcd"), filepath.Join(binDir, "kube-apiserver")
 	// A free port can be taken between choosing and binding it; retry the
 	// whole start with new ports when a process dies early.
 	var lastErr error
 	for attempt := 1; attempt <= 3; attempt++ {
-		c := &Cluster{opts: o, logger: logger, etcdBin: etcdBin, apiserverBin: apiserverBin,
+		c := &Cluster{opts: o, logger: logger, binDir: binDir, etcdBin: etcdBin, apiserverBin: apiserverBin,
 			dir: filepath.Join(o.Dir, "attempt-"+strconv.Itoa(attempt))}
 		start := time.Now()
 		err := c.start(ctx)
@@ -259,6 +268,12 @@ func (c *Cluster) start(ctx context.Context) error {
 		return fmt.Errorf("wait for etcd: %w\n%s", err, c.logTail(c.etcdLogPath(), 2000))
 	}
 
+	// Without a controller-manager no namespace gets its default service
+	// account, and ServiceAccount admission would refuse every pod.
+	admission := "--disable-admission-plugins=ServiceAccount"
+	if c.opts.Writers.ControllerManager {
+		admission = "--enable-admission-plugins=ServiceAccount"
+	}
 	c.apiserverArgs = append([]string{
 		"--etcd-servers=" + c.etcdURL,
 		"--bind-address=127.0.0.1",
@@ -273,7 +288,7 @@ func (c *Cluster) start(ctx context.Context) error {
 		"--service-cluster-ip-range=10.0.0.0/24",
 		"--authorization-mode=RBAC",
 		"--token-auth-file=" + tokenFile,
-		"--disable-admission-plugins=ServiceAccount",
+		admission,
 		"--endpoint-reconciler-type=none",
 		"--allow-privileged=true",
 		"--v=1",
@@ -287,7 +302,11 @@ func (c *Cluster) start(ctx context.Context) error {
 	if err := c.install(sctx); err != nil {
 		return fmt.Errorf("install agent RBAC and CRDs: %w", err)
 	}
-	return nil
+	// The writers get a deadline of their own: the apiserver's start may
+	// have used most of StartTimeout on a loaded machine.
+	wctx, wcancel := context.WithTimeout(ctx, c.opts.StartTimeout)
+	defer wcancel()
+	return c.startWriters(wctx)
 }
 
 func (c *Cluster) startAPIServer(ctx context.Context) error {
@@ -402,15 +421,16 @@ func (c *Cluster) RestartAPIServer(ctx context.Context) error {
 	}
 }
 
-// Stop stops kube-apiserver, then etcd, and waits until both process groups
-// are gone. It is idempotent.
+// Stop stops the writers, kube-apiserver, then etcd, and waits until their
+// process groups are gone. It is idempotent.
 func (c *Cluster) Stop() error {
+	werr := c.stopWriters()
 	c.mu.Lock()
 	c.stopped = true
 	api, etcd := c.apiserver, c.etcd
 	c.apiserver, c.etcd = nil, nil
 	c.mu.Unlock()
-	var errs []error
+	errs := []error{werr}
 	if api != nil {
 		errs = append(errs, api.stop(20*time.Second))
 	}

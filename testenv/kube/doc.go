@@ -18,6 +18,17 @@
 //   - A started Cluster is ready: /readyz answered 200, the agent's RBAC from
 //     deploy/agent/rbac.yaml is applied with its namespace and service
 //     account, and the Agent Sandbox CRDs (testenv/crds) are Established.
+//   - WithWriters (opt-in: most tests need only the apiserver) also starts
+//     the components that write Events and statuses: kube-scheduler,
+//     kube-controller-manager (ControllerManagerControllers: volume binding,
+//     namespaces, quota, garbage collection, service accounts and tokens;
+//     with it ServiceAccount admission is on) and the Agent Sandbox
+//     controller, whose own CRDs then replace testenv/crds'. Each runs with
+//     leader election off, as a child like the others, and is ready when
+//     its health endpoint answers (the controller-manager: once the default
+//     namespace has its service account). Stop stops them first. There is
+//     no kubelet yet: RegisterNode registers a Node as a kubelet would, so
+//     the scheduler's decisions are real but nothing runs the pods.
 //   - AdminConfig is system:masters; AgentConfig authenticates as the
 //     service account user system:serviceaccount:eventpipe:eventpipe-agent
 //     (a static token), so it has exactly the permissions the agent ships.

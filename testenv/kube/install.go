@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
 
 	"github.com/eventpipe/eventpipe/testenv/crds"
@@ -17,7 +18,8 @@ import (
 )
 
 // install creates the agent's namespace and service account, applies the
-// agent's RBAC manifest, and installs the Agent Sandbox CRDs.
+// agent's RBAC manifest, and installs the Agent Sandbox CRDs (the real
+// controller's when it runs, else testenv/crds').
 func (c *Cluster) install(ctx context.Context) error {
 	cs, err := kubernetes.NewForConfig(c.AdminConfig())
 	if err != nil {
@@ -38,10 +40,11 @@ func (c *Cluster) install(ctx context.Context) error {
 	if err := ApplyRBAC(ctx, cs, manifest); err != nil {
 		return fmt.Errorf("apply %s: %w", c.opts.RBACFile, err)
 	}
-	if err := crds.Install(ctx, c.AdminConfig()); err != nil {
-		return err
+	if c.opts.Writers.AgentSandbox {
+		// The CRDs the controller serves, from its own module version.
+		return crds.InstallDir(ctx, c.AdminConfig(), filepath.Join(c.binDir, AgentSandboxCRDDir))
 	}
-	return nil
+	return crds.Install(ctx, c.AdminConfig())
 }
 
 var docSep = regexp.MustCompile(`(?m)^---\s*$`)

@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// process is one child (etcd or kube-apiserver) in its own process group.
+// process is one child (etcd, kube-apiserver, a writer) in its own process group.
 type process struct {
 	name    string
 	cmd     *exec.Cmd
@@ -21,12 +21,21 @@ type process struct {
 
 // startProcess starts path with args, its output appended to logPath.
 func startProcess(name, path string, args []string, dir, logPath string) (*process, error) {
+	return startProcessEnv(name, path, args, nil, dir, logPath)
+}
+
+// startProcessEnv is startProcess with env added to this process's
+// environment.
+func startProcessEnv(name, path string, args, env []string, dir, logPath string) (*process, error) {
 	lf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("open %s log: %w", name, err)
 	}
 	cmd := exec.Command(path, args...)
 	cmd.Dir = dir
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	cmd.Stdout = lf
 	cmd.Stderr = lf
 	cmd.SysProcAttr = sysProcAttr()

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/eventpipe/eventpipe/testenv/demo"
+	"github.com/eventpipe/eventpipe/testenv/osdriver"
 	"github.com/eventpipe/eventpipe/testenv/scenario"
 )
 
@@ -39,6 +40,13 @@ plays the seed scenarios (workload image missing, supervisor image with a bad
 tag), an unbound workspace claim (no StorageClass) and a healthy sandbox, and
 shows each sandbox's live diagnosis and where
 the data went. It never touches any other cluster ($KUBECONFIG is ignored).
+
+With --writers: the control plane also runs kube-scheduler,
+kube-controller-manager and the Agent Sandbox controller (built into .bin/ on
+first use), and the sandboxes are created as the OpenShell driver creates them
+(namespace, Sandbox CR, supervisor pod): every Event and condition shown is
+then written by a Kubernetes component, not by the scenario player. No kubelet
+runs yet, so image pulls are not tried (the seeds stop at Scheduled).
 
 With --kubeconfig FILE: the same collector and agent against that cluster,
 read-only (the agent lists and watches; leader election is off), showing the
@@ -64,6 +72,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&scen, "scenarios", strings.Join(demo.DefaultScenarios, ","), "scenarios to play, comma-separated: "+strings.Join(scenario.Names(), ", "))
 	fs.StringVar(&mode, "mode", string(scenario.ModeManaged), "workspace mode of the scenarios: managed, shared or operator")
 	fs.DurationVar(&cfg.Pace, "pace", 150*time.Millisecond, "pause between scenario steps")
+	fs.BoolVar(&cfg.Writers, "writers", false, "run kube-scheduler, kube-controller-manager and the Agent Sandbox controller on the control plane and create the sandboxes as the OpenShell driver would (scenarios: "+strings.Join(osdriver.Names(), ", ")+"; default "+strings.Join(demo.DefaultWriterScenarios, ",")+")")
 	fs.StringVar(&cfg.CLI, "cli", "eventpipe", "the eventpipe binary the printed commands name (make run passes the one it built)")
 	plain := fs.Bool("plain", false, "print a new view on every change instead of redrawing the terminal")
 	fs.Usage = func() {
@@ -86,7 +95,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	cfg.Mode = m
-	if cfg.Kubeconfig == "" && scen != "" {
+	if cfg.Writers && cfg.Kubeconfig != "" {
+		fmt.Fprintln(stderr, "demo: --writers runs on the control plane of its own, not with --kubeconfig")
+		return 2
+	}
+	if cfg.Kubeconfig == "" && scen != "" && !(cfg.Writers && scen == strings.Join(demo.DefaultScenarios, ",")) {
 		cfg.Scenarios = strings.Split(scen, ",")
 	}
 	if cfg.Kubeconfig != "" && scen != strings.Join(demo.DefaultScenarios, ",") {

@@ -339,20 +339,7 @@ func checkDiagnoseCommand(t *testing.T, out, cli string) {
 	if try[0] != cli || try[1] != "diagnose" || try[len(try)-1] != "--supervisor" {
 		t.Fatalf("try line %q does not name the built binary %s", try, cli)
 	}
-	diagnose := func(args ...string) (int, string) {
-		t.Helper()
-		cmd := exec.Command(try[0], append(append([]string{}, try[1:len(try)-1]...), args...)...)
-		var o bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &o, &o
-		err := cmd.Run()
-		code := 0
-		if ee, ok := err.(*exec.ExitError); ok {
-			code = ee.ExitCode()
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		return code, o.String()
-	}
+	diagnose := tryCommand(t, try)
 	if code, o := diagnose("sup-bad", "-w", scenario.DefaultWorkspace, "-o", "json"); code != 1 ||
 		!strings.Contains(o, `"image_role": "supervisor"`) || !strings.Contains(o, `"cause": "not_found"`) ||
 		!strings.Contains(o, `"image": "`+scenario.SupervisorImageBad+`"`) || !strings.Contains(o, `"disposition": "persistent"`) {
@@ -408,4 +395,25 @@ func TestRunAgainstACluster(t *testing.T) {
 		t.Errorf("leases in %s: %v (err %v), want none", kube.AgentNamespace, leases, err)
 	}
 	c.stopAndCheck(t, dataDir)
+}
+
+// tryCommand returns a function that runs the view's "try" command (try,
+// its fields) without its last argument (--supervisor) and with args
+// instead, returning the exit code and output.
+func tryCommand(t *testing.T, try []string) func(args ...string) (int, string) {
+	t.Helper()
+	return func(args ...string) (int, string) {
+		t.Helper()
+		cmd := exec.Command(try[0], append(append([]string{}, try[1:len(try)-1]...), args...)...)
+		var o bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &o, &o
+		err := cmd.Run()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return code, o.String()
+	}
 }

@@ -1,0 +1,213 @@
+package osdriver
+
+import (
+	"context"
+	"fmt"
+	"sort"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/eventpipe/eventpipe/testenv/kube"
+	"github.com/eventpipe/eventpipe/testenv/scenario"
+)
+
+// The node the scenarios are placed on. It carries a taint every scenario
+// tolerates except "taint", so that one scenario alone meets an untolerated
+// taint while the others fit (or do not fit for their own reason only).
+const (
+	NodeName    = "node-1"
+	TaintKey    = "eventpipe.test/dedicated"
+	TaintValue  = "sandboxes"
+	PoolLabel   = "eventpipe.test/pool"
+	PoolPresent = "general"
+	PoolMissing = "gpu"
+)
+
+// Node is the node the scenarios expect (see RegisterNodes).
+var Node = kube.NodeSpec{
+	Name: NodeName, CPU: "4", Memory: "8Gi",
+	Labels: map[string]string{PoolLabel: PoolPresent},
+	Taints: []corev1.Taint{{Key: TaintKey, Value: TaintValue, Effect: corev1.TaintEffectNoSchedule}},
+}
+
+var tolerateNode = []corev1.Toleration{{Key: TaintKey, Operator: corev1.TolerationOpEqual, Value: TaintValue, Effect: corev1.TaintEffectNoSchedule}}
+
+// Scenario is one sandbox whose trouble (or health) a real writer reports.
+type Scenario struct {
+	Name        string
+	Description string
+	// Writers names the components whose writing the scenario shows.
+	Writers string
+	// NeedsKubelet: the trouble is only seen once a kubelet runs the pod
+	// (an image pull); without one the sandbox stops at Scheduled.
+	NeedsKubelet bool
+	build        func(Params) (Sandbox, error)
+	// setup runs before the sandbox is created (a volume, a quota).
+	setup func(ctx context.Context, d *Driver, s Sandbox) error
+}
+
+// Params places a scenario: the workspace mode and workspace name (default
+// managed and the scenario's name, so scenarios do not share a namespace in
+// managed mode).
+type Params struct {
+	Mode      scenario.Mode
+	Workspace string
+}
+
+// Scenarios are the scenarios by name.
+var Scenarios = map[string]Scenario{}
+
+// Names lists the scenarios, sorted.
+func Names() []string {
+	out := make([]string, 0, len(Scenarios))
+	for n := range Scenarios {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func add(s Scenario) { Scenarios[s.Name] = s }
+
+func init() {
+	add(Scenario{Name: "img-missing", Description: "the workload image's tag does not exist (seed img-missing)",
+		Writers: "kube-scheduler (Scheduled), Agent Sandbox controller (Ready), kubelet (Pulling, Failed, BackOff)", NeedsKubelet: true,
+		build: func(p Params) (Sandbox, error) {
+			s := p.sandbox("img-missing")
+			s.Image = scenario.ImageMissing
+			return s, nil
+		}, setup: provision})
+	add(Scenario{Name: "sup-bad", Description: "the supervisor image's tag does not exist (seed sup-bad)",
+		Writers: "kube-scheduler (Scheduled), kubelet (Pulling, Failed, BackOff)", NeedsKubelet: true,
+		build: func(p Params) (Sandbox, error) {
+			s := p.sandbox("sup-bad")
+			s.SupervisorImage = scenario.SupervisorImageBad
+			return s, nil
+		}, setup: provision})
+	add(Scenario{Name: "healthy", Description: "nothing blocks it",
+		Writers: "kube-scheduler (Scheduled), Agent Sandbox controller (Ready)",
+		build:   func(p Params) (Sandbox, error) { return p.sandbox("healthy"), nil }, setup: provision})
+	add(Scenario{Name: "pvc-unbound", Description: "the workspace claim names no StorageClass and the cluster has no default one",
+		Writers: "persistentvolume-controller (FailedBinding), kube-scheduler (FailedScheduling: unbound claim)",
+		build:   func(p Params) (Sandbox, error) { return p.sandbox("pvc-unbound"), nil }})
+	add(Scenario{Name: "no-cpu", Description: "the agent requests more CPU than any node has",
+		Writers: "kube-scheduler (FailedScheduling: Insufficient cpu)",
+		build: func(p Params) (Sandbox, error) {
+			s := p.sandbox("no-cpu")
+			s.NoWorkspaceClaim = true // no volume race (see noClaim)
+			s.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("64")}
+			return s, nil
+		}})
+	add(Scenario{Name: "no-memory", Description: "the agent requests more memory than any node has",
+		Writers: "kube-scheduler (FailedScheduling: Insufficient memory)",
+		build: func(p Params) (Sandbox, error) {
+			s := p.sandbox("no-memory")
+			s.NoWorkspaceClaim = true // no volume race (see noClaim)
+			s.Requests = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("256Gi")}
+			return s, nil
+		}})
+	add(Scenario{Name: "taint", Description: "the only node has a taint the sandbox does not tolerate",
+		Writers: "kube-scheduler (FailedScheduling: untolerated taint)",
+		build: func(p Params) (Sandbox, error) {
+			s := p.sandbox("taint")
+			s.NoWorkspaceClaim = true // no volume race (see noClaim)
+			s.Tolerations = nil
+			return s, nil
+		}})
+	add(Scenario{Name: "selector", Description: "the pod template selects a node pool no node belongs to",
+		Writers: "kube-scheduler (FailedScheduling: node affinity/selector)",
+		build: func(p Params) (Sandbox, error) {
+			s := p.sandbox("selector")
+			s.NoWorkspaceClaim = true // no volume race (see noClaim)
+			s.NodeSelector = map[string]string{PoolLabel: PoolMissing}
+			return s, nil
+		}})
+	add(Scenario{Name: "quota", Description: "a ResourceQuota of the workspace allows no pod",
+		Writers: "kube-apiserver quota admission, through the Agent Sandbox controller (Ready: ReconcilerError)",
+		build: func(p Params) (Sandbox, error) {
+			if p.Mode == scenario.ModeShared {
+				return Sandbox{}, fmt.Errorf("scenario quota needs a namespace of its own: managed or operator mode")
+			}
+			s := p.sandbox("quota")
+			// No supervisor pod: the quota would refuse it first, and
+			// the driver would fail, not the controller.
+			s.Generation = scenario.Older
+			return s, nil
+		}, setup: func(ctx context.Context, d *Driver, s Sandbox) error {
+			if err := d.EnsureNamespace(ctx, s.Sandbox); err != nil {
+				return err
+			}
+			q := &corev1.ResourceQuota{
+				ObjectMeta: metav1.ObjectMeta{Name: "sandbox-pods", Namespace: s.Namespace()},
+				Spec:       corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("0")}},
+			}
+			if _, err := d.cs.CoreV1().ResourceQuotas(s.Namespace()).Create(ctx, q, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+				return fmt.Errorf("osdriver: quota in %s: %w", s.Namespace(), err)
+			}
+			return provision(ctx, d, s)
+		}})
+}
+
+// noClaim: the scheduling scenarios have no workspace claim. With one, the
+// scheduler can try the pod before the PersistentVolume controller has
+// bound the claim to its volume ("pod has unbound immediate
+// PersistentVolumeClaims"), and then leave the pod in its unschedulable
+// queue for minutes before it tries again and writes the real cause: seen
+// here with kube-scheduler v1.37.2, which makes the scenario's first
+// blocker a race.
+
+func provision(ctx context.Context, d *Driver, s Sandbox) error {
+	return d.ProvisionWorkspace(ctx, s.Sandbox)
+}
+
+func (p Params) sandbox(name string) Sandbox {
+	if p.Mode == "" {
+		p.Mode = scenario.ModeManaged
+	}
+	if p.Workspace == "" {
+		p.Workspace = name
+	}
+	sb := scenario.NewSandbox(name, p.Workspace, p.Mode)
+	sb.Node = "" // the scheduler places the pods
+	return Sandbox{Sandbox: sb, Tolerations: tolerateNode}
+}
+
+// Build returns the sandbox of the named scenario.
+func Build(name string, p Params) (Scenario, Sandbox, error) {
+	sc, ok := Scenarios[name]
+	if !ok {
+		return Scenario{}, Sandbox{}, fmt.Errorf("unknown scenario %q (known: %v)", name, Names())
+	}
+	s, err := sc.build(p)
+	if err != nil {
+		return Scenario{}, Sandbox{}, err
+	}
+	return sc, s, nil
+}
+
+// Run builds the named scenario, sets up what it needs and creates its
+// sandbox as the driver does. The node must be registered (RegisterNodes).
+func (d *Driver) Run(ctx context.Context, name string, p Params) (Sandbox, error) {
+	sc, s, err := Build(name, p)
+	if err != nil {
+		return Sandbox{}, err
+	}
+	if sc.setup != nil {
+		if err := sc.setup(ctx, d, s); err != nil {
+			return Sandbox{}, err
+		}
+	}
+	if _, err := d.Create(ctx, s); err != nil {
+		return Sandbox{}, err
+	}
+	return s, nil
+}
+
+// RegisterNodes registers Node, for a cluster without a kubelet (see
+// kube.RegisterNode).
+func (d *Driver) RegisterNodes(ctx context.Context) error {
+	return kube.RegisterNode(ctx, d.cs, Node)
+}
