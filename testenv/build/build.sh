@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# build.sh DEST_DIR: builds the test control plane (etcd, kube-apiserver) and
-# kubeparts (the hollow kubelet with eventpipe's CRI) into DEST_DIR at the
-# versions pinned in versions.env, from the committed wrapper modules (this
-# folder's go.mod for kube-apiserver and kubeparts, etcd/go.mod for etcd).
+# build.sh DEST_DIR: builds the test control plane into DEST_DIR at the
+# versions pinned in versions.env, from the committed wrapper modules:
+#   etcd                      etcd/go.mod
+#   kube-apiserver            this folder's go.mod
+#   kubeparts                 this folder's go.mod, package ./cmd/kubeparts: one
+#                             binary for the Kubernetes parts tests start beside
+#                             kube-apiserver (`kubeparts hollow-kubelet ...`)
 #
 # Idempotent and fast: a binary is rebuilt only when it is missing or its stamp
 # file (DEST_DIR/.<name>.stamp: version + checksum of its go.mod/go.sum) does
@@ -22,14 +25,11 @@ dest="$(cd "$1" && pwd)"
 export GOWORK=off GOFLAGS=-mod=readonly CGO_ENABLED=0
 GO="${GO:-go}"
 
-# stamp NAME VERSION MODDIR [SRCDIR...]: the text that identifies one build:
-# the module's go.mod/go.sum and, for a binary built from this repository's
-# own sources (kubeparts), those sources.
+# stamp NAME VERSION MODDIR: the text that identifies one build.
 stamp() {
-  local name=$1 version=$2 moddir=$3 sum
-  shift 3
-  sum=$( { cat "$moddir/go.mod" "$moddir/go.sum"; [ $# -eq 0 ] || find "$@" -name '*.go' ! -name '*_test.go' -type f | LC_ALL=C sort | xargs cat; } | sha256sum | cut -c1-16)
-  echo "$name $version mod=$sum $("$GO" env GOOS GOARCH | tr '\n' ' ')"
+  local sum
+  sum=$(cat "$3/go.mod" "$3/go.sum" | sha256sum | cut -c1-16)
+  echo "$1 $2 mod=$sum $("$GO" env GOOS GOARCH | tr '\n' ' ')"
 }
 
 # up_to_date NAME STAMP
@@ -37,40 +37,54 @@ up_to_date() {
   [ -x "$dest/$1" ] && [ -f "$dest/.$1.stamp" ] && [ "$(cat "$dest/.$1.stamp")" = "$2" ]
 }
 
-# build NAME VERSION MODDIR PKG LDFLAGS [SRCDIR...]
+# progress NAME START: reads `go build -v` output (one package path per line
+# as each is compiled) and prints a line every 30 s with the count, so a
+# build of several minutes is seen to move. Everything read is kept in
+# DEST_DIR/.NAME.buildlog for the error report.
+progress() {
+  local name=$1 start=$2 n=0 last=$SECONDS line
+  : > "$dest/.$name.buildlog"
+  while IFS= read -r line; do
+    echo "$line" >> "$dest/.$name.buildlog"
+    n=$((n + 1))
+    if (( SECONDS - last >= 30 )); then
+      echo "build.sh:   $name: $n packages compiled, $(( $(date +%s) - start ))s"
+      last=$SECONDS
+    fi
+  done
+}
+
+# srcsum: a checksum of the wrapper module's own Go files (cmd/kubeparts and
+# the packages beside it; the etcd and agentsandbox modules have none).
+srcsum() {
+  (cd "$here" && find . -name '*.go' -not -path './etcd/*' -not -path './agentsandbox/*' | LC_ALL=C sort | xargs cat) |
+    sha256sum | cut -c1-16
+}
+
+# build NAME VERSION MODDIR PKG LDFLAGS [own]: with "own", the wrapper
+# module's own sources are part of the stamp.
 build() {
-  local name=$1 version=$2 moddir=$3 pkg=$4 ldflags=$5 want start pid rc=0
-  shift 5
-  want=$(stamp "$name" "$version" "$moddir" "$@")
+  local name=$1 version=$2 moddir=$3 pkg=$4 ldflags=$5 own=${6:-} want start rc
+  want=$(stamp "$name" "$version" "$moddir")
+  if [ -n "$own" ]; then
+    want+=" src=$(srcsum)"
+  fi
   if up_to_date "$name" "$want"; then
     echo "build.sh: $name $version up to date in $dest"
     return
   fi
-  echo "build.sh: building $name $version into $dest (cold: minutes; a line a minute until done)"
+  echo "build.sh: building $name $version into $dest"
   start=$(date +%s)
-  (cd "$moddir" && exec "$GO" build -trimpath -ldflags "$ldflags" -o "$dest/.$name.tmp" "$pkg") &
-  pid=$!
-  while ! wait_for "$pid" 60; do
-    echo "build.sh: still building $name ($(( $(date +%s) - start ))s, load $(cut -d' ' -f1 /proc/loadavg 2>/dev/null || echo ?))"
-  done
-  wait "$pid" || rc=$?
-  if [ "$rc" -ne 0 ]; then
-    echo "build.sh: building $name failed (exit $rc)" >&2
-    return "$rc"
+  rc=0
+  (cd "$moddir" && "$GO" build -v -trimpath -ldflags "$ldflags" -o "$dest/.$name.tmp" "$pkg" 2>&1) | progress "$name" "$start" || rc=$?
+  if [ "$rc" -ne 0 ] || [ ! -x "$dest/.$name.tmp" ]; then
+    echo "build.sh: building $name failed; the end of its output:" >&2
+    grep -v '^[a-zA-Z0-9._/-]*$' "$dest/.$name.buildlog" | tail -n 40 >&2 || true
+    exit 1
   fi
   mv -f "$dest/.$name.tmp" "$dest/$name"
   echo "$want" > "$dest/.$name.stamp"
   echo "build.sh: built $name in $(( $(date +%s) - start ))s"
-}
-
-# wait_for PID SECONDS: true once PID has ended, false after SECONDS.
-wait_for() {
-  local i
-  for (( i = 0; i < $2; i++ )); do
-    kill -0 "$1" 2>/dev/null || return 0
-    sleep 1
-  done
-  ! kill -0 "$1" 2>/dev/null
 }
 
 main() {
@@ -85,8 +99,10 @@ main() {
     kflags+=" -X $p.gitTreeState=clean -X $p.buildDate=1970-01-01T00:00:00Z"
   done
   build kube-apiserver "$KUBE_VERSION" "$here" k8s.io/kubernetes/cmd/kube-apiserver "$kflags"
-  # kubeparts: the hollow kubelet with eventpipe's CRI (cmd/kubeparts, cri).
-  build kubeparts "$KUBE_VERSION" "$here" ./cmd/kubeparts "$kflags" "$here/cmd/kubeparts" "$here/cri"
+
+  # the hollow kubelet with eventpipe's CRI, ...: one binary, one link
+  # (linking is most of a warm build; see cmd/kubeparts/main.go).
+  build kubeparts "$KUBE_VERSION" "$here" ./cmd/kubeparts "$kflags" own
 }
 
 if command -v flock >/dev/null 2>&1; then
@@ -94,3 +110,4 @@ if command -v flock >/dev/null 2>&1; then
   flock 9
 fi
 main
+echo "build.sh: done in $(( SECONDS ))s"

@@ -82,9 +82,10 @@ type Cluster struct {
 	apiserverBin   string
 	apiserverArgs  []string
 
-	mu        sync.Mutex // guards etcd, apiserver, stopped
+	mu        sync.Mutex // guards etcd, apiserver, nodes, stopped
 	etcd      *process
 	apiserver *process
+	nodes     []*Node // hollow nodes (AddNode)
 	stopped   bool
 
 	httpClient *http.Client // admin-authenticated, for /readyz and /metrics
@@ -402,15 +403,20 @@ func (c *Cluster) RestartAPIServer(ctx context.Context) error {
 	}
 }
 
-// Stop stops kube-apiserver, then etcd, and waits until both process groups
-// are gone. It is idempotent.
+// Stop stops the hollow nodes, kube-apiserver, then etcd, and waits until
+// every process group is gone. It is idempotent.
 func (c *Cluster) Stop() error {
 	c.mu.Lock()
 	c.stopped = true
-	api, etcd := c.apiserver, c.etcd
-	c.apiserver, c.etcd = nil, nil
+	api, etcd, nodes := c.apiserver, c.etcd, c.nodes
+	c.apiserver, c.etcd, c.nodes = nil, nil, nil
 	c.mu.Unlock()
 	var errs []error
+	for _, n := range nodes {
+		if n.proc != nil {
+			errs = append(errs, n.proc.stop(10*time.Second))
+		}
+	}
 	if api != nil {
 		errs = append(errs, api.stop(20*time.Second))
 	}
