@@ -235,17 +235,26 @@ func TestHollowNodeContainers(t *testing.T) {
 }
 
 // TestHollowNodeMissingSecret: the kubelet's volume manager fails the
-// mount of a Secret that does not exist.
+// mounts of a Secret and a ConfigMap that do not exist.
 func TestHollowNodeMissingSecret(t *testing.T) {
 	n, cs := hollow(t)
 	createPod(t, cs, "secret", &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "workload"}, Spec: corev1.PodSpec{
 		Containers: []corev1.Container{{Name: "agent", Image: "busybox:1.36",
-			VolumeMounts: []corev1.VolumeMount{{Name: "creds", MountPath: "/creds"}}}},
-		Volumes: []corev1.Volume{{Name: "creds", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "gateway-tls"}}}},
+			VolumeMounts: []corev1.VolumeMount{{Name: "creds", MountPath: "/creds"}, {Name: "settings", MountPath: "/settings"}}}},
+		Volumes: []corev1.Volume{
+			{Name: "creds", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "gateway-tls"}}},
+			{Name: "settings", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+				LocalObjectReference: corev1.LocalObjectReference{Name: "gateway-settings"}}}},
+		},
 	}})
 	eventsOf(t, cs, n, "secret", "workload", func(ev []corev1.Event) string {
-		if find(ev, "FailedMount", equals(`MountVolume.SetUp failed for volume "creds" : secret "gateway-tls" not found`)) == nil {
-			return "FailedMount"
+		for _, msg := range []string{
+			`MountVolume.SetUp failed for volume "creds" : secret "gateway-tls" not found`,
+			`MountVolume.SetUp failed for volume "settings" : configmap "gateway-settings" not found`,
+		} {
+			if find(ev, "FailedMount", equals(msg)) == nil {
+				return "FailedMount: " + msg
+			}
 		}
 		return ""
 	})
