@@ -45,6 +45,8 @@ func hollow(t *testing.T) (*kube.Node, kubernetes.Interface) {
 					{Namespace: "crash", Container: "oom", ExitAfter: kube.Duration(time.Second), OOMKilled: true},
 					{Namespace: "crash", Container: "unready", Exec: []kube.ExecRule{{Command: []string{"cat", "/tmp/ready"},
 						ExitCode: 1, Stderr: "cat: can't open '/tmp/ready': No such file or directory"}}},
+					{Namespace: "crash", Container: "dead", Exec: []kube.ExecRule{{Command: []string{"cat", "/tmp/healthy"},
+						ExitCode: 1, Stderr: "cat: can't open '/tmp/healthy': No such file or directory"}}},
 				},
 			},
 		})
@@ -189,17 +191,23 @@ func TestHollowNodeImageMissing(t *testing.T) {
 	}
 }
 
-// TestHollowNodeContainers: a crash loop, an OOM kill and a failing
-// readiness probe, each as the kubelet reports it (Events and the pod's
+// TestHollowNodeContainers: a crash loop, an OOM kill, a failing readiness
+// probe and a failing liveness probe (the kubelet kills and restarts the
+// container), each as the kubelet reports it (Events and the pod's
 // container status).
 func TestHollowNodeContainers(t *testing.T) {
 	n, cs := hollow(t)
 	probe := &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"cat", "/tmp/ready"}}},
 		PeriodSeconds: 1, FailureThreshold: 1}
-	for _, name := range []string{"crash", "oom", "unready"} {
+	liveness := &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"cat", "/tmp/healthy"}}},
+		PeriodSeconds: 1, FailureThreshold: 1}
+	for _, name := range []string{"crash", "oom", "unready", "dead"} {
 		c := corev1.Container{Name: name, Image: "busybox:1.36"}
-		if name == "unready" {
+		switch name {
+		case "unready":
 			c.ReadinessProbe = probe
+		case "dead":
+			c.LivenessProbe = liveness
 		}
 		createPod(t, cs, "crash", &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.PodSpec{Containers: []corev1.Container{c}}})
 	}
@@ -211,6 +219,8 @@ func TestHollowNodeContainers(t *testing.T) {
 		{"crash", "BackOff", "Back-off restarting failed container crash in pod crash_crash(", "Error", 1},
 		{"oom", "BackOff", "Back-off restarting failed container oom in pod oom_crash(", "OOMKilled", 137},
 		{"unready", "Unhealthy", "Readiness probe failed: cat: can't open '/tmp/ready'", "", 0},
+		{"dead", "Killing", "Container dead failed liveness probe, will be restarted", "", 0},
+		{"dead", "Unhealthy", "Liveness probe failed: cat: can't open '/tmp/healthy'", "Error", 137},
 	}
 	for _, tc := range cases {
 		eventsOf(t, cs, n, "crash", tc.pod, func(ev []corev1.Event) string {
