@@ -110,9 +110,15 @@ bench-gateway: tools
 ## drills: the fault-drill suite, full form (10-minute sink outages, a subscriber
 ## 100,000 behind, ...; about 30 minutes), results into bench/drills.md. The short
 ## form runs in make test (bench/drills TestDrillsShort); drills-short runs it alone.
-.PHONY: drills drills-short
+.PHONY: drills drills-short drills-planted
 drills: tools
 	$(GO) run ./bench/drills -full -out bench/drills.md $(ARGS)
+
+## drills-planted: build the binary with each planted bug of bench/drills.md
+## (build tags plant_*, never in a product build) and check that the drills
+## named after it fail (bench/drills TestPlantedBugsFailTheirDrills; ~4 min).
+drills-planted: tools
+	EVENTPIPE_DRILLS_PLANTED=1 $(GO) test -count=1 -timeout 30m -run TestPlantedBugsFailTheirDrills -v ./bench/drills
 
 drills-short: tools
 	$(GO) run ./bench/drills -short -out bench/drills.md $(ARGS)

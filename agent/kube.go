@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/util/flowcontrol"
 
 	"github.com/eventpipe/eventpipe/agent/internal/kwire"
+	"github.com/eventpipe/eventpipe/internal/buildinfo"
 )
 
 // kubeClient is the agent's whole view of the Kubernetes API: LIST, WATCH
@@ -66,7 +67,7 @@ func newKubeClient(cfg *rest.Config) (*kubeClient, error) {
 	}
 	ua := cfg.UserAgent
 	if ua == "" {
-		ua = "eventpipe-agent"
+		ua = buildinfo.UserAgent("agent")
 	}
 	kc := &kubeClient{http: hc, base: base, userAgent: ua, maxFrame: maxWatchFrame}
 	if cfg.QPS >= 0 {

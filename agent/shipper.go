@@ -25,6 +25,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
+	"github.com/eventpipe/eventpipe/internal/buildinfo"
 )
 
 // shipper sends batches over one Ingest.Ship stream at a time, keeps at most
@@ -412,6 +413,7 @@ func dialCollector(cfg CollectorConfig) (*grpc.ClientConn, error) {
 		opts = append(opts, grpc.WithPerRPCCredentials(tokenFileCreds{path: cfg.TokenFile, secure: !cfg.Insecure}))
 	}
 	opts = append(opts,
+		grpc.WithUserAgent(buildinfo.UserAgent("agent")),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16<<20), grpc.MaxCallSendMsgSize(64<<20)),
 		// A collector whose node vanished sends no reset: pings find out,
 		// so the shipper moves to another replica instead of waiting on a

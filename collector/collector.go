@@ -253,7 +253,7 @@ func (c *Collector) buildGRPC() error {
 	}
 	c.grpc = grpc.NewServer(opts...)
 	ingest := &ingestServer{
-		logger: c.logger.With("api", "ingest"), m: c.m, pipeline: cfg.IngestPipeline, drain: c.drain,
+		logger: c.logger.With("api", "ingest"), m: c.m, pipeline: cfg.IngestPipeline, maxRecv: cfg.MaxRecvBytes, drain: c.drain,
 	}
 	if c.backbone != nil {
 		ingest.log, ingest.maxOcc = backboneLog{c.backbone}, c.backbone.MaxOccurrenceBytes()
@@ -467,7 +467,9 @@ func (c *Collector) flushSinks(max time.Duration) {
 		return
 	}
 	max = time.Duration(math.Max(float64(max), float64(time.Second)))
-	_, last := c.store.Bounds()
+	// The newest record, not Bounds' last: offsets a repair skipped at the
+	// end of the log hold nothing to deliver (issue 21).
+	last := c.store.LastRecord()
 	deadline := time.Now().Add(max)
 	for {
 		var behind []string

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -420,7 +421,90 @@ func (c Config) Validate() error {
 			prefixed(at+".kafka", s.Kafka.Validate())
 		}
 	}
+	errs = append(errs, c.filePathTraps()...)
 	return errors.Join(errs...)
+}
+
+// filePathTraps refuses file sinks that would write where something else
+// writes: inside store.dir (a rotation there once overwrote a segment and
+// the next start dropped acknowledged records as a torn tail), or onto the
+// active or rotated file of another file sink (two writers interleave
+// lines and rotate each other's files away). Paths are compared after
+// making them absolute and resolving the symbolic links of their existing
+// part, so "./data/../data/x" and a link to the store are caught too.
+func (c Config) filePathTraps() []error {
+	var errs []error
+	storeDir := ""
+	if !c.KafkaMode() && c.Store.Dir != "" {
+		storeDir = resolvePath(c.Store.Dir)
+	}
+	type owner struct {
+		at       string
+		maxFiles int
+	}
+	owners := map[string]owner{} // resolved active path -> the sink writing it
+	for i, s := range c.Sinks {
+		if s.Type != SinkFile || s.File == nil || s.File.Path == "" {
+			continue
+		}
+		at := fmt.Sprintf("sinks[%d].file.path", i)
+		p := resolvePath(s.File.Path)
+		if storeDir != "" && within(p, storeDir) {
+			errs = append(errs, fmt.Errorf("%s: %q is inside store.dir %q: the log owns every file there (a sink file there can cut a segment); write it elsewhere", at, s.File.Path, c.Store.Dir))
+			continue
+		}
+		if o, ok := owners[p]; ok {
+			errs = append(errs, fmt.Errorf("%s: %q is also written by %s: two sinks on one file interleave and rotate each other's lines away", at, s.File.Path, o.at))
+			continue
+		}
+		// One's active file must not be another's rotated file (path.N).
+		for q, o := range owners {
+			if rotatedOf(p, q, o.maxFiles) || rotatedOf(q, p, s.File.MaxFiles) {
+				errs = append(errs, fmt.Errorf("%s: %q and the file of %s are one rotation apart (rotated files are path.1 ... path.N): a rotation of one overwrites the other", at, s.File.Path, o.at))
+			}
+		}
+		owners[p] = owner{at: at, maxFiles: s.File.MaxFiles}
+	}
+	return errs
+}
+
+// resolvePath makes p absolute and resolves the symbolic links of its
+// longest existing prefix (the rest may not exist yet); on any error it
+// falls back to the cleaned absolute path.
+func resolvePath(p string) string {
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return filepath.Clean(p)
+	}
+	rest := ""
+	for dir := abs; ; {
+		if real, err := filepath.EvalSymlinks(dir); err == nil {
+			return filepath.Join(real, rest)
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return abs
+		}
+		rest = filepath.Join(filepath.Base(dir), rest)
+		dir = parent
+	}
+}
+
+// within reports whether p is dir or below it (both resolved).
+func within(p, dir string) bool {
+	rel, err := filepath.Rel(dir, p)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
+}
+
+// rotatedOf reports whether p is one of active's rotated files, active.1
+// to active.maxFiles (sinks/file's naming).
+func rotatedOf(p, active string, maxFiles int) bool {
+	n, ok := strings.CutPrefix(p, active+".")
+	if !ok {
+		return false
+	}
+	k, err := strconv.Atoi(n)
+	return err == nil && k >= 1 && k <= maxFiles && strconv.Itoa(k) == n
 }
 
 func orLocal(log string) string {

@@ -137,6 +137,11 @@ func TestConfigBadFiles(t *testing.T) {
 		"insecure-exposed.bad.yaml": {
 			`auth.insecure: refused on grpc.listen "0.0.0.0:7070", which other hosts can reach: anyone there could ingest and follow every workspace unauthenticated; listen on 127.0.0.1, or set auth.allow_insecure_non_loopback: true for a throw-away test setup`,
 		},
+		"file-sink-paths.bad.yaml": {
+			`sinks[0].file.path: "/var/lib/eventpipe/sub/../log/events.jsonl" is inside store.dir "/var/lib/eventpipe/log": the log owns every file there`,
+			`sinks[2].file.path: "/var/lib/eventpipe//events.jsonl" is also written by sinks[1].file.path: two sinks on one file`,
+			`sinks[3].file.path: "/var/lib/eventpipe/events.jsonl.2" and the file of sinks[1].file.path are one rotation apart`,
+		},
 		"many.bad.yaml": {
 			"grpc.listen: \"7070\" is not host:port",
 			"grpc.tls: cert_file and key_file go together",
@@ -272,5 +277,38 @@ func TestDeployConfigIsValid(t *testing.T) {
 	}
 	if !c.Store.Fsync || c.Store.DedupeWindow < time.Hour || len(c.Sinks) != 1 {
 		t.Fatalf("unexpected deploy config: %+v", c)
+	}
+}
+
+// A file sink reached through a symbolic link to store.dir is inside it
+// too; a sibling whose name merely starts like the store's is not.
+func TestConfigFileSinkPathResolved(t *testing.T) {
+	dir := t.TempDir()
+	storeDir := filepath.Join(dir, "log")
+	if err := os.MkdirAll(storeDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(storeDir, filepath.Join(dir, "alias")); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		path, want string
+	}{
+		{filepath.Join(dir, "alias", "events.jsonl"), "is inside store.dir"},
+		{filepath.Join(dir, "alias", "new", "deeper", "events.jsonl"), "is inside store.dir"},
+		{filepath.Join(dir, "log2", "events.jsonl"), ""},
+		{filepath.Join(dir, "events.jsonl"), ""},
+	} {
+		cfg := NewDefaultConfig()
+		cfg.Auth.Insecure = true
+		cfg.Store.Dir = storeDir
+		cfg.Sinks = []SinkConfig{fileSink("archive", c.path)}
+		err := cfg.Validate()
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%s: refused: %v", c.path, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%s: %v, want %q", c.path, err, c.want)
+		}
 	}
 }

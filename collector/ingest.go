@@ -59,6 +59,8 @@ type ingestServer struct {
 	logger   *slog.Logger
 	m        *metrics
 	pipeline int
+	// maxRecv is grpc.max_recv_bytes, for the log line of a batch over it.
+	maxRecv int
 	// maxOcc is the largest encoded occurrence the log takes (0:
 	// maxOccurrenceBytes, the local store's limit).
 	maxOcc int
@@ -111,10 +113,7 @@ type pending struct {
 func (s *ingestServer) Ship(stream eventpipev1.Ingest_ShipServer) error {
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
-	who := "unknown"
-	if p := principalFrom(ctx); p != nil {
-		who = p.Name
-	}
+	who := principalName(ctx)
 
 	inflight := make(chan *pending, s.pipeline) // ack order
 	toAppend := make(chan *pending, s.pipeline)
@@ -199,12 +198,23 @@ func (s *ingestServer) receive(ctx context.Context, stream eventpipev1.Ingest_Sh
 			if errors.Is(err, io.EOF) {
 				return io.EOF
 			}
+			if status.Code(err) == codes.ResourceExhausted {
+				// gRPC refused a message over grpc.max_recv_bytes before
+				// decoding it: the batch never reaches us, so this is the
+				// only place that can count and log it. The agent sees
+				// the same status and dead-letters the batch.
+				s.m.batches.Inc()
+				s.m.rejectedBatches.WithLabelValues(batchTooLarge).Inc()
+				s.logger.Warn("batch refused: larger than grpc.max_recv_bytes; the agent drops it", "caller", principalName(ctx),
+					"after_seq", lastSeq, "max_recv_bytes", s.maxRecv, "err", err)
+			}
 			return err
 		}
 		now := time.Now()
 		s.m.batches.Inc()
-		if verr := validateBatch(b, first, lastSeq); verr != nil {
-			s.m.rejectedBatches.Inc()
+		if reason, verr := validateBatch(b, first, lastSeq); verr != nil {
+			s.m.rejectedBatches.WithLabelValues(reason).Inc()
+			s.logger.Warn("batch refused", "caller", principalName(ctx), "seq", b.GetSeq(), "reason", reason, "err", verr)
 			return verr
 		}
 		first = false
@@ -414,8 +424,9 @@ func (s *ingestServer) splitWithDuplicates(ctx context.Context, group []*pending
 }
 
 // sanitize sets aside the occurrences the log cannot identify (nil, no
-// event_id) as rejections for the ack, counted and logged, and stamps the
-// batch's cluster on occurrences without one.
+// event_id) or a sink cannot write (a timestamp outside protobuf's range,
+// which no JSON encoder can render) as rejections for the ack, counted and
+// logged, and stamps the batch's cluster on occurrences without one.
 func (s *ingestServer) sanitize(b *eventpipev1.Batch) ([]*eventpipev1.Occurrence, []*eventpipev1.Rejection) {
 	occs := b.GetOccurrences()
 	out := occs[:0:0]
@@ -423,6 +434,10 @@ func (s *ingestServer) sanitize(b *eventpipev1.Batch) ([]*eventpipev1.Occurrence
 	for i, o := range occs {
 		if o == nil || o.GetEventId() == "" {
 			rejected = append(rejected, s.reject(b, i, o, reasonMissingEventID, "occurrence has no event_id"))
+			continue
+		}
+		if path, problem := badTimestamp(o); path != "" {
+			rejected = append(rejected, s.reject(b, i, o, reasonInvalid, fmt.Sprintf("%s is outside the valid timestamp range (years 1 to 9999): %s", path, problem)))
 			continue
 		}
 		if o.Cluster == "" {
@@ -493,7 +508,7 @@ func (s *ingestServer) refuseInvalid(ctx context.Context, g *pending, cluster, s
 		g.occs = kept
 		return s.appendRun(ctx, []*pending{g}, cluster, stream)
 	}
-	s.m.rejectedBatches.Inc()
+	s.m.rejectedBatches.WithLabelValues(batchInvalid).Inc()
 	rej := &eventpipev1.BatchRejection{Seq: b.GetSeq(), Reason: "invalid", Message: cause.Error()}
 	for _, o := range g.occs {
 		rej.Occurrences = append(rej.Occurrences, &eventpipev1.Rejection{Index: uint32(index[o]), EventId: o.GetEventId(), Reason: reasonInvalid, Message: cause.Error()})
@@ -514,17 +529,37 @@ func batchRejected(code codes.Code, rej *eventpipev1.BatchRejection) error {
 	return st.Err()
 }
 
-func validateBatch(b *eventpipev1.Batch, first bool, lastSeq uint64) error {
+// Reasons a whole batch is refused (the reason label of
+// eventpipe_collector_ingest_rejected_batches_total).
+const (
+	batchTooLarge   = "too_large"     // over grpc.max_recv_bytes
+	batchNoCluster  = "invalid_batch" // no cluster
+	batchOutOfOrder = "out_of_order"  // seq did not increase
+	batchInvalid    = "invalid"       // the log refused it and no occurrence alone
+)
+
+var batchRejectionReasons = []string{batchTooLarge, batchNoCluster, batchOutOfOrder, batchInvalid}
+
+// validateBatch returns the reason and status refusing b, or "", nil.
+func validateBatch(b *eventpipev1.Batch, first bool, lastSeq uint64) (string, error) {
 	if b.GetCluster() == "" {
-		return batchRejected(codes.InvalidArgument, &eventpipev1.BatchRejection{Seq: b.GetSeq(), Reason: "invalid_batch",
+		return batchNoCluster, batchRejected(codes.InvalidArgument, &eventpipev1.BatchRejection{Seq: b.GetSeq(), Reason: "invalid_batch",
 			Message: fmt.Sprintf("batch seq %d: cluster must not be empty", b.GetSeq())})
 	}
 	if !first && b.GetSeq() <= lastSeq {
 		// A protocol error, not this batch's content: no BatchRejection,
 		// the agent re-sends on a new stream.
-		return status.Errorf(codes.InvalidArgument, "batch seq %d: seq must increase within a stream (previous %d)", b.GetSeq(), lastSeq)
+		return batchOutOfOrder, status.Errorf(codes.InvalidArgument, "batch seq %d: seq must increase within a stream (previous %d)", b.GetSeq(), lastSeq)
 	}
-	return nil
+	return "", nil
+}
+
+// principalName names the caller of ctx for logs.
+func principalName(ctx context.Context) string {
+	if p := principalFrom(ctx); p != nil {
+		return p.Name
+	}
+	return "unknown"
 }
 
 // appendStatus maps a store error to a gRPC status the agent can act on:

@@ -192,6 +192,17 @@ func TestIngestMessageSizeLimit(t *testing.T) {
 	if status.Code(err) != codes.ResourceExhausted {
 		t.Fatalf("oversized batch: %v, want ResourceExhausted", err)
 	}
+	// Issue 21 defect 4: the refusal is counted with its reason (and
+	// logged), not only seen by the agent.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		got := counterValue(t, r.reg, "eventpipe_collector_ingest_rejected_batches_total", map[string]string{"reason": "too_large"})
+		if got == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("ingest_rejected_batches_total{reason=too_large} = %v, want 1", got)
+		}
+	}
 	// A batch under the limit still goes through on a new stream.
 	acks, err := ship(t, ctx, conn, batch(1, "prod", "1", occ("small/1", "sb", "ws1", "n", "gw")))
 	if err != nil || len(acks) != 1 || acks[0].GetStored() != 1 {

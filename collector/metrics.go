@@ -12,7 +12,7 @@ type metrics struct {
 	ingested            prometheus.Counter
 	duplicates          prometheus.Counter
 	batches             prometheus.Counter
-	rejectedBatches     prometheus.Counter
+	rejectedBatches     *prometheus.CounterVec
 	rejectedOccurrences *prometheus.CounterVec
 	appendFailures      prometheus.Counter
 	ackLatency          prometheus.Histogram
@@ -40,10 +40,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "eventpipe_collector_ingest_batches_total",
 			Help: "Batches received on Ingest.Ship streams.",
 		}),
-		rejectedBatches: prometheus.NewCounter(prometheus.CounterOpts{
+		rejectedBatches: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "eventpipe_collector_ingest_rejected_batches_total",
-			Help: "Batches refused for good as invalid (InvalidArgument).",
-		}),
+			Help: "Batches refused whole, by reason: too_large (over grpc.max_recv_bytes, refused by gRPC before decoding), invalid_batch (no cluster), out_of_order (seq not increasing), invalid (the log refused every occurrence).",
+		}, []string{"reason"}),
 		rejectedOccurrences: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "eventpipe_collector_ingest_rejected_occurrences_total",
 			Help: "Occurrences refused for good at ingest (reported to the agent in the ack), by reason.",
@@ -96,6 +96,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	for _, r := range rejectionReasons {
 		m.rejectedOccurrences.WithLabelValues(r)
+	}
+	for _, r := range batchRejectionReasons {
+		m.rejectedBatches.WithLabelValues(r)
 	}
 	for _, r := range []string{"applied", "failed", "restart_required"} {
 		m.reloads.WithLabelValues(r)

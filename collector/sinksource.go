@@ -44,9 +44,25 @@ func (s sinkSource) Read(ctx context.Context, from uint64, max int) ([]sinks.Rec
 // Wait is the log's Wait.
 func (s sinkSource) Wait(ctx context.Context, after uint64) error { return s.log.Wait(ctx, after) }
 
-// Bounds is the log's Bounds: a runner's lag then counts the records it has
-// not read yet.
+// Bounds is the log's Bounds: a runner checks its committed cursor against
+// it (offsets a repair skipped were assigned, so a cursor up to there is
+// not beyond the log).
 func (s sinkSource) Bounds() (first, last uint64) { return s.log.Bounds() }
+
+// LastOffset is the offset of the log's newest record (sinks.SourceHead):
+// a runner's lag counts the records it has not handled, and offsets a
+// repair skipped at the end of the log hold none, so they are no lag.
+func (s sinkSource) LastOffset() uint64 { return lastRecord(s.log) }
+
+// lastRecord is the newest record's offset of a log that knows it (the
+// store), else the last offset of its Bounds.
+func lastRecord(log followLog) uint64 {
+	if l, ok := log.(interface{ LastRecord() uint64 }); ok {
+		return l.LastRecord()
+	}
+	_, last := log.Bounds()
+	return last
+}
 
 // SinkLog is what SinkSource reads: the collector's store (*store.Store),
 // or a wrapper of it.

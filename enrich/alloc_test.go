@@ -12,7 +12,7 @@ import (
 func TestEventIDInBlock(t *testing.T) {
 	e := mustNew(t, NewDefaultConfig(), seedWorld().lookups())
 	for _, uidLen := range []int{1, 36, eventIDBytes - 2, eventIDBytes - 1, eventIDBytes, eventIDBytes + 1, 300} {
-		for _, rv := range []string{"", "7", "123456789"} {
+		for _, rv := range []string{"7", "123456789"} { // "": TestEventIDWithoutResourceVersion
 			ev := podEvent("img-missing", "spec.containers{agent}", "Started", "Started container agent")
 			ev.UID, ev.ResourceVersion = strings.Repeat("u", uidLen), rv
 			if got, want := e.Enrich(ev, t0).Occurrence.EventId, ev.UID+"/"+rv; got != want {

@@ -104,9 +104,12 @@ func (e *Enricher) enrichEvent(ev *Event, observedAt time.Time, source string, b
 		fType: ev.Type, fReason: ev.Reason, fComponent: ev.ReportingComponent, fInstance: ev.ReportingInstance, fAction: ev.Action,
 	}
 	cleanFields(f[:])
-	if f[fUID] != "" {
+	switch {
+	case f[fUID] != "" && f[fRV] != "":
 		o.EventId = blk.eventID(f[fUID], f[fRV])
-	} else {
+	case f[fUID] != "":
+		o.EventId = noRVEventID(ev, f[fUID])
+	default:
 		o.EventId = noUIDEventID(ev, f[fNS], f[fName], f[fRV])
 	}
 	setTime(&blk.occurred, occurredAt)
@@ -220,6 +223,24 @@ func noUIDEventID(ev *Event, ns, name, rv string) string {
 	if name != "" && rv != "" {
 		return id
 	}
+	return fmt.Sprintf("%s/%016x", id, contentHash(ev))
+}
+
+// noRVEventID names an occurrence of an Event with a uid but no
+// resourceVersion (a file or a replay that dropped it):
+// "<uid>/norv-<hash>", the hash of what changes from one version of an
+// Event to the next (count, series and other timestamps, message) and of
+// the rest of what it says. "<uid>/" alone would be the same for every
+// version, and the collector would de-duplicate all but the first away.
+// The same version read twice gets the same id.
+func noRVEventID(ev *Event, uid string) string {
+	return fmt.Sprintf("%s/norv-%016x", uid, contentHash(ev))
+}
+
+// contentHash hashes what an Event says (reason, message, involved object,
+// count, its own timestamps; never the time it was seen), so it tells
+// versions and Events apart without a resourceVersion.
+func contentHash(ev *Event) uint64 {
 	h := fnv.New64a()
 	r := &ev.Involved
 	for _, s := range []string{ev.Type, ev.Reason, ev.Message, ev.Action, r.Kind, r.APIVersion, r.Namespace, r.Name, r.UID,
@@ -235,7 +256,7 @@ func noUIDEventID(ev *Event, ns, name, rv string) string {
 		binary.LittleEndian.PutUint32(b[8:], uint32(t.Nanosecond()))
 		_, _ = h.Write(b[:])
 	}
-	return fmt.Sprintf("%s/%016x", id, h.Sum64())
+	return h.Sum64()
 }
 
 // pullAlloc is a PullFailure and its timestamps in one allocation.

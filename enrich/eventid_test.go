@@ -67,6 +67,44 @@ func TestEventIDWithoutUID(t *testing.T) {
 	}
 }
 
+// Issue 21 defect 6: an Event with a uid but no resourceVersion (a file or
+// a replay) got "<uid>/" for every version, so the collector kept only the
+// first. Each version now gets an id of its own, from what changes between
+// versions; the same version read again gets the same id.
+func TestEventIDWithoutResourceVersion(t *testing.T) {
+	e := mustNew(t, NewDefaultConfig(), seedWorld().lookups())
+	id := func(mod func(ev *Event)) string {
+		ev := podEvent("img-missing", "spec.containers{agent}", "Failed", seedFailed)
+		ev.ResourceVersion = ""
+		mod(ev)
+		return e.Enrich(ev, t0).Occurrence.EventId
+	}
+	base := id(func(*Event) {})
+	uid := podEvent("img-missing", "spec.containers{agent}", "Failed", seedFailed).UID
+	if !strings.HasPrefix(base, uid+"/norv-") || len(base) == len(uid)+len("/norv-") {
+		t.Fatalf("event_id %q, want %s/norv-<hash>", base, uid)
+	}
+	if again := id(func(*Event) {}); again != base {
+		t.Errorf("the same version read twice: %q then %q", base, again)
+	}
+	for name, mod := range map[string]func(ev *Event){
+		"count bumped":        func(ev *Event) { ev.Count++ },
+		"lastTimestamp moved": func(ev *Event) { ev.LastTimestamp = ev.LastTimestamp.Add(time.Minute) },
+		"series observed":     func(ev *Event) { ev.SeriesLastObserved = t0.Add(time.Minute) },
+		"message changed":     func(ev *Event) { ev.Message += " (again)" },
+	} {
+		if got := id(mod); got == base {
+			t.Errorf("%s: the next version shares event_id %q", name, base)
+		}
+	}
+	// Seen later, the same version keeps its id (observed time is no part).
+	ev := podEvent("img-missing", "spec.containers{agent}", "Failed", seedFailed)
+	ev.ResourceVersion = ""
+	if x, y := e.Enrich(ev, t0).Occurrence.EventId, e.Enrich(ev, t0.Add(time.Hour)).Occurrence.EventId; x != y {
+		t.Errorf("event_id depends on when the Event was seen: %q vs %q", x, y)
+	}
+}
+
 // A pod without uid: its pod-status diagnosis is named by namespace, pod
 // name, resourceVersion and container.
 func TestDiagnosePodWithoutUID(t *testing.T) {

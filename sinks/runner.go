@@ -17,7 +17,10 @@ import (
 // its last record (a Source with a method Bounds() (first, last uint64), as
 // collector/store has, works too). A Runner uses it so that LagRecords
 // counts records it has not read yet; without it the lag only covers what
-// the runner has seen.
+// the runner has seen. A Source with both reports the newest record here
+// and, in Bounds, the last offset assigned (higher when a repair skipped
+// offsets that hold no record): the lag uses the first, the check of a
+// committed cursor the second.
 type SourceHead interface {
 	LastOffset() uint64
 }
@@ -472,11 +475,13 @@ func (r *Runner) detectLoss(next uint64) {
 // resuming from it would skip them silently.
 func (r *Runner) checkCursorBeyondLog(committed uint64) uint64 {
 	var last uint64
+	// Bounds first: its last covers offsets assigned but holding no record
+	// (skipped by a repair), which a cursor may well have passed.
 	switch h := r.src.(type) {
-	case SourceHead:
-		last = h.LastOffset()
 	case sourceBounds:
 		_, last = h.Bounds()
+	case SourceHead:
+		last = h.LastOffset()
 	default:
 		return committed
 	}

@@ -26,7 +26,8 @@ type drill struct {
 var drills = []drill{
 	{"collector-sigkill", 0, "SIGKILL the collector under load with batches in flight, restart", drillCollectorSIGKILL},
 	{"torn-tail", 1, "stop, append half a frame (a torn, never acknowledged write), restart", drillTornTail},
-	{"bit-flip", 1, "stop, flip one byte inside an acknowledged record, restart (refused), restart with accept_data_loss", drillBitFlip},
+	{"bit-flip", 1, "stop, flip one bit in the middle and one in the newest acknowledged record, restart (refused), restart with accept_data_loss", drillBitFlip},
+	{"power-cut", 0, "under load, SIGKILL and drop from the store what was written but not fsynced (a power cut), restart", drillPowerCut},
 	{"loki-down", 0, "VictoriaLogs (Loki API) stopped under load, started again later", drillLokiDown},
 	{"kafka-down", 0, "the Kafka broker drops every request under load, then recovers", drillKafkaDown},
 	{"follow-behind", 1, "a Follow subscriber starts far behind the head while ingest goes on", drillFollowBehind},
@@ -57,15 +58,7 @@ func drillCollectorSIGKILL(ctx context.Context, e *env) ([]SinkResult, error) {
 	var healed time.Time
 	for k := 1; k <= kills; k++ {
 		sleep(ctx, pick(e, 2*time.Second, 5*time.Second))
-		// Kill only with batches in flight (sent, not acknowledged).
-		var inflight int
-		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
-			if inflight = p.ship.stats().InFlight; inflight > 0 {
-				break
-			}
-			time.Sleep(time.Millisecond)
-		}
-		p.col.kill()
+		inflight := killInFlight(p)
 		notes = append(notes, fmt.Sprintf("kill %d: %d batches in flight", k, inflight))
 		if inflight == 0 {
 			return nil, fmt.Errorf("kill %d: no batch was in flight", k)
@@ -74,12 +67,33 @@ func drillCollectorSIGKILL(ctx context.Context, e *env) ([]SinkResult, error) {
 			return nil, fmt.Errorf("restart after kill %d: %w", k, err)
 		}
 		healed = time.Now()
+		// Whether the batch in flight was stored before the kill is luck:
+		// also re-send one the collector certainly stored.
+		p.ship.resendAcked()
 	}
 	rs, err := p.finish(ctx, healed)
+	dups := p.ship.stats().Dups
 	for i := range rs {
 		rs[i].Note = strings.Join(notes, ", ") + "; " + rs[i].Note
+		if want := kills * p.ship.perBatch; dups < want && rs[i].Err == "" {
+			rs[i].Err = fmt.Sprintf("the collector recognised %d re-sent occurrences, want at least %d (one stored batch re-sent after each restart)", dups, want)
+		}
 	}
 	return rs, err
+}
+
+// killInFlight SIGKILLs the collector as soon as batches are in flight
+// (sent, not acknowledged; up to 5 s) and returns how many were.
+func killInFlight(p *pipeline) int {
+	var inflight int
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
+		if inflight = p.ship.stats().InFlight; inflight > 0 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	p.col.kill()
+	return inflight
 }
 
 // segments returns the store's wal segment files, oldest first.
@@ -111,9 +125,11 @@ func frames(seg []byte) ([]int, error) {
 	return out, nil
 }
 
-// shipAndStop ships n batches, waits until the file sink has them all,
-// then stops the collector with SIGTERM (its cursors committed).
-func shipAndStop(ctx context.Context, p *pipeline, batches int) error {
+// shipAndStop ships n batches, waits until the file sink and the running
+// follower f have them all, then stops the collector with SIGTERM (its
+// cursors committed). f goes on (reconnecting with its cursor) across the
+// restart: the Follow resume every drill of the log checks.
+func shipAndStop(ctx context.Context, p *pipeline, batches int, f *liveFollower) error {
 	if err := p.col.start(ctx); err != nil {
 		return err
 	}
@@ -137,6 +153,11 @@ func shipAndStop(ctx context.Context, p *pipeline, batches int) error {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	for deadline := time.Now().Add(time.Minute); f.n.Load() < int64(len(acked)); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the follower did not get the first %d (%d)", len(acked), f.n.Load())
+		}
+	}
 	if err := p.col.stop(); err != nil {
 		return fmt.Errorf("SIGTERM: %w", err)
 	}
@@ -144,14 +165,17 @@ func shipAndStop(ctx context.Context, p *pipeline, batches int) error {
 }
 
 func drillTornTail(ctx context.Context, e *env) ([]SinkResult, error) {
-	p, err := e.newPipeline("torn-tail", colOpts{})
+	p, err := e.newPipeline("torn-tail", colOpts{loki: true})
 	if err != nil {
 		return nil, err
 	}
 	defer p.close()
-	if err := shipAndStop(ctx, p, 40); err != nil {
+	live := startFollower(ctx, p)
+	defer live.stop()
+	if err := shipAndStop(ctx, p, 40, live); err != nil {
 		return nil, err
 	}
+	before := p.ship.ackedIDs()
 	segs, err := segments(p.o.storeDir)
 	if err != nil {
 		return nil, err
@@ -173,6 +197,7 @@ func drillTornTail(ctx context.Context, e *env) ([]SinkResult, error) {
 	binary.LittleEndian.PutUint32(torn, binary.LittleEndian.Uint32(torn)&0x7fffffff)
 	binary.LittleEndian.PutUint64(torn[8:], binary.LittleEndian.Uint64(lastFrame[8:])+1)
 	torn = torn[:16+(len(torn)-16)/2]
+	tornOffset := binary.LittleEndian.Uint64(torn[8:])
 	f, err := os.OpenFile(last, os.O_WRONLY|os.O_APPEND, 0)
 	if err != nil {
 		return nil, err
@@ -195,6 +220,17 @@ func drillTornTail(ctx context.Context, e *env) ([]SinkResult, error) {
 		p.ship.add(1)
 	}
 	rs, err := p.finish(ctx, healed)
+	if err != nil {
+		return rs, err
+	}
+	// Every consumer holds exactly what was acknowledged: the file sink and
+	// Loki (finish), and the follower that resumed from its cursor.
+	fres := live.finish(p, "follow (resumed)", len(p.ship.ackedIDs()), healed)
+	fres.Note = strings.TrimPrefix(fres.Note+fmt.Sprintf("; torn frame carried offset %d", tornOffset), "; ")
+	if msg := reusedOffsets(live, before, tornOffset); msg != "" {
+		fres.Err = msg
+	}
+	rs = append(rs, fres)
 	for i := range rs {
 		rs[i].Note = fmt.Sprintf("restart in %s, repaired_records %v, data_loss_records %v; %s",
 			healed.Sub(start).Round(time.Millisecond), repaired, lossRecs, rs[i].Note)
@@ -202,18 +238,21 @@ func drillTornTail(ctx context.Context, e *env) ([]SinkResult, error) {
 			rs[i].Err = fmt.Sprintf("torn write: repaired_records_total %v (want >= 1), data_loss_records_total %v (want 0)", repaired, lossRecs)
 		}
 	}
-	return rs, err
+	return rs, nil
 }
 
 func drillBitFlip(ctx context.Context, e *env) ([]SinkResult, error) {
-	p, err := e.newPipeline("bit-flip", colOpts{})
+	p, err := e.newPipeline("bit-flip", colOpts{loki: true})
 	if err != nil {
 		return nil, err
 	}
 	defer p.close()
-	if err := shipAndStop(ctx, p, 40); err != nil {
+	live := startFollower(ctx, p)
+	defer live.stop()
+	if err := shipAndStop(ctx, p, 40, live); err != nil {
 		return nil, err
 	}
+	before := p.ship.ackedIDs()
 	segs, err := segments(p.o.storeDir)
 	if err != nil {
 		return nil, err
@@ -227,10 +266,15 @@ func drillBitFlip(ctx context.Context, e *env) ([]SinkResult, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", last, err)
 	}
-	// One bit of the payload of the middle record.
+	// One bit of the payload of the middle record, and one of the newest:
+	// damage at the end of an acknowledged log is data loss too, never a
+	// torn write, and its offsets are never handed out again.
 	victim := fr[len(fr)/2]
 	victimOffset := binary.LittleEndian.Uint64(b[victim+8:])
 	b[victim+16+10] ^= 0x10
+	newest := fr[len(fr)-1]
+	newestOffset := binary.LittleEndian.Uint64(b[newest+8:])
+	b[newest+16+10] ^= 0x10
 	if err := os.WriteFile(last, b, 0o600); err != nil {
 		return nil, err
 	}
@@ -268,7 +312,7 @@ func drillBitFlip(ctx context.Context, e *env) ([]SinkResult, error) {
 		return rs, err
 	}
 	created, acked := p.ship.createdIDs(), p.ship.ackedIDs()
-	for deadline := time.Now().Add(30 * time.Second); int(f.n.Load()) < len(acked)-1 && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(30 * time.Second); int(f.n.Load()) < len(acked)-2 && time.Now().Before(deadline); {
 		time.Sleep(50 * time.Millisecond)
 	}
 	stopFollow()
@@ -276,15 +320,71 @@ func drillBitFlip(ctx context.Context, e *env) ([]SinkResult, error) {
 	fr2 := tally(p.name, "follow (tail)", created, acked, *f.got.Load())
 	fr2.Recover = time.Since(healed)
 	fr2.Explained = int(lossRecs)
-	fr2.Note = fmt.Sprintf("offset %d damaged; data_loss_records_total %v", victimOffset, lossRecs)
-	rs = append(rs, fr2)
+	fr2.Note = fmt.Sprintf("offsets %d and %d damaged; data_loss_records_total %v", victimOffset, newestOffset, lossRecs)
+	// The subscriber that read everything before the stop resumes from its
+	// cursor and gets every new record.
+	fr3 := live.finish(p, "follow (resumed)", len(acked), healed)
+	if msg := reusedOffsets(live, before, newestOffset); msg != "" {
+		fr3.Err = msg
+	}
+	rs = append(rs, fr2, fr3)
 	for i := range rs {
-		rs[i].Note = fmt.Sprintf("%s; restart with accept_data_loss in %s; %s", refusal, healed.Sub(start).Round(time.Millisecond), rs[i].Note)
-		if refusal != "refused" || lossRecs != 1 {
-			rs[i].Err = fmt.Sprintf("%s, data_loss_records_total %v (want 1)", refusal, lossRecs)
+		rs[i].Note = strings.TrimSuffix(fmt.Sprintf("%s; restart with accept_data_loss in %s; %s", refusal, healed.Sub(start).Round(time.Millisecond), rs[i].Note), "; ")
+		if refusal != "refused" || lossRecs != 2 {
+			rs[i].Err = fmt.Sprintf("%s, data_loss_records_total %v (want 2)", refusal, lossRecs)
 		}
 	}
 	return rs, nil
+}
+
+// liveFollower is a follower running in its own goroutine.
+type liveFollower struct {
+	*follower
+	stop context.CancelFunc
+	done chan struct{}
+}
+
+// startFollower follows the pipeline's workspace from the start of the
+// log (a replay of up to 10,000, then live), reconnecting with its last
+// cursor whenever the stream ends.
+func startFollower(ctx context.Context, p *pipeline) *liveFollower {
+	fctx, stop := context.WithCancel(ctx)
+	l := &liveFollower{follower: newFollower(p.col.grpcAddr, p.name), stop: stop, done: make(chan struct{})}
+	go func() { l.run(fctx, 0, 10_000); close(l.done) }()
+	return l
+}
+
+// finish waits until the follower holds n records (or 30 s passed), stops
+// it and tallies it against what was acknowledged.
+func (l *liveFollower) finish(p *pipeline, sink string, n int, healed time.Time) SinkResult {
+	for deadline := time.Now().Add(30 * time.Second); int(l.n.Load()) < n && time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond)
+	}
+	l.stop()
+	<-l.done
+	r := tally(p.name, sink, p.ship.createdIDs(), p.ship.ackedIDs(), *l.got.Load())
+	r.Recover = time.Since(healed)
+	if r.Lost > 0 {
+		r.Note = fmt.Sprintf("missing e.g. %v", missing(p.ship.ackedIDs(), *l.got.Load(), 3))
+	}
+	return r
+}
+
+// reusedOffsets checks that every record acknowledged after a repair came
+// with a Follow cursor above floor (the highest offset the repaired log
+// had handed out): offsets are never reused (collector/wal/FORMAT.md).
+func reusedOffsets(l *liveFollower, before map[string]bool, floor uint64) string {
+	var low []string
+	for id, off := range l.offs {
+		if !before[id] && off <= floor {
+			low = append(low, fmt.Sprintf("%s at %d", id, off))
+		}
+	}
+	if len(low) == 0 {
+		return ""
+	}
+	sort.Strings(low)
+	return fmt.Sprintf("%d records after the repair reuse offsets up to %d (e.g. %v)", len(low), floor, low[:min(3, len(low))])
 }
 
 // outage runs load, calls down, keeps the load on for d while sampling

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -38,6 +39,50 @@ func TestDrillsShort(t *testing.T) {
 		}
 	}
 	t.Logf("\n%s", Table(rs))
+}
+
+// plantedBugs are the bugs bench/drills.md's table plants, one build tag
+// each (never in a product build), and the drills that must fail on each.
+var plantedBugs = []struct {
+	tag, bug string
+	drills   []string
+}{
+	{"plant_offsetreuse", "offsets reused after a tail repair", []string{"torn-tail", "bit-flip"}},
+	{"plant_ackbeforefsync", "acknowledge before fsync", []string{"power-cut"}},
+	{"plant_nodedupe", "de-dup skipped", []string{"collector-sigkill", "etcd-compaction-410"}},
+}
+
+// TestPlantedBugsFailTheirDrills builds the binary with each planted bug
+// and runs the drills named after what it breaks: every one must fail.
+// A drill that passes with its bug planted cannot catch it. It runs for a
+// few minutes, so it is not part of make test: make drills-planted runs
+// it (EVENTPIPE_DRILLS_PLANTED=1).
+func TestPlantedBugsFailTheirDrills(t *testing.T) {
+	if os.Getenv("EVENTPIPE_DRILLS_PLANTED") == "" {
+		t.Skip("set EVENTPIPE_DRILLS_PLANTED=1 (make drills-planted) to plant each bug and run its drills")
+	}
+	for _, pb := range plantedBugs {
+		t.Run(pb.tag, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+			defer cancel()
+			rs, err := Run(ctx, Options{Dir: t.TempDir(), Log: testLog{t}, Tags: []string{pb.tag}, Only: pb.drills})
+			if err != nil {
+				t.Fatal(err)
+			}
+			failed := map[string]bool{}
+			for _, r := range rs {
+				if !r.OK() {
+					failed[r.Drill] = true
+					t.Logf("as it should: %s", r.line())
+				}
+			}
+			for _, d := range pb.drills {
+				if !failed[d] {
+					t.Errorf("drill %s passed with %q planted (%s)", d, pb.bug, pb.tag)
+				}
+			}
+		})
+	}
 }
 
 // TestTallyCountsWhatItClaims checks the arithmetic the verdicts rest on.

@@ -9,6 +9,7 @@
 //	go run ./bench/drills            # short form (what make test runs via go test)
 //	go run ./bench/drills -full -out bench/drills.md
 //	go run ./bench/drills -only loki-down,kafka-down
+//	go run ./bench/drills -only power-cut -tags plant_ackbeforefsync   # a planted bug: must fail
 //
 // See bench/drills.md for the results and what each column means.
 package main
@@ -30,6 +31,7 @@ func main() {
 	only := flag.String("only", "", "comma-separated drill names to run (default all)")
 	out := flag.String("out", "", "write the results as Markdown to this file")
 	keep := flag.Bool("keep", false, "keep the work directory (logs, stores) for inspection")
+	tags := flag.String("tags", "", "comma-separated build tags for the eventpipe binary: a planted bug (bench/drills.md)")
 	flag.Parse()
 	if *full && *short {
 		fmt.Fprintln(os.Stderr, "drills: -full and -short exclude each other")
@@ -46,6 +48,9 @@ func main() {
 	opts := Options{Full: *full, Dir: dir, Log: os.Stderr}
 	if *only != "" {
 		opts.Only = strings.Split(*only, ",")
+	}
+	if *tags != "" {
+		opts.Tags = strings.Split(*tags, ",")
 	}
 	loadBefore := uptime()
 	start := time.Now()

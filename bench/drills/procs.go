@@ -62,6 +62,7 @@ type collectorProc struct {
 	bin, config        string
 	grpcAddr, httpAddr string
 	log                *lockedBuffer
+	env                []string // added to the environment of every start
 
 	cmd  *exec.Cmd
 	done chan error
@@ -72,6 +73,9 @@ type collectorProc struct {
 func (c *collectorProc) start(ctx context.Context) error {
 	c.cmd = exec.Command(c.bin, "collector", "--config", c.config)
 	c.cmd.Stderr = c.log
+	if len(c.env) > 0 {
+		c.cmd.Env = append(os.Environ(), c.env...)
+	}
 	c.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := c.cmd.Start(); err != nil {
 		return fmt.Errorf("start collector: %w", err)

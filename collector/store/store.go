@@ -139,7 +139,7 @@ func openWith(cfg Config, logger *slog.Logger, reg prometheus.Registerer, o opti
 		logger = slog.New(slog.DiscardHandler)
 	}
 	if o.fs == nil {
-		o.fs = wal.OSFS{}
+		o.fs = defaultFS()
 	}
 	if o.now == nil {
 		o.now = time.Now
@@ -445,7 +445,7 @@ func (s *Store) append(ctx context.Context, cluster, stream, rv string, occs []*
 				r.deps = append(r.deps, p)
 				continue
 			}
-			if at, ok := s.index[id]; ok && at >= cutoff {
+			if at, ok := s.index[id]; ok && at >= cutoff && !plantNoDedupe {
 				res.Duplicates++
 				continue
 			}
@@ -799,6 +799,12 @@ func (s *Store) Wait(ctx context.Context, after uint64) error {
 // Bounds returns the first retained and last stored offsets (last < first
 // when the log is empty).
 func (s *Store) Bounds() (first, last uint64) { return s.wal().Bounds() }
+
+// LastRecord returns the offset of the newest record. It is below Bounds'
+// last when a repair skipped offsets at the end of the log (a torn tail, an
+// accepted data loss): those offsets are never reused and hold nothing, so
+// a consumer that handled LastRecord has nothing left to read.
+func (s *Store) LastRecord() uint64 { return s.wal().LastRecord() }
 
 // Lost reports, per consumer, records removed by retention before that
 // consumer read them, as its sink runner counted them (since Open; every

@@ -107,10 +107,14 @@ func git(ctx context.Context, dir string, args ...string) (string, error) {
 	return strings.TrimSpace(string(out)), nil
 }
 
+// buildinfoPkg holds the version and revision every part of eventpipe
+// reports (eventpipe version, OCSF metadata, Kafka headers, user agents).
+const buildinfoPkg = "github.com/eventpipe/eventpipe/internal/buildinfo"
+
 // BuildBinary builds cmd/eventpipe as a static, reproducible binary: no cgo,
 // -trimpath, no VCS stamping, an empty build id, version and revision set.
 func BuildBinary(ctx context.Context, o Options, out string) error {
-	ldflags := fmt.Sprintf("-s -w -buildid= -X main.version=%s -X main.revision=%s", o.Version, o.Revision)
+	ldflags := fmt.Sprintf("-s -w -buildid= -X %s.version=%s -X %s.revision=%s", buildinfoPkg, o.Version, buildinfoPkg, o.Revision)
 	cmd := exec.CommandContext(ctx, o.Go, "build", "-trimpath", "-buildvcs=false", "-ldflags", ldflags, "-o", out, "./cmd/eventpipe")
 	cmd.Dir = o.Root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+o.Arch, "GOFLAGS=-mod=readonly")

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/eventpipe/eventpipe/api/config"
+	"github.com/eventpipe/eventpipe/internal/buildinfo"
 )
 
 // Options says how to reach the collector.
@@ -82,7 +83,8 @@ func Dial(o Options) (*grpc.ClientConn, error) {
 	if o.MaxRecvBytes > 0 {
 		opts = append(opts, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(o.MaxRecvBytes)))
 	}
-	opts = append(opts, grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}))
+	opts = append(opts, grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+		grpc.WithUserAgent(buildinfo.UserAgent("collector-client")))
 	conn, err := grpc.NewClient(o.Address, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("%s %s: %w", o.Names.Address, o.Address, err)

@@ -10,7 +10,8 @@
 //     encoding (value_format: protobuf), or an OCSF 1.8.0 Application
 //     Lifecycle event for audit archives (value_format: ocsf, docs/ocsf.md);
 //   - CloudEvents binary-mode headers: ce_specversion, ce_id (= event_id),
-//     ce_source, ce_type, ce_time, ce_subject (= sandbox id), content-type;
+//     ce_source, ce_type, ce_time, ce_subject (= sandbox id), content-type,
+//     and eventpipe-version (the build that wrote the record);
 //   - a record over max_message_bytes has its message truncated (on a UTF-8
 //     boundary) and message_truncated set; what still does not fit is
 //     refused permanently through sinks.PartialError (counted and logged by

@@ -13,6 +13,7 @@ import (
 
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
 	"github.com/eventpipe/eventpipe/api/sanitize"
+	"github.com/eventpipe/eventpipe/internal/buildinfo"
 	"github.com/eventpipe/eventpipe/sinks/internal/jsonenc"
 )
 
@@ -68,6 +69,10 @@ type encoder struct {
 // not pin its memory).
 const maxSpareBytes = 16 << 20
 
+// HeaderVersion is the record header naming the eventpipe build that wrote
+// the record (internal/buildinfo: the version `eventpipe version` prints).
+const HeaderVersion = "eventpipe-version"
+
 // Header values that never change, shared by every message (kafka-go only
 // reads them).
 var (
@@ -76,6 +81,7 @@ var (
 	hdrJSON        = []byte(ContentJSON)
 	hdrProtobuf    = []byte(ContentProtobuf)
 	hdrOCSF        = []byte(ContentOCSF)
+	hdrVersion     = []byte(buildinfo.Version())
 )
 
 // start prepares the arena for n messages: the spare one when it is large
@@ -90,10 +96,10 @@ func (e *encoder) start(n int) {
 	} else {
 		e.arena = make([]byte, 0, size)
 	}
-	if cap(e.spareHdrs) >= n*7 {
+	if cap(e.spareHdrs) >= n*8 {
 		e.headers = e.spareHdrs[:0]
 	} else {
-		e.headers = make([]kafka.Header, 0, n*7)
+		e.headers = make([]kafka.Header, 0, n*8)
 	}
 	e.spare, e.spareHdrs = nil, nil
 }
@@ -221,7 +227,7 @@ func (e *encoder) build(o *eventpipev1.Occurrence) (kafka.Message, error) {
 	if id := o.GetSandbox().GetId(); id != "" {
 		e.headers = append(e.headers, kafka.Header{Key: "ce_subject", Value: e.bytes(id)})
 	}
-	e.headers = append(e.headers, kafka.Header{Key: "content-type", Value: ct})
+	e.headers = append(e.headers, kafka.Header{Key: "content-type", Value: ct}, kafka.Header{Key: HeaderVersion, Value: hdrVersion})
 	return kafka.Message{Key: e.key(o), Value: value, Headers: e.headers[h0:len(e.headers):len(e.headers)]}, nil
 }
 
@@ -351,6 +357,28 @@ func AppendJSON(b []byte, o *eventpipev1.Occurrence) []byte {
 		b = append(b, '}')
 	} else {
 		b = append(b, `,"progress":null`...)
+	}
+	if bl := o.GetBlocker(); bl != nil {
+		b = append(b, `,"blocker":{"kind":`...)
+		b = appendString(b, bl.GetKind())
+		b = str(b, "cause", bl.GetCause())
+		b = str(b, "object", bl.GetObject())
+		b = str(b, "container", bl.GetContainer())
+		b = str(b, "disposition", bl.GetDisposition())
+		b = append(b, `,"attempts":`...)
+		b = strconv.AppendUint(b, uint64(bl.GetAttempts()), 10)
+		b = ts(b, "first_seen", bl.GetFirstSeen())
+		b = ts(b, "last_seen", bl.GetLastSeen())
+		b = str(b, "detail", bl.GetDetail())
+		b = str(b, "source", bl.GetSource())
+		b = str(b, "fix", bl.GetFix())
+		b = append(b, `,"exit_code":`...)
+		b = strconv.AppendInt(b, int64(bl.GetExitCode()), 10)
+		b = append(b, `,"has_exit_code":`...)
+		b = strconv.AppendBool(b, bl.GetHasExitCode())
+		b = append(b, '}')
+	} else {
+		b = append(b, `,"blocker":null`...)
 	}
 	return append(b, '}')
 }

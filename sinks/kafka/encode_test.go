@@ -55,7 +55,7 @@ func seedOccurrence() *eventpipev1.Occurrence {
 // The documented member order (README.md).
 var memberOrder = []string{"schema", "schema_version", "event_id", "occurred_at", "observed_at", "cluster", "namespace",
 	"event", "involved_object", "type", "reason", "message", "message_truncated", "count", "reporting_component",
-	"reporting_instance", "action", "sandbox", "attribution", "role", "container", "image", "image_role", "pull_failure", "progress"}
+	"reporting_instance", "action", "sandbox", "attribution", "role", "container", "image", "image_role", "pull_failure", "progress", "blocker"}
 
 func topLevelKeys(t *testing.T, b []byte) []string {
 	t.Helper()

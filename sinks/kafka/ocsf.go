@@ -2,11 +2,14 @@ package kafka
 
 import (
 	"encoding/json"
-	"runtime/debug"
+	"regexp"
 	"strings"
-	"sync"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
+	"github.com/eventpipe/eventpipe/internal/buildinfo"
 )
 
 // OCSF value format (value_format: ocsf): one OCSF 1.8.0 event per
@@ -69,15 +72,22 @@ var ocsfStatusNames = map[int]string{0: "Unknown", 1: "Success", 2: "Failure"}
 
 // ocsfActivity maps an Event reason to the lifecycle step it reports. The
 // reasons are kubelet's, the scheduler's, the volume controllers' and the
-// Agent Sandbox controller's; anything else is Other.
+// Agent Sandbox controller's, and the container waiting reasons of
+// eventpipe's pod status diagnosis; no reason is Unknown, any other is Other
+// (whose activity_name is then the reason itself, as OCSF asks of Other).
 func ocsfActivity(o *eventpipev1.Occurrence) int {
 	switch o.GetReason() {
 	case "Scheduled", "FailedScheduling", "Pulling", "Pulled", "Failed", "ErrImagePull",
 		"ImagePullBackOff", "InspectFailed", "ErrImageNeverPull", "Created", "Started",
 		"FailedCreatePodSandBox", "FailedMount", "FailedAttachVolume", "SuccessfulAttachVolume",
 		"ProvisioningFailed", "ProvisioningSucceeded", "FailedCreate", "SuccessfulCreate",
-		"PodCreated":
+		"PodCreated", "CreateContainerConfigError", "CreateContainerError", "RunContainerError",
+		"InvalidImageName":
 		return OCSFActivityStart
+	case "CrashLoopBackOff":
+		return OCSFActivityRestart
+	case "":
+		return OCSFActivityUnknown
 	case "BackOff":
 		if strings.Contains(o.GetMessage(), "restarting") {
 			return OCSFActivityRestart
@@ -89,59 +99,71 @@ func ocsfActivity(o *eventpipev1.Occurrence) int {
 	return OCSFActivityOther
 }
 
-func ocsfSeverityStatus(o *eventpipev1.Occurrence) (severity, status int) {
-	// A pull failure is a failed start whatever the Event's type says
-	// (kubelet reports some back-offs as Normal).
-	if pf := o.GetPullFailure(); pf != nil {
-		if pf.GetDisposition() == eventpipev1.DispositionPersistent {
-			return OCSFSeverityHigh, OCSFStatusFailure
+// ocsfSeverityStatus derives severity, status and status_detail. A pull
+// failure or a blocker is a failed start whatever the Event's type says
+// (kubelet reports some back-offs as Normal): High when it is persistent
+// (retrying will not fix it), else Medium, with the pull-failure category
+// or the blocker's cause as the detail.
+func ocsfSeverityStatus(o *eventpipev1.Occurrence) (severity, status int, detail string) {
+	disposition := ""
+	switch {
+	case o.GetPullFailure() != nil:
+		disposition, detail = o.GetPullFailure().GetDisposition(), o.GetPullFailure().GetCategory()
+	case o.GetBlocker() != nil:
+		disposition, detail = o.GetBlocker().GetDisposition(), o.GetBlocker().GetCause()
+	default:
+		switch o.GetType() {
+		case "Normal":
+			return OCSFSeverityInformational, OCSFStatusSuccess, ""
+		case "Warning":
+			return OCSFSeverityMedium, OCSFStatusFailure, ""
 		}
-		return OCSFSeverityMedium, OCSFStatusFailure
+		return OCSFSeverityLow, OCSFStatusUnknown, ""
 	}
-	switch o.GetType() {
-	case "Normal":
-		return OCSFSeverityInformational, OCSFStatusSuccess
-	case "Warning":
-		return OCSFSeverityMedium, OCSFStatusFailure
+	if disposition == eventpipev1.DispositionPersistent {
+		return OCSFSeverityHigh, OCSFStatusFailure, detail
 	}
-	return OCSFSeverityLow, OCSFStatusUnknown
+	return OCSFSeverityMedium, OCSFStatusFailure, detail
 }
 
-// The OCSF objects eventpipe fills. Field names are OCSF attribute names.
+// The OCSF objects eventpipe fills. Field names are OCSF attribute names;
+// docs/ocsf.md says where each field of the occurrence goes and why.
 type (
 	ocsfEvent struct {
-		ClassUID     int           `json:"class_uid"`
-		ClassName    string        `json:"class_name"`
-		CategoryUID  int           `json:"category_uid"`
-		CategoryName string        `json:"category_name"`
-		ActivityID   int           `json:"activity_id"`
-		ActivityName string        `json:"activity_name"`
-		TypeUID      int           `json:"type_uid"`
-		TypeName     string        `json:"type_name"`
-		Time         int64         `json:"time"`
-		SeverityID   int           `json:"severity_id"`
-		Severity     string        `json:"severity"`
-		StatusID     int           `json:"status_id"`
-		Status       string        `json:"status"`
-		StatusCode   string        `json:"status_code,omitempty"`
-		StatusDetail string        `json:"status_detail,omitempty"`
-		Message      string        `json:"message"`
-		Count        int32         `json:"count,omitempty"`
-		Metadata     ocsfMetadata  `json:"metadata"`
-		App          ocsfProduct   `json:"app"`
-		Container    *ocsfContainr `json:"container,omitempty"`
-		Unmapped     ocsfUnmapped  `json:"unmapped"`
+		ClassUID     int          `json:"class_uid"`
+		ClassName    string       `json:"class_name"`
+		CategoryUID  int          `json:"category_uid"`
+		CategoryName string       `json:"category_name"`
+		ActivityID   int          `json:"activity_id"`
+		ActivityName string       `json:"activity_name"`
+		TypeUID      int          `json:"type_uid"`
+		TypeName     string       `json:"type_name"`
+		Time         int64        `json:"time"`
+		SeverityID   int          `json:"severity_id"`
+		Severity     string       `json:"severity"`
+		StatusID     int          `json:"status_id"`
+		Status       string       `json:"status"`
+		StatusCode   string       `json:"status_code,omitempty"`
+		StatusDetail string       `json:"status_detail,omitempty"`
+		Message      string       `json:"message"`
+		Count        int32        `json:"count,omitempty"`
+		Metadata     ocsfMetadata `json:"metadata"`
+		App          ocsfProduct  `json:"app"`
+		Device       *ocsfDevice  `json:"device,omitempty"`
+		Unmapped     ocsfUnmapped `json:"unmapped"`
 	}
 	ocsfMetadata struct {
-		Version        string      `json:"version"`
-		Product        ocsfProduct `json:"product"`
-		Profiles       []string    `json:"profiles"`
-		UID            string      `json:"uid"`
-		CorrelationUID string      `json:"correlation_uid,omitempty"`
-		EventCode      string      `json:"event_code,omitempty"`
-		LogName        string      `json:"log_name"`
-		LoggedTime     int64       `json:"logged_time,omitempty"`
-		OriginalTime   string      `json:"original_time,omitempty"`
+		Version          string      `json:"version"`
+		Product          ocsfProduct `json:"product"`
+		Profiles         []string    `json:"profiles,omitempty"`
+		UID              string      `json:"uid"`
+		OriginalEventUID string      `json:"original_event_uid,omitempty"`
+		CorrelationUID   string      `json:"correlation_uid,omitempty"`
+		EventCode        string      `json:"event_code,omitempty"`
+		LogName          string      `json:"log_name"`
+		LoggedTime       int64       `json:"logged_time,omitempty"`
+		OriginalTime     string      `json:"original_time,omitempty"`
+		IsTruncated      bool        `json:"is_truncated,omitempty"`
 	}
 	ocsfProduct struct {
 		Name       string `json:"name"`
@@ -149,60 +171,133 @@ type (
 		Version    string `json:"version,omitempty"`
 		UID        string `json:"uid,omitempty"`
 	}
-	ocsfContainr struct {
-		Name  string     `json:"name"`
-		UID   string     `json:"uid,omitempty"`
-		Image *ocsfImage `json:"image,omitempty"`
+	// ocsfDevice is the node the kubelet that reported the event runs on
+	// (host profile); it carries the container (the container profile of
+	// the endpoint object).
+	ocsfDevice struct {
+		TypeID    int            `json:"type_id"`
+		Type      string         `json:"type"`
+		Name      string         `json:"name"`
+		Container *ocsfContainer `json:"container,omitempty"`
+	}
+	ocsfContainer struct {
+		Name         string     `json:"name"`
+		PodUUID      string     `json:"pod_uuid,omitempty"`
+		Orchestrator string     `json:"orchestrator"`
+		Image        *ocsfImage `json:"image,omitempty"`
 	}
 	ocsfImage struct {
+		UID  string `json:"uid"`
 		Name string `json:"name"`
 	}
-	// ocsfUnmapped holds what OCSF has no attribute for, under eventpipe's
-	// own names (the same as the JSON value format's).
+	// ocsfUnmapped holds every field of the occurrence OCSF has no
+	// attribute for, under eventpipe's own names (those of the JSON value
+	// format), and copies of the ones whose OCSF attribute changes their
+	// form (the sandbox in app, times in milliseconds).
 	ocsfUnmapped struct {
-		EventID            string                 `json:"event_id"`
-		Cluster            string                 `json:"cluster,omitempty"`
-		Namespace          string                 `json:"namespace,omitempty"`
-		Type               string                 `json:"type,omitempty"`
-		Reason             string                 `json:"reason,omitempty"`
-		ReportingComponent string                 `json:"reporting_component,omitempty"`
-		InvolvedObject     *eventpipev1.ObjectRef `json:"involved_object,omitempty"`
-		Sandbox            *eventpipev1.Sandbox   `json:"sandbox,omitempty"`
-		Attribution        string                 `json:"attribution,omitempty"`
-		Role               string                 `json:"role,omitempty"`
-		Container          string                 `json:"container,omitempty"`
-		ImageRole          string                 `json:"image_role,omitempty"`
-		PullFailure        *ocsfPullFailure       `json:"pull_failure,omitempty"`
-		Progress           *eventpipev1.Progress  `json:"progress,omitempty"`
-		MessageTruncated   bool                   `json:"message_truncated,omitempty"`
+		SchemaVersion      uint32           `json:"schema_version,omitempty"`
+		EventID            string           `json:"event_id"`
+		ObservedAt         string           `json:"observed_at,omitempty"`
+		Cluster            string           `json:"cluster,omitempty"`
+		Namespace          string           `json:"namespace,omitempty"`
+		Event              *ocsfEventRef    `json:"event,omitempty"`
+		InvolvedObject     *ocsfObjectRef   `json:"involved_object,omitempty"`
+		Type               string           `json:"type,omitempty"`
+		Reason             string           `json:"reason,omitempty"`
+		MessageTruncated   bool             `json:"message_truncated,omitempty"`
+		ReportingComponent string           `json:"reporting_component,omitempty"`
+		ReportingInstance  string           `json:"reporting_instance,omitempty"`
+		Action             string           `json:"action,omitempty"`
+		Sandbox            *ocsfSandbox     `json:"sandbox,omitempty"`
+		Attribution        string           `json:"attribution,omitempty"`
+		Role               string           `json:"role,omitempty"`
+		Container          string           `json:"container,omitempty"`
+		Image              string           `json:"image,omitempty"`
+		ImageRole          string           `json:"image_role,omitempty"`
+		PullFailure        *ocsfPullFailure `json:"pull_failure,omitempty"`
+		Progress           *ocsfProgress    `json:"progress,omitempty"`
+		Blocker            *ocsfBlocker     `json:"blocker,omitempty"`
+	}
+	ocsfEventRef struct {
+		Name            string `json:"name,omitempty"`
+		UID             string `json:"uid,omitempty"`
+		ResourceVersion string `json:"resource_version,omitempty"`
+		APIVersion      string `json:"api_version,omitempty"`
+	}
+	ocsfObjectRef struct {
+		Kind       string `json:"kind,omitempty"`
+		APIVersion string `json:"api_version,omitempty"`
+		Namespace  string `json:"namespace,omitempty"`
+		Name       string `json:"name,omitempty"`
+		UID        string `json:"uid,omitempty"`
+		FieldPath  string `json:"field_path,omitempty"`
+	}
+	ocsfSandbox struct {
+		ID          string `json:"id,omitempty"`
+		Name        string `json:"name,omitempty"`
+		Workspace   string `json:"workspace,omitempty"`
+		GatewayID   string `json:"gateway_id,omitempty"`
+		CRNamespace string `json:"cr_namespace,omitempty"`
+		CRName      string `json:"cr_name,omitempty"`
 	}
 	ocsfPullFailure struct {
 		Category    string `json:"category"`
 		Image       string `json:"image,omitempty"`
 		Disposition string `json:"disposition,omitempty"`
 		Attempts    uint32 `json:"attempts,omitempty"`
+		FirstSeen   string `json:"first_seen,omitempty"`
+		LastSeen    string `json:"last_seen,omitempty"`
 		Detail      string `json:"detail,omitempty"`
+		Source      string `json:"source,omitempty"`
+	}
+	ocsfProgress struct {
+		CompleteStep  string `json:"complete_step,omitempty"`
+		CompleteLabel string `json:"complete_label,omitempty"`
+		ActiveStep    string `json:"active_step,omitempty"`
+		ActiveDetail  string `json:"active_detail,omitempty"`
+	}
+	ocsfBlocker struct {
+		Kind        string `json:"kind"`
+		Cause       string `json:"cause,omitempty"`
+		Object      string `json:"object,omitempty"`
+		Container   string `json:"container,omitempty"`
+		Disposition string `json:"disposition,omitempty"`
+		Attempts    uint32 `json:"attempts,omitempty"`
+		FirstSeen   string `json:"first_seen,omitempty"`
+		LastSeen    string `json:"last_seen,omitempty"`
+		Detail      string `json:"detail,omitempty"`
+		Source      string `json:"source,omitempty"`
+		Fix         string `json:"fix,omitempty"`
+		ExitCode    int32  `json:"exit_code,omitempty"`
+		HasExitCode bool   `json:"has_exit_code,omitempty"`
 	}
 )
 
-var productVersion = sync.OnceValue(func() string {
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
-		return bi.Main.Version
+// ocsfTime is a time of the occurrence in the unmapped members: RFC 3339
+// UTC with nanoseconds, as in the JSON value format ("" when unset).
+func ocsfTime(t *timestamppb.Timestamp) string {
+	if t == nil {
+		return ""
 	}
-	return "unknown"
-})
+	return t.AsTime().UTC().Format(time.RFC3339Nano)
+}
 
 // OCSF returns the OCSF 1.8.0 Application Lifecycle event for o.
 func OCSF(o *eventpipev1.Occurrence) ocsfEvent {
 	activity := ocsfActivity(o)
-	severity, status := ocsfSeverityStatus(o)
+	activityName := ocsfActivityNames[activity]
+	if activity == OCSFActivityOther {
+		// Other: the activity name is the source's own word for it.
+		activityName = o.GetReason()
+	}
+	severity, status, detail := ocsfSeverityStatus(o)
 	ev := ocsfEvent{
 		ClassUID:     OCSFClassUID,
 		ClassName:    OCSFClassName,
 		CategoryUID:  OCSFCategoryUID,
 		CategoryName: OCSFCategoryName,
 		ActivityID:   activity,
-		ActivityName: ocsfActivityNames[activity],
+		ActivityName: activityName,
 		TypeUID:      OCSFClassUID*100 + activity,
 		TypeName:     OCSFClassName + ": " + ocsfActivityNames[activity],
 		Time:         o.GetOccurredAt().AsTime().UnixMilli(),
@@ -211,31 +306,36 @@ func OCSF(o *eventpipev1.Occurrence) ocsfEvent {
 		StatusID:     status,
 		Status:       ocsfStatusNames[status],
 		StatusCode:   o.GetReason(),
+		StatusDetail: detail,
 		Message:      o.GetMessage(),
 		Count:        o.GetCount(),
 		Metadata: ocsfMetadata{
-			Version:        OCSFVersion,
-			Product:        ocsfProduct{Name: ocsfProductName, VendorName: ocsfProductVendor, Version: productVersion()},
-			Profiles:       []string{"container"},
-			UID:            o.GetEventId(),
-			CorrelationUID: o.GetSandbox().GetId(),
-			EventCode:      o.GetReason(),
-			LogName:        ocsfLogName,
+			Version:          OCSFVersion,
+			Product:          ocsfProduct{Name: ocsfProductName, VendorName: ocsfProductVendor, Version: buildinfo.Version()},
+			UID:              o.GetEventId(),
+			OriginalEventUID: o.GetEvent().GetUid(),
+			CorrelationUID:   o.GetSandbox().GetId(),
+			EventCode:        o.GetReason(),
+			LogName:          ocsfLogName,
+			IsTruncated:      o.GetMessageTruncated(),
 		},
 		Unmapped: ocsfUnmapped{
+			SchemaVersion:      o.GetSchemaVersion(),
 			EventID:            o.GetEventId(),
+			ObservedAt:         ocsfTime(o.GetObservedAt()),
 			Cluster:            o.GetCluster(),
 			Namespace:          o.GetNamespace(),
 			Type:               o.GetType(),
 			Reason:             o.GetReason(),
+			MessageTruncated:   o.GetMessageTruncated(),
 			ReportingComponent: o.GetReportingComponent(),
-			InvolvedObject:     o.GetInvolvedObject(),
+			ReportingInstance:  o.GetReportingInstance(),
+			Action:             o.GetAction(),
 			Attribution:        o.GetAttribution(),
 			Role:               o.GetRole(),
 			Container:          o.GetContainer(),
+			Image:              o.GetImage(),
 			ImageRole:          o.GetImageRole(),
-			Progress:           o.GetProgress(),
-			MessageTruncated:   o.GetMessageTruncated(),
 		},
 	}
 	if t := o.GetObservedAt(); t != nil {
@@ -244,33 +344,92 @@ func OCSF(o *eventpipev1.Occurrence) ocsfEvent {
 	if t := o.GetOccurredAt(); t != nil {
 		ev.Metadata.OriginalTime = t.AsTime().UTC().Format("2006-01-02T15:04:05.000000000Z07:00")
 	}
+	if e := o.GetEvent(); e != nil {
+		ev.Unmapped.Event = &ocsfEventRef{Name: e.GetName(), UID: e.GetUid(), ResourceVersion: e.GetResourceVersion(), APIVersion: e.GetApiVersion()}
+	}
+	if r := o.GetInvolvedObject(); r != nil {
+		ev.Unmapped.InvolvedObject = &ocsfObjectRef{Kind: r.GetKind(), APIVersion: r.GetApiVersion(), Namespace: r.GetNamespace(),
+			Name: r.GetName(), UID: r.GetUid(), FieldPath: r.GetFieldPath()}
+	}
+	if p := o.GetProgress(); p != nil {
+		ev.Unmapped.Progress = &ocsfProgress{CompleteStep: p.GetCompleteStep(), CompleteLabel: p.GetCompleteLabel(),
+			ActiveStep: p.GetActiveStep(), ActiveDetail: p.GetActiveDetail()}
+	}
 	if pf := o.GetPullFailure(); pf != nil {
-		ev.StatusDetail = pf.GetCategory()
 		ev.Unmapped.PullFailure = &ocsfPullFailure{
-			Category: pf.GetCategory(), Image: pf.GetImage(), Disposition: pf.GetDisposition(),
-			Attempts: pf.GetAttempts(), Detail: pf.GetDetail(),
+			Category: pf.GetCategory(), Image: pf.GetImage(), Disposition: pf.GetDisposition(), Attempts: pf.GetAttempts(),
+			FirstSeen: ocsfTime(pf.GetFirstSeen()), LastSeen: ocsfTime(pf.GetLastSeen()), Detail: pf.GetDetail(), Source: pf.GetSource(),
 		}
 	}
+	if bl := o.GetBlocker(); bl != nil {
+		ev.Unmapped.Blocker = &ocsfBlocker{
+			Kind: bl.GetKind(), Cause: bl.GetCause(), Object: bl.GetObject(), Container: bl.GetContainer(),
+			Disposition: bl.GetDisposition(), Attempts: bl.GetAttempts(), FirstSeen: ocsfTime(bl.GetFirstSeen()),
+			LastSeen: ocsfTime(bl.GetLastSeen()), Detail: bl.GetDetail(), Source: bl.GetSource(), Fix: bl.GetFix(),
+			ExitCode: bl.GetExitCode(), HasExitCode: bl.GetHasExitCode(),
+		}
+	}
+	if sb := o.GetSandbox(); sb != nil {
+		ev.Unmapped.Sandbox = &ocsfSandbox{ID: sb.GetId(), Name: sb.GetName(), Workspace: sb.GetWorkspace(),
+			GatewayID: sb.GetGatewayId(), CRNamespace: sb.GetCrNamespace(), CRName: sb.GetCrName()}
+	}
+	ev.App = ocsfApp(o)
+	if d := ocsfNode(o); d != nil {
+		ev.Device = d
+		ev.Metadata.Profiles = []string{"host", "container"}
+	}
+	return ev
+}
+
+// ocsfApp is the application whose lifecycle the event reports: the
+// sandbox, else the Kubernetes object the event is about.
+func ocsfApp(o *eventpipev1.Occurrence) ocsfProduct {
 	if sb := o.GetSandbox(); sb.GetId() != "" {
-		// The sandbox is the application whose lifecycle this is, named as
-		// OpenShell's own audit events name it in their container object.
-		ev.Unmapped.Sandbox = sb
 		name := sb.GetName()
 		if name == "" {
 			name = sb.GetCrName()
 		}
-		ev.App = ocsfProduct{Name: name, UID: sb.GetId(), VendorName: ocsfSandboxVendor}
-		ev.Container = &ocsfContainr{Name: name, UID: sb.GetId()}
-		if img := o.GetImage(); img != "" {
-			ev.Container.Image = &ocsfImage{Name: img}
-		}
-	} else {
-		// No sandbox: the application is the Kubernetes object itself.
-		ref := o.GetInvolvedObject()
-		ev.App = ocsfProduct{Name: ref.GetKind() + "/" + ref.GetName(), UID: ref.GetUid(), VendorName: "Kubernetes"}
+		return ocsfProduct{Name: name, UID: sb.GetId(), VendorName: ocsfSandboxVendor}
 	}
-	return ev
+	ref := o.GetInvolvedObject()
+	app := ocsfProduct{UID: ref.GetUid(), VendorName: "Kubernetes"}
+	if ref.GetName() != "" {
+		app.Name = ref.GetKind() + "/" + ref.GetName()
+	}
+	if app.Name == "" && app.UID == "" {
+		app.Name = "unknown" // the product object needs a name or a uid
+	}
+	return app
 }
+
+// ocsfNode is the device of a container event the kubelet reported: the
+// node (the kubelet's instance), with the container named by the event.
+// Other reporters (the scheduler, controllers, eventpipe's own pod status
+// diagnosis) run elsewhere than the container, so their events carry no
+// device and the container stays in unmapped.
+func ocsfNode(o *eventpipev1.Occurrence) *ocsfDevice {
+	node, name := o.GetReportingInstance(), o.GetContainer()
+	if o.GetReportingComponent() != "kubelet" || node == "" || name == "" {
+		return nil
+	}
+	c := &ocsfContainer{Name: name, Orchestrator: "Kubernetes"}
+	if ref := o.GetInvolvedObject(); ref.GetKind() == "Pod" && uuidRE.MatchString(ref.GetUid()) {
+		c.PodUUID = ref.GetUid()
+	}
+	// The image object needs the image's unique id: only a reference
+	// pinned by digest has one. A tag alone stays in unmapped.image.
+	if img := o.GetImage(); img != "" {
+		if at := strings.LastIndexByte(img, '@'); at > 0 && digestRE.MatchString(img[at+1:]) {
+			c.Image = &ocsfImage{UID: img[at+1:], Name: img}
+		}
+	}
+	return &ocsfDevice{TypeID: 0, Type: "Unknown", Name: node, Container: c}
+}
+
+var (
+	uuidRE   = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
+	digestRE = regexp.MustCompile(`^[a-z0-9]+(?:[.+_-][a-z0-9]+)*:[a-zA-Z0-9=_-]{32,}$`)
+)
 
 // AppendOCSF appends the OCSF JSON value of o to b.
 func AppendOCSF(b []byte, o *eventpipev1.Occurrence) ([]byte, error) {

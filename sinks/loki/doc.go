@@ -37,7 +37,7 @@
 // The line is one JSON object with a fixed field order (README.md): the
 // same occurrence always gives the same bytes. Structured metadata carries
 // event_id, occurred_at, sandbox_id, sandbox_name, reason, pull_category,
-// container and image.
+// blocker_cause, container and image.
 //
 // The entry timestamp is the occurrence time. An occurrence older than
 // max_age (or further ahead than max_future) is sent with the push time

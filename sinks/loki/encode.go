@@ -29,6 +29,7 @@ const (
 	MetaSandboxName  = "sandbox_name"
 	MetaReason       = "reason"
 	MetaPullCategory = "pull_category"
+	MetaBlockerCause = "blocker_cause"
 	MetaContainer    = "container"
 	MetaImage        = "image"
 )
@@ -175,6 +176,7 @@ func appendMetadata(dst []labelPair, o *eventpipev1.Occurrence, occurred time.Ti
 	add(MetaSandboxName, o.GetSandbox().GetName())
 	add(MetaReason, o.GetReason())
 	add(MetaPullCategory, o.GetPullFailure().GetCategory())
+	add(MetaBlockerCause, o.GetBlocker().GetCause())
 	add(MetaContainer, o.GetContainer())
 	image := o.GetImage()
 	if image == "" {
@@ -313,6 +315,23 @@ func appendLine(dst []byte, o *eventpipev1.Occurrence, maxMessage int) []byte {
 		w.str("complete_label", p.GetCompleteLabel())
 		w.str("active_step", p.GetActiveStep())
 		w.str("active_detail", p.GetActiveDetail())
+		w.close()
+	}
+	if bl := o.GetBlocker(); bl != nil {
+		w.open("blocker")
+		w.str("kind", bl.GetKind())
+		w.str("cause", bl.GetCause())
+		w.str("object", bl.GetObject())
+		w.str("container", bl.GetContainer())
+		w.str("disposition", bl.GetDisposition())
+		w.num("attempts", int64(bl.GetAttempts()))
+		w.ts("first_seen", bl.GetFirstSeen())
+		w.ts("last_seen", bl.GetLastSeen())
+		w.str("detail", bl.GetDetail())
+		w.str("source", bl.GetSource())
+		w.str("fix", bl.GetFix())
+		w.num("exit_code", int64(bl.GetExitCode()))
+		w.boolean("has_exit_code", bl.GetHasExitCode())
 		w.close()
 	}
 	msg := o.GetMessage()

@@ -21,6 +21,7 @@ import (
 	"github.com/golang/snappy"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/eventpipe/eventpipe/internal/buildinfo"
 	"github.com/eventpipe/eventpipe/sinks"
 )
 
@@ -398,7 +399,7 @@ func (s *Sink) send(ctx context.Context, tenant string, entries []*entry) error 
 	}
 	req.ContentLength = int64(len(body))
 	req.Header.Set("Content-Type", contentType)
-	req.Header.Set("User-Agent", "eventpipe-loki-sink")
+	req.Header.Set("User-Agent", buildinfo.UserAgent("loki-sink"))
 	if tenant != "" {
 		req.Header.Set("X-Scope-OrgID", tenant)
 	}

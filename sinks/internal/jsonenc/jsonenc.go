@@ -200,6 +200,23 @@ func AppendProtoJSON(b []byte, o *eventpipev1.Occurrence) ([]byte, error) {
 		w.str("active_detail", p.GetActiveDetail())
 		w.close()
 	}
+	if bl := o.GetBlocker(); bl != nil {
+		w.open("blocker")
+		w.str("kind", bl.GetKind())
+		w.str("cause", bl.GetCause())
+		w.str("object", bl.GetObject())
+		w.str("container", bl.GetContainer())
+		w.str("disposition", bl.GetDisposition())
+		w.uint("attempts", uint64(bl.GetAttempts()))
+		w.ts("first_seen", bl.GetFirstSeen())
+		w.ts("last_seen", bl.GetLastSeen())
+		w.str("detail", bl.GetDetail())
+		w.str("source", bl.GetSource())
+		w.str("fix", bl.GetFix())
+		w.int("exit_code", int64(bl.GetExitCode()))
+		w.bool("has_exit_code", bl.GetHasExitCode())
+		w.close()
+	}
 	w.b = append(w.b, '}')
 	return w.b, w.err
 }

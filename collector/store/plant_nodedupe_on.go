@@ -1,0 +1,5 @@
+//go:build plant_nodedupe
+
+package store
+
+const plantNoDedupe = true

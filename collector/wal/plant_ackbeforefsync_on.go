@@ -1,0 +1,5 @@
+//go:build plant_ackbeforefsync
+
+package wal
+
+const plantSkipFsync = true

@@ -1,0 +1,5 @@
+//go:build plant_offsetreuse
+
+package wal
+
+const plantReuseOffsets = true
