@@ -48,7 +48,9 @@ type readinessLog interface {
 // (eventpipe_sink_lost_records_total, docs/operations.md), and so is
 // acknowledged data found lost in the log
 // (eventpipe_collector_log_data_loss_records_total; at start-up the store
-// refuses such a log unless store.accept_data_loss is set).
+// refuses such a log unless store.accept_data_loss is set). A log that
+// consumers cannot read past (a read that keeps failing at one offset) does
+// make it unready: what it acknowledges would never be delivered.
 type readiness struct {
 	log readinessLog
 	// what names the log in messages ("store" when empty).
@@ -63,6 +65,11 @@ func (r *readiness) check(time.Time) []string {
 			what = "store"
 		}
 		problems = append(problems, what+" not writable: "+err.Error())
+	}
+	if rl, ok := r.log.(interface{ Readable() error }); ok {
+		if err := rl.Readable(); err != nil {
+			problems = append(problems, "log not readable: "+err.Error())
+		}
 	}
 	return problems
 }

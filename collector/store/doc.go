@@ -45,6 +45,9 @@
 //     dirty pages clean, so data readable after it may not be on disk; only a
 //     restart of the machine would show that. PostgreSQL answers this by
 //     crashing; we refuse, repair and re-verify instead.
+//   - Readable reports an offset consumers cannot read past (a read that
+//     failed there and that no later read got past), so that /readyz shows
+//     a log whose consumers cannot progress.
 //   - Errors wrapping ErrInvalid are about the batch itself (not retryable);
 //     ErrClosed after Close.
 //

@@ -70,6 +70,12 @@ type Store struct {
 	closed    bool
 	repairs   uint64 // generation: incremented by every repair
 
+	// stuck is the lowest offset a Read could not get past (a damaged log
+	// a consumer cannot progress through), nil when every read that failed
+	// has since got past it. Readable reports it to /readyz.
+	stuckMu sync.Mutex
+	stuck   *readFailure
+
 	gmu      sync.Mutex
 	queue    []*request
 	flushing bool
@@ -752,8 +758,16 @@ func (s *Store) Read(ctx context.Context, from uint64, max int) ([]sinks.Record,
 	s.walMu.RLock()
 	entries, skipped, err := s.w.ReadSkip(from, max)
 	s.walMu.RUnlock()
-	if err != nil && len(entries) == 0 {
-		return nil, 0, fmt.Errorf("read log at %d: %w", from, err)
+	out, err := s.decode(from, entries, err)
+	s.noteRead(from, out, err)
+	return out, skipped, err
+}
+
+// decode turns log entries read from from into records; readErr is the
+// log's error after those entries.
+func (s *Store) decode(from uint64, entries []wal.Entry, readErr error) ([]sinks.Record, error) {
+	if readErr != nil && len(entries) == 0 {
+		return nil, fmt.Errorf("read log at %d: %w", from, readErr)
 	}
 	out := make([]sinks.Record, 0, len(entries))
 	for _, e := range entries {
@@ -766,14 +780,53 @@ func (s *Store) Read(ctx context.Context, from uint64, max int) ([]sinks.Record,
 			derr = proto.Unmarshal(payload, occ)
 		}
 		if derr != nil {
-			return out, skipped, fmt.Errorf("decode record %d: %w", e.Offset, derr)
+			return out, fmt.Errorf("decode record %d: %w", e.Offset, derr)
 		}
 		out = append(out, sinks.Record{Offset: e.Offset, Occurrence: occ})
 	}
-	if err != nil {
-		return out, skipped, fmt.Errorf("read log after %d: %w", from, err)
+	if readErr != nil {
+		return out, fmt.Errorf("read log after %d: %w", from, readErr)
 	}
-	return out, skipped, nil
+	return out, nil
+}
+
+// readFailure is where a Read stopped and why.
+type readFailure struct {
+	at  uint64
+	err error
+}
+
+// noteRead remembers the lowest offset a read could not get past and
+// forgets it once a read got past it: a consumer retrying a read that
+// fails (a damaged record it cannot decode, a segment it cannot read) is
+// stuck for ever, which /readyz must show (Readable).
+func (s *Store) noteRead(from uint64, out []sinks.Record, err error) {
+	at := from
+	if len(out) > 0 {
+		at = out[len(out)-1].Offset + 1
+	}
+	s.stuckMu.Lock()
+	defer s.stuckMu.Unlock()
+	switch {
+	case err != nil && (errors.Is(err, ErrClosed) || errors.Is(err, wal.ErrClosed)):
+	case err != nil:
+		if s.stuck == nil || at <= s.stuck.at {
+			s.stuck = &readFailure{at: at, err: err}
+		}
+	case s.stuck != nil && from <= s.stuck.at && (len(out) == 0 || at > s.stuck.at):
+		s.stuck = nil
+	}
+}
+
+// Readable returns nil unless a read of the log failed at an offset no
+// later read got past (consumers starting there cannot progress).
+func (s *Store) Readable() error {
+	s.stuckMu.Lock()
+	defer s.stuckMu.Unlock()
+	if s.stuck == nil {
+		return nil
+	}
+	return fmt.Errorf("consumers cannot read past offset %d: %w", s.stuck.at, s.stuck.err)
 }
 
 // Wait blocks until a record with Offset > after exists, or ctx ends.

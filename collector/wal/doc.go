@@ -7,6 +7,11 @@
 //     that append concurrently share one write and one fsync (group commit).
 //     First/last offsets are dense: a batch of n records gets n consecutive
 //     offsets.
+//   - Every bit of a segment header is checked against what it must hold
+//     (constants, the file name, the first frame's version). A damaged
+//     header costs no record, since the frames carry their own offsets and
+//     checksums; it counts as damaged fsynced bytes (refused unless
+//     accepted, then ERROR, counted and rewritten), never as a torn tail.
 //   - Every frame carries its offset and checksum. Open verifies the last
 //     segment, resynchronises after a damaged frame so that one bad record
 //     costs that record only, and tells a torn write (the last, never

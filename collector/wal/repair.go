@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"os"
 	"path/filepath"
@@ -105,6 +106,110 @@ type scan struct {
 	damage         []damaged // between intact frames, in file order
 	tail           *damaged  // damage running to the end of the file
 	lastRoundStart int64     // position of the last intact round-start frame, -1 if none
+	// Set by scanFile: the format version the frames were read with, the
+	// segment's first offset and, when the header was damaged, its bytes.
+	ver    byte
+	first  uint64
+	header *damaged
+}
+
+// damaged reports whether the scan found anything to repair.
+func (sc scan) damaged() bool { return len(sc.damage) > 0 || sc.tail != nil || sc.header != nil }
+
+// scanFile checks the header of a segment of size bytes starting at first
+// and scans its frames with the version found (see headerVersion). A
+// damaged header does not end the scan: the frames carry their own offsets
+// and checksums.
+func scanFile(f File, first uint64, size int64, maxRec int) (scan, error) {
+	ver, bad, err := headerVersion(f, first, size, maxRec)
+	if err != nil {
+		return scan{}, fmt.Errorf("read header: %w", err)
+	}
+	sc, err := scanSegment(f, ver, first, size, maxRec)
+	sc.ver, sc.first = ver, first
+	if bad {
+		sc.header = &damaged{from: 0, to: min(size, headerSize), offFrom: first, offTo: first - 1}
+	}
+	return sc, err
+}
+
+// headerVersion returns the format version to read a segment's frames with
+// and whether its header is damaged. The header holds nothing that is not
+// known elsewhere: the magic and the zero bytes are constants, the first
+// offset is the file name, and the version must agree with the first
+// frame, whose checksum settles it. So every header byte is checked, and
+// when the header is damaged the first frame names the version (version 2,
+// which can be resynchronised, when the first frame is damaged too).
+func headerVersion(f File, first uint64, size int64, maxRec int) (ver byte, bad bool, err error) {
+	var hdr [headerSize]byte
+	n, err := f.ReadAt(hdr[:], 0)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return 0, false, err
+	}
+	hv, ok := parseHeader(hdr, first)
+	ok = ok && n == headerSize
+	fv, err := firstFrameVersion(f, first, size, maxRec)
+	if err != nil {
+		return 0, false, err
+	}
+	switch {
+	case ok && (fv == 0 || fv == hv):
+		return hv, false, nil
+	case fv != 0:
+		return fv, true, nil
+	default:
+		return formatV2, true, nil
+	}
+}
+
+// firstFrameVersion returns the version (formatV2 or formatV1) as which the
+// frame right after the header is intact, or 0 when it is intact as
+// neither.
+func firstFrameVersion(f File, first uint64, size int64, maxRec int) (byte, error) {
+	var h [frameHeaderV2]byte
+	n, err := f.ReadAt(h[:], headerSize)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return 0, err
+	}
+	if n < frameHeaderV1 {
+		return 0, nil
+	}
+	word := binary.LittleEndian.Uint32(h[0:4])
+	read := func(from, l int64) ([]byte, error) {
+		b := make([]byte, l)
+		if _, err := f.ReadAt(b, from); err != nil && !errors.Is(err, io.EOF) {
+			return nil, err
+		}
+		return b, nil
+	}
+	if l := int64(word & lengthMask); n == frameHeaderV2 && l > 0 && l <= int64(maxRec) && headerSize+frameHeaderV2+l <= size {
+		b, err := read(headerSize, frameHeaderV2+l)
+		if err != nil {
+			return 0, err
+		}
+		if fm, ok := parseFrame(b, maxRec); ok && fm.off >= first {
+			return formatV2, nil
+		}
+	}
+	if l := int64(word); l > 0 && l <= int64(maxRec) && headerSize+frameHeaderV1+l <= size {
+		b, err := read(headerSize+frameHeaderV1, l)
+		if err != nil {
+			return 0, err
+		}
+		if crc32.Update(crc32.Checksum(h[0:4], castagnol), castagnol, b) == binary.LittleEndian.Uint32(h[4:8]) {
+			return formatV1, nil
+		}
+	}
+	return 0, nil
+}
+
+// headerLoss is the loss a damaged header stands for: no record, since the
+// frames are read by their own offsets and checksums, but fsynced bytes
+// the disk altered (a header is fsynced before any frame is written).
+func headerLoss(segment string, h damaged) Loss {
+	return Loss{Segment: segment, From: h.offFrom, To: h.offTo, Bytes: h.to - h.from,
+		Reason: "segment header damaged (fsynced before any frame: the disk altered it); " +
+			"the frames were read by their own offsets and checksums and the header is rewritten when the loss is accepted"}
 }
 
 // scanSegment reads every frame of a segment of size bytes. Version 2
@@ -223,11 +328,15 @@ func (w *WAL) rewriteSegment(f File, path string, sc scan) error {
 		}
 		return nil
 	}
-	pos := int64(0)
+	// A fresh header (the scan checked every byte of the old one against
+	// what it must hold), then the intact frames.
+	err = writeFull(out, encodeHeader(sc.ver, sc.first))
+	pos := int64(headerSize)
 	for _, d := range sc.damage {
-		if err = copyRange(pos, d.from); err != nil {
+		if err != nil {
 			break
 		}
+		err = copyRange(pos, d.from)
 		pos = d.to
 	}
 	if err == nil {
@@ -307,11 +416,11 @@ func (w *WAL) RewriteDamaged() error {
 // rewriteSealedLocked rewrites s when its scan found damage. Callers hold
 // w.mu and s.mu.
 func (w *WAL) rewriteSealedLocked(s *segment) error {
-	if !s.indexed || len(s.skips) == 0 || s.rf == nil {
+	if !s.indexed || (len(s.skips) == 0 && !s.badHeader) || s.rf == nil {
 		return nil
 	}
 	name := filepath.Base(s.path)
-	sc, err := scanSegment(s.rf, s.version, s.first, s.dsize, w.opts.MaxRecordBytes)
+	sc, err := scanFile(s.rf, s.first, s.dsize, w.opts.MaxRecordBytes)
 	if err != nil {
 		return fmt.Errorf("segment %s: %w", name, err)
 	}
@@ -330,14 +439,14 @@ func (w *WAL) rewriteSealedLocked(s *segment) error {
 		return fmt.Errorf("stat rewritten segment %s: %w", name, err)
 	}
 	s.size, s.dsize = st.Size(), st.Size()
-	sc, err = scanSegment(f, s.version, s.first, s.dsize, w.opts.MaxRecordBytes)
-	if err == nil && (len(sc.damage) > 0 || sc.tail != nil) {
+	sc, err = scanFile(f, s.first, s.dsize, w.opts.MaxRecordBytes)
+	if err == nil && sc.damaged() {
 		err = errors.New("still damaged after the rewrite")
 	}
 	if err != nil {
 		return fmt.Errorf("rescan rewritten segment %s: %w", name, err)
 	}
-	s.index, s.skips, s.lastFrame, s.frames = sc.index, nil, sc.lastOff, sc.frames
+	s.index, s.skips, s.lastFrame, s.frames, s.badHeader = sc.index, nil, sc.lastOff, sc.frames, false
 	w.log.Warn("wal: damaged sealed segment rewritten without its damaged bytes (the loss was accepted)", "segment", name)
 	return nil
 }

@@ -102,11 +102,14 @@ type segment struct {
 	modTime time.Time
 	path    string
 
-	mu      sync.Mutex // guards rf, index, skips, lastFrame, indexed
+	mu      sync.Mutex // guards rf, index, skips, lastFrame, indexed, badHeader
 	rf      File       // read handle, opened lazily
 	index   []indexEntry
 	skips   []damaged // damaged byte ranges readers jump over
 	indexed bool
+	// badHeader: the scan found the header damaged (RewriteDamaged
+	// writes it again).
+	badHeader bool
 	// lastFrame is the offset of the last intact frame (first-1: none),
 	// known once indexed.
 	lastFrame uint64
@@ -277,27 +280,26 @@ func (w *WAL) load() error {
 }
 
 // scanLast checks the header and scans every frame of the last segment. It
-// returns false when the segment has no valid header (and should be
-// dropped).
+// returns false when the segment is no longer than its header and the
+// header is damaged or short (a creation cut short: drop the file).
 func (w *WAL) scanLast(s *segment, sc *scan) (bool, error) {
 	f, err := w.fs.OpenFile(s.path, os.O_RDONLY, 0)
 	if err != nil {
 		return false, fmt.Errorf("open last segment: %w", err)
 	}
 	defer f.Close()
-	var hdr [headerSize]byte
-	if n, err := f.ReadAt(hdr[:], 0); n < headerSize || err != nil && !errors.Is(err, io.EOF) {
-		return false, nil
-	}
-	ver, ok := parseHeader(hdr, s.first)
-	if !ok {
-		return false, nil
-	}
-	s.version = ver
-	*sc, err = scanSegment(f, ver, s.first, s.size, w.opts.MaxRecordBytes)
+	*sc, err = scanFile(f, s.first, s.size, w.opts.MaxRecordBytes)
 	if err != nil {
 		return false, fmt.Errorf("scan segment %s: %w", filepath.Base(s.path), err)
 	}
+	if sc.header != nil && s.size <= headerSize {
+		// Nothing after a damaged or short header: the segment's creation
+		// was cut short (its header is fsynced before any frame is
+		// written), so it never held a record.
+		*sc = scan{}
+		return false, nil
+	}
+	s.version = sc.ver
 	return true, nil
 }
 
@@ -315,6 +317,9 @@ func (w *WAL) repairLast(sc scan) error {
 		if tornFrom == 0 || from < tornFrom {
 			tornFrom = from
 		}
+	}
+	if h := sc.header; h != nil {
+		lost = append(lost, headerLoss(name, *h))
 	}
 	for _, d := range sc.damage {
 		// A later round-start frame proves the damaged bytes were fsynced
@@ -357,12 +362,12 @@ func (w *WAL) repairLast(sc scan) error {
 		return &DataLossError{Dir: w.dir, Lost: lost}
 	}
 
-	if len(sc.damage) > 0 || sc.tail != nil {
+	if len(sc.damage) > 0 || sc.tail != nil || sc.header != nil {
 		f, err := w.fs.OpenFile(s.path, os.O_RDWR, 0)
 		if err != nil {
 			return fmt.Errorf("open last segment for repair: %w", err)
 		}
-		if len(sc.damage) > 0 {
+		if len(sc.damage) > 0 || sc.header != nil {
 			err = w.rewriteSegment(f, s.path, sc)
 		} else {
 			err = f.Truncate(sc.end)
@@ -388,10 +393,10 @@ func (w *WAL) repairLast(sc scan) error {
 		st, err := rf.Stat()
 		if err == nil {
 			s.size = st.Size()
-			sc, err = scanSegment(rf, s.version, s.first, s.size, w.opts.MaxRecordBytes)
+			sc, err = scanFile(rf, s.first, s.size, w.opts.MaxRecordBytes)
 		}
 		rf.Close()
-		if err == nil && (len(sc.damage) > 0 || sc.tail != nil) {
+		if err == nil && sc.damaged() {
 			err = fmt.Errorf("still damaged after the repair")
 		}
 		if err != nil {
@@ -482,17 +487,20 @@ func (w *WAL) findLastRecord() error {
 	return nil
 }
 
-// parseHeader returns the segment's format version.
+// parseHeader returns the segment's format version and whether every byte
+// of the header holds its one expected value (see headerVersion).
 func parseHeader(hdr [headerSize]byte, first uint64) (byte, bool) {
 	ok := [4]byte(hdr[0:4]) == magic && (hdr[4] == formatV1 || hdr[4] == formatV2) &&
-		binary.LittleEndian.Uint64(hdr[8:16]) == first
+		hdr[5]|hdr[6]|hdr[7] == 0 && binary.LittleEndian.Uint64(hdr[8:16]) == first
 	return hdr[4], ok
 }
 
-func encodeHeader(first uint64) []byte {
+// encodeHeader returns the header of a segment of format version ver
+// starting at first.
+func encodeHeader(ver byte, first uint64) []byte {
 	var hdr [headerSize]byte
 	copy(hdr[0:4], magic[:])
-	hdr[4] = formatVersion
+	hdr[4] = ver
 	binary.LittleEndian.PutUint64(hdr[8:16], first)
 	return hdr[:]
 }
@@ -505,7 +513,7 @@ func (w *WAL) createSegment(first uint64) error {
 	if err != nil {
 		return fmt.Errorf("create segment: %w", err)
 	}
-	if err := writeFull(f, encodeHeader(first)); err != nil {
+	if err := writeFull(f, encodeHeader(formatVersion, first)); err != nil {
 		f.Close()
 		return fmt.Errorf("write segment header: %w", err)
 	}
@@ -902,21 +910,17 @@ func (w *WAL) ensureIndexedLocked(s *segment) error {
 		return nil
 	}
 	name := filepath.Base(s.path)
-	var hdr [headerSize]byte
-	if _, err := s.rf.ReadAt(hdr[:], 0); err != nil {
-		return fmt.Errorf("segment %s: %w: header unreadable: %v", name, ErrCorrupt, err)
-	}
-	ver, ok := parseHeader(hdr, s.first)
-	if !ok {
-		return fmt.Errorf("segment %s: %w: bad header", name, ErrCorrupt)
-	}
-	s.version = ver
-	sc, err := scanSegment(s.rf, ver, s.first, s.dsize, w.opts.MaxRecordBytes)
+	sc, err := scanFile(s.rf, s.first, s.dsize, w.opts.MaxRecordBytes)
 	if err != nil {
 		return fmt.Errorf("segment %s: %w", name, err)
 	}
+	ver := sc.ver
+	s.version = ver
 	last := s.first + s.dcount - 1
 	var lost []Loss
+	if h := sc.header; h != nil {
+		lost = append(lost, headerLoss(name, *h))
+	}
 	for _, d := range sc.damage {
 		lost = append(lost, Loss{Segment: name, From: d.offFrom, To: d.offTo, Bytes: d.to - d.from,
 			Reason: "damaged record(s) in a sealed segment (fsynced before the next segment was created)"})
@@ -935,7 +939,7 @@ func (w *WAL) ensureIndexedLocked(s *segment) error {
 		return fmt.Errorf("segment %s: %w: holds offset %d beyond its end %d", name, ErrCorrupt, sc.lastOff, last)
 	}
 	s.index, s.skips, s.lastFrame, s.indexed = sc.index, skips, sc.lastOff, true
-	s.frames = sc.frames
+	s.frames, s.badHeader = sc.frames, sc.header != nil
 	w.recordLoss(lost, w.opts.AcceptDataLoss)
 	return nil
 }
