@@ -49,9 +49,11 @@ test: tools
 	$(GO) vet ./...
 	$(GO) vet -tags agentonly ./cmd/eventpipe   # the slim agent build (and its tests) stays buildable
 	$(GO) test $(GOTEST_FLAGS) ./...
+	cd testenv/build && $(GO) vet ./cri && $(GO) test $(GOTEST_FLAGS) ./cri   # the hollow node's CRI (wrapper module)
 	$(MAKE) chart-check image-check
 
-## tools: kube-apiserver, etcd (testenv/build), victoria-logs and h2peer into $(BIN).
+## tools: kube-apiserver, etcd, kubeparts (the hollow kubelet; testenv/build),
+## victoria-logs and h2peer into $(BIN).
 tools: kube-tools victoria-logs h2peer
 
 kube-tools:

@@ -29,14 +29,11 @@ dest="$(cd "$1" && pwd)"
 export GOWORK=off GOFLAGS=-mod=readonly CGO_ENABLED=0
 GO="${GO:-go}"
 
-# stamp NAME VERSION MODDIR [SRCDIR...]: the text that identifies one build:
-# the module's go.mod/go.sum and, for a binary built from this repository's
-# own sources (kubeparts), those sources.
+# stamp NAME VERSION MODDIR: the text that identifies one build.
 stamp() {
-  local name=$1 version=$2 moddir=$3 sum
-  shift 3
-  sum=$( { cat "$moddir/go.mod" "$moddir/go.sum"; [ $# -eq 0 ] || find "$@" -name '*.go' ! -name '*_test.go' -type f | LC_ALL=C sort | xargs cat; } | sha256sum | cut -c1-16)
-  echo "$name $version mod=$sum $("$GO" env GOOS GOARCH | tr '\n' ' ')"
+  local sum
+  sum=$(cat "$3/go.mod" "$3/go.sum" | sha256sum | cut -c1-16)
+  echo "$1 $2 mod=$sum $("$GO" env GOOS GOARCH | tr '\n' ' ')"
 }
 
 # up_to_date NAME STAMP
@@ -44,26 +41,50 @@ up_to_date() {
   [ -x "$dest/$1" ] && [ -f "$dest/.$1.stamp" ] && [ "$(cat "$dest/.$1.stamp")" = "$2" ]
 }
 
-# build NAME VERSION MODDIR PKG LDFLAGS [SRCDIR...]
+# progress NAME START: reads `go build -v` output (one package path per line
+# as each is compiled) and prints a line every 30 s with the count, so a
+# build of several minutes is seen to move. Everything read is kept in
+# DEST_DIR/.NAME.buildlog for the error report.
+progress() {
+  local name=$1 start=$2 n=0 last=$SECONDS line
+  : > "$dest/.$name.buildlog"
+  while IFS= read -r line; do
+    echo "$line" >> "$dest/.$name.buildlog"
+    n=$((n + 1))
+    if (( SECONDS - last >= 30 )); then
+      echo "build.sh:   $name: $n packages compiled, $(( $(date +%s) - start ))s"
+      last=$SECONDS
+    fi
+  done
+}
+
+# srcsum: a checksum of the wrapper module's own Go files (cmd/kubeparts and
+# the packages beside it; the etcd and agentsandbox modules have none).
+srcsum() {
+  (cd "$here" && find . -name '*.go' -not -path './etcd/*' -not -path './agentsandbox/*' | LC_ALL=C sort | xargs cat) |
+    sha256sum | cut -c1-16
+}
+
+# build NAME VERSION MODDIR PKG LDFLAGS [own]: with "own", the wrapper
+# module's own sources are part of the stamp.
 build() {
-  local name=$1 version=$2 moddir=$3 pkg=$4 ldflags=$5 want start pid rc=0
-  shift 5
-  want=$(stamp "$name" "$version" "$moddir" "$@")
+  local name=$1 version=$2 moddir=$3 pkg=$4 ldflags=$5 own=${6:-} want start rc
+  want=$(stamp "$name" "$version" "$moddir")
+  if [ -n "$own" ]; then
+    want+=" src=$(srcsum)"
+  fi
   if up_to_date "$name" "$want"; then
     echo "build.sh: $name $version up to date in $dest"
     return
   fi
-  echo "build.sh: building $name $version into $dest (cold: minutes; a line a minute until done)"
+  echo "build.sh: building $name $version into $dest"
   start=$(date +%s)
-  (cd "$moddir" && exec "$GO" build -trimpath -ldflags "$ldflags" -o "$dest/.$name.tmp" "$pkg") &
-  pid=$!
-  while ! wait_for "$pid" 60; do
-    echo "build.sh: still building $name ($(( $(date +%s) - start ))s, load $(cut -d' ' -f1 /proc/loadavg 2>/dev/null || echo ?))"
-  done
-  wait "$pid" || rc=$?
-  if [ "$rc" -ne 0 ]; then
-    echo "build.sh: building $name failed (exit $rc)" >&2
-    return "$rc"
+  rc=0
+  (cd "$moddir" && "$GO" build -v -trimpath -ldflags "$ldflags" -o "$dest/.$name.tmp" "$pkg" 2>&1) | progress "$name" "$start" || rc=$?
+  if [ "$rc" -ne 0 ] || [ ! -x "$dest/.$name.tmp" ]; then
+    echo "build.sh: building $name failed; the end of its output:" >&2
+    grep -v '^[a-zA-Z0-9._/-]*$' "$dest/.$name.buildlog" | tail -n 40 >&2 || true
+    exit 1
   fi
   mv -f "$dest/.$name.tmp" "$dest/$name"
   echo "$want" > "$dest/.$name.stamp"
@@ -110,7 +131,7 @@ main() {
   # kubeparts: kube-scheduler, kube-controller-manager and the hollow kubelet
   # with eventpipe's CRI (cmd/kubeparts, cri): one binary, one link (linking
   # is most of a warm build).
-  build kubeparts "$KUBE_VERSION" "$here" ./cmd/kubeparts "$kflags" "$here/cmd/kubeparts" "$here/cri"
+  build kubeparts "$KUBE_VERSION" "$here" ./cmd/kubeparts "$kflags" own
 
   local aflags="-s -w"
   for v in gitVersion=$AGENT_SANDBOX_VERSION gitSHA=none buildDate=1970-01-01T00:00:00Z; do

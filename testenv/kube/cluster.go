@@ -86,10 +86,11 @@ type Cluster struct {
 	apiserverBin   string
 	apiserverArgs  []string
 
-	mu        sync.Mutex // guards etcd, apiserver, writers, stopped
+	mu        sync.Mutex // guards etcd, apiserver, writers, nodes, stopped
 	etcd      *process
 	apiserver *process
 	writers   []*process
+	nodes     []*Node // hollow nodes (AddNode)
 	stopped   bool
 
 	httpClient *http.Client // admin-authenticated, for /readyz and /metrics
@@ -421,16 +422,21 @@ func (c *Cluster) RestartAPIServer(ctx context.Context) error {
 	}
 }
 
-// Stop stops the writers, kube-apiserver, then etcd, and waits until their
-// process groups are gone. It is idempotent.
+// Stop stops the writers, the hollow nodes, kube-apiserver, then etcd, and
+// waits until every process group is gone. It is idempotent.
 func (c *Cluster) Stop() error {
 	werr := c.stopWriters()
 	c.mu.Lock()
 	c.stopped = true
-	api, etcd := c.apiserver, c.etcd
-	c.apiserver, c.etcd = nil, nil
+	api, etcd, nodes := c.apiserver, c.etcd, c.nodes
+	c.apiserver, c.etcd, c.nodes = nil, nil, nil
 	c.mu.Unlock()
 	errs := []error{werr}
+	for _, n := range nodes {
+		if n.proc != nil {
+			errs = append(errs, n.proc.stop(10*time.Second))
+		}
+	}
 	if api != nil {
 		errs = append(errs, api.stop(20*time.Second))
 	}

@@ -1,6 +1,6 @@
 // Package kube starts a real Kubernetes control plane (etcd + kube-apiserver,
 // built by testenv/build) on loopback for tests, benchmarks and the
-// dev-cluster command.
+// dev-cluster command, and hollow nodes (real kubelets) against it.
 //
 // Contract:
 //   - Start (tests) and StartProcess (everything else) find the binaries in
@@ -35,6 +35,14 @@
 //   - Compact forces an etcd compaction at the current revision: afterwards
 //     a watch or exact list of an un-watch-cached resource (Events) from an
 //     older resourceVersion answers 410 Gone.
+//   - AddNode starts a hollow node: a real kubelet (kubeparts hollow-kubelet,
+//     testenv/build) whose Events, back-offs, volume mounts, probes and pod
+//     status are the kubelet's own, with eventpipe's CRI (testenv/build/cri)
+//     behind its socket, because no container runtime, registry or network
+//     exists here; the CRI answers in containerd 2.x's (or CRI-O's) words for
+//     the pull outcomes and container behaviours the node's RuntimeConfig
+//     names. The node is Ready when AddNode returns and stops with the
+//     cluster. Node.SetRuntime changes the behaviour of a running node.
 //   - Cluster methods are safe for concurrent use, except that
 //     RestartAPIServer and Stop must not race each other.
 package kube
