@@ -6,8 +6,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/eventpipe/eventpipe/testenv/freeport"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -47,14 +47,9 @@ func tail(s string, n int) string {
 	return strings.Join(lines, "\n")
 }
 
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
-}
+// freeAddr picks a loopback address for a child's listener (testenv/freeport:
+// outside the ephemeral range, so no outgoing connection takes it first).
+func freeAddr() (string, error) { return freeport.Addr() }
 
 // collectorProc is the real `eventpipe collector` binary as a child
 // process. Each start appends its stderr to log (kept for the report).

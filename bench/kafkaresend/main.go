@@ -23,9 +23,9 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"github.com/eventpipe/eventpipe/testenv/freeport"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -437,12 +437,11 @@ func (p *proc) kill() {
 }
 
 func freeAddr() string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	a, err := freeport.Addr()
 	if err != nil {
 		panic(err)
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return a
 }
 
 // scrape sums every series of metric name on addr's /metrics (-1 when

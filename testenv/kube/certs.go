@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"encoding/pem"
 	"fmt"
+	"github.com/eventpipe/eventpipe/testenv/freeport"
 	"math/big"
 	"net"
 	"os"
@@ -81,17 +82,13 @@ func randomToken() (string, error) {
 	return hex.EncodeToString(b), nil
 }
 
-// freePorts returns n distinct free TCP ports on 127.0.0.1. The listeners
-// are held until all ports are chosen so the same port is not returned twice.
+// freePorts returns n distinct free TCP ports on 127.0.0.1, outside the
+// ephemeral range (testenv/freeport), so no outgoing connection takes one
+// before the server binds it.
 func freePorts(n int) ([]int, error) {
-	ports := make([]int, 0, n)
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("find a free port: %w", err)
-		}
-		defer l.Close()
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	ports, err := freeport.Ports(n)
+	if err != nil {
+		return nil, fmt.Errorf("find free ports: %w", err)
 	}
 	return ports, nil
 }
