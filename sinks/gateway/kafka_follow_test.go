@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -84,11 +85,15 @@ func TestDeliveredAdvance(t *testing.T) {
 // the first stream sends two occurrences from two partitions and breaks.
 type scriptedKafkaFollow struct {
 	eventpipev1.UnimplementedFollowServer
-	reqs chan *eventpipev1.FollowRequest
+	reqs  chan *eventpipev1.FollowRequest
+	calls atomic.Int32 // streams opened; only the first sends and breaks
 }
 
 func (s *scriptedKafkaFollow) Follow(req *eventpipev1.FollowRequest, st eventpipev1.Follow_FollowServer) error {
-	n := len(s.reqs)
+	// Count streams, not the requests still queued: the test may have read
+	// the first request already when the follower resubscribes (at once
+	// since the probe), and the second stream must not replay the script.
+	n := s.calls.Add(1) - 1
 	s.reqs <- req
 	st.SendHeader(metadata.Pairs("eventpipe-lost-records", "0", headerLastCursor, "0", "eventpipe-last-position-bin", "\x01\x00\x00"))
 	if n > 0 {
