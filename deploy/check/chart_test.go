@@ -131,7 +131,7 @@ func TestRenderedObjects(t *testing.T) {
 					"PodMonitor", "PrometheusRule", "Ingress", "TLSRoute")
 				// One PodDisruptionBudget: the agent's (2 replicas); the
 				// one-replica collector gets none.
-				if kinds["Certificate"] != 3 || kinds["ServiceMonitor"] != 0 || kinds["PodMonitor"] != 2 || kinds["PodDisruptionBudget"] != 1 || kinds["NetworkPolicy"] != 2 || kinds["ServiceAccount"] != 2 {
+				if kinds["Certificate"] != 3 || kinds["ServiceMonitor"] != 0 || kinds["PodMonitor"] != 3 || kinds["PodDisruptionBudget"] != 1 || kinds["NetworkPolicy"] != 2 || kinds["ServiceAccount"] != 2 {
 					t.Errorf("all-on kinds: %v", kinds)
 				}
 			case "minimal":
