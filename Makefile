@@ -185,7 +185,7 @@ image:
 ## the chart) is pushed to a registry on loopback and pulled back
 ## (deploy/image, its own module; helm from chart-tools).
 image-check: $(BIN)/helm
-	cd deploy/image && $(GO) vet ./... && HELM=$(BIN)/helm $(GO) test -count=1 -timeout 15m ./...
+	cd deploy/image && $(GO) vet ./... && HELM=$(BIN)/helm $(GO) test -count=1 -timeout 30m ./...   # a cold linux/arm64 build takes minutes
 
 ## version: set VERSION (x.y.z) as the chart's version and appVersion and the
 ## kustomization's image tag, and re-render the raw manifests; then write its

@@ -140,11 +140,17 @@ func SetVersion(root, version string) error {
 
 // Helm runs the helm binary with its config, cache and data in a
 // temporary directory, plus the registry config (helm registry login)
-// when HELM_REGISTRY_CONFIG names one.
+// when HELM_REGISTRY_CONFIG names one. It returns what helm printed on
+// stdout.
 func Helm(ctx context.Context, helm string, args ...string) ([]byte, error) {
+	out, _, err := runHelm(ctx, helm, args...)
+	return out, err
+}
+
+func runHelm(ctx context.Context, helm string, args ...string) (stdout, stderr []byte, err error) {
 	home, err := os.MkdirTemp("", "eventpipe-release-helm-")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer os.RemoveAll(home)
 	cmd := exec.CommandContext(ctx, helm, args...)
@@ -152,12 +158,12 @@ func Helm(ctx context.Context, helm string, args ...string) ([]byte, error) {
 		"HELM_CONFIG_HOME="+filepath.Join(home, "config"),
 		"HELM_CACHE_HOME="+filepath.Join(home, "cache"),
 		"HELM_DATA_HOME="+filepath.Join(home, "data"))
-	var out, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &stderr
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {
-		return out.Bytes(), fmt.Errorf("helm %s: %w\n%s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+		return out.Bytes(), errb.Bytes(), fmt.Errorf("helm %s: %w\n%s", strings.Join(args, " "), err, strings.TrimSpace(errb.String()))
 	}
-	return out.Bytes(), nil
+	return out.Bytes(), errb.Bytes(), nil
 }
 
 // PackageChart packages the chart into dir (helm package; the chart's
@@ -181,11 +187,12 @@ func PushChart(ctx context.Context, helm, tgz, dest string, plainHTTP bool) (str
 	if plainHTTP {
 		args = append(args, "--plain-http")
 	}
-	out, err := Helm(ctx, helm, args...)
+	stdout, stderr, err := runHelm(ctx, helm, args...)
 	if err != nil {
 		return "", err
 	}
-	// helm push prints "Pushed: <ref>" and "Digest: sha256:...".
+	// helm push prints "Pushed: <ref>" and "Digest: sha256:..." (on stderr).
+	out := append(stdout, stderr...)
 	m := regexp.MustCompile(`Digest: (sha256:[0-9a-f]{64})`).FindSubmatch(out)
 	if m == nil {
 		return "", fmt.Errorf("helm push printed no digest:\n%s", out)

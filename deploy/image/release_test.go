@@ -47,7 +47,7 @@ func helmBinary(t *testing.T, root string) string {
 // registry with helm pull, its version and appVersion the release's, and
 // renders the release's image (no "latest").
 func TestReleaseToRegistry(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 14*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
 	root, err := filepath.Abs(filepath.Join("..", ".."))
 	if err != nil {
