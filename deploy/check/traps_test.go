@@ -2,7 +2,9 @@ package check
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -349,5 +351,72 @@ func TestVolumeChangeProcedure(t *testing.T) {
 	})
 	if err := apply(statefulSet("20Gi")); err != nil {
 		t.Fatalf("the StatefulSet with the new size after the orphaning delete: %v", err)
+	}
+}
+
+// TestPostRendererThroughHelm runs the command deploy/openshell/README.md
+// prints, with helm itself: `--post-renderer eventpipe --post-renderer-args
+// post-render --post-renderer-args --collector=...` over a chart whose
+// output is the post-renderer's test manifests, with a release build of
+// eventpipe (version stamped as the release does) on PATH. The gateway
+// pod comes back with the proxy in the release's image and the PodMonitor
+// label.
+func TestPostRendererThroughHelm(t *testing.T) {
+	ctx := ctxT(t, 5*time.Minute)
+	dir := t.TempDir()
+	chart, err := os.ReadFile(filepath.Join(ChartDir(root), "Chart.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^appVersion:\s*"?([^"\s]+)"?`).FindSubmatch(chart)
+	if m == nil {
+		t.Fatal("Chart.yaml has no appVersion")
+	}
+	version := string(m[1])
+	build := exec.CommandContext(ctx, "go", "build", "-ldflags", "-X github.com/eventpipe/eventpipe/internal/buildinfo.version="+version,
+		"-o", filepath.Join(dir, "bin", "eventpipe"), "./cmd/eventpipe")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/eventpipe: %v\n%s", err, out)
+	}
+	t.Setenv("PATH", filepath.Join(dir, "bin")+string(os.PathListSeparator)+os.Getenv("PATH"))
+	rendered, err := os.ReadFile(filepath.Join(root, "deploy", "openshell", "testdata", "rendered.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	chartDir := filepath.Join(dir, "openshell")
+	if err := os.MkdirAll(filepath.Join(chartDir, "templates"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(chartDir, "Chart.yaml"), []byte("apiVersion: v2\nname: openshell\nversion: 0.1.4\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(chartDir, "templates", "rendered.yaml"), rendered, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := Helm(ctx, root, "template", "openshell", chartDir, "-n", "openshell",
+		"--post-renderer", "eventpipe", "--post-renderer-args", "post-render",
+		"--post-renderer-args", "--collector=eventpipe-collector.eventpipe.svc:7070")
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs, err := SplitDocs(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sts, ok := find(docs, "StatefulSet", "openshell")
+	if !ok {
+		t.Fatal("no gateway StatefulSet in helm's output")
+	}
+	spec, ok := podSpec(sts)
+	if !ok {
+		t.Fatal("the patched StatefulSet has no strict pod spec")
+	}
+	i := slices.IndexFunc(spec.Containers, func(c corev1.Container) bool { return c.Name == "eventpipe-driver-proxy" })
+	if i < 0 || spec.Containers[i].Image != "ghcr.io/eventpipe/eventpipe:"+version {
+		t.Fatalf("helm's output has no proxy in the release image %s: %+v", version, spec.Containers)
+	}
+	if labels, _, _ := unstructured.NestedStringMap(sts.Object, "spec", "template", "metadata", "labels"); labels["eventpipe.io/driver-proxy"] != "true" {
+		t.Errorf("pod labels %v", labels)
 	}
 }
