@@ -5,7 +5,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -17,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
+	"github.com/eventpipe/eventpipe/internal/cliflag"
 	"github.com/eventpipe/eventpipe/sinks/diagnosis"
 )
 
@@ -151,7 +151,7 @@ func runDiagnose(ctx context.Context, args []string, _ io.Reader, stdout, stderr
 	fs.StringVar(&o.gateway, "gateway", "", "gateway id: every sandbox of it; where a name without -w and --supervisor look (default openshell there)")
 	fs.BoolVar(&o.supervisor, "supervisor", false, "group supervisor-image failures across the sandboxes of --gateway")
 	fs.UintVar(&o.tail, "tail", 2000, "fold the last N events of the selection")
-	fs.StringVar(&o.output, "output", "text", "output format: text or json")
+	fs.StringVar(&o.output, "output", "text", "output format: text or json (table is another name of text)")
 	fs.StringVar(&o.output, "o", "text", "shorthand for --output")
 	fs.DurationVar(&o.timeout, "timeout", 30*time.Second, "give up reading from the collector after this long (not with --watch)")
 	fs.BoolVar(&o.watch, "watch", false, "follow live: print the diagnosis again whenever it changes, until Ctrl-C")
@@ -163,11 +163,8 @@ func runDiagnose(ctx context.Context, args []string, _ io.Reader, stdout, stderr
 	var pos []string
 	rest := args
 	for {
-		if err := fs.Parse(rest); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return 0
-			}
-			return diagnoseError
+		if exit, ok := parseFlags(fs, "diagnose", rest, stderr); !ok {
+			return exit
 		}
 		if fs.NArg() == 0 {
 			break
@@ -211,6 +208,7 @@ func (o *diagnoseOptions) validate() []string {
 	case o.sandbox != "" && uuidRE.MatchString(o.sandbox) && o.workspace != "":
 		p = append(p, "a sandbox id needs no -w")
 	}
+	o.output = cliflag.Output(o.output)
 	if o.output != "text" && o.output != "json" {
 		p = append(p, fmt.Sprintf("--output must be text or json, got %q", o.output))
 	}

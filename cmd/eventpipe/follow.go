@@ -24,6 +24,7 @@ import (
 
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
 	"github.com/eventpipe/eventpipe/collector"
+	"github.com/eventpipe/eventpipe/internal/cliflag"
 	"github.com/eventpipe/eventpipe/sinks/collectorclient"
 )
 
@@ -116,17 +117,14 @@ func runFollow(ctx context.Context, args []string, _ io.Reader, stdout, stderr i
 	fs.Uint64Var(&o.after, "after", 0, "resume: every matching event after this cursor (printed when a previous run stopped)")
 	fs.StringVar(&o.afterPosition, "after-position", "", "resume from collectors in Kafka mode: every matching event after this position (printed when a previous run stopped)")
 	fs.BoolVar(&o.noFollow, "no-follow", false, "print the replay and exit instead of following live")
-	fs.StringVar(&o.output, "output", "text", "output format: text or json")
+	fs.StringVar(&o.output, "output", "text", "output format: text or json (table is another name of text)")
 	fs.StringVar(&o.output, "o", "text", "shorthand for --output")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, followUsage)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if exit, ok := parseFlags(fs, "follow", args, stderr); !ok {
+		return exit
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "eventpipe follow: unexpected arguments %q (the selector is a flag: --sandbox ID)\n", fs.Args())
@@ -167,6 +165,7 @@ func (o *followOptions) validate() []string {
 	if o.name != "" && o.workspace == "" {
 		p = append(p, "--name needs --workspace (sandbox names are unique only within a workspace)")
 	}
+	o.output = cliflag.Output(o.output)
 	if o.output != "text" && o.output != "json" {
 		p = append(p, fmt.Sprintf("--output must be text or json, got %q", o.output))
 	}
