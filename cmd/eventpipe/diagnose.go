@@ -106,19 +106,22 @@ Exit status:
      --supervisor: no supervisor image fails to pull)
   1  blocked: at least one blocker of any kind (with --supervisor: a
      supervisor image fails)
-  2  bad flags, the collector cannot be reached, or it refused the credentials
+  2  bad flags, or an error of the collector not listed here
   3  the collector has no events of that sandbox (unknown name or id, or its
      workspace is not granted to the token)
+  4  the collector cannot be reached (or did not answer within --timeout)
+  5  the collector refused the credentials or the token's grants
+The same statuses for every command: docs/cli.md.
 
 Flags:
 `
 
 // Exit statuses of eventpipe diagnose.
 const (
-	diagnoseClear   = 0
-	diagnoseBlocked = 1
-	diagnoseError   = 2
-	diagnoseUnknown = 3
+	diagnoseClear   = exitOK
+	diagnoseBlocked = exitFailed
+	diagnoseError   = exitUsage
+	diagnoseUnknown = exitNotFound
 )
 
 var uuidRE = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
@@ -512,5 +515,5 @@ func (d *diagnoser) failed(err error, req *eventpipev1.FollowRequest) int {
 		fo.sandbox, fo.workspace, fo.gw = req.GetSandboxId(), req.GetWorkspace(), req.GetGatewayId()
 		fmt.Fprintf(d.stderr, "eventpipe diagnose: %s\n", (&follower{opts: fo}).explain(st))
 	}
-	return diagnoseError
+	return collectorExit(st.Code(), diagnoseError)
 }

@@ -78,7 +78,9 @@ workspace shows no events. Ctrl-C stops (exit 0) and prints the cursor (or, from
 collectors in Kafka mode, the position) to resume from. While following, an unreachable collector is retried with backoff;
 with several replicas in --collector (a,b,c) a broken stream resumes on the first of them that answers.
 
-Exit status: 0 done or interrupted, 1 refused or failed, 2 bad flags.
+Exit status: 0 done or interrupted, 1 failed, 2 bad flags, 4 the collector
+cannot be reached (--no-follow; following, it is retried), 5 the collector
+refused the credentials or the token's grants (the table: docs/cli.md).
 
 Flags:
 `
@@ -294,7 +296,7 @@ func (f *follower) run(ctx context.Context) int {
 			if f.opts.noFollow {
 				fmt.Fprintf(f.stderr, "eventpipe follow: %s\n", msg)
 				f.printResume()
-				return 1
+				return exitUnreachable
 			}
 			wait := jitter(backoff)
 			// The next subscription goes to the first replica that answers
@@ -318,10 +320,7 @@ func (f *follower) run(ctx context.Context) int {
 		}
 		fmt.Fprintf(f.stderr, "eventpipe follow: %s\n", f.explain(st))
 		f.printResume()
-		if st.Code() == codes.InvalidArgument {
-			return 2
-		}
-		return 1
+		return collectorExit(st.Code(), exitFailed)
 	}
 }
 
