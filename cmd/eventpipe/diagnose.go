@@ -182,6 +182,10 @@ func runDiagnose(ctx context.Context, args []string, _ io.Reader, stdout, stderr
 	if len(pos) == 1 {
 		o.sandbox = pos[0]
 	}
+	if err := o.conn.resolveConn(fs); err != nil {
+		fmt.Fprintf(stderr, "eventpipe diagnose: %v\n", err)
+		return diagnoseError
+	}
 	if problems := o.validate(); len(problems) > 0 {
 		for _, p := range problems {
 			fmt.Fprintf(stderr, "eventpipe diagnose: %s\n", p)

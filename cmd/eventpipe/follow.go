@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -24,6 +25,7 @@ import (
 
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
 	"github.com/eventpipe/eventpipe/collector"
+	"github.com/eventpipe/eventpipe/internal/cliconfig"
 	"github.com/eventpipe/eventpipe/internal/cliflag"
 	"github.com/eventpipe/eventpipe/sinks/collectorclient"
 )
@@ -92,6 +94,7 @@ type followOptions struct {
 	caFile, certFile, keyFile    string
 	serverName                   string
 	insecure                     bool
+	context                      string // the context of the context file to use
 	sandbox, workspace, name, gw string
 	tail                         uint
 	after                        uint64
@@ -131,6 +134,10 @@ func runFollow(ctx context.Context, args []string, _ io.Reader, stdout, stderr i
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "eventpipe follow: unexpected arguments %q (the selector is a flag: --sandbox ID)\n", fs.Args())
 		return 2
+	}
+	if err := o.resolveConn(fs); err != nil {
+		fmt.Fprintf(stderr, "eventpipe follow: %v\n", err)
+		return exitUsage
 	}
 	if problems := o.validate(); len(problems) > 0 {
 		for _, p := range problems {
@@ -190,6 +197,35 @@ func (o *followOptions) connFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.keyFile, "key", "", "client key for mTLS (with --cert)")
 	fs.StringVar(&o.serverName, "server-name", "", "TLS server name of the collector (default: the host of --collector)")
 	fs.BoolVar(&o.insecure, "insecure", false, "plaintext gRPC, no TLS (a local or port-forwarded collector)")
+	fs.StringVar(&o.context, "context", "", "use this context of the context file (eventpipe config get-contexts) instead of its current one")
+}
+
+// getenv reads the environment (tests replace it).
+var getenv = os.Getenv
+
+// resolveConn fills the connection settings the command line left out from
+// the EVENTPIPE_* environment, then the context file, then the defaults
+// (precedence and grouping: internal/cliconfig). Call it after parsing.
+func (o *followOptions) resolveConn(fs *flag.FlagSet) error {
+	given := map[string]string{}
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "collector", "ca", "token-file", "server-name", "insecure":
+			given[f.Name] = f.Value.String()
+		}
+	})
+	src := cliconfig.Source{Flags: given, Getenv: getenv, Context: o.context, DefaultCollector: collector.DefaultGRPCListen}
+	if path, err := cliconfig.Path(getenv); err == nil {
+		if src.File, err = cliconfig.Load(path); err != nil {
+			return err
+		}
+	}
+	s, err := cliconfig.Resolve(src)
+	if err != nil {
+		return err
+	}
+	o.addr, o.caFile, o.tokenFile, o.serverName, o.insecure = s.Collector, s.CA, s.TokenFile, s.ServerName, s.Insecure
+	return nil
 }
 
 // connProblems reports every problem of the connection flags.

@@ -17,6 +17,7 @@ func TestHelpCommand(t *testing.T) {
 	}{
 		{"agent", "-token-file"},
 		{"collector", "Usage: eventpipe collector"},
+		{"config", "eventpipe config set-context NAME"},
 		{"diagnose", "-supervisor"},
 		{"driver-proxy", "-gomaxprocs"},
 		{"enrich", "-persistent-window"},
