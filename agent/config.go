@@ -13,6 +13,7 @@ import (
 
 	"github.com/eventpipe/eventpipe/api/config"
 	"github.com/eventpipe/eventpipe/enrich"
+	"github.com/eventpipe/eventpipe/verify"
 )
 
 // Config is what an operator writes (YAML) to run the agent. Values that come
@@ -32,6 +33,48 @@ type Config struct {
 	HTTP           HTTPConfig           `yaml:"http"`
 	// Enrich tunes attribution; its cluster is taken from Cluster above.
 	Enrich enrich.Config `yaml:"enrich"`
+	// Verify asks registries (opt-in; off by default: no registry call
+	// without verify.enabled).
+	Verify VerifyConfig `yaml:"verify"`
+}
+
+// VerifyConfig: registry checks the agent makes, off the path of events
+// (package verify). Nothing here calls a registry unless Enabled is set.
+type VerifyConfig struct {
+	Enabled bool `yaml:"enabled"`
+	// Registry bounds every check: timeout, cache, per-registry rate.
+	// The agent asks anonymously: it reads no Secret.
+	Registry verify.Config `yaml:"registry"`
+	// Supervisor checks the OpenShell gateway's supervisor image before
+	// any sandbox needs it.
+	Supervisor SupervisorCheckConfig `yaml:"supervisor"`
+}
+
+// SupervisorCheckConfig names the OpenShell gateway whose supervisor image
+// the agent verifies, at start, whenever it changes, and again once the
+// cached answer expires (verify.registry.cache_ttl).
+type SupervisorCheckConfig struct {
+	// Namespace and Name of the gateway's Deployment or StatefulSet (the
+	// OpenShell chart's release name, e.g. openshell/openshell). Empty
+	// Name: no supervisor check.
+	Namespace string `yaml:"namespace"`
+	Name      string `yaml:"name"`
+	// Kind is Deployment or StatefulSet; empty tries StatefulSet, then
+	// Deployment (the chart makes one of them).
+	Kind string `yaml:"kind"`
+	// Container is the gateway container (the chart's openshell-gateway);
+	// when absent, the first container.
+	Container string `yaml:"container"`
+	// GatewayID the occurrences carry, so `eventpipe diagnose --supervisor
+	// --gateway ID` finds them. Empty: gateway_id from the gateway's TOML
+	// file, else "openshell" (the chart's default).
+	GatewayID string `yaml:"gateway_id"`
+	// Interval between reads of the gateway workload (a change of the
+	// supervisor image is seen within it).
+	Interval time.Duration `yaml:"interval"`
+	// Platform of the cluster's nodes ("linux/amd64"): the image (or its
+	// index) must carry it. Empty: not compared.
+	Platform string `yaml:"platform"`
 }
 
 // CollectorConfig says where and how to reach the collector's Ingest service.
@@ -218,6 +261,10 @@ func NewDefaultConfig() Config {
 		},
 		HTTP:   HTTPConfig{Listen: ":9464"},
 		Enrich: enrich.NewDefaultConfig(),
+		Verify: VerifyConfig{
+			Registry:   verify.NewDefaultConfig(),
+			Supervisor: SupervisorCheckConfig{Container: "openshell-gateway", Interval: 30 * time.Second},
+		},
 	}
 }
 
@@ -397,6 +444,25 @@ func (c Config) Validate() error {
 		if le.RenewDeadline <= le.RetryPeriod {
 			add("leader_election.renew_deadline", "must be greater than retry_period (%s), got %s", le.RetryPeriod, le.RenewDeadline)
 		}
+	}
+
+	if v := c.Verify; v.Enabled {
+		if err := v.Registry.Validate("verify.registry."); err != nil {
+			errs = append(errs, unjoin(err)...)
+		}
+		sc := v.Supervisor
+		if sc.Name != "" && sc.Namespace == "" {
+			add("verify.supervisor.namespace", "must be set with verify.supervisor.name")
+		}
+		if sc.Kind != "" && sc.Kind != "Deployment" && sc.Kind != "StatefulSet" {
+			add("verify.supervisor.kind", "must be Deployment, StatefulSet or empty, got %q", sc.Kind)
+		}
+		positive("verify.supervisor.interval", sc.Interval)
+		if sc.Platform != "" && strings.Count(sc.Platform, "/") < 1 {
+			add("verify.supervisor.platform", "must be os/arch[/variant], got %q", sc.Platform)
+		}
+	} else if v.Supervisor.Name != "" {
+		add("verify.supervisor.name", "needs verify.enabled: true (the check asks the registry)")
 	}
 
 	ec := c.Enrich

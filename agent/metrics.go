@@ -34,8 +34,11 @@ type metrics struct {
 	cacheObjects    *prometheus.GaugeVec // kind
 	diagnoseDropped prometheus.Counter
 	deletionDropped prometheus.Counter
-	deadLetters     *prometheus.CounterVec // reason
-	resent          prometheus.Counter
+	// supervisor image check (verify.supervisor)
+	supervisorBad    prometheus.Gauge
+	supervisorErrors prometheus.Counter
+	deadLetters      *prometheus.CounterVec // reason
+	resent           prometheus.Counter
 }
 
 var (
@@ -48,7 +51,7 @@ var (
 		eventpipev1.AttributionPVCOwner, eventpipev1.AttributionPVCName, "other",
 	}
 	apiVerbs     = []string{"list", "watch", "get", "create", "update", "other"}
-	apiResources = []string{"events", "pods", "persistentvolumeclaims", "namespaces", "sandboxes", "leases", "discovery", "other"}
+	apiResources = []string{"events", "pods", "persistentvolumeclaims", "namespaces", "sandboxes", "leases", "statefulsets", "deployments", "configmaps", "discovery", "other"}
 )
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -120,6 +123,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		diagnoseDropped: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "eventpipe_agent_diagnose_dropped_total", Help: "Pod-status diagnoses dropped because the diagnose queue was full (the pod's next update retries).",
 		}),
+		supervisorBad: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "eventpipe_agent_supervisor_image_bad",
+			Help: "1 while the registry says the OpenShell gateway's supervisor image cannot be pulled (verify.supervisor); 0 otherwise.",
+		}),
+		supervisorErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "eventpipe_agent_supervisor_resolve_errors_total",
+			Help: "Supervisor image checks that could not tell the gateway's supervisor image (workload or ConfigMap unreadable, no version).",
+		}),
 		deletionDropped: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "eventpipe_agent_deletion_dropped_total", Help: "Sandbox deletions not shipped because the deletion queue was full (readers then tell the live sandbox of a reused name by which id appeared last).",
 		}),
@@ -154,7 +165,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		for _, c := range []prometheus.Collector{m.watchEvents, m.occurrences, m.attributed, m.unattributed, m.skipped, m.held,
 			m.lateBound, m.holdExpired, m.holdOverflow, m.relists, m.expired, m.watchErrors, m.apiRequests,
 			m.cursorAge, m.shipLatency, m.batches, m.acked, m.shipErrors, m.queueLength, m.leader,
-			m.cacheObjects, m.diagnoseDropped, m.deletionDropped, m.deadLetters, m.resent} {
+			m.cacheObjects, m.diagnoseDropped, m.deletionDropped, m.supervisorBad, m.supervisorErrors, m.deadLetters, m.resent} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("register agent metrics: %w", err)
 			}

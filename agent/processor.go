@@ -22,9 +22,11 @@ type processor struct {
 	caches  *caches
 	enr     *enrich.Enricher
 	shipper *shipper
-	log     *slog.Logger
-	m       *metrics
-	now     func() time.Time
+	// checks carries the supervisor-image check's occurrences (nil: off).
+	checks <-chan *eventpipev1.Occurrence
+	log    *slog.Logger
+	m      *metrics
+	now    func() time.Time
 
 	seen    *fingerprints
 	cursor  cursorTracker
@@ -102,6 +104,10 @@ func (p *processor) run(ctx context.Context) error {
 			}
 		case key := <-diagnose:
 			if !p.diagnose(ctx, key) || !idleFlush() {
+				return nil
+			}
+		case o := <-p.checks:
+			if !p.add(ctx, o, sourceSupervisorCheck) || !idleFlush() {
 				return nil
 			}
 		case sb := <-gone:
@@ -243,6 +249,10 @@ func (p *processor) diagnose(ctx context.Context, key objKey) bool {
 // sourceDeletion is the occurrences metric's source label of deletion
 // occurrences (enrich.SandboxDeleted).
 const sourceDeletion = "deletion"
+
+// sourceSupervisorCheck is the source label of supervisor-image check
+// occurrences (verify.supervisor).
+const sourceSupervisorCheck = "supervisor_check"
 
 // add appends one occurrence to the batch, shipping the batch when full.
 func (p *processor) add(ctx context.Context, o *eventpipev1.Occurrence, source string) bool {

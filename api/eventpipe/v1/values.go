@@ -1,5 +1,7 @@
 package eventpipev1
 
+import "strings"
+
 // SchemaVersion is the current value of Occurrence.schema_version.
 const SchemaVersion = 1
 
@@ -121,6 +123,32 @@ const (
 func IsSandboxDeletion(o *Occurrence) bool {
 	return o.GetReason() == ReasonSandboxDeleted && o.GetReportingComponent() == ComponentAgent &&
 		o.GetSandbox().GetDeletedAt() != nil
+}
+
+// The supervisor-image check occurrence: the agent (verify.supervisor)
+// writes one when the answer about the OpenShell gateway's supervisor image
+// changes: at start, when the image setting changes, when the registry
+// answers otherwise. It is no Kubernetes Event and belongs to no sandbox:
+// its sandbox carries only gateway_id, its involved_object is the gateway's
+// Deployment or StatefulSet, reporting_component ComponentAgent, image the
+// supervisor image, image_role ImageRoleSupervisor; type Warning with
+// reason ReasonSupervisorImageUnavailable and a pull_failure (the cause
+// the registry established) when the image cannot be pulled, type Normal
+// with ReasonSupervisorImageVerified when it can. Its event_id starts
+// with SupervisorCheckEventIDPrefix. A Follow of a gateway's sandboxes
+// carries it, so `eventpipe diagnose --supervisor` shows a bad supervisor
+// image before any sandbox failed on it.
+const (
+	ReasonSupervisorImageUnavailable = "SupervisorImageUnavailable"
+	ReasonSupervisorImageVerified    = "SupervisorImageVerified"
+	SupervisorCheckEventIDPrefix     = "supervisor-image/"
+)
+
+// IsSupervisorCheck reports whether o is the agent's supervisor-image
+// check occurrence.
+func IsSupervisorCheck(o *Occurrence) bool {
+	return strings.HasPrefix(o.GetEventId(), SupervisorCheckEventIDPrefix) && o.GetReportingComponent() == ComponentAgent &&
+		o.GetSandbox().GetId() == ""
 }
 
 // Gateway progress steps and labels (openshell.progress.* keys).
