@@ -111,6 +111,7 @@ var reasons = map[string]string{
 	eventpipev1.CategoryRuntimeStore:           "RuntimeStore",
 	eventpipev1.CategoryUnsupportedFormat:      "UnsupportedFormat",
 	eventpipev1.CategoryUnknown:                "Unknown",
+	eventpipev1.CategoryUnrecognised:           "Unrecognised",
 }
 
 // reason is the CamelCase condition reason of a category; a category this
