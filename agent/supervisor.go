@@ -176,26 +176,9 @@ func (s *supervisorChecker) occurrence(img supervisorImage, r verify.Result) *ev
 	}
 	if r.Conclusive() {
 		o.Type, o.Reason = "Warning", eventpipev1.ReasonSupervisorImageUnavailable
-		o.PullFailure = verifiedPullFailure(r, at)
-		o.PullFailure.Image = img.Image // as configured, the way the runtime will name it
+		// The image as configured: the way the runtime will name it.
+		o.PullFailure = &eventpipev1.PullFailure{Image: img.Image, Attempts: 1, FirstSeen: at, LastSeen: at}
+		r.Apply(o.PullFailure)
 	}
 	return o
-}
-
-// verifiedPullFailure is the pull failure a conclusive registry answer
-// establishes.
-func verifiedPullFailure(r verify.Result, at *timestamppb.Timestamp) *eventpipev1.PullFailure {
-	disp := eventpipev1.DispositionPersistent
-	if r.Category == eventpipev1.CategoryRateLimited {
-		disp = eventpipev1.DispositionRetrying // the limit resets
-	}
-	return &eventpipev1.PullFailure{
-		Category:    r.Category,
-		Image:       r.Image,
-		Disposition: disp,
-		Attempts:    1,
-		FirstSeen:   at,
-		LastSeen:    at,
-		Detail:      r.Detail,
-	}
 }

@@ -123,8 +123,9 @@ func TestSupervisorImageCheckBeforeAnySandbox(t *testing.T) {
 		return true, ""
 	})
 	pf := first.GetPullFailure()
-	if first.GetReason() != eventpipev1.ReasonSupervisorImageUnavailable || pf.GetCategory() != eventpipev1.CategoryNotFound {
-		t.Fatalf("first check: reason %s category %s (%s)", first.GetReason(), pf.GetCategory(), first.GetMessage())
+	if first.GetReason() != eventpipev1.ReasonSupervisorImageUnavailable || pf.GetCategory() != eventpipev1.CategoryNotFound ||
+		pf.GetDecidedBy() != eventpipev1.DecidedByRegistry || pf.GetConfidence() != eventpipev1.ConfidenceCertain {
+		t.Fatalf("first check: reason %s category %s decided by %q (%s), %s", first.GetReason(), pf.GetCategory(), pf.GetDecidedBy(), pf.GetConfidence(), first.GetMessage())
 	}
 	for _, want := range []string{"tag 0.0.0-does-not-exist does not exist in " + repo, "newest tags by version (of 1): 0.0.36"} {
 		if !strings.Contains(pf.GetDetail(), want) {

@@ -89,6 +89,37 @@ type Result struct {
 // Conclusive reports whether the answer establishes a cause.
 func (r Result) Conclusive() bool { return r.Category != "" }
 
+// Confidence is how sure the established cause is (eventpipev1.Confidence*):
+// certain for every answer that names it, likely for a 401 to an anonymous
+// caller (a private repository and a missing one look the same then).
+func (r Result) Confidence() string {
+	switch {
+	case !r.Conclusive():
+		return ""
+	case r.Category == eventpipev1.CategoryNotFoundOrUnauthorized:
+		return eventpipev1.ConfidenceLikely
+	}
+	return eventpipev1.ConfidenceCertain
+}
+
+// Apply upgrades a pull failure's diagnosis with a conclusive answer, in
+// the same fields (category, detail, decided_by registry, confidence): the
+// registry's words replace the runtime's. It reports whether it changed
+// pf; an inconclusive answer leaves it as it was.
+func (r Result) Apply(pf *eventpipev1.PullFailure) bool {
+	if pf == nil || !r.Conclusive() {
+		return false
+	}
+	pf.Category, pf.Detail = r.Category, r.Detail
+	pf.DecidedBy, pf.Confidence = eventpipev1.DecidedByRegistry, r.Confidence()
+	if r.Category == eventpipev1.CategoryRateLimited {
+		pf.Disposition = eventpipev1.DispositionRetrying // the limit resets
+	} else {
+		pf.Disposition = eventpipev1.DispositionPersistent // retrying will not change the registry's answer
+	}
+	return true
+}
+
 // Config is what an operator writes (YAML) for registry checks.
 type Config struct {
 	// Timeout bounds one check (every request it makes, token exchange included).

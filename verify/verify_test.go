@@ -115,6 +115,11 @@ func TestCheckAnswers(t *testing.T) {
 			if c.answer != AnswerInvalidReference && r.Anonymous != (c.kc == nil) {
 				t.Errorf("anonymous %v with keychain %v", r.Anonymous, c.kc)
 			}
+			pf := &eventpipev1.PullFailure{Category: eventpipev1.CategoryUnknown, Detail: "runtime words"}
+			if r.Apply(pf) != r.Conclusive() || (r.Conclusive() && (pf.Category != c.category || pf.DecidedBy != eventpipev1.DecidedByRegistry ||
+				pf.Confidence == "" || pf.Detail != r.Detail)) || (!r.Conclusive() && pf.Category != eventpipev1.CategoryUnknown) {
+				t.Errorf("Apply: %+v", pf)
+			}
 			if r.Conclusive() != (c.category != "") {
 				t.Errorf("conclusive %v for category %q", r.Conclusive(), c.category)
 			}

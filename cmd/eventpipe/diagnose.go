@@ -224,7 +224,9 @@ func (o *diagnoseOptions) validate() []string {
 }
 
 type diagnoser struct {
-	opts   diagnoseOptions
+	opts diagnoseOptions
+	// checks: the agent's supervisor-image checks read with the selection.
+	checks []diagnosis.SupervisorCheck
 	client eventpipev1.FollowClient
 	stdout io.Writer
 	stderr io.Writer
@@ -279,6 +281,7 @@ func (d *diagnoser) run(ctx context.Context) int {
 		fmt.Fprintf(d.stderr, "eventpipe diagnose: WARNING: %d events of further sandboxes were not folded (more than %d sandboxes)\n", n, f.MaxSandboxes)
 	}
 	all := f.Sandboxes()
+	d.checks = f.SupervisorChecks()
 	if req.SandboxId != "" && len(all) == 1 && all[0].Name != "" && all[0].Workspace != "" {
 		// Its name may have passed to a newer sandbox: read the name too.
 		byName, _, err := diagnosis.Read(ctx, d.client, &eventpipev1.FollowRequest{Workspace: all[0].Workspace, SandboxName: all[0].Name, Tail: req.Tail})
@@ -330,7 +333,11 @@ func (d *diagnoser) watch(ctx context.Context, req *eventpipev1.FollowRequest) i
 			continue // not subscribed yet
 		}
 		all := w.Sandboxes()
+		d.checks = w.SupervisorChecks()
 		key := watchKey(d.selected(all, req))
+		for _, c := range d.checks {
+			key += fmt.Sprintf("|check %s %s %t %s", c.GatewayID, c.Image, c.OK, c.Cause)
+		}
 		if key == last {
 			continue
 		}
@@ -423,7 +430,7 @@ func (d *diagnoser) report(all []diagnosis.Diagnosis, req *eventpipev1.FollowReq
 	now := diagnoseNow()
 	switch {
 	case o.supervisor:
-		groups := diagnosis.Supervisor(all)
+		groups := diagnosis.WithChecks(diagnosis.Supervisor(all), d.checks)
 		if err := d.write(struct {
 			GatewayID          string                        `json:"gateway_id"`
 			SupervisorFailures []diagnosis.SupervisorFailure `json:"supervisor_failures"`

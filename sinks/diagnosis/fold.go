@@ -175,6 +175,7 @@ type Folder struct {
 	Now       func() time.Time
 	sandboxes map[string]*sandboxState
 	dropped   int
+	checks    map[string]SupervisorCheck // by gateway id
 }
 
 // NewFolder returns an empty Folder.
@@ -195,6 +196,9 @@ func (f *Folder) Len() int { return len(f.sandboxes) }
 func (f *Folder) Add(cursor uint64, o *eventpipev1.Occurrence) bool {
 	sb := o.GetSandbox()
 	if sb.GetId() == "" {
+		if eventpipev1.IsSupervisorCheck(o) {
+			return f.addCheck(o)
+		}
 		return false
 	}
 	s := f.sandboxes[sb.GetId()]
@@ -550,6 +554,10 @@ type SupervisorFailure struct {
 	Detail    string       `json:"detail,omitempty"`
 	Remedy    string       `json:"remedy"`
 	Sandboxes []SandboxRef `json:"sandboxes"`
+	// Verified is the agent's registry check that confirms the failure
+	// (verify.supervisor), when there is one; with no sandboxes, the
+	// failure is known from the check alone, before any sandbox failed.
+	Verified *SupervisorCheck `json:"verified,omitempty"`
 }
 
 // Supervisor groups the supervisor-image blockers of ds by gateway, image

@@ -281,11 +281,18 @@ func WriteSupervisor(w io.Writer, gs []SupervisorFailure, now time.Time) error {
 			gw = " of gateway " + clean(g.GatewayID)
 		}
 		fmt.Fprintf(&b, "supervisor image %s%s: %s\n", clean(g.Image), gw, clean(g.Cause))
-		fmt.Fprintf(&b, "  blocks %d sandbox%s: %s\n", len(names), pluralES(len(names)), strings.Join(names, ", "))
-		fmt.Fprintf(&b, "  %d attempt%s since %s (%s ago), %s\n", g.Attempts, plural(int(g.Attempts)),
-			g.Since.UTC().Format(time.RFC3339), Ago(now, g.Since), DispositionText(g.Disposition))
-		if g.Detail != "" {
-			fmt.Fprintf(&b, "  runtime: %s\n", clean(g.Detail))
+		if len(names) == 0 {
+			b.WriteString("  blocks no sandbox yet: every new sandbox will fail on it\n")
+		} else {
+			fmt.Fprintf(&b, "  blocks %d sandbox%s: %s\n", len(names), pluralES(len(names)), strings.Join(names, ", "))
+			fmt.Fprintf(&b, "  %d attempt%s since %s (%s ago), %s\n", g.Attempts, plural(int(g.Attempts)),
+				g.Since.UTC().Format(time.RFC3339), Ago(now, g.Since), DispositionText(g.Disposition))
+			if g.Detail != "" {
+				fmt.Fprintf(&b, "  runtime: %s\n", clean(g.Detail))
+			}
+		}
+		if v := g.Verified; v != nil {
+			fmt.Fprintf(&b, "  registry (verified %s ago, set on %s): %s\n", Ago(now, v.CheckedAt), clean(v.Workload), clean(v.Detail))
 		}
 		fmt.Fprintf(&b, "  fix: %s\n", clean(g.Remedy))
 	}
