@@ -14,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
+	"github.com/eventpipe/eventpipe/verify/registrytest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -36,7 +37,7 @@ func newTestVerifier(t *testing.T, cfg Config, kc authn.Keychain) (*Verifier, *p
 // each case a kubelet message can only hint at.
 func TestCheckAnswers(t *testing.T) {
 	tr := seeded(t)
-	alice := keychain{aliceUser, alicePass}
+	alice := keychain{registrytest.User, registrytest.Password}
 	bob := keychain{"bob", "wrong"}
 	cases := []struct {
 		name      string
@@ -54,12 +55,12 @@ func TestCheckAnswers(t *testing.T) {
 		{name: "tag exists", image: "public/app:1.0.0", answer: AnswerExists},
 		{name: "tag missing: newest tags by version", image: "public/app:9.9.9", answer: AnswerTagNotFound,
 			category: eventpipev1.CategoryNotFound,
-			detail:   []string{"tag 9.9.9 does not exist in " + tr.host + "/public/app", "newest tags by version (of 6): 1.10.0, 1.9.3, 1.2.0, 1.2.0-rc1, 1.0.0"},
+			detail:   []string{"tag 9.9.9 does not exist in " + tr.Host + "/public/app", "newest tags by version (of 6): 1.10.0, 1.9.3, 1.2.0, 1.2.0-rc1, 1.0.0"},
 			tags:     []string{"1.10.0", "1.9.3", "1.2.0", "1.2.0-rc1", "1.0.0"}},
 		{name: "digest missing", image: "public/app@sha256:" + strings.Repeat("ab", 32), answer: AnswerTagNotFound,
 			category: eventpipev1.CategoryNotFound, detail: []string{"digest sha256:abab"}},
 		{name: "repository missing", image: "public/nothing-here:1.0", answer: AnswerRepoNotFound,
-			category: eventpipev1.CategoryNotFound, detail: []string{"repository public/nothing-here does not exist in " + tr.host}},
+			category: eventpipev1.CategoryNotFound, detail: []string{"repository public/nothing-here does not exist in " + tr.Host}},
 		{name: "401 anonymous: private or absent", image: "private/app:1.0", answer: AnswerUnauthorized,
 			category: eventpipev1.CategoryNotFoundOrUnauthorized, detail: []string{"refuses anonymous reads of private/app (401)"}},
 		{name: "private with credentials", kc: alice, image: "private/app:1.0", answer: AnswerExists},
@@ -88,7 +89,7 @@ func TestCheckAnswers(t *testing.T) {
 			v, reg := newTestVerifier(t, cfg, c.kc)
 			image := c.image
 			if c.answer != AnswerInvalidReference {
-				image = tr.host + "/" + c.image
+				image = tr.Host + "/" + c.image
 			}
 			start := time.Now()
 			r := v.Check(context.Background(), image, c.platform)
@@ -147,9 +148,9 @@ func TestCacheAndRateLimit(t *testing.T) {
 	v, _ := newTestVerifier(t, cfg, nil)
 	v.now = func() time.Time { return now }
 
-	img := tr.host + "/public/app:9.9.9"
+	img := tr.Host + "/public/app:9.9.9"
 	first := v.Check(context.Background(), img, "")
-	calls := tr.calls.Load()
+	calls := tr.Calls.Load()
 	if first.Cached || calls == 0 {
 		t.Fatalf("first check: cached %v, %d calls", first.Cached, calls)
 	}
@@ -159,7 +160,7 @@ func TestCacheAndRateLimit(t *testing.T) {
 			t.Fatalf("repeat: cached %v answer %s", r.Cached, r.Answer)
 		}
 	}
-	if got := tr.calls.Load(); got != calls {
+	if got := tr.Calls.Load(); got != calls {
 		t.Fatalf("repeats made %d calls", got-calls)
 	}
 	if got := testutil.ToFloat64(v.m.cacheHits); got != 5 {
@@ -168,21 +169,21 @@ func TestCacheAndRateLimit(t *testing.T) {
 
 	// Burst 2: the first check took one token, this one the second, the
 	// next is refused without a call.
-	if r := v.Check(context.Background(), tr.host+"/public/app:1.0.0", ""); r.Answer != AnswerExists {
+	if r := v.Check(context.Background(), tr.Host+"/public/app:1.0.0", ""); r.Answer != AnswerExists {
 		t.Fatalf("second reference: %s (%s)", r.Answer, r.Detail)
 	}
-	calls = tr.calls.Load()
-	r := v.Check(context.Background(), tr.host+"/public/app:1.2.0", "")
+	calls = tr.Calls.Load()
+	r := v.Check(context.Background(), tr.Host+"/public/app:1.2.0", "")
 	if r.Answer != AnswerThrottled || r.Conclusive() {
 		t.Fatalf("over the rate: %s", r.Answer)
 	}
-	if got := tr.calls.Load(); got != calls {
+	if got := tr.Calls.Load(); got != calls {
 		t.Fatalf("a throttled check made %d calls", got-calls)
 	}
 	// Ten seconds later (0.1/s) one more token; the cached answer expires
 	// after the TTL and is asked again.
 	now = now.Add(10 * time.Second)
-	if r := v.Check(context.Background(), tr.host+"/public/app:1.2.0", ""); r.Answer != AnswerExists || r.Cached {
+	if r := v.Check(context.Background(), tr.Host+"/public/app:1.2.0", ""); r.Answer != AnswerExists || r.Cached {
 		t.Fatalf("after refill: %s cached %v", r.Answer, r.Cached)
 	}
 	now = now.Add(2 * time.Minute)

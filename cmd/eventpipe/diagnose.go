@@ -16,8 +16,12 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/google/go-containerregistry/pkg/authn"
+
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
+	"github.com/eventpipe/eventpipe/api/remedy"
 	"github.com/eventpipe/eventpipe/sinks/diagnosis"
+	"github.com/eventpipe/eventpipe/verify"
 )
 
 func init() {
@@ -133,6 +137,8 @@ type diagnoseOptions struct {
 	sandbox    string
 	timeout    time.Duration
 	watch      bool
+	verify     bool
+	platform   string
 }
 
 // diagnoseWatchTick: how often --watch looks again without a new event.
@@ -155,6 +161,8 @@ func runDiagnose(ctx context.Context, args []string, _ io.Reader, stdout, stderr
 	fs.StringVar(&o.output, "o", "text", "shorthand for --output")
 	fs.DurationVar(&o.timeout, "timeout", 30*time.Second, "give up reading from the collector after this long (not with --watch)")
 	fs.BoolVar(&o.watch, "watch", false, "follow live: print the diagnosis again whenever it changes, until Ctrl-C")
+	fs.BoolVar(&o.verify, "verify", false, "ask each failing image's registry (with your docker/crane credentials) whether the tag, repository and platform exist")
+	fs.StringVar(&o.platform, "platform", "", "with --verify: the nodes' platform (os/arch[/variant]) the image must carry")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, diagnoseUsage)
 		fs.PrintDefaults()
@@ -195,7 +203,15 @@ func runDiagnose(ctx context.Context, args []string, _ io.Reader, stdout, stderr
 		return diagnoseError
 	}
 	defer conn.Close()
-	d := &diagnoser{opts: o, client: eventpipev1.NewFollowClient(conn), stdout: stdout, stderr: stderr}
+	d := &diagnoser{opts: o, client: eventpipev1.NewFollowClient(conn), stdout: stdout, stderr: stderr, ctx: ctx}
+	if o.verify {
+		// The user's own registry credentials, found as docker and crane
+		// find them (~/.docker/config.json, credential helpers).
+		if d.verifier, err = verify.New(verify.NewDefaultConfig(), verify.Options{Keychain: authn.DefaultKeychain}); err != nil {
+			fmt.Fprintf(stderr, "eventpipe diagnose: %v\n", err)
+			return diagnoseError
+		}
+	}
 	return d.run(ctx)
 }
 
@@ -220,6 +236,11 @@ func (o *diagnoseOptions) validate() []string {
 	if o.timeout <= 0 {
 		p = append(p, "--timeout must be positive")
 	}
+	if o.platform != "" && !o.verify {
+		p = append(p, "--platform is what --verify compares: pass --verify too")
+	} else if o.platform != "" && !strings.Contains(o.platform, "/") {
+		p = append(p, fmt.Sprintf("--platform must be os/arch[/variant], got %q", o.platform))
+	}
 	return append(p, o.conn.connProblems()...)
 }
 
@@ -227,9 +248,12 @@ type diagnoser struct {
 	opts diagnoseOptions
 	// checks: the agent's supervisor-image checks read with the selection.
 	checks []diagnosis.SupervisorCheck
-	client eventpipev1.FollowClient
-	stdout io.Writer
-	stderr io.Writer
+	// verifier asks registries (--verify); nil otherwise.
+	verifier *verify.Verifier
+	ctx      context.Context
+	client   eventpipev1.FollowClient
+	stdout   io.Writer
+	stderr   io.Writer
 }
 
 func (d *diagnoser) gatewayOrDefault() string {
@@ -427,6 +451,7 @@ func watchKey(ds []diagnosis.Diagnosis) string {
 // exit status; stop is set when watching cannot go on (an ambiguous name).
 func (d *diagnoser) report(all []diagnosis.Diagnosis, req *eventpipev1.FollowRequest) (code int, stop bool) {
 	o := d.opts
+	d.verifyImages(all)
 	now := diagnoseNow()
 	switch {
 	case o.supervisor:
@@ -522,4 +547,37 @@ func (d *diagnoser) failed(err error, req *eventpipev1.FollowRequest) int {
 		fmt.Fprintf(d.stderr, "eventpipe diagnose: %s\n", (&follower{opts: fo}).explain(st))
 	}
 	return diagnoseError
+}
+
+// verifyImages asks the registry of every failing image (--verify) and
+// upgrades the blocker's cause and fix with a conclusive answer; the
+// answer is shown either way. Each image is asked once per run (the
+// verifier's cache), every call bounded by its timeout.
+func (d *diagnoser) verifyImages(all []diagnosis.Diagnosis) {
+	if d.verifier == nil {
+		return
+	}
+	for i := range all {
+		for j := range all[i].Blockers {
+			bl := &all[i].Blockers[j]
+			if bl.Kind != diagnosis.KindImagePull || bl.Image == "" {
+				continue
+			}
+			r := d.verifier.Check(d.ctx, bl.Image, d.opts.platform)
+			v := &diagnosis.Verification{Answer: r.Answer, Detail: r.Detail, Tags: r.Tags, Platforms: r.Platforms,
+				Anonymous: r.Anonymous, CheckedAt: r.CheckedAt}
+			if r.Conclusive() {
+				v.DecidedBy, v.Confidence = eventpipev1.DecidedByRegistry, r.Confidence()
+				bl.Cause = r.Category
+				bl.Remedy = remedy.Pull(remedy.Input{Category: r.Category, Image: bl.Image, ImageRole: bl.ImageRole, Node: bl.Node, Detail: r.Detail})
+				if len(r.Tags) > 0 {
+					bl.Remedy += " (newest tags by version: " + strings.Join(r.Tags, ", ") + ")"
+				}
+				pf := &eventpipev1.PullFailure{}
+				r.Apply(pf)
+				bl.Disposition = pf.Disposition
+			}
+			bl.Verified = v
+		}
+	}
 }

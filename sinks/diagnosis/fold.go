@@ -80,6 +80,26 @@ type Blocker struct {
 	// EventID and Cursor name the latest occurrence behind the blocker.
 	EventID string `json:"event_id"`
 	Cursor  uint64 `json:"cursor"`
+	// Verified is what the registry answered about the image when the
+	// reader asked it (eventpipe diagnose --verify); Cause and Remedy are
+	// then the registry's when its answer was conclusive.
+	Verified *Verification `json:"verified,omitempty"`
+}
+
+// Verification is one registry answer about a blocker's image (package
+// verify's Result, as a reader shows it).
+type Verification struct {
+	// Answer: exists, tag_not_found, repository_not_found, unauthorized,
+	// denied, rate_limited, platform_missing (conclusive), or unreachable,
+	// timeout, throttled, invalid_reference (the text diagnosis stands).
+	Answer     string    `json:"answer"`
+	DecidedBy  string    `json:"decided_by,omitempty"`
+	Confidence string    `json:"confidence,omitempty"`
+	Detail     string    `json:"detail"`
+	Tags       []string  `json:"tags,omitempty"`
+	Platforms  []string  `json:"platforms,omitempty"`
+	Anonymous  bool      `json:"anonymous"`
+	CheckedAt  time.Time `json:"checked_at"`
 }
 
 // LastEvent is the most recent occurrence of a sandbox, for context.

@@ -184,6 +184,17 @@ func writeBlocker(b *strings.Builder, bl Blocker, now time.Time) {
 		}
 		fmt.Fprintf(b, "    %s: %s\n", word, clean(bl.Detail))
 	}
+	if v := bl.Verified; v != nil {
+		how := "inconclusive, the runtime's words stand"
+		if v.DecidedBy != "" {
+			how = "verified, " + v.Confidence
+		}
+		who := "with your registry credentials"
+		if v.Anonymous {
+			who = "anonymously"
+		}
+		fmt.Fprintf(b, "    registry (%s, asked %s): %s: %s\n", how, who, clean(v.Answer), clean(v.Detail))
+	}
 	fmt.Fprintf(b, "    fix: %s\n", clean(bl.Remedy))
 }
 
