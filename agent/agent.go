@@ -228,12 +228,20 @@ func (a *Agent) term(ctx context.Context) error {
 	p := newProcessor(a.cfg, queue, c, enr, sh, startRV, a.log, a.m)
 
 	g, gctx := errgroup.WithContext(ctx)
-	if a.verifier != nil && a.cfg.Verify.Supervisor.Name != "" {
+	if a.verifier != nil {
+		// Registry checks run beside the processor and hand it their
+		// occurrences: the event path never waits on a registry.
 		checks := make(chan *eventpipev1.Occurrence, 1)
 		p.checks = checks
-		sc := &supervisorChecker{cfg: a.cfg.Verify.Supervisor, ttl: a.cfg.Verify.Registry.CacheTTL, cluster: a.cfg.Cluster,
-			kc: a.kc, v: a.verifier, log: a.log, m: a.m, out: checks, now: time.Now}
-		g.Go(func() error { return sc.run(gctx) })
+		if vc := a.cfg.Verify; vc.Supervisor.Name != "" {
+			sc := &supervisorChecker{cfg: vc.Supervisor, platform: vc.Platform, ttl: vc.Registry.CacheTTL, cluster: a.cfg.Cluster,
+				kc: a.kc, v: a.verifier, log: a.log, m: a.m, out: checks, now: time.Now}
+			g.Go(func() error { return sc.run(gctx) })
+		}
+		if a.cfg.Verify.PullFailures {
+			p.verify = newPullVerifier(a.verifier, a.cfg.Verify, a.log, a.m, checks)
+			g.Go(func() error { return p.verify.run(gctx) })
+		}
 	}
 	g.Go(func() error { return sh.run(gctx) })
 	g.Go(func() error { return p.run(gctx) })

@@ -45,6 +45,19 @@ type VerifyConfig struct {
 	// Registry bounds every check: timeout, cache, per-registry rate.
 	// The agent asks anonymously: it reads no Secret.
 	Registry verify.Config `yaml:"registry"`
+	// PullFailures: every image-pull failure whose cause the registry can
+	// decide (not_found, unauthorized, not_found_or_unauthorized,
+	// rate_limited, platform_mismatch, unknown, unrecognised) is checked
+	// off the event path, and the answer ships as an update of the
+	// failure's diagnosis (the same fields, decided_by registry). Later
+	// failures of the same image take the cached answer at once.
+	PullFailures bool `yaml:"pull_failures"`
+	// Platform of the cluster's nodes ("linux/amd64"): an image (or its
+	// index) must carry it. Empty: not compared.
+	Platform string `yaml:"platform"`
+	// Queue bounds the failures waiting for a check; beyond it they are
+	// not checked (eventpipe_agent_verify_dropped_total).
+	Queue int `yaml:"queue"`
 	// Supervisor checks the OpenShell gateway's supervisor image before
 	// any sandbox needs it.
 	Supervisor SupervisorCheckConfig `yaml:"supervisor"`
@@ -72,9 +85,6 @@ type SupervisorCheckConfig struct {
 	// Interval between reads of the gateway workload (a change of the
 	// supervisor image is seen within it).
 	Interval time.Duration `yaml:"interval"`
-	// Platform of the cluster's nodes ("linux/amd64"): the image (or its
-	// index) must carry it. Empty: not compared.
-	Platform string `yaml:"platform"`
 }
 
 // CollectorConfig says where and how to reach the collector's Ingest service.
@@ -263,6 +273,7 @@ func NewDefaultConfig() Config {
 		Enrich: enrich.NewDefaultConfig(),
 		Verify: VerifyConfig{
 			Registry:   verify.NewDefaultConfig(),
+			Queue:      256,
 			Supervisor: SupervisorCheckConfig{Container: "openshell-gateway", Interval: 30 * time.Second},
 		},
 	}
@@ -458,11 +469,15 @@ func (c Config) Validate() error {
 			add("verify.supervisor.kind", "must be Deployment, StatefulSet or empty, got %q", sc.Kind)
 		}
 		positive("verify.supervisor.interval", sc.Interval)
-		if sc.Platform != "" && strings.Count(sc.Platform, "/") < 1 {
-			add("verify.supervisor.platform", "must be os/arch[/variant], got %q", sc.Platform)
+		if v.Platform != "" && !strings.Contains(v.Platform, "/") {
+			add("verify.platform", "must be os/arch[/variant], got %q", v.Platform)
 		}
-	} else if v.Supervisor.Name != "" {
-		add("verify.supervisor.name", "needs verify.enabled: true (the check asks the registry)")
+		atLeast("verify.queue", v.Queue, 1)
+		if !v.PullFailures && sc.Name == "" {
+			add("verify.enabled", "checks nothing: set verify.pull_failures or verify.supervisor.name")
+		}
+	} else if v.Supervisor.Name != "" || v.PullFailures {
+		add("verify.enabled", "must be true for verify.pull_failures or verify.supervisor (they ask registries)")
 	}
 
 	ec := c.Enrich

@@ -37,8 +37,11 @@ type metrics struct {
 	// supervisor image check (verify.supervisor)
 	supervisorBad    prometheus.Gauge
 	supervisorErrors prometheus.Counter
-	deadLetters      *prometheus.CounterVec // reason
-	resent           prometheus.Counter
+	// registry checks of pull failures (verify.pull_failures)
+	verifyApplied *prometheus.CounterVec
+	verifyDropped prometheus.Counter
+	deadLetters   *prometheus.CounterVec // reason
+	resent        prometheus.Counter
 }
 
 var (
@@ -131,6 +134,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "eventpipe_agent_supervisor_resolve_errors_total",
 			Help: "Supervisor image checks that could not tell the gateway's supervisor image (workload or ConfigMap unreadable, no version).",
 		}),
+		verifyApplied: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "eventpipe_agent_verify_applied_total",
+			Help: "Pull-failure diagnoses a registry answer upgraded (decided_by registry), by how: cached (in place, on the event path) or update (an update occurrence after the check).",
+		}, []string{"how"}),
+		verifyDropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "eventpipe_agent_verify_dropped_total",
+			Help: "Pull failures not checked with the registry because verify.queue was full.",
+		}),
 		deletionDropped: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "eventpipe_agent_deletion_dropped_total", Help: "Sandbox deletions not shipped because the deletion queue was full (readers then tell the live sandbox of a reused name by which id appeared last).",
 		}),
@@ -146,6 +157,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	for _, r := range []string{"acked", "resent", "refused"} {
 		m.batches.WithLabelValues(r)
+	}
+	for _, h := range []string{"cached", "update"} {
+		m.verifyApplied.WithLabelValues(h)
 	}
 	for _, r := range []string{"stored", "duplicate", "rejected"} {
 		m.acked.WithLabelValues(r)
@@ -165,7 +179,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		for _, c := range []prometheus.Collector{m.watchEvents, m.occurrences, m.attributed, m.unattributed, m.skipped, m.held,
 			m.lateBound, m.holdExpired, m.holdOverflow, m.relists, m.expired, m.watchErrors, m.apiRequests,
 			m.cursorAge, m.shipLatency, m.batches, m.acked, m.shipErrors, m.queueLength, m.leader,
-			m.cacheObjects, m.diagnoseDropped, m.deletionDropped, m.supervisorBad, m.supervisorErrors, m.deadLetters, m.resent} {
+			m.cacheObjects, m.diagnoseDropped, m.deletionDropped, m.supervisorBad, m.supervisorErrors, m.verifyApplied, m.verifyDropped, m.deadLetters, m.resent} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("register agent metrics: %w", err)
 			}

@@ -22,8 +22,12 @@ type processor struct {
 	caches  *caches
 	enr     *enrich.Enricher
 	shipper *shipper
-	// checks carries the supervisor-image check's occurrences (nil: off).
+	// checks carries the registry checks' occurrences: supervisor-image
+	// checks and pull-failure updates (nil: verify off).
 	checks <-chan *eventpipev1.Occurrence
+	// verify upgrades pull failures with cached registry answers and
+	// queues the others for a check (nil: verify.pull_failures off).
+	verify *pullVerifier
 	log    *slog.Logger
 	m      *metrics
 	now    func() time.Time
@@ -107,7 +111,7 @@ func (p *processor) run(ctx context.Context) error {
 				return nil
 			}
 		case o := <-p.checks:
-			if !p.add(ctx, o, sourceSupervisorCheck) || !idleFlush() {
+			if !p.add(ctx, o, sourceRegistryCheck) || !idleFlush() {
 				return nil
 			}
 		case sb := <-gone:
@@ -250,13 +254,16 @@ func (p *processor) diagnose(ctx context.Context, key objKey) bool {
 // occurrences (enrich.SandboxDeleted).
 const sourceDeletion = "deletion"
 
-// sourceSupervisorCheck is the source label of supervisor-image check
-// occurrences (verify.supervisor).
-const sourceSupervisorCheck = "supervisor_check"
+// sourceRegistryCheck is the source label of the occurrences registry
+// checks make (verify: supervisor-image checks, pull-failure updates).
+const sourceRegistryCheck = "registry_check"
 
 // add appends one occurrence to the batch, shipping the batch when full.
 func (p *processor) add(ctx context.Context, o *eventpipev1.Occurrence, source string) bool {
 	p.m.occurrences.WithLabelValues(source).Inc()
+	if p.verify != nil && source != sourceRegistryCheck {
+		p.verify.annotate(o)
+	}
 	if o.GetSandbox() != nil && o.GetAttribution() != eventpipev1.AttributionNone && o.GetAttribution() != "" {
 		p.m.attributed.WithLabelValues(ruleLabel(o.GetAttribution())).Inc()
 	} else {

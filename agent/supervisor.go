@@ -26,6 +26,7 @@ import (
 // image cannot be pulled.
 type supervisorChecker struct {
 	cfg       SupervisorCheckConfig
+	platform  string
 	ttl       time.Duration
 	cluster   string
 	kc        *kubeClient
@@ -74,7 +75,7 @@ func (s *supervisorChecker) once(ctx context.Context) bool {
 	if img.Image == s.lastImage && now.Sub(s.lastAt) < s.ttl {
 		return true
 	}
-	r := s.v.Check(ctx, img.Image, s.cfg.Platform)
+	r := s.v.Check(ctx, img.Image, s.platform)
 	if ctx.Err() != nil {
 		return false
 	}

@@ -101,7 +101,7 @@ func TestSupervisorImageCheckBeforeAnySandbox(t *testing.T) {
 	cfg := testConfig("supcheck", col.addr())
 	cfg.Verify.Enabled = true
 	cfg.Verify.Supervisor = SupervisorCheckConfig{Namespace: ns, Name: "openshell", Container: "openshell-gateway",
-		GatewayID: "gw-supcheck", Interval: 300 * time.Millisecond, Platform: ""}
+		GatewayID: "gw-supcheck", Interval: 300 * time.Millisecond}
 	ra := startAgent(t, cfg)
 
 	checks := func() []*eventpipev1.Occurrence {

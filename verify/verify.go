@@ -286,6 +286,25 @@ func (v *Verifier) Check(ctx context.Context, image, platform string) Result {
 	return r
 }
 
+// Cached returns the cached answer for image and platform when it is
+// fresh, without asking anyone: what a hot path may call.
+func (v *Verifier) Cached(image, platform string) (Result, bool) {
+	ref, err := v.parse(image)
+	if err != nil {
+		return Result{}, false
+	}
+	now := v.now()
+	v.mu.Lock()
+	r, ok := v.cache[ref.Name()+"|"+platform]
+	v.mu.Unlock()
+	if !ok || now.Sub(r.CheckedAt) >= v.cfg.CacheTTL {
+		return Result{}, false
+	}
+	v.m.cacheHits.Inc()
+	r.Cached = true
+	return r, true
+}
+
 func (v *Verifier) parse(image string) (name.Reference, error) {
 	ref, err := name.ParseReference(image)
 	if err != nil {
