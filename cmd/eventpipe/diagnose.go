@@ -65,7 +65,20 @@ REPLACED, when its deletion was not seen) with what blocked it then, and
 in a table as state deleted or replaced, with the id beside each name the
 rows share.
 --supervisor groups the supervisor-image failures of every sandbox of a
-gateway, so a bad supervisor tag shows from the first failed sandbox on.
+gateway, so a bad supervisor tag shows from the first failed sandbox on;
+with the agent's supervisor-image check on (verify.supervisor), from
+before the first sandbox ("blocks no sandbox yet", with the registry's
+answer and where the image is set).
+
+--verify asks the registry of each failing image, with your own registry
+credentials as docker and crane find them (~/.docker/config.json,
+DOCKER_CONFIG, credential helpers): does the tag exist, does the
+repository, which tags do (newest by version), did it answer 429 and with
+which limit, and with --platform os/arch whether the index carries the
+nodes' platform. A conclusive answer replaces the cause and the fix and is
+shown as verified ("registry (verified, certain, ...)"); an unreachable
+registry or a timeout leaves the diagnosis as it was. Each image is asked
+once per run, within 10s. Without --verify no registry is called.
 
   sandbox crash-loop  workspace repro  id 0c6f5a7e-...  gateway openshell
   BLOCKED by 1 blocker:
@@ -88,17 +101,19 @@ Examples:
   eventpipe diagnose --collector collector.eventpipe:7070 --ca ca.pem --token-file reader.token sup-bad -w repro
   eventpipe diagnose 2ff21e26-1a7b-49a2-a640-14ae153f93ea -o json | jq .blockers
   eventpipe diagnose --supervisor --gateway openshell --insecure
+  eventpipe diagnose --verify --platform linux/arm64 sup-bad -w repro
   # watch a sandbox being created: a new diagnosis whenever it changes, until Ctrl-C
   eventpipe diagnose --watch sup-bad -w repro
 
 Output (-o json): one object; one sandbox: the diagnosis {id, name,
 workspace, gateway_id, state, blockers: [{kind, cause, image, image_role,
 object, involved, exit_code, pod, container, node, disposition, attempts,
-since, last_seen, detail, remedy, event_id, cursor}], progress,
+since, last_seen, detail, remedy, event_id, cursor, verified}], progress,
 last_event, ...} (image and image_role for image pulls; object, involved
 and exit_code for the other kinds, when known); a workspace or
 gateway: {"sandboxes": [...]}; --supervisor: {"gateway_id", "supervisor_failures":
-[{image, cause, disposition, attempts, since, last_seen, remedy, sandboxes}]}.
+[{image, cause, disposition, attempts, since, last_seen, remedy, sandboxes,
+verified}]} (verified: the agent's registry check, when one confirms it).
 
 With --watch the diagnosis is printed again (after a "== <time>" line in
 text, as one more JSON object with -o json) whenever it changes, resuming
