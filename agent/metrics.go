@@ -63,7 +63,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "eventpipe_agent_watch_events_total", Help: "Event watch notifications received, by watch type.",
 		}, []string{"type"}),
 		occurrences: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "eventpipe_agent_occurrences_total", Help: "Occurrences handed to the shipper, by source (event, pod_status, deletion: a Sandbox CR seen deleted).",
+			Name: "eventpipe_agent_occurrences_total", Help: "Occurrences handed to the shipper, by source (event, pod_status, deletion: a Sandbox CR seen deleted, registry_check: a supervisor-image check or a pull failure updated by the registry).",
 		}, []string{"source"}),
 		attributed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "eventpipe_agent_attributed_total", Help: "Occurrences attributed to a sandbox, by the rule that matched.",

@@ -151,6 +151,11 @@ func TestSupervisorImageCheckBeforeAnySandbox(t *testing.T) {
 	if n := len(checks()); n != 1 {
 		t.Errorf("%d check occurrences for one unchanged answer", n)
 	}
+	// Nor sent: a resent answer would be dropped by the collector (same
+	// event_id: the answer's check time), so count at the agent.
+	if n := counter(t, ra.reg, "eventpipe_agent_occurrences_total", map[string]string{"source": sourceRegistryCheck}); n != 1 {
+		t.Errorf("the agent shipped %v check occurrences for one unchanged answer", n)
+	}
 
 	// The operator fixes the tag: the change is read and verified.
 	sts.Spec.Template.Spec.Containers[0].Env[0].Value = repo + ":0.0.36"
