@@ -85,6 +85,10 @@
 //   - The Lease elector writes only the spec fields it owns and sends the
 //     rest of the object back as read (labels, annotations, fields it does
 //     not know), guarded by the resourceVersion.
+//   - Cluster-context rules (pullcontext.go) change a pull failure's
+//     diagnosis from Events around it (a pod's FailedToRetrieveImagePullSecret
+//     makes its ambiguous failures unauthorized), in the processor, with
+//     bounded state and no API call.
 //   - Registry checks (verify:, off by default) run beside the processor,
 //     never in it: the processor only looks a failing image up in the
 //     verifier's cache (upgrading the occurrence in place) or queues it

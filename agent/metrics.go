@@ -40,8 +40,10 @@ type metrics struct {
 	// registry checks of pull failures (verify.pull_failures)
 	verifyApplied *prometheus.CounterVec
 	verifyDropped prometheus.Counter
-	deadLetters   *prometheus.CounterVec // reason
-	resent        prometheus.Counter
+	// cluster-context rules (pullcontext.go)
+	contextApplied prometheus.Counter
+	deadLetters    *prometheus.CounterVec // reason
+	resent         prometheus.Counter
 }
 
 var (
@@ -138,6 +140,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "eventpipe_agent_verify_applied_total",
 			Help: "Pull-failure diagnoses a registry answer upgraded (decided_by registry), by how: cached (in place, on the event path) or update (an update occurrence after the check).",
 		}, []string{"how"}),
+		contextApplied: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "eventpipe_agent_context_applied_total",
+			Help: "Pull-failure diagnoses a cluster-context rule changed (decided_by cluster_context), e.g. a pod's missing image pull secret.",
+		}),
 		verifyDropped: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "eventpipe_agent_verify_dropped_total",
 			Help: "Pull failures not checked with the registry because verify.queue was full.",
@@ -179,7 +185,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		for _, c := range []prometheus.Collector{m.watchEvents, m.occurrences, m.attributed, m.unattributed, m.skipped, m.held,
 			m.lateBound, m.holdExpired, m.holdOverflow, m.relists, m.expired, m.watchErrors, m.apiRequests,
 			m.cursorAge, m.shipLatency, m.batches, m.acked, m.shipErrors, m.queueLength, m.leader,
-			m.cacheObjects, m.diagnoseDropped, m.deletionDropped, m.supervisorBad, m.supervisorErrors, m.verifyApplied, m.verifyDropped, m.deadLetters, m.resent} {
+			m.cacheObjects, m.diagnoseDropped, m.deletionDropped, m.supervisorBad, m.supervisorErrors, m.verifyApplied, m.verifyDropped, m.contextApplied, m.deadLetters, m.resent} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("register agent metrics: %w", err)
 			}

@@ -28,9 +28,11 @@ type processor struct {
 	// verify upgrades pull failures with cached registry answers and
 	// queues the others for a check (nil: verify.pull_failures off).
 	verify *pullVerifier
-	log    *slog.Logger
-	m      *metrics
-	now    func() time.Time
+	// context applies the cluster-context rules to pull failures (pullcontext.go).
+	context *pullContext
+	log     *slog.Logger
+	m       *metrics
+	now     func() time.Time
 
 	seen    *fingerprints
 	cursor  cursorTracker
@@ -53,9 +55,10 @@ type heldEvent struct {
 func newProcessor(cfg Config, in *itemQueue, c *caches, enr *enrich.Enricher, sh *shipper, startRV string, log *slog.Logger, m *metrics) *processor {
 	return &processor{
 		cfg: cfg, in: in, caches: c, enr: enr, shipper: sh, log: log, m: m, now: time.Now,
-		seen:   newFingerprints(cfg.Watch.FingerprintCapacity),
-		cursor: cursorTracker{safe: startRV},
-		sentRV: startRV,
+		seen:    newFingerprints(cfg.Watch.FingerprintCapacity),
+		context: newPullContext(),
+		cursor:  cursorTracker{safe: startRV},
+		sentRV:  startRV,
 	}
 }
 
@@ -261,6 +264,9 @@ const sourceRegistryCheck = "registry_check"
 // add appends one occurrence to the batch, shipping the batch when full.
 func (p *processor) add(ctx context.Context, o *eventpipev1.Occurrence, source string) bool {
 	p.m.occurrences.WithLabelValues(source).Inc()
+	if p.context != nil && source != sourceRegistryCheck && p.context.apply(o, p.now()) {
+		p.m.contextApplied.Inc()
+	}
 	if p.verify != nil && source != sourceRegistryCheck {
 		p.verify.annotate(o)
 	}

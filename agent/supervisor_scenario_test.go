@@ -3,18 +3,11 @@ package agent
 import (
 	"context"
 	"fmt"
-	"io"
-	"log"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/registry"
-	"github.com/google/go-containerregistry/pkg/v1/random"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -23,6 +16,7 @@ import (
 
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
 	"github.com/eventpipe/eventpipe/testenv/kube"
+	"github.com/eventpipe/eventpipe/verify/registrytest"
 )
 
 // TestSupervisorImageCheckBeforeAnySandbox: an OpenShell gateway
@@ -37,25 +31,12 @@ import (
 // SupervisorImageVerified occurrence, and the gauge drops to 0.
 func TestSupervisorImageCheckBeforeAnySandbox(t *testing.T) {
 	ctx := context.Background()
-	// The registry: go-containerregistry's in-process one, holding the
-	// supervisor at 0.0.36 only.
-	regSrv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
-	t.Cleanup(regSrv.Close)
-	host := strings.TrimPrefix(regSrv.URL, "http://")
-	repo := host + "/nvidia/openshell/supervisor"
-	img, err := random.Image(128, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ref, err := name.ParseReference(repo + ":0.0.36")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	t.Cleanup(tr.CloseIdleConnections)
-	if err := remote.Write(ref, img, remote.WithTransport(tr)); err != nil {
-		t.Fatal(err)
-	}
+	// The registry: go-containerregistry's in-process one (behind token
+	// auth, asked anonymously), holding the supervisor at 0.0.36 only.
+	defer http.DefaultTransport.(*http.Transport).CloseIdleConnections()
+	reg := registrytest.New(t)
+	reg.Push(t, "nvidia/openshell/supervisor:0.0.36", registrytest.ImageFor(t, "linux", "amd64"))
+	repo := reg.Host + "/nvidia/openshell/supervisor"
 
 	admin, err := kubernetes.NewForConfig(cluster.AdminConfig())
 	if err != nil {

@@ -7,9 +7,12 @@
 // version: 0.0.8, 0.0.7").
 //
 // It sits downstream of enrich and is never on its hot path: enrich stays
-// pure, and the agent (its supervisor-image check) and `eventpipe diagnose
-// --verify` call a Verifier off the path of events. Nothing here runs
-// without an explicit opt-in by whoever builds a Verifier.
+// pure. The agent (verify.pull_failures, verify.supervisor) calls Check
+// from goroutines of its own beside the event path, which only reads
+// answers already cached (Cached); `eventpipe diagnose --verify` calls it
+// for the images it shows. Nothing here runs without an explicit opt-in by
+// whoever builds a Verifier. registrytest is the registry its tests (and
+// the agent's and the CLI's) run against.
 //
 // Contract:
 //   - Every registry call is bounded in time (Config.Timeout), made once

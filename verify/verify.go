@@ -110,6 +110,10 @@ func (r Result) Apply(pf *eventpipev1.PullFailure) bool {
 	if pf == nil || !r.Conclusive() {
 		return false
 	}
+	if r.Category == eventpipev1.CategoryNotFoundOrUnauthorized &&
+		(pf.Category == eventpipev1.CategoryUnauthorized || pf.Category == eventpipev1.CategoryNotFound) {
+		return false // an anonymous 401 says less than the diagnosis already does
+	}
 	pf.Category, pf.Detail = r.Category, r.Detail
 	pf.DecidedBy, pf.Confidence = eventpipev1.DecidedByRegistry, r.Confidence()
 	if r.Category == eventpipev1.CategoryRateLimited {

@@ -221,3 +221,23 @@ func TestConfigValidate(t *testing.T) {
 		t.Errorf("defaults: %v", err)
 	}
 }
+
+// TestApplyNeverSaysLess: an anonymous 401 (not_found_or_unauthorized)
+// does not replace a diagnosis that already says which of the two it is.
+func TestApplyNeverSaysLess(t *testing.T) {
+	anon := Result{Answer: AnswerUnauthorized, Category: eventpipev1.CategoryNotFoundOrUnauthorized, Detail: "401"}
+	for _, c := range []struct {
+		have    string
+		applied bool
+	}{
+		{eventpipev1.CategoryUnauthorized, false},
+		{eventpipev1.CategoryNotFound, false},
+		{eventpipev1.CategoryUnknown, true},
+		{eventpipev1.CategoryNotFoundOrUnauthorized, true},
+	} {
+		pf := &eventpipev1.PullFailure{Category: c.have, DecidedBy: eventpipev1.DecidedByClusterContext}
+		if got := anon.Apply(pf); got != c.applied || (got && pf.DecidedBy != eventpipev1.DecidedByRegistry) || (!got && pf.Category != c.have) {
+			t.Errorf("%s: applied %v, now %+v", c.have, got, pf)
+		}
+	}
+}
