@@ -20,6 +20,11 @@ type blockerClass struct {
 	// weak: a restart back-off that names no cause of its own; it inherits
 	// the container's last known cause (OOMKilled, an exit code).
 	weak bool
+	// strength is how sure the cause is: certain when a rule or a status
+	// field names it, likely when only the reason does (a
+	// RunContainerError whose words no rule reads), weak for unknown and
+	// unrecognised.
+	strength strength
 }
 
 // ClassifyBlocker classifies one (reason, message) pair from an Event or a
@@ -36,6 +41,15 @@ func ClassifyBlocker(reason, message string) (kind, cause, object, detail string
 }
 
 func classifyBlocker(reason, msg string) (blockerClass, bool) {
+	b, ok := blockerRule(reason, msg)
+	if b.cause == eventpipev1.BlockerUnknown || b.cause == eventpipev1.BlockerUnrecognised {
+		b.strength = weak
+	}
+	return b, ok
+}
+
+// blockerRule is classifyBlocker's table of reasons and words.
+func blockerRule(reason, msg string) (blockerClass, bool) {
 	switch reason {
 	case "FailedScheduling":
 		if hasPrefixFold(msg, "skip schedule deleting pod") {
@@ -280,7 +294,8 @@ func containerError(reason, msg string) (blockerClass, bool) {
 	}
 	switch reason {
 	case "RunContainerError", "StartError", "CreateContainerError", "VerifyNonRootError":
-		b.cause = eventpipev1.BlockerStartFailed
+		// The reason says the start failed; no rule read why.
+		b.cause, b.strength = eventpipev1.BlockerStartFailed, likely
 		return b, true
 	case "CreateContainerConfigError":
 		b.cause = eventpipev1.BlockerUnknown
@@ -305,19 +320,80 @@ func nonRootRefusal(msg string) bool {
 		containsFold(msg, "image will run as root")
 }
 
-// createRefused: a controller's FailedCreate (replicaset, statefulset,
-// job, the Agent Sandbox controller): the API server refused the pod.
-func createRefused(msg string) blockerClass {
-	b := blockerClass{kind: eventpipev1.BlockerKindCreateRefused, cause: eventpipev1.BlockerUnknown, detail: blockerDetail(msg)}
-	switch {
-	case containsFold(msg, "exceeded quota"), containsFold(msg, "failed quota"), containsFold(msg, " quota is "),
-		containsFold(msg, "status unknown for quota"), containsFold(msg, "insufficient quota to consume"):
+// createFamilies are the causes of a refused creation and the words of
+// each (see createRefused). A message normally names one; when it names
+// two, the answer is unrecognised.
+var createFamilies = [...]struct {
+	cause string
+	match func(string) bool
+}{
+	{eventpipev1.BlockerQuotaExceeded, func(msg string) bool {
 		// ResourceQuota admission: over the limit; "failed quota: q: must
 		// specify ..." (a quota on a resource the pod does not request);
 		// "status unknown for quota" (its usage not computed yet);
 		// "insufficient quota to consume" (a limited resource no quota
 		// covers).
-		b.cause = eventpipev1.BlockerQuotaExceeded
+		return containsFold(msg, "exceeded quota") || containsFold(msg, "failed quota") || containsFold(msg, " quota is ") ||
+			containsFold(msg, "status unknown for quota") || containsFold(msg, "insufficient quota to consume")
+	}},
+	{eventpipev1.BlockerPodSecurity, func(msg string) bool {
+		// "no providers available" is PodSecurityPolicy admission (before
+		// 1.25) when no policy the pod's creator or service account may
+		// use admits it; the last two are OpenShift's SCC admission
+		// ("unable to validate against any security context constraint:
+		// [...]", "no SecurityContextConstraintsProvider available").
+		return containsFold(msg, "violates podsecurity") || containsFold(msg, "pod security policy") || containsFold(msg, "podsecuritypolicy") ||
+			containsFold(msg, "no providers available to validate pod request") ||
+			containsFold(msg, "security context constraint") || containsFold(msg, "securitycontextconstraints")
+	}},
+	{eventpipev1.BlockerWebhookDenied, func(msg string) bool {
+		return containsFold(msg, "admission webhook") && containsFold(msg, "denied the request")
+	}},
+	{eventpipev1.BlockerWebhookFailed, func(msg string) bool {
+		return containsFold(msg, "failed calling webhook") || containsFold(msg, "failed to call webhook") ||
+			containsFold(msg, "failed calling admission webhook") || containsFold(msg, "request did not complete within")
+	}},
+	{eventpipev1.BlockerLimitRange, func(msg string) bool {
+		return containsFold(msg, "usage per container") || containsFold(msg, "usage per pod") || containsFold(msg, "limitrange") ||
+			containsFold(msg, "limit to request ratio per")
+	}},
+	{eventpipev1.BlockerServiceAccountMissing, func(msg string) bool {
+		return (containsFold(msg, "serviceaccount") || containsFold(msg, "service account")) && containsFold(msg, "not found")
+	}},
+	{eventpipev1.BlockerNamespaceTerminating, func(msg string) bool {
+		// NamespaceLifecycle: "unable to create new content in namespace
+		// <ns> because it is being terminated".
+		return containsFold(msg, "because it is being terminated")
+	}},
+}
+
+// createRefused: a controller's FailedCreate (replicaset, statefulset,
+// job, the Agent Sandbox controller): the API server refused the pod. The
+// first family that matches is the cause; a second family matching too is
+// a disagreement (unrecognised), except that a webhook that failed or
+// denied the request may quote whatever it checked.
+func createRefused(msg string) blockerClass {
+	b := blockerClass{kind: eventpipev1.BlockerKindCreateRefused, cause: eventpipev1.BlockerUnknown, detail: blockerDetail(msg), strength: weak}
+	for _, f := range createFamilies {
+		if !f.match(msg) {
+			continue
+		}
+		switch b.cause {
+		case eventpipev1.BlockerUnknown:
+			b.cause, b.strength = f.cause, certain
+			continue
+		case eventpipev1.BlockerWebhookDenied, eventpipev1.BlockerWebhookFailed:
+			continue
+		}
+		if f.cause == eventpipev1.BlockerWebhookDenied || f.cause == eventpipev1.BlockerWebhookFailed {
+			// The webhook's own words decide over what it quotes.
+			b.cause = f.cause
+			continue
+		}
+		return blockerClass{kind: b.kind, cause: eventpipev1.BlockerUnrecognised, detail: b.detail, strength: weak}
+	}
+	switch b.cause {
+	case eventpipev1.BlockerQuotaExceeded:
 		for _, p := range [...]string{"exceeded quota: ", "Exceeded quota: ", "failed quota: ", "for quota: "} {
 			if i := strings.Index(msg, p); i >= 0 {
 				name := msg[i+len(p):]
@@ -330,25 +406,7 @@ func createRefused(msg string) blockerClass {
 				break
 			}
 		}
-	case containsFold(msg, "violates podsecurity"), containsFold(msg, "pod security policy"), containsFold(msg, "podsecuritypolicy"),
-		containsFold(msg, "no providers available to validate pod request"),
-		containsFold(msg, "security context constraint"), containsFold(msg, "securitycontextconstraints"):
-		// "no providers available" is PodSecurityPolicy admission (before
-		// 1.25) when no policy the pod's creator or service account may
-		// use admits it; the last two are OpenShift's SCC admission
-		// ("unable to validate against any security context constraint:
-		// [...]", "no SecurityContextConstraintsProvider available").
-		b.cause = eventpipev1.BlockerPodSecurity
-	case containsFold(msg, "admission webhook") && containsFold(msg, "denied the request"):
-		b.cause = eventpipev1.BlockerWebhookDenied
-	case containsFold(msg, "failed calling webhook"), containsFold(msg, "failed to call webhook"),
-		containsFold(msg, "failed calling admission webhook"), containsFold(msg, "request did not complete within"):
-		b.cause = eventpipev1.BlockerWebhookFailed
-	case containsFold(msg, "usage per container"), containsFold(msg, "usage per pod"), containsFold(msg, "limitrange"),
-		containsFold(msg, "limit to request ratio per"):
-		b.cause = eventpipev1.BlockerLimitRange
-	case (containsFold(msg, "serviceaccount") || containsFold(msg, "service account")) && containsFold(msg, "not found"):
-		b.cause = eventpipev1.BlockerServiceAccountMissing
+	case eventpipev1.BlockerServiceAccountMissing:
 		if name, ok := quotedAfter(msg, `serviceaccount "`); ok {
 			b.object = "ServiceAccount/" + name
 		} else if i := indexFold(msg, "service account "); i >= 0 {
@@ -357,10 +415,7 @@ func createRefused(msg string) blockerClass {
 				b.object = "ServiceAccount/" + ref[strings.IndexByte(ref, '/')+1:]
 			}
 		}
-	case containsFold(msg, "because it is being terminated"):
-		// NamespaceLifecycle: "unable to create new content in namespace
-		// <ns> because it is being terminated".
-		b.cause = eventpipev1.BlockerNamespaceTerminating
+	case eventpipev1.BlockerNamespaceTerminating:
 		if i := indexFold(msg, "content in namespace "); i >= 0 {
 			if ns := firstWord(msg[i+len("content in namespace "):]); ns != "" {
 				b.object = "Namespace/" + ns

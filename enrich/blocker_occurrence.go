@@ -60,6 +60,7 @@ func (e *Enricher) recordBlocker(ev *Event, pod *Pod, container string, bc block
 	b.FirstSeen, b.LastSeen = &ba.first, &ba.last
 	b.Detail = st.detail
 	b.Source = sig.source
+	b.DecidedBy, b.Confidence = eventpipev1.DecidedByTextRule, st.confidence
 	if exitCode != 0 {
 		b.ExitCode, b.HasExitCode = exitCode, true
 	}

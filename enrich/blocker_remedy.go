@@ -9,9 +9,10 @@ import (
 
 // BlockerFix is the short next step for a blocker (Blocker.fix): what to
 // change, naming the object and container. It reads only b's kind, cause,
-// object, container, detail and exit code.
+// object, container, detail and exit code. An unrecognised cause has no
+// fix: a guessed one would mislead; the runtime's words are in detail.
 func BlockerFix(b *eventpipev1.Blocker) string {
-	if b == nil {
+	if b == nil || b.GetCause() == eventpipev1.BlockerUnrecognised {
 		return ""
 	}
 	obj, ctr := b.GetObject(), b.GetContainer()

@@ -39,6 +39,7 @@ type blockerSignal struct {
 
 type blockerState struct {
 	cause, object, detail string
+	confidence            string // a Confidence* constant
 	attempts              uint32
 	firstSeen, lastSeen   time.Time
 }
@@ -79,7 +80,7 @@ func (t *blockerTracker) record(k blockerKey, s blockerSignal, window time.Durat
 		k = blockerKey{strings.Clone(k.namespace), strings.Clone(k.object), strings.Clone(k.container), k.kind}
 		en = &blockerEntry{key: k, counts: make([]uidCount, 0, 2), weakOnly: true}
 		en.state.firstSeen, en.state.lastSeen = s.first, s.at
-		en.state.cause = s.class.cause
+		en.state.cause, en.state.confidence = s.class.cause, s.class.strength.String()
 		en.elem = t.lru.PushFront(en)
 		t.entries[k] = en
 		for len(t.entries) > t.capacity {
@@ -96,7 +97,7 @@ func (t *blockerTracker) record(k blockerKey, s blockerSignal, window time.Durat
 		st.lastSeen = s.at
 	}
 	if !s.class.weak {
-		st.cause, en.weakOnly = s.class.cause, false
+		st.cause, st.confidence, en.weakOnly = s.class.cause, s.class.strength.String(), false
 	}
 	if !s.class.weak || st.detail == "" {
 		if s.class.detail != st.detail {

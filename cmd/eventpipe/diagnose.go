@@ -583,7 +583,7 @@ func (d *diagnoser) verifyImages(all []diagnosis.Diagnosis) {
 				Anonymous: r.Anonymous, CheckedAt: r.CheckedAt}
 			if r.Conclusive() {
 				v.DecidedBy, v.Confidence = eventpipev1.DecidedByRegistry, r.Confidence()
-				bl.Cause = r.Category
+				bl.Cause, bl.DecidedBy, bl.Confidence = r.Category, v.DecidedBy, v.Confidence
 				bl.Remedy = remedy.Pull(remedy.Input{Category: r.Category, Image: bl.Image, ImageRole: bl.ImageRole, Node: bl.Node, Detail: r.Detail})
 				if len(r.Tags) > 0 {
 					bl.Remedy += " (newest tags by version: " + strings.Join(r.Tags, ", ") + ")"

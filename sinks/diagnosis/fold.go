@@ -46,6 +46,12 @@ type Blocker struct {
 	// Cause is the pull-failure category (eventpipe.v1 Category*) or the
 	// blocker cause (eventpipe.v1 Blocker*).
 	Cause string `json:"cause"`
+	// DecidedBy and Confidence say how the cause was decided (text_rule,
+	// cluster_context, registry) and how sure it is (certain, likely,
+	// weak): the occurrence's pull_failure or blocker fields of the same
+	// names.
+	DecidedBy  string `json:"decided_by,omitempty"`
+	Confidence string `json:"confidence,omitempty"`
 	// Image and ImageRole: image pulls only.
 	Image string `json:"image,omitempty"`
 	// ImageRole says whose image it is: workload (the sandbox's own),
@@ -359,6 +365,7 @@ func (s *sandboxState) openPull(key blockerKey, cursor uint64, o *eventpipev1.Oc
 	if c := pf.GetCategory(); c != "" && (c != eventpipev1.CategoryUnknown || b.Cause == "") {
 		b.Cause = c
 		setIf(&b.Detail, pf.GetDetail())
+		b.DecidedBy, b.Confidence = pf.GetDecidedBy(), pf.GetConfidence()
 	}
 	setIf(&b.Disposition, pf.GetDisposition())
 	b.Attempts = max(b.Attempts, pf.GetAttempts())
