@@ -65,7 +65,7 @@ func TestDiagnoseVerify(t *testing.T) {
 		t.Fatalf("exit %d\n%s\n%s", code, out, errs)
 	}
 	for _, want := range []string{
-		"workload image " + image + ": not_found\n",
+		"workload image " + image + ": not_found [registry, certain]\n",
 		"    runtime: pull access denied, repository does not exist or may require authorization\n",
 		"    registry (verified, certain, asked with your registry credentials): tag_not_found: tag 9.9.9 does not exist in " + reg.Host + "/private/app; newest tags by version (of 2): 1.1, 1.0\n",
 		"    fix: tag 9.9.9 does not exist in " + reg.Host + "/private/app: check the image the sandbox was created with (newest tags by version: 1.1, 1.0)\n",
@@ -88,7 +88,7 @@ func TestDiagnoseVerify(t *testing.T) {
 	// Without credentials: the registry's 401 says private or absent.
 	dockerConfig("")
 	code, out, _ = runDiagnoseCmd(append(conn, "--verify", fSandboxID)...)
-	for _, want := range []string{"workload image " + image + ": not_found_or_unauthorized\n",
+	for _, want := range []string{"workload image " + image + ": not_found_or_unauthorized [registry, likely]\n",
 		"    registry (verified, likely, asked anonymously): unauthorized: " + reg.Host + " refuses anonymous reads of private/app (401)"} {
 		if code != diagnoseBlocked || !strings.Contains(out, want) {
 			t.Errorf("exit %d, stdout lacks %q:\n%s", code, want, out)
