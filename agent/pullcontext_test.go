@@ -58,7 +58,9 @@ func TestPullContextMissingSecret(t *testing.T) {
 // FailedToRetrieveImagePullSecret for a pod, then its pull failure in words
 // that cannot tell a missing image from missing credentials, through the
 // real kube-apiserver and the agent: the failure arrives as unauthorized,
-// decided by cluster context, naming the secret.
+// decided by cluster context, naming the secret. Then the image is pulled
+// by that pod, and another pod's failure in the same words is unauthorized
+// too (rule "pulled elsewhere"), naming who pulled it.
 func TestMissingPullSecretOnRealAPIServer(t *testing.T) {
 	ctx := context.Background()
 	admin, err := kubernetes.NewForConfig(cluster.AdminConfig())
@@ -78,7 +80,7 @@ func TestMissingPullSecretOnRealAPIServer(t *testing.T) {
 	}
 	t.Cleanup(func() {
 		zero := int64(0)
-		_ = admin.CoreV1().Pods(ns).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+		_ = admin.CoreV1().Pods(ns).Delete(ctx, "app", metav1.DeleteOptions{GracePeriodSeconds: &zero})
 	})
 	col := startCollector(t, t.TempDir())
 	ra := startAgent(t, testConfig("pullcontext", col.addr()))
@@ -124,5 +126,81 @@ func TestMissingPullSecretOnRealAPIServer(t *testing.T) {
 	}
 	if n := counter(t, ra.reg, "eventpipe_agent_context_applied_total", nil); n != 1 {
 		t.Errorf("context applied %v, want 1", n)
+	}
+
+	// Rule "pulled elsewhere": pod app pulls the image after all (its
+	// secret came), then pod app-2, with no secret, fails in the same
+	// ambiguous words: the image exists, so it is credentials.
+	event("app.pulled", "Pulled", "spec.containers{agent}", `Successfully pulled image "`+image+`" in 1.2s (1.2s including waiting). Image size: 1000 bytes.`)
+	waitFor(t, 60*time.Second, "the Pulled at the collector", func() (bool, string) {
+		for _, o := range col.all(t) {
+			if o.GetNamespace() == ns && o.GetReason() == "Pulled" {
+				return true, ""
+			}
+		}
+		return false, "not yet"
+	})
+	pod2, err := admin.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "app-2"},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "agent", Image: image}}}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		zero := int64(0)
+		_ = admin.CoreV1().Pods(ns).Delete(ctx, pod2.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+	})
+	pod = pod2
+	event("app-2.failed", "Failed", "spec.containers{agent}", `Failed to pull image "`+image+`": rpc error: code = Unknown desc = failed to pull and unpack image "`+image+
+		`": failed to resolve reference "`+image+`": pull access denied, repository does not exist or may require authorization: server message: insufficient_scope: authorization failed`)
+	waitFor(t, 60*time.Second, "app-2's failure at the collector", func() (bool, string) {
+		for _, o := range col.all(t) {
+			if o.GetNamespace() == ns && o.GetInvolvedObject().GetName() == "app-2" && o.GetPullFailure() != nil {
+				pf = o.GetPullFailure()
+				return true, ""
+			}
+		}
+		return false, "not yet"
+	})
+	if pf.GetCategory() != eventpipev1.CategoryUnauthorized || pf.GetDecidedBy() != eventpipev1.DecidedByClusterContext ||
+		!strings.Contains(pf.GetDetail(), "pod "+ns+"/app on node node-1 pulled the same image") {
+		t.Errorf("app-2's pull failure %v", pf)
+	}
+}
+
+func TestPullContextPulledElsewhere(t *testing.T) {
+	t0 := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
+	img := "docker.io/acme/private:1.0"
+	pulled := func(pod, msg, image string) *eventpipev1.Occurrence {
+		return &eventpipev1.Occurrence{Reason: "Pulled", Message: msg, Image: image, ReportingInstance: "node-2",
+			InvolvedObject: &eventpipev1.ObjectRef{Kind: "Pod", Namespace: "ns", Name: pod}}
+	}
+	ok := `Successfully pulled image "acme/private:1.0" in 1.2s (1.2s including waiting). Image size: 1000 bytes.`
+	fail := func(pod, cat string) *eventpipev1.Occurrence {
+		return &eventpipev1.Occurrence{Reason: "Failed", InvolvedObject: &eventpipev1.ObjectRef{Kind: "Pod", Namespace: "ns", Name: pod},
+			PullFailure: &eventpipev1.PullFailure{Category: cat, Image: img, Detail: "pull access denied"}}
+	}
+	cases := []struct {
+		name   string
+		before *eventpipev1.Occurrence
+		o      *eventpipev1.Occurrence
+		at     time.Duration
+		want   bool
+	}{
+		{"another pod pulled it (short name, same image)", pulled("other", ok, "acme/private:1.0"), fail("app", eventpipev1.CategoryNotFoundOrUnauthorized), time.Minute, true},
+		{"the same pod pulled it", pulled("app", ok, img), fail("app", eventpipev1.CategoryNotFoundOrUnauthorized), time.Minute, false},
+		{"already present proves nothing", pulled("other", `Container image "acme/private:1.0" already present on machine`, img), fail("app", eventpipev1.CategoryNotFoundOrUnauthorized), time.Minute, false},
+		{"another tag", pulled("other", ok, "docker.io/acme/private:2.0"), fail("app", eventpipev1.CategoryNotFoundOrUnauthorized), time.Minute, false},
+		{"words that decide", pulled("other", ok, img), fail("app", eventpipev1.CategoryNotFound), time.Minute, false},
+		{"pulled too long ago", pulled("other", ok, img), fail("app", eventpipev1.CategoryNotFoundOrUnauthorized), pulledTTL + time.Second, false},
+	}
+	for _, c := range cases {
+		pc := newPullContext()
+		pc.apply(c.before, t0)
+		changed := pc.apply(c.o, t0.Add(c.at))
+		pf := c.o.GetPullFailure()
+		if changed != c.want || (c.want && (pf.GetCategory() != eventpipev1.CategoryUnauthorized || pf.GetDecidedBy() != eventpipev1.DecidedByClusterContext ||
+			!strings.Contains(pf.GetDetail(), "pod ns/other on node node-2 pulled the same image at 2026-12-04T12:00:00Z, so it exists"))) {
+			t.Errorf("%s: changed %v, %+v", c.name, changed, pf)
+		}
 	}
 }
