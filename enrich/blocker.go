@@ -20,6 +20,10 @@ type blockerClass struct {
 	// weak: a restart back-off that names no cause of its own; it inherits
 	// the container's last known cause (OOMKilled, an exit code).
 	weak bool
+	// lasting: the signal is a blocker only once it lasts (a probe that
+	// keeps failing, a provisioner that never acts); the tracker counts it
+	// and recordBlocker decides (lasting in blocker_occurrence.go).
+	lasting bool
 	// strength is how sure the cause is: certain when a rule or a status
 	// field names it, likely when only the reason does (a
 	// RunContainerError whose words no rule reads), weak for unknown and
@@ -41,7 +45,7 @@ func ClassifyBlocker(reason, message string) (kind, cause, object, detail string
 }
 
 func classifyBlocker(reason, msg string) (blockerClass, bool) {
-	b, ok := blockerRule(reason, msg)
+	b, ok := blockerRule(oldReason(reason), msg)
 	if b.cause == eventpipev1.BlockerUnknown || b.cause == eventpipev1.BlockerUnrecognised {
 		b.strength = weak
 	}
@@ -152,6 +156,14 @@ func blockerRule(reason, msg string) (blockerClass, bool) {
 		}
 	case "CrashLoopBackOff":
 		return crashLoop(msg), true
+	case "NotTriggerScaleUp":
+		// The cluster autoscaler will not add a node for the pod: "pod
+		// didn't trigger scale-up: 1 node(s) had untolerated taint(s), 3
+		// max node group size reached" (its own reasons beside the
+		// scheduler's, per node group), before 1.13 "pod didn't trigger
+		// scale-up (it wouldn't fit if a new node is added)".
+		cause, detail := schedulingCause(msg)
+		return blockerClass{kind: eventpipev1.BlockerKindUnschedulable, cause: cause, detail: detail}, true
 	case "FailedSync":
 		// Kubelets before 1.5 wrapped every pod worker error in FailedSync.
 		if containsFold(msg, "crashloopbackoff") {
@@ -207,6 +219,90 @@ func blockerRule(reason, msg string) (blockerClass, bool) {
 		if strings.HasPrefix(reason, "OutOf") && containsFold(msg, "didn't have enough resource") {
 			return blockerClass{kind: eventpipev1.BlockerKindUnschedulable, cause: eventpipev1.BlockerInsufficientResources, detail: blockerDetail(msg)}, true
 		}
+	}
+	return blockerClass{}, false
+}
+
+// oldReason maps the lower-camel-case reasons of Kubernetes 1.0 (the
+// scheduler's "failedScheduling", the kubelet's "failedSync",
+// "failedMount", "unhealthy", "killing"; CamelCase since mid-2015) to
+// today's spelling.
+func oldReason(reason string) string {
+	if reason == "" || reason[0] < 'a' || reason[0] > 'z' {
+		return reason
+	}
+	switch reason {
+	case "failedScheduling":
+		return "FailedScheduling"
+	case "failedSync":
+		return "FailedSync"
+	case "failedMount":
+		return "FailedMount"
+	case "unhealthy":
+		return "Unhealthy"
+	case "killing":
+		return "Killing"
+	}
+	return reason
+}
+
+// probeFailureThreshold is the kubelet's default failureThreshold: a
+// probe that failed this often within the window has made the container
+// unready (or restarted it); fewer failures are transient.
+const probeFailureThreshold = 3
+
+// ClassifyLasting classifies the signals that are blockers only once they
+// last (see classifyLasting): kind and cause as ClassifyBlocker's,
+// ok=false for any other message.
+func ClassifyLasting(reason, message string) (kind, cause, detail string, ok bool) {
+	if len(message) > maxClassifyBytes {
+		message = message[:maxClassifyBytes]
+	}
+	b, ok := classifyLasting(reason, message)
+	return b.kind, b.cause, b.detail, ok
+}
+
+// classifyLasting reads the signals that are no blocker by themselves but
+// become one when they last: the kubelet's probe failures (Unhealthy
+// "Readiness probe failed: <the probe's output>", "... probe errored:
+// <why it could not run>"; Killing "Container x failed liveness probe,
+// will be restarted", before 1.16 "Killing container with id
+// docker://x:Container failed liveness probe.. Container will be killed
+// and recreated.") and the PV controller's ExternalProvisioning ("waiting
+// for a volume to be created, either by external provisioner \"x\" or
+// manually created by system administrator"). The detail is the runtime's
+// words; the object, for a provisioner, the provisioner it waits on.
+func classifyLasting(reason, msg string) (blockerClass, bool) {
+	switch oldReason(reason) {
+	case "Unhealthy":
+		for _, p := range [...]struct{ prefix, cause string }{
+			{"readiness probe ", eventpipev1.BlockerReadinessProbe},
+			{"liveness probe ", eventpipev1.BlockerLivenessProbe},
+			{"startup probe ", eventpipev1.BlockerStartupProbe},
+		} {
+			if hasPrefixFold(msg, p.prefix) && (hasPrefixFold(msg[len(p.prefix):], "failed") || hasPrefixFold(msg[len(p.prefix):], "errored")) {
+				return blockerClass{kind: eventpipev1.BlockerKindContainer, cause: p.cause, detail: blockerDetail(msg), lasting: true}, true
+			}
+		}
+	case "Killing":
+		switch {
+		case containsFold(msg, "failed liveness probe"):
+			return blockerClass{kind: eventpipev1.BlockerKindContainer, cause: eventpipev1.BlockerLivenessProbe, detail: blockerDetail(msg), lasting: true}, true
+		case containsFold(msg, "failed startup probe"):
+			return blockerClass{kind: eventpipev1.BlockerKindContainer, cause: eventpipev1.BlockerStartupProbe, detail: blockerDetail(msg), lasting: true}, true
+		}
+	case "ExternalProvisioning":
+		b := blockerClass{kind: eventpipev1.BlockerKindVolume, cause: eventpipev1.BlockerProvisionerWaiting, detail: blockerDetail(msg), lasting: true}
+		for _, p := range [...]string{`external provisioner "`, `external provisioner '`} {
+			if i := indexFold(msg, p); i >= 0 {
+				rest := msg[i+len(p):]
+				if j := strings.IndexByte(rest, p[len(p)-1]); j > 0 {
+					b.object = "StorageClassProvisioner/" + rest[:j]
+				}
+				break
+			}
+		}
+		return b, true
 	}
 	return blockerClass{}, false
 }
@@ -513,6 +609,14 @@ func schedulingItemCause(item string) string {
 	}
 	switch {
 	case containsFold(item, "insufficient"), containsFold(item, "too many pods"),
+		// Kubernetes 1.0's "Failed for reason PodFitsResources and
+		// possibly others".
+		containsFold(item, "podfitsresources"),
+		// The cluster autoscaler cannot add the node: the groups are at
+		// their maximum, in back-off after a failed scale-up (a cloud
+		// quota, IPs exhausted), or no group's node would fit the pod.
+		containsFold(item, "max node group size reached"), containsFold(item, "in backoff after failed scale-up"),
+		containsFold(item, "wouldn't fit if a new node is added"),
 		// Other capacity a node runs out of: host ports, CSI storage
 		// capacity, DRA devices.
 		containsFold(item, "free ports"), containsFold(item, "podfitshostports"),

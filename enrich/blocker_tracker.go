@@ -162,7 +162,9 @@ func (t *blockerTracker) removeLocked(en *blockerEntry) {
 // persistentBlocker reports whether retrying cannot fix the cause: it
 // stays until someone changes the cluster or the sandbox (a taint no node
 // tolerates, a class or Secret that does not exist, a quota, a policy, a
-// container that keeps dying). Capacity (insufficient_resources) can free
+// container that keeps dying, a probe that keeps failing). Persistent also
+// needs the count (PersistentAfter) and time: the cause seen for at least
+// blockerMinAge. Capacity (insufficient_resources) can free
 // up or be added by an autoscaler, attach and mount errors are often
 // transient, and an unknown cause is never called persistent.
 func persistentBlocker(cause string) bool {
@@ -173,7 +175,8 @@ func persistentBlocker(cause string) bool {
 		eventpipev1.BlockerSecretNotFound, eventpipev1.BlockerConfigMapNotFound, eventpipev1.BlockerKeyNotFound,
 		eventpipev1.BlockerQuotaExceeded, eventpipev1.BlockerWebhookDenied, eventpipev1.BlockerPodSecurity,
 		eventpipev1.BlockerLimitRange, eventpipev1.BlockerServiceAccountMissing, eventpipev1.BlockerNamespaceTerminating,
-		eventpipev1.BlockerCrashLoop, eventpipev1.BlockerOOMKilled, eventpipev1.BlockerExitError, eventpipev1.BlockerStartFailed:
+		eventpipev1.BlockerCrashLoop, eventpipev1.BlockerOOMKilled, eventpipev1.BlockerExitError, eventpipev1.BlockerStartFailed,
+		eventpipev1.BlockerReadinessProbe, eventpipev1.BlockerLivenessProbe, eventpipev1.BlockerStartupProbe:
 		return true
 	}
 	return false

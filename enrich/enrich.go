@@ -346,7 +346,7 @@ func (e *Enricher) fill(o *eventpipev1.Occurrence, a *attribution, ev *Event, c 
 		e.tracker.forget(podKey(ev, a.pod, container))
 	}
 	if !c.pull && source == eventpipev1.PullSourceEvent {
-		o.Blocker = e.blocker(ev, a.pod, container, at) // nil unless a blocker (blocker.go)
+		o.Blocker = e.blocker(ev, a.pod, container, at, a.sandbox != nil) // nil unless a blocker (blocker.go)
 	}
 	o.Progress = e.progress(ev, a, container, o.Image, c.progress)
 }

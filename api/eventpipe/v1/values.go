@@ -258,6 +258,20 @@ const (
 	BlockerExitError   = "exit_error"    // the container exits with a non-zero code
 	BlockerStartFailed = "start_failed"  // the runtime cannot start the container
 	BlockerKeyNotFound = "key_not_found" // a key the container reads is missing from a Secret or ConfigMap
+	// A probe keeps failing (or cannot run: "probe errored"), so the
+	// container never becomes Ready (readiness), is restarted (liveness)
+	// or never finishes starting (startup). One failed probe is transient
+	// and no blocker: it becomes one once it failed as often as the
+	// kubelet's default failureThreshold (3) within the window.
+	BlockerReadinessProbe = "readiness_probe_failed"
+	BlockerLivenessProbe  = "liveness_probe_failed"
+	BlockerStartupProbe   = "startup_probe_failed"
+	// volume: the claim waits on an external provisioner (its
+	// StorageClass's CSI driver) that has not created the volume for
+	// longer than the documented time (enrich: 5 minutes): the
+	// provisioner is missing, not running or not registered. Before that,
+	// ExternalProvisioning is normal progress and no blocker.
+	BlockerProvisionerWaiting = "provisioner_waiting"
 	// any kind
 	BlockerUnknown = "unknown"
 	// BlockerUnrecognised: the kind is known but the words do not decide
