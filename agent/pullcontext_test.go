@@ -86,17 +86,7 @@ func TestMissingPullSecretOnRealAPIServer(t *testing.T) {
 	ra := startAgent(t, testConfig("pullcontext", col.addr()))
 	waitFor(t, 60*time.Second, "agent to sync", func() (bool, string) { return ra.a.synced.Load(), "" })
 
-	event := func(name, reason, field, msg string) {
-		now := metav1.Now()
-		if _, err := admin.CoreV1().Events(ns).Create(ctx, &corev1.Event{
-			ObjectMeta:     metav1.ObjectMeta{Name: name},
-			InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: ns, Name: pod.Name, UID: pod.UID, APIVersion: "v1", FieldPath: field},
-			Reason:         reason, Message: msg, Type: corev1.EventTypeWarning,
-			Source: corev1.EventSource{Component: "kubelet", Host: "node-1"}, FirstTimestamp: now, LastTimestamp: now, Count: 1,
-		}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	event := func(name, reason, field, msg string) { kubeletEvent(t, admin, pod, name, reason, field, msg) }
 	event("app.secret", reasonMissingPullSecret, "", missingSecretMsg)
 	// Let the warning reach the agent first: the watch gives no order
 	// across a pod's Events, and the rule applies to failures after it.
@@ -108,8 +98,7 @@ func TestMissingPullSecretOnRealAPIServer(t *testing.T) {
 		}
 		return false, "not yet"
 	})
-	event("app.failed", "Failed", "spec.containers{agent}", `Failed to pull image "`+image+`": rpc error: code = Unknown desc = failed to pull and unpack image "`+image+
-		`": failed to resolve reference "`+image+`": pull access denied, repository does not exist or may require authorization: server message: insufficient_scope: authorization failed`)
+	event("app.failed", "Failed", "spec.containers{agent}", accessDenied(image))
 	var pf *eventpipev1.PullFailure
 	waitFor(t, 60*time.Second, "the pull failure at the collector", func() (bool, string) {
 		for _, o := range col.all(t) {
@@ -150,8 +139,7 @@ func TestMissingPullSecretOnRealAPIServer(t *testing.T) {
 		_ = admin.CoreV1().Pods(ns).Delete(ctx, pod2.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
 	})
 	pod = pod2
-	event("app-2.failed", "Failed", "spec.containers{agent}", `Failed to pull image "`+image+`": rpc error: code = Unknown desc = failed to pull and unpack image "`+image+
-		`": failed to resolve reference "`+image+`": pull access denied, repository does not exist or may require authorization: server message: insufficient_scope: authorization failed`)
+	event("app-2.failed", "Failed", "spec.containers{agent}", accessDenied(image))
 	waitFor(t, 60*time.Second, "app-2's failure at the collector", func() (bool, string) {
 		for _, o := range col.all(t) {
 			if o.GetNamespace() == ns && o.GetInvolvedObject().GetName() == "app-2" && o.GetPullFailure() != nil {
@@ -203,4 +191,26 @@ func TestPullContextPulledElsewhere(t *testing.T) {
 			t.Errorf("%s: changed %v, %+v", c.name, changed, pf)
 		}
 	}
+}
+
+// kubeletEvent writes a Warning Event about pod as the kubelet on node-1
+// does (core/v1, source kubelet, count 1).
+func kubeletEvent(t *testing.T, admin kubernetes.Interface, pod *corev1.Pod, name, reason, field, msg string) {
+	t.Helper()
+	now := metav1.Now()
+	if _, err := admin.CoreV1().Events(pod.Namespace).Create(context.Background(), &corev1.Event{
+		ObjectMeta:     metav1.ObjectMeta{Name: name},
+		InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, APIVersion: "v1", FieldPath: field},
+		Reason:         reason, Message: msg, Type: corev1.EventTypeWarning,
+		Source: corev1.EventSource{Component: "kubelet", Host: "node-1"}, FirstTimestamp: now, LastTimestamp: now, Count: 1,
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// accessDenied is containerd's failure for an image the registry will not
+// name to this caller: missing, or private (Docker Hub's words).
+func accessDenied(image string) string {
+	return `Failed to pull image "` + image + `": rpc error: code = Unknown desc = failed to pull and unpack image "` + image +
+		`": failed to resolve reference "` + image + `": pull access denied, repository does not exist or may require authorization: server message: insufficient_scope: authorization failed`
 }

@@ -56,17 +56,7 @@ func TestPullFailureVerifiedByRegistry(t *testing.T) {
 	waitFor(t, 60*time.Second, "agent to sync", func() (bool, string) { return ra.a.synced.Load(), "" })
 
 	failed := func(n int) {
-		now := metav1.Now()
-		msg := `Failed to pull image "` + image + `": rpc error: code = Unknown desc = failed to pull and unpack image "` + image +
-			`": failed to resolve reference "` + image + `": pull access denied, repository does not exist or may require authorization: server message: insufficient_scope: authorization failed`
-		if _, err := admin.CoreV1().Events(ns).Create(ctx, &corev1.Event{
-			ObjectMeta:     metav1.ObjectMeta{Name: fmt.Sprintf("app.%d", n)},
-			InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: ns, Name: pod.Name, UID: pod.UID, APIVersion: "v1", FieldPath: "spec.containers{agent}"},
-			Reason:         "Failed", Message: msg, Type: corev1.EventTypeWarning,
-			Source: corev1.EventSource{Component: "kubelet", Host: "node-1"}, FirstTimestamp: now, LastTimestamp: now, Count: 1,
-		}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
+		kubeletEvent(t, admin, pod, fmt.Sprintf("app.%d", n), "Failed", "spec.containers{agent}", accessDenied(image))
 	}
 	pulls := func() []*eventpipev1.Occurrence {
 		var out []*eventpipev1.Occurrence
