@@ -341,6 +341,13 @@ func TestExactlyOnceAtEverySinkThroughReplicaKill(t *testing.T) {
 		t.Logf("transactions %v: %s: %d distinct, %d duplicates, %d missing", txn, s.name, len(s.counts), d, m)
 	}
 	t.Logf("Follow: %d before the kill, resumed on replica-1 for the rest", followedBefore)
+	for _, slot := range slots {
+		r := replicas[slot]
+		t.Logf("%s: file sink skipped %.0f records pushed again; archive partitions %.0f, file partitions %.0f", slot,
+			scrapeGaugeOr(r.http, "eventpipe_sink_file_repeated_records_total"),
+			scrapeGaugeOr(r.http, `eventpipe_collector_backbone_sink_assigned_partitions{sink="archive"}`),
+			scrapeGaugeOr(r.http, `eventpipe_collector_backbone_sink_assigned_partitions{sink="file"}`))
+	}
 	for _, r := range results {
 		if r.dups > 0 || r.missing > 0 {
 			t.Errorf("%s: %d duplicates, %d missing after a replica kill", r.sink, r.dups, r.missing)
