@@ -291,7 +291,9 @@ func TestVictoriaLogsOutageDrill(t *testing.T) {
 	}
 	// A second sink on the same log (the file sink) must keep flowing
 	// while Loki is down.
-	fs, err := file.New(file.Config{Path: filepath.Join(t.TempDir(), "events.jsonl"), MaxBytes: 1 << 30, MaxFiles: 1}, nil, nil)
+	fcfg := file.NewDefaultConfig()
+	fcfg.Path, fcfg.MaxBytes, fcfg.MaxFiles = filepath.Join(t.TempDir(), "events.jsonl"), 1<<30, 1
+	fs, err := file.New(fcfg, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
