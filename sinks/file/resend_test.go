@@ -7,25 +7,20 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
 	"github.com/eventpipe/eventpipe/sinks/internal/jsonenc"
 	"github.com/eventpipe/eventpipe/sinks/sinktest"
 )
 
-func counter(t *testing.T, reg *prometheus.Registry, name string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
+// eventIDs are the occurrences' event_ids, in order.
+func eventIDs(occs []*eventpipev1.Occurrence) []string {
+	out := make([]string, 0, len(occs))
+	for _, o := range occs {
+		out = append(out, o.GetEventId())
 	}
-	for _, mf := range mfs {
-		if mf.GetName() == name {
-			return mf.GetMetric()[0].GetCounter().GetValue()
-		}
-	}
-	t.Fatalf("%s not registered", name)
-	return 0
+	return out
 }
 
 // TestRestartDoesNotAppendWhatItWrote: a sink opened on files an earlier
@@ -107,17 +102,13 @@ func TestRestartDoesNotAppendWhatItWrote(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var want []string
-			for _, o := range c.want {
-				want = append(want, o.GetEventId())
-			}
-			if !slices.Equal(got, want) {
+			if want := eventIDs(c.want); !slices.Equal(got, want) {
 				t.Errorf("file holds %d lines %v\nwant %d %v", len(got), got, len(want), want)
 			}
-			if n := counter(t, reg, "eventpipe_sink_file_repeated_records_total"); n != c.wantRepeated {
+			if n := testutil.ToFloat64(second.m.repeats); n != c.wantRepeated {
 				t.Errorf("repeated records counted %v, want %v", n, c.wantRepeated)
 			}
-			if n := counter(t, reg, "eventpipe_sink_file_torn_lines_total"); n != c.wantTorn {
+			if n := testutil.ToFloat64(second.m.torn); n != c.wantTorn {
 				t.Errorf("torn lines counted %v, want %v", n, c.wantTorn)
 			}
 		})
@@ -146,11 +137,7 @@ func TestRepeatWithinOneProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var want []string
-	for _, o := range occs {
-		want = append(want, o.GetEventId())
-	}
-	if !slices.Equal(got, want) {
+	if want := eventIDs(occs); !slices.Equal(got, want) {
 		t.Errorf("file holds %v, want %v", got, want)
 	}
 }
