@@ -57,7 +57,11 @@ func killReplicaConfig(t testing.TB, brokers []string, txn bool, dir, slot strin
 	bc.Topic, bc.CursorTopic = killTopic, "kill.cursors"
 	bc.CreateTopics = true
 	bc.Partitions = killPartitions
-	bc.SessionTimeout = 6 * time.Second
+	// The restarted replica must rejoin before the group gives up on its
+	// predecessor, or the survivors take its partitions (and repeat, in
+	// their own files, what it wrote): the default, with room for a slow
+	// start on a loaded machine.
+	bc.SessionTimeout = backbone.DefaultSessionTimeout
 	bc.Transactions.Enabled = txn
 	if txn {
 		bc.Transactions.ID = slot
