@@ -141,3 +141,18 @@ func TestRepeatWithinOneProcess(t *testing.T) {
 		t.Errorf("file holds %v, want %v", got, want)
 	}
 }
+
+func TestLineEventID(t *testing.T) {
+	for _, c := range []struct{ line, want string }{
+		{`{"schema_version":1,"event_id":"uid-1/42","occurred_at":"2026-10-29T10:10:40Z"}` + "\n", "uid-1/42"},
+		{`{"event_id":"nouid/ns/name/7","message":"x"}` + "\n", "nouid/ns/name/7"},
+		{`{"schema_version":1,"event_id":"a\"b/1"}` + "\n", `a"b/1`},                       // escaped: decoded whole
+		{`{"schema_version":1,"reason":"x","message":"\"event_id\":\"fake\""}` + "\n", ""}, // no event_id
+		{`{"message":"x","event_id":"late/1"}` + "\n", "late/1"},                           // another order
+		{"not json\n", ""},
+	} {
+		if got := lineEventID([]byte(c.line)); got != c.want {
+			t.Errorf("lineEventID(%q) = %q, want %q", c.line, got, c.want)
+		}
+	}
+}
