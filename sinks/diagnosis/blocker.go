@@ -37,6 +37,10 @@ func (s *sandboxState) openBlocker(cursor uint64, o *eventpipev1.Occurrence, bl 
 		setIf(&b.Detail, bl.GetDetail())
 		setIf(&b.Object, bl.GetObject())
 		setIf(&b.Remedy, bl.GetFix())
+		if c == eventpipev1.BlockerUnrecognised {
+			b.Remedy = "" // no fix: an older cause's would mislead
+		}
+		b.DecidedBy, b.Confidence = bl.GetDecidedBy(), bl.GetConfidence()
 	}
 	setIf(&b.Role, o.GetRole())
 	if o.GetReportingComponent() == "kubelet" {

@@ -52,7 +52,8 @@ func TestFoldWorkloadImageMissing(t *testing.T) {
 	b := d.Blockers[0]
 	want := Blocker{Kind: KindImagePull, Cause: eventpipev1.CategoryNotFound, Image: imageMissing,
 		ImageRole: eventpipev1.ImageRoleWorkload, Role: eventpipev1.RoleWorkload, Namespace: s.ns, Pod: s.name,
-		Container: "workspace-init", Node: nodeName, Disposition: eventpipev1.DispositionRetrying}
+		Container: "workspace-init", Node: nodeName, Disposition: eventpipev1.DispositionRetrying,
+		DecidedBy: eventpipev1.DecidedByTextRule, Confidence: eventpipev1.ConfidenceCertain}
 	got := b
 	got.Attempts, got.Since, got.LastSeen, got.Detail, got.Remedy, got.EventID, got.Cursor = 0, time.Time{}, time.Time{}, "", "", "", 0
 	if got != want {
@@ -258,5 +259,36 @@ func TestWriteTableCleansClusterStrings(t *testing.T) {
 	}
 	if !strings.Contains(s, "1m00s ago") || !strings.Contains(s, "fix evil") {
 		t.Errorf("table: %q", s)
+	}
+}
+
+// TestWriteShowsHowSure: the text and the table say how a cause was decided
+// and how sure it is; an unrecognised blocker's fix line gives no step.
+func TestWriteShowsHowSure(t *testing.T) {
+	d := Diagnosis{ID: "x", Name: "n", Workspace: "w", State: StateBlocked, Blockers: []Blocker{
+		{Kind: KindImagePull, Cause: "unauthorized", DecidedBy: "text_rule", Confidence: "likely", Image: "a:1", ImageRole: "workload",
+			Attempts: 2, Disposition: "retrying", Remedy: "add a pull secret", Since: time.Unix(100, 0)},
+		{Kind: "create_refused", Cause: "unrecognised", DecidedBy: "text_rule", Confidence: "weak", Object: "ReplicaSet/r",
+			Detail: "the moon is in the wrong phase", Attempts: 1, Disposition: "retrying", Since: time.Unix(100, 0)},
+	}}
+	var text, table bytes.Buffer
+	if err := WriteText(&text, d, time.Unix(160, 0)); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteTable(&table, []Diagnosis{d}, time.Unix(160, 0)); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"workload image a:1: unauthorized [text rule, likely]",
+		"create_refused: unrecognised (ReplicaSet/r) [text rule, weak]",
+		"detail: the moon is in the wrong phase",
+		"fix: none: eventpipe does not recognise the cause; the runtime's words are above",
+	} {
+		if !strings.Contains(text.String(), want) {
+			t.Errorf("text lacks %q:\n%s", want, text.String())
+		}
+	}
+	if !strings.Contains(table.String(), "unauthorized (likely)") || !strings.Contains(table.String(), "unrecognised (weak)") {
+		t.Errorf("table:\n%s", table.String())
 	}
 }

@@ -346,6 +346,8 @@ func AppendJSON(b []byte, o *eventpipev1.Occurrence) []byte {
 		b = ts(b, "last_seen", p.GetLastSeen())
 		b = str(b, "detail", p.GetDetail())
 		b = str(b, "source", p.GetSource())
+		b = str(b, "decided_by", p.GetDecidedBy())
+		b = str(b, "confidence", p.GetConfidence())
 		b = append(b, '}')
 	} else {
 		b = append(b, `,"pull_failure":null`...)
@@ -378,6 +380,8 @@ func AppendJSON(b []byte, o *eventpipev1.Occurrence) []byte {
 		b = strconv.AppendInt(b, int64(bl.GetExitCode()), 10)
 		b = append(b, `,"has_exit_code":`...)
 		b = strconv.AppendBool(b, bl.GetHasExitCode())
+		b = str(b, "decided_by", bl.GetDecidedBy())
+		b = str(b, "confidence", bl.GetConfidence())
 		b = append(b, '}')
 	} else {
 		b = append(b, `,"blocker":null`...)
