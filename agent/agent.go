@@ -19,7 +19,7 @@ import (
 
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
 	"github.com/eventpipe/eventpipe/enrich"
-	"github.com/eventpipe/eventpipe/verify"
+	"github.com/eventpipe/eventpipe/enrich/verify"
 )
 
 // Agent is one replica of the cluster agent. Create it with New and run it

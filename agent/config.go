@@ -13,7 +13,7 @@ import (
 
 	"github.com/eventpipe/eventpipe/api/config"
 	"github.com/eventpipe/eventpipe/enrich"
-	"github.com/eventpipe/eventpipe/verify"
+	"github.com/eventpipe/eventpipe/enrich/verify"
 )
 
 // Config is what an operator writes (YAML) to run the agent. Values that come

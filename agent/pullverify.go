@@ -8,7 +8,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
-	"github.com/eventpipe/eventpipe/verify"
+	"github.com/eventpipe/eventpipe/enrich/verify"
 )
 
 // VerifiedEventIDPrefix starts the event_id of the update a registry

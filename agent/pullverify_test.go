@@ -12,7 +12,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
-	"github.com/eventpipe/eventpipe/verify/registrytest"
+	"github.com/eventpipe/eventpipe/enrich/verify/registrytest"
 )
 
 // TestPullFailureVerifiedByRegistry: kubelet's "pull access denied,

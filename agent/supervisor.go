@@ -11,7 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
-	"github.com/eventpipe/eventpipe/verify"
+	"github.com/eventpipe/eventpipe/enrich/verify"
 )
 
 // supervisorChecker verifies the OpenShell gateway's supervisor image

@@ -16,7 +16,7 @@ import (
 
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
 	"github.com/eventpipe/eventpipe/testenv/kube"
-	"github.com/eventpipe/eventpipe/verify/registrytest"
+	"github.com/eventpipe/eventpipe/enrich/verify/registrytest"
 )
 
 // TestSupervisorImageCheckBeforeAnySandbox: an OpenShell gateway

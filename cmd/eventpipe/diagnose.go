@@ -21,7 +21,7 @@ import (
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
 	"github.com/eventpipe/eventpipe/api/remedy"
 	"github.com/eventpipe/eventpipe/sinks/diagnosis"
-	"github.com/eventpipe/eventpipe/verify"
+	"github.com/eventpipe/eventpipe/enrich/verify"
 )
 
 func init() {

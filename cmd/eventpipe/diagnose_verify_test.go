@@ -16,7 +16,7 @@ import (
 
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
 	"github.com/eventpipe/eventpipe/sinks/diagnosis"
-	"github.com/eventpipe/eventpipe/verify/registrytest"
+	"github.com/eventpipe/eventpipe/enrich/verify/registrytest"
 )
 
 // TestDiagnoseVerify: a sandbox whose private image's tag does not exist.

@@ -10,7 +10,7 @@ import (
 	"strings"
 
 	"github.com/eventpipe/eventpipe/deploy/openshell"
-	"github.com/eventpipe/eventpipe/internal/buildinfo"
+	"github.com/eventpipe/eventpipe/api/buildinfo"
 )
 
 func init() {

@@ -41,7 +41,7 @@ func releaseLDFlags(t *testing.T, root, version, revision string) string {
 // TestReleaseBuildReportsItsVersion: a binary linked with the release
 // flags reports the release version everywhere: `eventpipe version`, the
 // OCSF metadata.product.version and the eventpipe-version header of the
-// Kafka sink, the Loki sink's User-Agent. (Before internal/buildinfo the
+// Kafka sink, the Loki sink's User-Agent. (Before api/buildinfo the
 // flags stamped package main only, and OCSF said "(devel)".)
 func TestReleaseBuildReportsItsVersion(t *testing.T) {
 	root, err := filepath.Abs(filepath.Join("..", ".."))

@@ -10,7 +10,7 @@ import (
 
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
 	"github.com/eventpipe/eventpipe/api/sanitize"
-	"github.com/eventpipe/eventpipe/internal/buildinfo"
+	"github.com/eventpipe/eventpipe/api/buildinfo"
 	"github.com/eventpipe/eventpipe/sinks/kafka"
 )
 
@@ -30,7 +30,7 @@ const (
 	HeaderCluster = "eventpipe-cluster"
 	HeaderStream  = "eventpipe-stream"
 	// HeaderVersion names the eventpipe build of the replica that wrote
-	// the record (internal/buildinfo), the header the Kafka sink writes
+	// the record (api/buildinfo), the header the Kafka sink writes
 	// too: during a rolling update it tells which build ingested what.
 	HeaderVersion = kafka.HeaderVersion
 )

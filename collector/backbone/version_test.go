@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
-	"github.com/eventpipe/eventpipe/internal/buildinfo"
+	"github.com/eventpipe/eventpipe/api/buildinfo"
 )
 
 // TestBuildVersionInBackboneRecords: every backbone record names the build

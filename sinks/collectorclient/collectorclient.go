@@ -26,7 +26,7 @@ import (
 	"google.golang.org/grpc/resolver/manual"
 
 	"github.com/eventpipe/eventpipe/api/config"
-	"github.com/eventpipe/eventpipe/internal/buildinfo"
+	"github.com/eventpipe/eventpipe/api/buildinfo"
 )
 
 // Options says how to reach the collector.

@@ -13,7 +13,7 @@ import (
 
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
 	"github.com/eventpipe/eventpipe/api/sanitize"
-	"github.com/eventpipe/eventpipe/internal/buildinfo"
+	"github.com/eventpipe/eventpipe/api/buildinfo"
 	"github.com/eventpipe/eventpipe/sinks/internal/jsonenc"
 )
 
@@ -69,7 +69,7 @@ type encoder struct {
 const maxSpareBytes = 16 << 20
 
 // HeaderVersion is the record header naming the eventpipe build that wrote
-// the record (internal/buildinfo: the version `eventpipe version` prints).
+// the record (api/buildinfo: the version `eventpipe version` prints).
 const HeaderVersion = "eventpipe-version"
 
 // Header values that never change, shared by every record (franz-go only

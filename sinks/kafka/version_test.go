@@ -11,11 +11,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/eventpipe/eventpipe/internal/buildinfo"
+	"github.com/eventpipe/eventpipe/api/buildinfo"
 )
 
 // TestBuildVersionInRecords: the OCSF metadata.product.version and the
-// eventpipe-version header are the build's version (internal/buildinfo).
+// eventpipe-version header are the build's version (api/buildinfo).
 // cmd/eventpipe's TestReleaseBuildReportsItsVersion runs this test in a
 // binary linked with the release flags and EVENTPIPE_WANT_VERSION set to the
 // version it stamped; run alone it checks against the unstamped fallback.

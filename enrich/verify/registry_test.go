@@ -8,7 +8,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 
-	"github.com/eventpipe/eventpipe/verify/registrytest"
+	"github.com/eventpipe/eventpipe/enrich/verify/registrytest"
 )
 
 // keychain answers every registry with one credential.

@@ -14,7 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
-	"github.com/eventpipe/eventpipe/verify/registrytest"
+	"github.com/eventpipe/eventpipe/enrich/verify/registrytest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
