@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -145,10 +144,11 @@ func (c *Cluster) AddNode(ctx context.Context, nc NodeConfig) (*Node, error) {
 	if !dnsLabel.MatchString(nc.Name) {
 		return nil, fmt.Errorf("add node: name %q is not a DNS label", nc.Name)
 	}
-	bin, err := kubepartsBinary(ctx, c.opts.BinDir, func(f string, a ...any) { c.logger.Info(fmt.Sprintf(f, a...)) })
+	binDir, err := binaries(ctx, c.binDir, []string{kubepartsBin}, func(f string, a ...any) { c.logger.Info(fmt.Sprintf(f, a...)) })
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("add node %s: %w", nc.Name, err)
 	}
+	bin := filepath.Join(binDir, kubepartsBin)
 	dir := filepath.Join(c.dir, "nodes", nc.Name)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("add node %s: %w", nc.Name, err)
@@ -303,43 +303,4 @@ func writeJSONAtomic(path string, v any) error {
 		return fmt.Errorf("write %s: %w", filepath.Base(path), err)
 	}
 	return nil
-}
-
-// kubepartsBinary returns the path of kubeparts (the hollow kubelet),
-// building it with testenv/build/build.sh when missing.
-func kubepartsBinary(ctx context.Context, binDir string, log func(string, ...any)) (string, error) {
-	root, rootErr := RepoRoot()
-	if binDir == "" {
-		binDir = os.Getenv(BinDirEnv)
-	}
-	if binDir == "" {
-		if rootErr != nil {
-			return "", fmt.Errorf("locate kubeparts (set %s): %w", BinDirEnv, rootErr)
-		}
-		binDir = filepath.Join(root, ".bin")
-	}
-	bin := filepath.Join(binDir, "kubeparts")
-	if isExecutable(bin) {
-		return bin, nil
-	}
-	if rootErr != nil {
-		return "", fmt.Errorf("build kubeparts in %s: %w", binDir, rootErr)
-	}
-	buildMu.Lock()
-	defer buildMu.Unlock()
-	if isExecutable(bin) {
-		return bin, nil
-	}
-	script := filepath.Join(root, "testenv", "build", "build.sh")
-	log("kube: %s missing: running %s (a cold build of the kubelet takes several minutes)", bin, script)
-	cmd := exec.CommandContext(ctx, script, binDir)
-	cmd.Dir = root
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("build kubeparts with %s: %w\n%s", script, err, tail(out, 4000))
-	}
-	if !isExecutable(bin) {
-		return "", errors.New("build kubeparts: build.sh succeeded but the binary is still missing")
-	}
-	return bin, nil
 }

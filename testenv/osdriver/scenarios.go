@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -26,11 +27,44 @@ const (
 	PoolMissing = "gpu"
 )
 
-// Node is the node the scenarios expect (see RegisterNodes).
-var Node = kube.NodeSpec{
-	Name: NodeName, CPU: "4", Memory: "8Gi",
-	Labels: map[string]string{PoolLabel: PoolPresent},
-	Taints: []corev1.Taint{{Key: TaintKey, Value: TaintValue, Effect: corev1.TaintEffectNoSchedule}},
+// Node is the hollow node the scenarios expect (see StartNode): its
+// capacity, label and taint are what the scheduling scenarios miss, and its
+// runtime fails the pulls of the seeds' images the way containerd 2.x does
+// for a tag that does not exist. The workload pod's init containers finish
+// after a second, as OpenShell's do once they have copied their files, so
+// that a pod whose images pull goes on to run its agent.
+func Node() kube.NodeConfig {
+	finish := func(name string) kube.ContainerRule {
+		return kube.ContainerRule{Container: name, ExitAfter: kube.Duration(time.Second)}
+	}
+	return kube.NodeConfig{
+		Name: NodeName, CPU: "4", Memory: "8Gi",
+		Labels: map[string]string{PoolLabel: PoolPresent},
+		Taints: []corev1.Taint{{Key: TaintKey, Value: TaintValue, Effect: corev1.TaintEffectNoSchedule}},
+		Runtime: kube.RuntimeConfig{
+			Images: []kube.ImageRule{
+				{Image: scenario.ImageMissing, Pull: kube.PullNotFound},
+				{Image: scenario.SupervisorImageBad, Pull: kube.PullNotFound},
+			},
+			Containers: []kube.ContainerRule{
+				finish(scenario.ContainerSandboxBootstrap),
+				finish(scenario.ContainerSupervisorInstall),
+				finish(scenario.ContainerWorkspaceInit),
+			},
+		},
+	}
+}
+
+// StartNode starts Node on the cluster (a real kubelet; see
+// kube.Cluster.AddNode). The cluster needs the writers (kube.AllWriters):
+// the node lifecycle controller lifts the node's not-ready taint and the
+// scheduler places the pods.
+func StartNode(ctx context.Context, c *kube.Cluster) (*kube.Node, error) {
+	n, err := c.AddNode(ctx, Node())
+	if err != nil {
+		return nil, fmt.Errorf("osdriver: %w", err)
+	}
+	return n, nil
 }
 
 var tolerateNode = []corev1.Toleration{{Key: TaintKey, Operator: corev1.TolerationOpEqual, Value: TaintValue, Effect: corev1.TaintEffectNoSchedule}}
@@ -41,10 +75,7 @@ type Scenario struct {
 	Description string
 	// Writers names the components whose writing the scenario shows.
 	Writers string
-	// NeedsKubelet: the trouble is only seen once a kubelet runs the pod
-	// (an image pull); without one the sandbox stops at Scheduled.
-	NeedsKubelet bool
-	build        func(Params) (Sandbox, error)
+	build   func(Params) (Sandbox, error)
 	// setup runs before the sandbox is created (a volume, a quota).
 	setup func(ctx context.Context, d *Driver, s Sandbox) error
 }
@@ -74,21 +105,21 @@ func add(s Scenario) { Scenarios[s.Name] = s }
 
 func init() {
 	add(Scenario{Name: "img-missing", Description: "the workload image's tag does not exist (seed img-missing)",
-		Writers: "kube-scheduler (Scheduled), Agent Sandbox controller (Ready), kubelet (Pulling, Failed, BackOff)", NeedsKubelet: true,
+		Writers: "kube-scheduler (Scheduled), kubelet (Pulling, Failed, BackOff), Agent Sandbox controller (Ready)",
 		build: func(p Params) (Sandbox, error) {
 			s := p.sandbox("img-missing")
 			s.Image = scenario.ImageMissing
 			return s, nil
 		}, setup: provision})
 	add(Scenario{Name: "sup-bad", Description: "the supervisor image's tag does not exist (seed sup-bad)",
-		Writers: "kube-scheduler (Scheduled), kubelet (Pulling, Failed, BackOff)", NeedsKubelet: true,
+		Writers: "kube-scheduler (Scheduled), kubelet (Pulling, Failed, BackOff on the supervisor pod; Pulled, Started on the workload pod), Agent Sandbox controller (Ready)",
 		build: func(p Params) (Sandbox, error) {
 			s := p.sandbox("sup-bad")
 			s.SupervisorImage = scenario.SupervisorImageBad
 			return s, nil
 		}, setup: provision})
 	add(Scenario{Name: "healthy", Description: "nothing blocks it",
-		Writers: "kube-scheduler (Scheduled), Agent Sandbox controller (Ready)",
+		Writers: "kube-scheduler (Scheduled), kubelet (Pulled, Created, Started), Agent Sandbox controller (Ready)",
 		build:   func(p Params) (Sandbox, error) { return p.sandbox("healthy"), nil }, setup: provision})
 	add(Scenario{Name: "pvc-unbound", Description: "the workspace claim names no StorageClass and the cluster has no default one",
 		Writers: "persistentvolume-controller (FailedBinding), kube-scheduler (FailedScheduling: unbound claim)",
@@ -189,7 +220,7 @@ func Build(name string, p Params) (Scenario, Sandbox, error) {
 }
 
 // Run builds the named scenario, sets up what it needs and creates its
-// sandbox as the driver does. The node must be registered (RegisterNodes).
+// sandbox as the driver does. The node must run (StartNode).
 func (d *Driver) Run(ctx context.Context, name string, p Params) (Sandbox, error) {
 	sc, s, err := Build(name, p)
 	if err != nil {
@@ -204,10 +235,4 @@ func (d *Driver) Run(ctx context.Context, name string, p Params) (Sandbox, error
 		return Sandbox{}, err
 	}
 	return s, nil
-}
-
-// RegisterNodes registers Node, for a cluster without a kubelet (see
-// kube.RegisterNode).
-func (d *Driver) RegisterNodes(ctx context.Context) error {
-	return kube.RegisterNode(ctx, d.cs, Node)
 }
