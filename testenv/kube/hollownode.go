@@ -135,6 +135,21 @@ func (n *Node) SetRuntime(rc RuntimeConfig) error { return writeJSONAtomic(n.run
 
 var dnsLabel = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
 
+// maxNodeDir is the longest node directory whose unix sockets fit in
+// sun_path (107 bytes and a NUL): the kubelet binds
+// root/device-plugins/kubelet.sock and root/pod-resources/<9-10 digits>
+// under it, and with a longer path it dies with "bind: invalid argument"
+// in its log only.
+const maxNodeDir = 107 - len("/root/device-plugins/kubelet.sock")
+
+// checkNodeDir refuses a node directory too long for the kubelet's sockets.
+func checkNodeDir(dir string) error {
+	if len(dir) > maxNodeDir {
+		return fmt.Errorf("node directory %s is %d bytes long: the kubelet's unix sockets under it need it at most %d (use a shorter cluster directory)", dir, len(dir), maxNodeDir)
+	}
+	return nil
+}
+
 // AddNode starts a hollow node against this control plane and waits until
 // its Node is Ready. The kubelet authenticates as the admin user (the
 // apiserver runs RBAC only, no Node authorizer); its Events carry source
@@ -150,6 +165,9 @@ func (c *Cluster) AddNode(ctx context.Context, nc NodeConfig) (*Node, error) {
 	}
 	bin := filepath.Join(binDir, kubepartsBin)
 	dir := filepath.Join(c.dir, "nodes", nc.Name)
+	if err := checkNodeDir(dir); err != nil {
+		return nil, fmt.Errorf("add node %s: %w", nc.Name, err)
+	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("add node %s: %w", nc.Name, err)
 	}

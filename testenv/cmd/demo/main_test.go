@@ -274,7 +274,7 @@ func (c *child) stopAndCheck(t *testing.T, dataDir string) {
 // writers wrote is read back from the apiserver and followed into the file
 // sink and `eventpipe diagnose` (checkWriters).
 func TestMakeRun(t *testing.T) {
-	dataDir := filepath.Join(t.TempDir(), "data")
+	dataDir := shortDataDir(t)
 	cli := buildCLI(t)
 	t0 := time.Now()
 	c := startChild(t, "--plain", "--data-dir", dataDir, "--cli", cli)
@@ -315,6 +315,19 @@ func TestMakeRun(t *testing.T) {
 	checkDiagnoseCommand(t, out, cli)
 	checkWriters(t, c, dataDir, scenario.ModeManaged, demo.DefaultScenarios)
 	c.stopAndCheck(t, dataDir)
+}
+
+// shortDataDir is a data directory for make run short enough for the
+// hollow node's unix sockets (t.TempDir() is named after the test and can
+// be too long; see kube.Cluster.AddNode).
+func shortDataDir(t *testing.T) string {
+	t.Helper()
+	d, err := os.MkdirTemp("", "mr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(d) })
+	return filepath.Join(d, "data")
 }
 
 // buildCLI builds cmd/eventpipe as make run does, for the view's "try"
