@@ -27,12 +27,22 @@ const (
 	PoolMissing = "gpu"
 )
 
+// The readiness probe of scenario unready, which the node's runtime
+// answers with a failure.
+var readinessProbe = &corev1.Probe{
+	ProbeHandler:  corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"cat", "/tmp/ready"}}},
+	PeriodSeconds: 2, FailureThreshold: 1,
+}
+
 // Node is the hollow node the scenarios expect (see StartNode): its
 // capacity, label and taint are what the scheduling scenarios miss, and its
 // runtime fails the pulls of the seeds' images the way containerd 2.x does
 // for a tag that does not exist. The workload pod's init containers finish
 // after a second, as OpenShell's do once they have copied their files, so
-// that a pod whose images pull goes on to run its agent.
+// that a pod whose images pull goes on to run its agent. The agent of
+// scenario crash-loop exits with code 1 a second after each start, the
+// one of oom is OOM-killed, and every agent fails the readiness probe of
+// scenario unready.
 func Node() kube.NodeConfig {
 	finish := func(name string) kube.ContainerRule {
 		return kube.ContainerRule{Container: name, ExitAfter: kube.Duration(time.Second)}
@@ -50,6 +60,13 @@ func Node() kube.NodeConfig {
 				finish(scenario.ContainerSandboxBootstrap),
 				finish(scenario.ContainerSupervisorInstall),
 				finish(scenario.ContainerWorkspaceInit),
+				// By pod name: the CR's name starts with the scenario's in
+				// both modes (managed "crash-loop", shared with its default
+				// workspace "crash-loop--crash-loop").
+				{Pod: "crash-loop*", Container: scenario.ContainerAgent, ExitAfter: kube.Duration(time.Second), ExitCode: 1},
+				{Pod: "oom*", Container: scenario.ContainerAgent, ExitAfter: kube.Duration(time.Second), OOMKilled: true},
+				{Container: scenario.ContainerAgent, Exec: []kube.ExecRule{{Command: readinessProbe.Exec.Command, ExitCode: 1,
+					Stderr: "cat: can't open '/tmp/ready': No such file or directory"}}},
 			},
 		},
 	}
@@ -156,6 +173,40 @@ func init() {
 			s.NodeSelector = map[string]string{PoolLabel: PoolMissing}
 			return s, nil
 		}})
+	add(Scenario{Name: "no-gpu", Description: "the agent asks for a GPU and no node has one",
+		Writers: "kube-scheduler (FailedScheduling: Insufficient nvidia.com/gpu)",
+		build: func(p Params) (Sandbox, error) {
+			s := p.sandbox("no-gpu")
+			s.NoWorkspaceClaim = true // no volume race (see noClaim)
+			gpu := corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}
+			s.Requests, s.Limits = gpu, gpu
+			return s, nil
+		}})
+	add(Scenario{Name: "no-secret", Description: "the pod mounts a Secret that does not exist",
+		Writers: "kube-scheduler (Scheduled), kubelet (FailedMount), Agent Sandbox controller (Ready)",
+		build: func(p Params) (Sandbox, error) {
+			s := p.sandbox("no-secret")
+			s.Volumes = []corev1.Volume{{Name: "credentials", VolumeSource: corev1.VolumeSource{
+				Secret: &corev1.SecretVolumeSource{SecretName: "sandbox-credentials"}}}}
+			return s, nil
+		}, setup: provision})
+	add(Scenario{Name: "crash-loop", Description: "the agent exits with code 1 a second after each start",
+		Writers: "kube-scheduler (Scheduled), kubelet (Started, BackOff; container status), Agent Sandbox controller (Ready)",
+		build: func(p Params) (Sandbox, error) {
+			return p.sandbox("crash-loop"), nil
+		}, setup: provision})
+	add(Scenario{Name: "oom", Description: "the agent is OOM-killed a second after each start",
+		Writers: "kube-scheduler (Scheduled), kubelet (Started, BackOff; container status OOMKilled), Agent Sandbox controller (Ready)",
+		build: func(p Params) (Sandbox, error) {
+			return p.sandbox("oom"), nil
+		}, setup: provision})
+	add(Scenario{Name: "unready", Description: "the agent's readiness probe fails",
+		Writers: "kube-scheduler (Scheduled), kubelet (Unhealthy), Agent Sandbox controller (Ready: Pod is Running but not Ready)",
+		build: func(p Params) (Sandbox, error) {
+			s := p.sandbox("unready")
+			s.ReadinessProbe = readinessProbe
+			return s, nil
+		}, setup: provision})
 	add(Scenario{Name: "quota", Description: "a ResourceQuota of the workspace allows no pod",
 		Writers: "kube-apiserver quota admission, through the Agent Sandbox controller (Ready: ReconcilerError)",
 		build: func(p Params) (Sandbox, error) {

@@ -34,11 +34,11 @@ func TestMakeRunWriters(t *testing.T) {
 		mode      scenario.Mode
 		scenarios []string
 	}{
-		{scenario.ModeManaged, []string{"no-memory", "quota", "healthy"}},
+		{scenario.ModeManaged, []string{"no-memory", "no-gpu", "no-secret", "crash-loop", "oom", "unready", "quota", "healthy"}},
 		{scenario.ModeShared, []string{"img-missing", "sup-bad", "pvc-unbound", "no-cpu"}},
 	} {
 		t.Run(string(tc.mode), func(t *testing.T) {
-			dataDir := filepath.Join(t.TempDir(), "data")
+			dataDir := shortDataDir(t)
 			cli := buildCLI(t)
 			c := startChild(t, "--plain", "--data-dir", dataDir, "--cli", cli, "--mode", string(tc.mode), "--scenarios", strings.Join(tc.scenarios, ","))
 			checkWriters(t, c, dataDir, tc.mode, tc.scenarios)
@@ -53,8 +53,21 @@ var blocked = map[string][2]string{
 	"pvc-unbound": {eventpipev1.BlockerKindVolume, eventpipev1.BlockerNoStorageClass},
 	"no-cpu":      {eventpipev1.BlockerKindUnschedulable, eventpipev1.BlockerInsufficientResources},
 	"no-memory":   {eventpipev1.BlockerKindUnschedulable, eventpipev1.BlockerInsufficientResources},
+	"no-gpu":      {eventpipev1.BlockerKindUnschedulable, eventpipev1.BlockerInsufficientResources},
+	"no-secret":   {eventpipev1.BlockerKindVolume, eventpipev1.BlockerSecretNotFound},
+	"crash-loop":  {eventpipev1.BlockerKindContainer, eventpipev1.BlockerCrashLoop},
+	"oom":         {eventpipev1.BlockerKindContainer, eventpipev1.BlockerOOMKilled},
 	"taint":       {eventpipev1.BlockerKindUnschedulable, eventpipev1.BlockerUntoleratedTaint},
 	"selector":    {eventpipev1.BlockerKindUnschedulable, eventpipev1.BlockerNodeSelectorMismatch},
+}
+
+// kubeletSays is an Event the kubelet writes about a scenario's workload
+// pod: its reason and the start of its message.
+var kubeletSays = map[string][2]string{
+	"no-secret":  {"FailedMount", `MountVolume.SetUp failed for volume "credentials" : secret "sandbox-credentials" not found`},
+	"crash-loop": {"BackOff", "Back-off restarting failed container agent in pod "},
+	"oom":        {"BackOff", "Back-off restarting failed container agent in pod "},
+	"unready":    {"Unhealthy", "Readiness probe failed: cat: can't open '/tmp/ready'"},
 }
 
 // pullFailed is what the diagnosis must say for a seed: the image role
@@ -136,6 +149,8 @@ func checkWriters(t *testing.T, c *child, dataDir string, mode scenario.Mode, sc
 			reason, msg = "ReconcilerError", "exceeded quota: sandbox-pods"
 		case "healthy", "sup-bad":
 			status, reason, msg = "True", "DependenciesReady", "Pod is Ready"
+		case "crash-loop", "oom", "unready":
+			msg = "Pod is Running but not Ready"
 		}
 		waitCondition(ctx, t, dyn, cr, status, reason, msg)
 	}
@@ -148,7 +163,7 @@ func checkWriters(t *testing.T, c *child, dataDir string, mode scenario.Mode, sc
 			continue
 		}
 		for _, pod := range []string{cr.GetName(), supervisorPod(cr)} {
-			e := waitEvent(ctx, t, cs, cr.GetNamespace(), pod, "Scheduled", "")
+			e := waitEvent(ctx, t, cs, cr.GetNamespace(), pod, "Scheduled", nil)
 			want := fmt.Sprintf("Successfully assigned %s/%s to %s", cr.GetNamespace(), pod, osdriver.NodeName)
 			if e.Message != want || e.ReportingController != "default-scheduler" {
 				t.Errorf("%s: Scheduled %q by %q, want %q by default-scheduler", pod, e.Message, e.ReportingController, want)
@@ -168,10 +183,22 @@ func checkWriters(t *testing.T, c *child, dataDir string, mode scenario.Mode, sc
 			{"BackOff", `Back-off pulling image "` + img + `"`},
 			{"Failed", "Error: ImagePullBackOff"},
 		} {
-			e := waitEvent(ctx, t, cs, cr.GetNamespace(), pod, w.reason, w.message)
+			e := waitEvent(ctx, t, cs, cr.GetNamespace(), pod, w.reason, equals(w.message))
 			if e.Source.Component != "kubelet" || e.Source.Host != osdriver.NodeName || e.InvolvedObject.FieldPath != p.container {
 				t.Errorf("%s %s %q: from %+v about %q, want the kubelet of %s about %s", pod, w.reason, w.message, e.Source, e.InvolvedObject.FieldPath, osdriver.NodeName, p.container)
 			}
+		}
+	}
+
+	// The kubelet's words for the other troubles of a running pod.
+	for name, w := range kubeletSays {
+		cr, ok := sandboxes[name]
+		if !ok {
+			continue
+		}
+		e := waitEvent(ctx, t, cs, cr.GetNamespace(), cr.GetName(), w[0], func(m string) bool { return strings.HasPrefix(m, w[1]) })
+		if e.Source.Component != "kubelet" || e.InvolvedObject.FieldPath != "spec.containers{agent}" && name != "no-secret" {
+			t.Errorf("%s: %s %q from %+v about %q, want the kubelet about the agent container", name, e.Reason, e.Message, e.Source, e.InvolvedObject.FieldPath)
 		}
 	}
 
@@ -282,8 +309,8 @@ func readSink(t *testing.T, path string) map[string]map[string]any {
 }
 
 // waitEvent waits for an Event about the object name in ns with reason
-// and, unless message is empty, that message.
-func waitEvent(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns, name, reason, message string) corev1.Event {
+// and, unless match is nil, a message it accepts.
+func waitEvent(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns, name, reason string, match func(string) bool) corev1.Event {
 	t.Helper()
 	var seen []string
 	for {
@@ -291,7 +318,7 @@ func waitEvent(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns, n
 		if err == nil {
 			seen = seen[:0]
 			for _, e := range l.Items {
-				if e.Reason == reason && (message == "" || e.Message == message) {
+				if e.Reason == reason && (match == nil || match(e.Message)) {
 					return e
 				}
 				seen = append(seen, e.Reason+": "+e.Message)
@@ -299,11 +326,13 @@ func waitEvent(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns, n
 		}
 		select {
 		case <-ctx.Done():
-			t.Fatalf("no %s Event %q for %s/%s: %v (last error %v; have %q)", reason, message, ns, name, ctx.Err(), err, seen)
+			t.Fatalf("no matching %s Event for %s/%s: %v (last error %v; have %q)", reason, ns, name, ctx.Err(), err, seen)
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
 }
+
+func equals(s string) func(string) bool { return func(m string) bool { return m == s } }
 
 // waitCondition waits until the Sandbox's Ready condition has status,
 // reason and a message containing msg.
