@@ -24,8 +24,9 @@ type Writers struct {
 	// condition.
 	Scheduler bool
 	// ControllerManager runs kube-controller-manager with the controllers
-	// ControllerManagerControllers lists (volume binding, namespaces,
-	// quota, garbage collection, service accounts and their tokens). With
+	// ControllerManagerControllers lists (node lifecycle, volume binding,
+	// namespaces, quota, garbage collection, service accounts and their
+	// tokens). With
 	// it, kube-apiserver's ServiceAccount admission is on, as in a real
 	// cluster: a pod is refused until its namespace's default service
 	// account exists.

@@ -48,14 +48,17 @@ func TestMakeRunWriters(t *testing.T) {
 }
 
 // blocked is what the diagnosis must say for a scenario's sandbox: the
-// blocker kind and cause a row of the view shows.
+// blocker kind and cause a row of the view shows. crash-loop reads first as
+// crash_loop (the kubelet's BackOff); once the pod status carries the last
+// exit code 1 the diagnosis names that (exit_error), and oom's names the
+// OOM kill.
 var blocked = map[string][2]string{
 	"pvc-unbound": {eventpipev1.BlockerKindVolume, eventpipev1.BlockerNoStorageClass},
 	"no-cpu":      {eventpipev1.BlockerKindUnschedulable, eventpipev1.BlockerInsufficientResources},
 	"no-memory":   {eventpipev1.BlockerKindUnschedulable, eventpipev1.BlockerInsufficientResources},
 	"no-gpu":      {eventpipev1.BlockerKindUnschedulable, eventpipev1.BlockerInsufficientResources},
 	"no-secret":   {eventpipev1.BlockerKindVolume, eventpipev1.BlockerSecretNotFound},
-	"crash-loop":  {eventpipev1.BlockerKindContainer, eventpipev1.BlockerCrashLoop},
+	"crash-loop":  {eventpipev1.BlockerKindContainer, eventpipev1.BlockerExitError},
 	"oom":         {eventpipev1.BlockerKindContainer, eventpipev1.BlockerOOMKilled},
 	"taint":       {eventpipev1.BlockerKindUnschedulable, eventpipev1.BlockerUntoleratedTaint},
 	"selector":    {eventpipev1.BlockerKindUnschedulable, eventpipev1.BlockerNodeSelectorMismatch},
