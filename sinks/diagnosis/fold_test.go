@@ -260,3 +260,37 @@ func TestWriteTableCleansClusterStrings(t *testing.T) {
 		t.Errorf("table: %q", s)
 	}
 }
+
+// TestFoldLateRecurrenceDoesNotReopen: seen with the real kube-scheduler
+// (make run's healthy sandbox): the scheduler tried the pod before its
+// workspace claim was bound and wrote FailedScheduling (unbound_pvc), the
+// pod was then scheduled and started, and the scheduler's update of that
+// FailedScheduling's series (last observed before the Started) reached
+// the collector after the Started. It must not block the sandbox again; a
+// report observed after the Started must.
+func TestFoldLateRecurrenceDoesNotReopen(t *testing.T) {
+	t0 := time.Date(2026, 12, 5, 0, 2, 5, 448_000_000, time.UTC)
+	sb := &eventpipev1.Sandbox{Id: "2ff21e26-1a7b-49a2-a640-14ae153f9301", Name: "healthy", Workspace: "healthy"}
+	pod := &eventpipev1.ObjectRef{Kind: "Pod", Namespace: "openshell-openshell-healthy", Name: "healthy"}
+	failed := func(id string, last time.Time, attempts uint32) *eventpipev1.Occurrence {
+		return &eventpipev1.Occurrence{EventId: id, Sandbox: sb, InvolvedObject: pod, Type: "Warning", Reason: "FailedScheduling",
+			Message: "0/1 nodes are available: pod has unbound immediate PersistentVolumeClaims. not found", OccurredAt: timestamppb.New(last),
+			Blocker: &eventpipev1.Blocker{Kind: eventpipev1.BlockerKindUnschedulable, Cause: eventpipev1.BlockerUnboundPVC, Object: "Pod/healthy",
+				Attempts: attempts, FirstSeen: timestamppb.New(t0), LastSeen: timestamppb.New(last)}}
+	}
+	started := &eventpipev1.Occurrence{EventId: "started/1", Sandbox: sb, InvolvedObject: pod, Type: "Normal", Reason: "Started",
+		Message: "Container started", Container: "agent", OccurredAt: timestamppb.New(t0.Add(4 * time.Second).Truncate(time.Second))}
+	fd := &feed{f: NewFolder()}
+	fd.add([]*eventpipev1.Occurrence{failed("fs/1", t0, 1), started})
+	if d := mustSandbox(t, fd.f, sb.Id); d.State != StateClear {
+		t.Fatalf("after Started: state %s, blockers %+v", d.State, d.Blockers)
+	}
+	fd.add([]*eventpipev1.Occurrence{failed("fs/2", t0.Add(61*time.Millisecond), 3)})
+	if d := mustSandbox(t, fd.f, sb.Id); d.State != StateClear {
+		t.Errorf("a late report observed before the Started reopened the blocker: %+v", d.Blockers)
+	}
+	fd.add([]*eventpipev1.Occurrence{failed("fs/3", t0.Add(10*time.Second), 4)})
+	if d := mustSandbox(t, fd.f, sb.Id); d.State != StateBlocked {
+		t.Errorf("a report observed after the Started did not block: state %s", d.State)
+	}
+}
