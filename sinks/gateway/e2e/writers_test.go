@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -35,7 +36,14 @@ import (
 // the Rust driver would copy it: the gateway and driver are Rust and are
 // not built here).
 func TestEndToEndSeedsOnRealWriters(t *testing.T) {
-	cluster := kube.Start(t, kube.WithWriters(kube.AllWriters))
+	// A short directory: the hollow node's unix sockets live under it
+	// (t.TempDir() is named after the test).
+	dir, err := os.MkdirTemp("", "gwrw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	cluster := kube.Start(t, kube.WithWriters(kube.AllWriters), kube.WithDir(dir))
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	if _, err := osdriver.StartNode(ctx, cluster); err != nil {
