@@ -261,6 +261,27 @@ func TestWriteTableCleansClusterStrings(t *testing.T) {
 	}
 }
 
+// TestWriteTableOneLinePerFix: make run's taint sandbox, on the real
+// scheduler, has two unschedulable blockers (its workload pod and its
+// supervisor pod both meet the taint) with one fix: the table says it once.
+func TestWriteTableOneLinePerFix(t *testing.T) {
+	remedy := "the nodes that could run the pod carry a taint it does not tolerate: add the toleration to the sandbox's pod template, or untaint a node"
+	d := Diagnosis{ID: "x", Name: "taint", Workspace: "taint", State: StateBlocked, Blockers: []Blocker{
+		{Kind: eventpipev1.BlockerKindUnschedulable, Cause: eventpipev1.BlockerUntoleratedTaint, Object: "Pod/os-supervisor-x", Pod: "os-supervisor-x", Remedy: remedy, Attempts: 1, Since: time.Unix(100, 0)},
+		{Kind: eventpipev1.BlockerKindUnschedulable, Cause: eventpipev1.BlockerUntoleratedTaint, Object: "Pod/taint", Pod: "taint", Remedy: remedy, Attempts: 1, Since: time.Unix(100, 0)},
+	}}
+	var out bytes.Buffer
+	if err := WriteTable(&out, []Diagnosis{d}, time.Unix(160, 0)); err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(out.String(), "fix taint (unschedulable): "+remedy); n != 1 {
+		t.Errorf("%d fix lines for one fix:\n%s", n, out.String())
+	}
+	if n := strings.Count(out.String(), "untolerated_taint"); n != 2 {
+		t.Errorf("%d blocker rows, want 2:\n%s", n, out.String())
+	}
+}
+
 // TestFoldLateRecurrenceDoesNotReopen: seen with the real kube-scheduler
 // (make run's healthy sandbox): the scheduler tried the pod before its
 // workspace claim was bound and wrote FailedScheduling (unbound_pvc), the
