@@ -186,6 +186,12 @@ type sandboxState struct {
 	// event that closed its pull blocker): a failure not later than that,
 	// to the second, is history, not a new blocker.
 	pulled map[blockerKey]time.Time
+	// ended is when each non-image blocker was last ended by an event
+	// showing the pod got past it: a report of it observed no later than
+	// that (a recurrence delivered late: the scheduler's series update of
+	// a FailedScheduling after the pod's Started) is history, not a new
+	// blocker.
+	ended map[blockerKey]time.Time
 }
 
 // Folder folds occurrences into one Diagnosis per sandbox. Not safe for
@@ -234,7 +240,7 @@ func (f *Folder) Add(cursor uint64, o *eventpipev1.Occurrence) bool {
 			f.dropped++
 			return false
 		}
-		s = &sandboxState{d: Diagnosis{ID: sb.GetId(), State: StateClear}, blockers: map[blockerKey]*Blocker{}, started: map[blockerKey]time.Time{}, pulled: map[blockerKey]time.Time{}}
+		s = &sandboxState{d: Diagnosis{ID: sb.GetId(), State: StateClear}, blockers: map[blockerKey]*Blocker{}, started: map[blockerKey]time.Time{}, pulled: map[blockerKey]time.Time{}, ended: map[blockerKey]time.Time{}}
 		f.sandboxes[sb.GetId()] = s
 		isNew = true
 	}

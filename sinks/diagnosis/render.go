@@ -279,8 +279,15 @@ func WriteTable(w io.Writer, ds []Diagnosis, now time.Time) error {
 		if !d.Live() {
 			continue
 		}
+		// Two blockers of one sandbox can need the same fix (the workload
+		// and the supervisor pod meeting the same taint): one line says it.
+		seen := map[string]bool{}
 		for _, bl := range d.Blockers {
-			fmt.Fprintf(&b, "fix %s (%s): %s\n", names[i], fixLabel(bl), clean(remedyText(bl)))
+			line := fmt.Sprintf("fix %s (%s): %s\n", names[i], fixLabel(bl), clean(remedyText(bl)))
+			if !seen[line] {
+				seen[line] = true
+				b.WriteString(line)
+			}
 		}
 	}
 	_, err := io.WriteString(w, b.String())
