@@ -304,6 +304,17 @@ async fn run_call(h2c: h2::client::SendRequest<Bytes>, c: Call) -> String {
     out
 }
 
+/// early_response_reset is the peer's RST_STREAM(NO_ERROR): a server that
+/// answered before reading the whole request asks the client to stop
+/// sending (RFC 9113, 8.1), and a client must not discard the answer for it.
+/// The h2 crate of this peer (0.3.13) reports it as an error once the
+/// stream has ended, even after a trailers-only answer whose status is in
+/// the response headers; hyper (PRs 3275 and 3998), the layer under tonic,
+/// ends the body and the trailers there instead, and so does this peer.
+fn early_response_reset(e: &h2::Error) -> bool {
+    e.is_remote() && e.reason() == Some(h2::Reason::NO_ERROR)
+}
+
 async fn call(
     h2c: h2::client::SendRequest<Bytes>,
     c: &Call,
@@ -386,11 +397,19 @@ async fn call(
     }
     let mut buf = Vec::new();
     while let Some(chunk) = body.data().await {
-        let chunk = chunk?;
+        let chunk = match chunk {
+            Ok(c) => c,
+            Err(e) if early_response_reset(&e) => break,
+            Err(e) => return Err(e.into()),
+        };
         let _ = body.flow_control().release_capacity(chunk.len());
         buf.extend_from_slice(&chunk);
     }
-    let trailers = body.trailers().await?.unwrap_or_default();
+    let trailers = match body.trailers().await {
+        Ok(t) => t.unwrap_or_default(),
+        Err(e) if early_response_reset(&e) => HeaderMap::new(),
+        Err(e) => return Err(e.into()),
+    };
     match sender.await? {
         Ok(()) => {}
         // A server may answer (trailers-only) before reading the request.
