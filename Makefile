@@ -173,12 +173,35 @@ manifests: $(BIN)/helm
 
 ## image: build the container image without a daemon (deploy/image): an image
 ## tarball $(BIN)/eventpipe-image.tar (docker/podman load) and an OCI layout
-## $(BIN)/eventpipe-oci; PUSH=registry/repo:tag pushes it.
+## $(BIN)/eventpipe-oci for ARCH (default: this machine's); PUSH=registry/repo:tag
+## pushes it.
+ARCH ?= $(shell $(GO) env GOARCH)
 image:
 	rm -rf $(BIN)/eventpipe-oci
-	cd deploy/image && $(GO) run . -out $(BIN)/eventpipe-image.tar -layout $(BIN)/eventpipe-oci $(if $(PUSH),-push $(PUSH))
+	cd deploy/image && $(GO) run . -arch $(ARCH) -out $(BIN)/eventpipe-image.tar -layout $(BIN)/eventpipe-oci $(if $(PUSH),-push $(PUSH))
 
 ## image-check: two builds give one digest; the image's user, entrypoint,
-## labels and static binary are checked (deploy/image, its own module).
-image-check:
-	cd deploy/image && $(GO) vet ./... && $(GO) test -count=1 -timeout 15m ./...
+## labels and static binary are checked; a release (both architectures and
+## the chart) is pushed to a registry on loopback and pulled back
+## (deploy/image, its own module; helm from chart-tools).
+image-check: $(BIN)/helm
+	cd deploy/image && $(GO) vet ./... && HELM=$(BIN)/helm $(GO) test -count=1 -timeout 30m ./...   # a cold linux/arm64 build takes minutes
+
+## version: set VERSION (x.y.z) as the chart's version and appVersion and the
+## kustomization's image tag, and re-render the raw manifests; then write its
+## CHANGELOG.md section and commit (docs/release.md).
+.PHONY: version release
+version: $(BIN)/helm
+	@[ -n "$(VERSION)" ] || { echo "make version VERSION=x.y.z"; exit 2; }
+	cd deploy/image && $(GO) run . -set-version $(VERSION)
+	$(MAKE) manifests
+
+## release: push the linux/amd64 + linux/arm64 image index to
+## $(REGISTRY)/eventpipe:$(VERSION) and the chart to oci://$(REGISTRY)/charts,
+## after checking that the tree names VERSION everywhere (docs/release.md).
+## Credentials: docker login (image) and helm registry login (chart).
+REGISTRY ?= ghcr.io/eventpipe
+release: $(BIN)/helm
+	@[ -n "$(VERSION)" ] || { echo "make release VERSION=x.y.z [REGISTRY=$(REGISTRY)]"; exit 2; }
+	cd deploy/image && HELM_REGISTRY_CONFIG=$${HELM_REGISTRY_CONFIG:-$$HOME/.config/helm/registry/config.json} \
+	  $(GO) run . -release -version $(VERSION) -repo $(REGISTRY)/eventpipe -chart-dest oci://$(REGISTRY)/charts -helm $(BIN)/helm

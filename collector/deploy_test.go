@@ -18,16 +18,23 @@ func TestDeployManifests(t *testing.T) {
 		t.Fatal(err)
 	}
 	docs := strings.Split(string(data), "\n---\n")
-	if len(docs) != 2 {
-		t.Fatalf("%d documents, want Service + StatefulSet", len(docs))
+	if len(docs) != 3 {
+		t.Fatalf("%d documents, want ServiceAccount + Service + StatefulSet", len(docs))
+	}
+	var sa corev1.ServiceAccount
+	if err := yaml.UnmarshalStrict([]byte(docs[0]), &sa); err != nil || sa.Kind != "ServiceAccount" {
+		t.Fatalf("service account: %v (%s)", err, sa.Kind)
 	}
 	var svc corev1.Service
-	if err := yaml.UnmarshalStrict([]byte(docs[0]), &svc); err != nil || svc.Kind != "Service" {
+	if err := yaml.UnmarshalStrict([]byte(docs[1]), &svc); err != nil || svc.Kind != "Service" {
 		t.Fatalf("service: %v (%s)", err, svc.Kind)
 	}
 	var sts appsv1.StatefulSet
-	if err := yaml.UnmarshalStrict([]byte(docs[1]), &sts); err != nil || sts.Kind != "StatefulSet" {
+	if err := yaml.UnmarshalStrict([]byte(docs[2]), &sts); err != nil || sts.Kind != "StatefulSet" {
 		t.Fatalf("statefulset: %v (%s)", err, sts.Kind)
+	}
+	if sts.Spec.Template.Spec.ServiceAccountName != sa.Name {
+		t.Errorf("the collector runs as %q, not its own account %q", sts.Spec.Template.Spec.ServiceAccountName, sa.Name)
 	}
 	c := sts.Spec.Template.Spec.Containers[0]
 	if strings.Join(c.Args[:3], " ") != "collector --config /etc/eventpipe/collector.yaml" {

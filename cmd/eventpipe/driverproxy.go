@@ -65,7 +65,7 @@ func runDriverProxy(ctx context.Context, args []string, _ io.Reader, stdout, std
 	insecure := fs.Bool("insecure", false, "plaintext gRPC to the collector (config: collector.insecure)")
 	relay := fs.String("relay", "", "ignored, with a warning: the proxy has one relay since 2026-12-04 (kept so older command lines still start)")
 	stateFile := fs.String("state-file", "", "where the delivered follow cursor is kept across restarts (config: follow.state_file)")
-	metricsAddr := fs.String("metrics-listen", "", "serve /metrics on this address (empty: off)")
+	metricsAddr := fs.String("metrics-listen", "", "serve /metrics, /healthz and /readyz on this address (empty: off; the gateway pod's probes use them)")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	procs := fs.Int("gomaxprocs", 1, "cores (Go Ps) the proxy runs on; 0: Go's default. Unless given, a GOMAXPROCS environment variable wins (see sinks/gateway/README.md, Performance)")
@@ -147,6 +147,8 @@ func runDriverProxy(ctx context.Context, args []string, _ io.Reader, stdout, std
 		}
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+		mux.HandleFunc("/readyz", proxyReadyz(p.Ready()))
 		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 		go func() { _ = srv.Serve(l) }()
 		defer srv.Close()
@@ -174,6 +176,21 @@ func runDriverProxy(ctx context.Context, args []string, _ io.Reader, stdout, std
 		return 1
 	}
 	return 0
+}
+
+// proxyReadyz answers 200 once the proxy's socket listens (the gateway
+// can dial it), 503 before. The collector is not part of it: driver
+// traffic flows while the collector is down, and an unready proxy would
+// only take the gateway's pod out of its Service.
+func proxyReadyz(ready <-chan struct{}) http.HandlerFunc {
+	return func(w http.ResponseWriter, _ *http.Request) {
+		select {
+		case <-ready:
+			fmt.Fprintln(w, "ok")
+		default:
+			http.Error(w, "the proxy's socket is not listening yet", http.StatusServiceUnavailable)
+		}
+	}
 }
 
 // proxyProcs is the GOMAXPROCS the proxy sets (0: leave Go's). One P by

@@ -5,6 +5,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,7 +15,24 @@ import (
 	"time"
 
 	"github.com/eventpipe/eventpipe/sinks/gateway/gatewaytest"
+	"github.com/eventpipe/eventpipe/testenv/freeport"
 )
+
+// TestProxyReadyz: unready (503) until the proxy's socket listens.
+func TestProxyReadyz(t *testing.T) {
+	ready := make(chan struct{})
+	h := proxyReadyz(ready)
+	for i, want := range []int{http.StatusServiceUnavailable, http.StatusOK} {
+		rec := httptest.NewRecorder()
+		h(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+		if rec.Code != want {
+			t.Errorf("readyz %d, want %d", rec.Code, want)
+		}
+		if i == 0 {
+			close(ready)
+		}
+	}
+}
 
 func TestDriverProxyConfigErrors(t *testing.T) {
 	dir := t.TempDir()
@@ -86,6 +106,10 @@ func TestDriverProxyCommandForwards(t *testing.T) {
 	defer drv.Stop()
 	drv.Put(gatewaytest.Sandbox{ID: "5e6f7a8b-9c0d-4e1f-8a2b-3c4d5e6f7a8b", Name: "cmd"})
 	sock := filepath.Join(dir, "proxy", "proxy.sock")
+	metricsAddr, err := freeport.Addr()
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int, 1)
 	var stderr bytes.Buffer
@@ -93,7 +117,8 @@ func TestDriverProxyCommandForwards(t *testing.T) {
 		// --gomaxprocs 0: the command runs in this test process, whose
 		// Ps it must not change.
 		done <- runDriverProxy(ctx, []string{"--listen", sock, "--driver", drv.Path, "--gateway-id", "openshell",
-			"--collector", "127.0.0.1:1", "--insecure", "--log-level", "error", "--gomaxprocs", "0"}, nil, &bytes.Buffer{}, &stderr)
+			"--collector", "127.0.0.1:1", "--insecure", "--log-level", "error", "--gomaxprocs", "0",
+			"--metrics-listen", metricsAddr}, nil, &bytes.Buffer{}, &stderr)
 	}()
 	c, err := gatewaytest.Dial(sock)
 	if err != nil {
@@ -116,6 +141,20 @@ func TestDriverProxyCommandForwards(t *testing.T) {
 			t.Fatalf("no answer through the command: %v", err)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+	// The probes of the gateway pod (deploy/openshell/gateway-patch.yaml)
+	// and the PodMonitor's scrape: ready with the collector unreachable.
+	for path, want := range map[string]string{"/healthz": "ok", "/readyz": "ok", "/metrics": "eventpipe_driver_proxy_rpcs_total"} {
+		resp, err := http.Get("http://" + metricsAddr + path)
+		if err != nil {
+			t.Errorf("GET %s: %v", path, err)
+			continue
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), want) {
+			t.Errorf("GET %s: %d %q, want 200 with %q", path, resp.StatusCode, body, want)
+		}
 	}
 	cancel()
 	select {

@@ -31,8 +31,10 @@ import (
 	"github.com/eventpipe/eventpipe/agent"
 	"github.com/eventpipe/eventpipe/collector"
 	"github.com/eventpipe/eventpipe/collector/backbone"
+	"github.com/eventpipe/eventpipe/deploy/openshell"
 	"github.com/eventpipe/eventpipe/sinks"
 	"github.com/eventpipe/eventpipe/sinks/file"
+	"github.com/eventpipe/eventpipe/sinks/gateway"
 	"github.com/eventpipe/eventpipe/sinks/kafka"
 	"github.com/eventpipe/eventpipe/sinks/loki"
 )
@@ -132,6 +134,27 @@ func buildCatalogue(dir string) (*Catalogue, error) {
 	actx, acancel := context.WithCancel(context.Background())
 	acancel()
 	_ = a.Run(actx)
+
+	// The driver proxy (sinks/gateway), from its real constructor; Run with
+	// an ended context listens on its socket and stops at once. A short
+	// directory: a Unix socket path has ~100 bytes.
+	pdir, err := os.MkdirTemp("", "epx")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(pdir)
+	pc := gateway.NewDefaultConfig()
+	pc.Listen, pc.Driver, pc.GatewayID = filepath.Join(pdir, "proxy.sock"), filepath.Join(pdir, "driver.sock"), "check"
+	pc.Collector.Address, pc.Collector.Insecure = "127.0.0.1:9", true
+	px, err := gateway.New(pc, nil, rec)
+	if err != nil {
+		return nil, fmt.Errorf("driver proxy: %w", err)
+	}
+	pctx, pcancel := context.WithCancel(context.Background())
+	pcancel()
+	if err := px.Run(pctx); err != nil && !errors.Is(err, context.Canceled) {
+		return nil, fmt.Errorf("stop driver proxy: %w", err)
+	}
 	if err := c.AddGathered(rec); err != nil {
 		return nil, err
 	}
@@ -309,6 +332,9 @@ var requiredAlerts = map[string][]string{
 		"EventpipeCollectorNotAcknowledging", "EventpipeCollectorDown", "EventpipeCollectorAppendFailing",
 		"EventpipeLogRepaired", "EventpipeLogDataLoss", "EventpipeLogDiskNearlyFull", "EventpipeFollowSubscribersCutOff",
 		"EventpipeSinkLagging", "EventpipeSinkRecordsLost", "EventpipeSinkRecordsRefused", "EventpipeSinkCursorBeyondLog",
+		"EventpipeCollectorRestartRequired",
+		"EventpipeDriverProxyDown", "EventpipeDriverProxyDriverErrors", "EventpipeDriverProxyFollowDisconnected",
+		"EventpipeDriverProxyPeersRejected", "EventpipeDriverProxyStateWriteFailing",
 	},
 	"kafka": {
 		"EventpipeAgentDown", "EventpipeCollectorNotAcknowledging", "EventpipeCollectorDown",
@@ -471,4 +497,70 @@ func TestDashboard(t *testing.T) {
 		}
 	}
 	t.Errorf("the all-on variant renders no dashboard ConfigMap")
+}
+
+// TestDriverProxyMonitoring: the chart's driver-proxy PodMonitor selects
+// the label and scrapes the port `eventpipe post-render` gives the gateway
+// pod (rendered here over the post-renderer's test manifests), and the
+// dashboard charts every eventpipe_driver_proxy_* family the proxy exports.
+func TestDriverProxyMonitoring(t *testing.T) {
+	docs := render(t, variants()[1]) // all-on
+	pm, ok := find(docs, "PodMonitor", "eventpipe-driver-proxy")
+	if !ok {
+		t.Fatal("all-on renders no driver-proxy PodMonitor")
+	}
+	sel, _, _ := unstructured.NestedStringMap(pm.Object, "spec", "selector", "matchLabels")
+	eps, _, _ := unstructured.NestedSlice(pm.Object, "spec", "podMetricsEndpoints")
+	if len(sel) != 1 || sel[openshell.ProxyPodLabel] != "true" || len(eps) != 1 || eps[0].(map[string]any)["port"] != openshell.ProxyMetricsPortName {
+		t.Errorf("PodMonitor selects %v, endpoints %v; want %s=true, port %s", sel, eps, openshell.ProxyPodLabel, openshell.ProxyMetricsPortName)
+	}
+	if ns, _, _ := unstructured.NestedStringSlice(pm.Object, "spec", "namespaceSelector", "matchNames"); len(ns) != 1 || ns[0] != "openshell" {
+		t.Errorf("PodMonitor namespaces %v, want [openshell]", ns)
+	}
+	in, err := os.ReadFile(filepath.Join(root, "deploy", "openshell", "testdata", "rendered.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := openshell.Render(in, openshell.Options{Collector: "c:7070", ProxyImage: "ghcr.io/eventpipe/eventpipe:0.1.0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	patched, err := SplitDocs(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	labelled, portNamed := false, false
+	for _, d := range patched {
+		if spec, ok := podSpec(d); ok {
+			labels, _, _ := unstructured.NestedStringMap(d.Object, "spec", "template", "metadata", "labels")
+			labelled = labels[openshell.ProxyPodLabel] == "true"
+			for _, c := range spec.Containers {
+				for _, p := range c.Ports {
+					portNamed = portNamed || (c.Name == "eventpipe-driver-proxy" && p.Name == openshell.ProxyMetricsPortName)
+				}
+			}
+		}
+	}
+	if !labelled || !portNamed {
+		t.Errorf("post-rendered gateway pod: label %v, port %v", labelled, portNamed)
+	}
+
+	c := exported(t)
+	b, err := os.ReadFile(filepath.Join(ChartDir(root), "files", "dashboard.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxyFamilies := 0
+	for _, n := range c.Names() {
+		if !strings.HasPrefix(n, "eventpipe_driver_proxy_") {
+			continue
+		}
+		proxyFamilies++
+		if !strings.Contains(string(b), n) {
+			t.Errorf("the dashboard does not chart %s", n)
+		}
+	}
+	if proxyFamilies < 15 {
+		t.Errorf("the catalogue has %d driver-proxy families: the proxy's metrics are not in it", proxyFamilies)
+	}
 }

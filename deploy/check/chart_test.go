@@ -35,6 +35,10 @@ type variant struct {
 	name      string
 	namespace string
 	values    []string // files under testdata/values, or the manifests' values
+	// placeholder: the raw manifests' values, with cluster CHANGE-ME that
+	// the schema refuses until the operator names the cluster; rendered
+	// without the schema (TestManifestValuesOnlyPlaceholderRefused).
+	placeholder bool
 }
 
 func variants() []variant {
@@ -43,9 +47,9 @@ func variants() []variant {
 		{name: "default", namespace: "eventpipe"},
 		{name: "all-on", namespace: "eventpipe-all", values: []string{v("all-on.yaml")}},
 		{name: "minimal", namespace: "eventpipe-min", values: []string{v("minimal.yaml")}},
-		{name: "manifests", namespace: ManifestNamespace, values: []string{filepath.Join(root, "deploy", "helm", "manifests-values.yaml")}},
+		{name: "manifests", namespace: ManifestNamespace, values: []string{filepath.Join(root, "deploy", "helm", "manifests-values.yaml")}, placeholder: true},
 		{name: "kafka", namespace: "eventpipe-kafka", values: []string{v("kafka.yaml")}},
-		{name: "manifests-kafka", namespace: ManifestNamespace, values: []string{filepath.Join(root, "deploy", "helm", "manifests-values.yaml"), filepath.Join(root, "deploy", "helm", "manifests-kafka-values.yaml")}},
+		{name: "manifests-kafka", namespace: ManifestNamespace, values: []string{filepath.Join(root, "deploy", "helm", "manifests-values.yaml"), filepath.Join(root, "deploy", "helm", "manifests-kafka-values.yaml")}, placeholder: true},
 		{name: "agent-only", namespace: "eventpipe-agent", values: []string{v("agent-only.yaml")}},
 	}
 }
@@ -58,7 +62,11 @@ func ctxT(t *testing.T, d time.Duration) context.Context {
 
 func render(t *testing.T, v variant) []Doc {
 	t.Helper()
-	docs, err := Render(ctxT(t, 2*time.Minute), root, "eventpipe", v.namespace, v.values, nil)
+	renderFn := Render
+	if v.placeholder {
+		renderFn = RenderPlaceholder
+	}
+	docs, err := renderFn(ctxT(t, 2*time.Minute), root, "eventpipe", v.namespace, v.values, nil)
 	if err != nil {
 		t.Fatalf("helm template (%s): %v", v.name, err)
 	}
@@ -68,6 +76,11 @@ func render(t *testing.T, v variant) []Doc {
 func TestHelmLintStrict(t *testing.T) {
 	for _, v := range variants() {
 		args := []string{"lint", "--strict", ChartDir(root), "--namespace", v.namespace}
+		if v.placeholder {
+			// lint checks the values against the schema whatever the flags:
+			// it sees the manifests' values with the cluster named.
+			args = append(args, "--set", "cluster=prod-eu-1", "--set", "collector.identities[0].clusters={prod-eu-1}")
+		}
 		for _, f := range v.values {
 			args = append(args, "--values", f)
 		}
@@ -115,8 +128,10 @@ func TestRenderedObjects(t *testing.T) {
 				want = append(want, "Role", "RoleBinding", "Secret", "Certificate", "Issuer", "NetworkPolicy", "PodDisruptionBudget")
 			case "all-on":
 				want = append(want, "Namespace", "Role", "RoleBinding", "Secret", "Certificate", "Issuer", "NetworkPolicy", "PodDisruptionBudget",
-					"ServiceMonitor", "PodMonitor", "PrometheusRule")
-				if kinds["Certificate"] != 3 || kinds["ServiceMonitor"] != 2 || kinds["PodMonitor"] != 2 || kinds["PodDisruptionBudget"] != 2 || kinds["NetworkPolicy"] != 2 {
+					"PodMonitor", "PrometheusRule", "Ingress", "TLSRoute")
+				// One PodDisruptionBudget: the agent's (2 replicas); the
+				// one-replica collector gets none.
+				if kinds["Certificate"] != 3 || kinds["ServiceMonitor"] != 0 || kinds["PodMonitor"] != 3 || kinds["PodDisruptionBudget"] != 1 || kinds["NetworkPolicy"] != 2 || kinds["ServiceAccount"] != 2 {
 					t.Errorf("all-on kinds: %v", kinds)
 				}
 			case "minimal":
@@ -374,6 +389,26 @@ func TestValuesSchemaRejects(t *testing.T) {
 		{"bad log level", []string{"collector.logLevel=loud"}, "/collector/logLevel"},
 		{"sink filter type", []string{"sinks.file.filter.types={Error}"}, "/sinks/file/filter/types/0"},
 		{"file sink off the volume", []string{"sinks.file.path=/tmp/events.jsonl"}, "/sinks/file/path"},
+		// The chart's traps (issue 22): each value below installed a chart
+		// that failed at run time.
+		{"placeholder cluster", []string{"cluster=CHANGE-ME"}, "at '/cluster': 'not' failed"},
+		{"placeholder cluster of an identity", []string{"collector.identities[0].name=a", "collector.identities[0].role=agent", "collector.identities[0].clusters={CHANGE-ME}"}, "/collector/identities/0/clusters/0"},
+		{"ServiceMonitor and PodMonitor together", []string{"monitoring.serviceMonitor.enabled=true", "monitoring.podMonitor.enabled=true", "networkPolicy.metricsFrom[0].podSelector.matchLabels.app=prometheus"}, "/monitoring/podMonitor/enabled"},
+		{"ServiceMonitor behind closed NetworkPolicies", []string{"monitoring.serviceMonitor.enabled=true"}, "/networkPolicy/metricsFrom"},
+		{"PodMonitor behind closed NetworkPolicies", []string{"monitoring.podMonitor.enabled=true"}, "/networkPolicy/metricsFrom"},
+		{"root by podSecurityContext", []string{"podSecurityContext.runAsNonRoot=false"}, "/podSecurityContext/runAsNonRoot"},
+		{"uid 0", []string{"containerSecurityContext.runAsUser=0"}, "/containerSecurityContext/runAsUser"},
+		{"privileged container", []string{"containerSecurityContext.privileged=true"}, "/containerSecurityContext/privileged"},
+		{"capability added", []string{"containerSecurityContext.capabilities.add={NET_ADMIN}"}, "/containerSecurityContext/capabilities/add"},
+		{"extraEnv overriding GOMEMLIMIT", []string{"agent.extraEnv[0].name=GOMEMLIMIT", "agent.extraEnv[0].value=1GiB"}, "/agent/extraEnv/0/name"},
+		{"extraVolumeMount without path", []string{"collector.extraVolumeMounts[0].name=x"}, "/collector/extraVolumeMounts/0"},
+		{"ingress without hosts", []string{"collector.expose.ingress.enabled=true", "networkPolicy.enabled=false"}, "/collector/expose/hosts"},
+		{"gateway without parentRefs", []string{"collector.expose.gateway.enabled=true", "collector.expose.hosts={ep.example.com}", "networkPolicy.enabled=false"}, "/collector/expose/gateway/parentRefs"},
+		{"gateway passthrough without TLS", []string{"collector.expose.gateway.enabled=true", "collector.expose.hosts={ep.example.com}", "collector.expose.gateway.parentRefs[0].name=gw", "tls.enabled=false", "tls.certManager.enabled=false", "networkPolicy.enabled=false"}, "/tls/enabled"},
+		{"plaintext ingress without a certificate", []string{"collector.expose.ingress.enabled=true", "collector.expose.hosts={ep.example.com}", "tls.enabled=false", "tls.certManager.enabled=false", "networkPolicy.enabled=false"}, "/collector/expose/ingress"},
+		{"ingress behind closed NetworkPolicies", []string{"collector.expose.ingress.enabled=true", "collector.expose.hosts={ep.example.com}"}, "/networkPolicy/readers"},
+		{"load balancer behind closed NetworkPolicies", []string{"collector.service.type=LoadBalancer"}, "/networkPolicy/readers"},
+		{"bad exposed host", []string{"collector.expose.hosts={Not A Host}"}, "/collector/expose/hosts/0"},
 	}
 	var mu sync.Mutex
 	for _, c := range cases {
@@ -581,11 +616,10 @@ func TestCollectorModes(t *testing.T) {
 				t.Fatalf("%s: no pod spec", w.ID())
 			}
 			replicas, _, _ := unstructured.NestedFieldNoCopy(w.Object, "spec", "replicas")
-			checksum, _, _ := unstructured.NestedString(w.Object, "spec", "template", "metadata", "annotations", "checksum/config")
-			if kafkaMode(v) == (checksum == "") {
-				// Kafka mode applies a changed sink filter only at a restart:
-				// a config change must roll the replicas there, and only there.
-				t.Errorf("%s: checksum/config annotation %q in %s mode", w.ID(), checksum, map[bool]string{true: "kafka", false: "local"}[kafkaMode(v)])
+			if checksum, _, _ := unstructured.NestedString(w.Object, "spec", "template", "metadata", "annotations", "checksum/config"); checksum == "" {
+				// A change the collector applies only at start-up must roll
+				// it (TestCollectorConfigChecksum: which changes do).
+				t.Errorf("%s: no checksum/config annotation", w.ID())
 			}
 			claims, hasClaims, _ := unstructured.NestedSlice(w.Object, "spec", "volumeClaimTemplates")
 			mounts := map[string]string{}
@@ -640,8 +674,10 @@ func TestCollectorModes(t *testing.T) {
 					pdb = true
 				}
 			}
-			if v.name != "minimal" && !pdb {
-				t.Errorf("no PodDisruptionBudget for %s", w.ID())
+			// A budget only for 2+ replicas (kafka mode): one replica's budget
+			// blocks drains or does nothing.
+			if want := kafkaMode(v); pdb != want {
+				t.Errorf("PodDisruptionBudget for %s (replicas %v): %v, want %v", w.ID(), replicas, pdb, want)
 			}
 			for _, d := range docs {
 				data, _ := d.Object["data"].(map[string]any)

@@ -51,7 +51,7 @@ func Manifests(ctx context.Context, root string) (map[string][]byte, error) {
 		if f.kafka {
 			files, header = append(files, kafkaValues), generatedKafkaHeader
 		}
-		docs, err := Render(ctx, root, ManifestRelease, ManifestNamespace, files, nil, f.templates...)
+		docs, err := RenderPlaceholder(ctx, root, ManifestRelease, ManifestNamespace, files, nil, f.templates...)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", f.path, err)
 		}

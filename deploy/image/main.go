@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
@@ -42,6 +43,10 @@ func run() error {
 		repo     = flag.String("repo", "ghcr.io/eventpipe/eventpipe", "repository named in the tarball")
 		arch     = flag.String("arch", "amd64", "GOARCH of the binary and the image")
 		ver      = flag.String("version", "", "version (default: the chart's appVersion)")
+		setVer   = flag.String("set-version", "", "write this version into the chart and the kustomization, then exit (make version)")
+		release  = flag.Bool("release", false, "make release: check -version across the tree, push the linux/amd64+arm64 image index to -repo:<version> and the chart to -chart-dest")
+		chartTo  = flag.String("chart-dest", "", "with -release: where the chart goes, oci://host/path")
+		helm     = flag.String("helm", "helm", "with -release: the helm binary")
 	)
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -51,9 +56,26 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	o, err := Defaults(ctx, Options{Root: filepath.Clean(filepath.Join(wd, "..", "..")), Version: *ver, Arch: *arch, Log: os.Stderr})
+	root := filepath.Clean(filepath.Join(wd, "..", ".."))
+	if *setVer != "" {
+		return SetVersion(root, *setVer)
+	}
+	o, err := Defaults(ctx, Options{Root: root, Version: *ver, Arch: *arch, Log: os.Stderr})
 	if err != nil {
 		return err
+	}
+	if *release {
+		if *ver == "" || *chartTo == "" {
+			return fmt.Errorf("-release needs -version and -chart-dest")
+		}
+		r := Release{Options: o, Repo: *repo, ChartDest: *chartTo, Helm: *helm}
+		idx, chart, err := r.Run(ctx)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("pushed %s:%s (index %s: linux/%s)\npushed chart %s/eventpipe:%s (%s)\n",
+			*repo, o.Version, idx, strings.Join(ReleaseArches, ", linux/"), *chartTo, o.Version, chart)
+		return nil
 	}
 	img, err := Build(ctx, o)
 	if err != nil {

@@ -1,8 +1,12 @@
-package main
+package openshell
 
 import (
 	"bytes"
 	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
 	"os"
 	"slices"
 	"strings"
@@ -26,6 +30,41 @@ const (
 	proxySocket = socketDir + "/proxy/proxy.sock"
 	driverSock  = socketDir + "/driver/driver.sock"
 )
+
+// testProxyImage stands in for the release image a stamped binary
+// defaults to.
+const testProxyImage = Image + ":9.8.7"
+
+// run is `eventpipe post-render` (cmd/eventpipe/postrender.go) as a
+// function of this package: flags, stdin, Render, stdout; exit 2 for bad
+// flags or options, 1 when the manifests cannot be patched.
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	var o Options
+	fs := flag.NewFlagSet("post-render", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	o.AddFlags(fs, testProxyImage)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if err := o.Validate(); err != nil {
+		fmt.Fprintln(stderr, err)
+		return 2
+	}
+	in, err := io.ReadAll(stdin)
+	if err != nil {
+		return 1
+	}
+	out, err := Render(in, o)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	_, _ = stdout.Write(out)
+	return 0
+}
 
 func renderFile(t *testing.T, path string, args ...string) (int, string, string) {
 	t.Helper()
@@ -179,6 +218,18 @@ func TestRenderOverTheChartsGateway(t *testing.T) {
 		argAfter(px.Args, "--token-file") != "/etc/eventpipe/token" || argAfter(px.Args, "--ca") != "/etc/eventpipe/ca.crt" {
 		t.Errorf("proxy: image %s args %q", px.Image, px.Args)
 	}
+	// The proxy serves /metrics and its probes on its own port, and the
+	// pod carries the label the eventpipe chart's PodMonitor selects.
+	if argAfter(px.Args, "--metrics-listen") != ":9465" || len(px.Ports) != 1 || px.Ports[0].Name != ProxyMetricsPortName || px.Ports[0].ContainerPort != 9465 {
+		t.Errorf("proxy metrics: args %q ports %+v", px.Args, px.Ports)
+	}
+	if px.ReadinessProbe == nil || px.ReadinessProbe.HTTPGet == nil || px.ReadinessProbe.HTTPGet.Path != "/readyz" || px.ReadinessProbe.HTTPGet.Port.StrVal != ProxyMetricsPortName ||
+		px.LivenessProbe == nil || px.LivenessProbe.HTTPGet == nil || px.LivenessProbe.HTTPGet.Path != "/healthz" || px.LivenessProbe.HTTPGet.Port.StrVal != ProxyMetricsPortName {
+		t.Errorf("proxy probes: readiness %+v liveness %+v", px.ReadinessProbe, px.LivenessProbe)
+	}
+	if pod.Labels[ProxyPodLabel] != "true" || pod.Labels["app.kubernetes.io/name"] == "" {
+		t.Errorf("pod labels %v: want %s=true next to the chart's", pod.Labels, ProxyPodLabel)
+	}
 	dr := container(t, pod, driverContainer)
 	if dr.Image != "ghcr.io/example/openshell-driver:0.1.4" || argAfter(dr.Args, "--bind-socket") != driverSock {
 		t.Errorf("driver: image %s args %q", dr.Image, dr.Args)
@@ -234,6 +285,9 @@ func TestRenderDeploymentInsecureAndUID(t *testing.T) {
 	if slices.Contains(px.Args, "--ca") || !slices.Contains(px.Args, "--insecure") {
 		t.Errorf("insecure proxy args %q", px.Args)
 	}
+	if px.Image != testProxyImage {
+		t.Errorf("proxy image %q, want the binary's release image %q", px.Image, testProxyImage)
+	}
 	if dr := container(t, pod, driverContainer); dr.Image != "ghcr.io/nvidia/openshell/gateway:0.1.4" {
 		t.Errorf("driver image defaults to the gateway's, got %s", dr.Image)
 	}
@@ -252,7 +306,9 @@ func TestRenderRefuses(t *testing.T) {
 		{"no gateway workload", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n", []string{"--collector", "c:7070"}, 1, "no StatefulSet or Deployment"},
 		{"wrong name", string(in), []string{"--collector", "c:7070", "--name", "other"}, 1, "no StatefulSet or Deployment"},
 		{"no collector", string(in), nil, 2, "--collector is required"},
-		{"bad driver env", string(in), []string{"--collector", "c:7070", "--driver-env", "NOEQUALS"}, 1, "want KEY=VALUE"},
+		{"bad driver env", string(in), []string{"--collector", "c:7070", "--driver-env", "NOEQUALS"}, 2, "want KEY=VALUE"},
+		{"no proxy image (an unstamped build)", string(in), []string{"--collector", "c:7070", "--proxy-image", ""}, 2, "--proxy-image is required"},
+		{"bad metrics port", string(in), []string{"--collector", "c:7070", "--metrics-port", "70000"}, 2, "want a port number"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -341,5 +397,20 @@ func TestRenderedWorkloadPassesServerSideDryRun(t *testing.T) {
 	}
 	if n := len(got.Spec.Template.Spec.Containers); n != 3 {
 		t.Errorf("the apiserver kept %d containers", n)
+	}
+}
+
+func TestReleaseImage(t *testing.T) {
+	for v, want := range map[string]string{
+		"0.3.0":                              Image + ":0.3.0",
+		"v1.2.3":                             Image + ":1.2.3",
+		"1.0.0-rc.1":                         Image + ":1.0.0-rc.1",
+		"dev":                                "",
+		"v0.0.0-20261204233722-b5c53281a2f0": "",
+		"latest":                             "",
+	} {
+		if got := ReleaseImage(v); got != want {
+			t.Errorf("ReleaseImage(%q) = %q, want %q", v, got, want)
+		}
 	}
 }

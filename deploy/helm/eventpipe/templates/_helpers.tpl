@@ -77,32 +77,39 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 {{- end -}}
 
-{{/* Security contexts: every pod and container runs non-root, read-only,
-without privilege escalation or capabilities, under the runtime's seccomp
-profile. The image's user is 65532. */}}
+{{/* Security contexts (values podSecurityContext and
+containerSecurityContext): by default every pod and container runs as the
+image's user 65532, non-root, read-only, without privilege escalation or
+capabilities, under the runtime's seccomp profile. */}}
 {{- define "eventpipe.podSecurityContext" -}}
-runAsNonRoot: true
-runAsUser: 65532
-runAsGroup: 65532
-{{- /* Secret files (mode 0440) and the collector's volume are group-owned by
-fsGroup, so the non-root user reads them. */}}
-fsGroup: 65532
-fsGroupChangePolicy: OnRootMismatch
-seccompProfile:
-  type: RuntimeDefault
+{{- toYaml .Values.podSecurityContext -}}
 {{- end -}}
 
 {{- define "eventpipe.containerSecurityContext" -}}
-runAsNonRoot: true
-runAsUser: 65532
-runAsGroup: 65532
-allowPrivilegeEscalation: false
-readOnlyRootFilesystem: true
-privileged: false
-capabilities:
-  drop: ["ALL"]
-seccompProfile:
-  type: RuntimeDefault
+{{- toYaml .Values.containerSecurityContext -}}
+{{- end -}}
+
+{{/* The extension points of one container (agent or collector): extraEnv,
+extraArgs, extraVolumeMounts; extraVolumes go on the pod. */}}
+{{- define "eventpipe.extraArgs" -}}
+{{- range .extraArgs }}, {{ . | quote }}{{ end -}}
+{{- end -}}
+
+{{- define "eventpipe.collectorServiceAccount" -}}
+{{- default (include "eventpipe.collectorName" .) .Values.collector.serviceAccount.name -}}
+{{- end -}}
+
+{{/* The collector config's restart-only part: what the collector applies
+only at start-up. Sink filters and auth identities (and the tokens file)
+are reloaded in place in log: local, so a change of those alone does not
+roll the one replica. */}}
+{{- define "eventpipe.collectorRestartConfig" -}}
+{{- $c := include "eventpipe.collectorConfig" . | fromYaml -}}
+{{- $sinks := list -}}
+{{- range $c.sinks }}{{ $sinks = append $sinks (omit . "filter") }}{{ end -}}
+{{- $_ := set $c "sinks" $sinks -}}
+{{- $_ := set $c "auth" (omit $c.auth "identities") -}}
+{{- toYaml $c -}}
 {{- end -}}
 
 {{/* Pod anti-affinity between the replicas of one component, by node. */}}

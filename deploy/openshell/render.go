@@ -1,20 +1,21 @@
-// Command openshell is a Helm post-renderer for the OpenShell chart: it
-// reads the rendered manifests on stdin and writes them to stdout with the
-// gateway workload running the gateway, eventpipe's driver proxy and
-// openshell-driver-kubernetes as three containers of one pod (one uid,
-// shared emptyDir socket directory), the gateway told to dial the proxy.
+// Package openshell is eventpipe's Helm post-renderer for the OpenShell
+// chart (`eventpipe post-render`): it takes the chart's rendered manifests
+// and returns them with the gateway workload running the gateway,
+// eventpipe's driver proxy and openshell-driver-kubernetes as three
+// containers of one pod (one uid, shared emptyDir socket directory), the
+// gateway told to dial the proxy, the proxy serving /metrics, /healthz and
+// /readyz on its own port and its pod labelled for the eventpipe chart's
+// PodMonitor.
 //
 //	helm upgrade --install openshell <chart> -n openshell -f my-values.yaml \
-//	  --post-renderer ./deploy/openshell/post-render.sh \
-//	  --post-renderer-args --collector=eventpipe-collector.eventpipe.svc:7070 \
-//	  --post-renderer-args --proxy-image=ghcr.io/eventpipe/eventpipe:v0.2.0 \
-//	  --post-renderer-args --driver-image=<image with openshell-driver-kubernetes>
+//	  --post-renderer eventpipe --post-renderer-args post-render \
+//	  --post-renderer-args --collector=eventpipe-collector.eventpipe.svc:7070
 //
 // The patch is gateway-patch.yaml (the same file kustomization.yaml uses),
 // applied as a strategic-merge patch; the driver's settings are copied from
 // the chart's gateway.toml ConfigMap into the driver's environment (the
 // driver binary reads them from there). See README.md.
-package main
+package openshell
 
 import (
 	"bufio"
@@ -24,8 +25,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
-	"os"
 	"regexp"
 	"sort"
 	"strconv"
@@ -48,20 +47,47 @@ const (
 	proxySecret      = "eventpipe-driver-proxy"
 )
 
-type options struct {
-	kind, name  string
-	proxyImage  string
-	driverImage string
-	collector   string
-	gatewayID   string
-	secret      string
-	insecure    bool
-	uid         int64
-	driverEnv   []string
+// ProxyPodLabel marks the gateway pod running the driver proxy: the
+// eventpipe chart's driver-proxy PodMonitor selects it
+// (monitoring.driverProxy).
+const ProxyPodLabel = "eventpipe.io/driver-proxy"
+
+// ProxyMetricsPortName is the proxy container's port for /metrics,
+// /healthz and /readyz (the PodMonitor scrapes it by name).
+const ProxyMetricsPortName = "proxy-metrics"
+
+// Image is eventpipe's image repository; a release's binary defaults the
+// proxy image to Image:<its version> (one version for the binary, the
+// image, the chart and this post-renderer).
+const Image = "ghcr.io/eventpipe/eventpipe"
+
+// releaseVersion is what `make release VERSION=...` accepts (x.y.z with an
+// optional -alpha.N, -beta.N or -rc.N); module pseudo-versions and "dev"
+// are not releases and have no image.
+var releaseVersion = regexp.MustCompile(`^v?([0-9]+\.[0-9]+\.[0-9]+(-(alpha|beta|rc)\.[0-9]+)?)$`)
+
+// ReleaseImage is the image of the release a binary reports as its
+// version (Image:x.y.z), or "" when the version is not a release.
+func ReleaseImage(version string) string {
+	m := releaseVersion.FindStringSubmatch(version)
+	if m == nil {
+		return ""
+	}
+	return Image + ":" + m[1]
 }
 
-func main() {
-	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+// Options say how to patch the gateway workload.
+type Options struct {
+	Kind, Name  string
+	ProxyImage  string
+	DriverImage string
+	Collector   string
+	GatewayID   string
+	Secret      string
+	Insecure    bool
+	UID         int64
+	DriverEnv   []string
+	MetricsPort int32
 }
 
 type multiFlag []string
@@ -69,49 +95,45 @@ type multiFlag []string
 func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
 func (m *multiFlag) Set(s string) error { *m = append(*m, s); return nil }
 
-func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	var o options
-	fs := flag.NewFlagSet("openshell post-renderer", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.StringVar(&o.kind, "kind", "", "the gateway workload's kind, StatefulSet or Deployment (default: whichever has a container "+gatewayContainer+")")
-	fs.StringVar(&o.name, "name", "", "the gateway workload's name (default: the one with a container "+gatewayContainer+")")
-	fs.StringVar(&o.proxyImage, "proxy-image", "ghcr.io/eventpipe/eventpipe:latest", "eventpipe's image (entrypoint eventpipe)")
-	fs.StringVar(&o.driverImage, "driver-image", "", "an image holding /usr/local/bin/openshell-driver-kubernetes (default: the gateway's image)")
-	fs.StringVar(&o.collector, "collector", "", "the collector's gRPC address host:port (required)")
-	fs.StringVar(&o.gatewayID, "gateway-id", "", "the gateway id (default: gateway_id of the chart's gateway.toml, else openshell)")
-	fs.StringVar(&o.secret, "secret", proxySecret, "Secret with the proxy's reader token (key token) and the collector's CA (key ca.crt)")
-	fs.BoolVar(&o.insecure, "insecure", false, "plaintext gRPC to the collector (no ca.crt)")
-	fs.Int64Var(&o.uid, "uid", 0, "uid of all three containers (default: the gateway container's runAsUser, else 1000)")
-	fs.Var((*multiFlag)(&o.driverEnv), "driver-env", "KEY=VALUE for the driver's environment, over what gateway.toml gives (repeatable)")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
+// AddFlags registers the post-renderer's flags on fs, with the proxy image
+// defaulting to defaultProxyImage ("" for a build that does not know its
+// release: then --proxy-image is required).
+func (o *Options) AddFlags(fs *flag.FlagSet, defaultProxyImage string) {
+	fs.StringVar(&o.Kind, "kind", "", "the gateway workload's kind, StatefulSet or Deployment (default: whichever has a container "+gatewayContainer+")")
+	fs.StringVar(&o.Name, "name", "", "the gateway workload's name (default: the one with a container "+gatewayContainer+")")
+	fs.StringVar(&o.ProxyImage, "proxy-image", defaultProxyImage, "eventpipe's image for the proxy (default: this binary's release, "+Image+":<version>)")
+	fs.StringVar(&o.DriverImage, "driver-image", "", "an image holding /usr/local/bin/openshell-driver-kubernetes (default: the gateway's image)")
+	fs.StringVar(&o.Collector, "collector", "", "the collector's gRPC address host:port (required)")
+	fs.StringVar(&o.GatewayID, "gateway-id", "", "the gateway id (default: gateway_id of the chart's gateway.toml, else openshell)")
+	fs.StringVar(&o.Secret, "secret", proxySecret, "Secret with the proxy's reader token (key token) and the collector's CA (key ca.crt)")
+	fs.BoolVar(&o.Insecure, "insecure", false, "plaintext gRPC to the collector (no ca.crt)")
+	fs.Int64Var(&o.UID, "uid", 0, "uid of all three containers (default: the gateway container's runAsUser, else 1000)")
+	fs.Var((*multiFlag)(&o.DriverEnv), "driver-env", "KEY=VALUE for the driver's environment, over what gateway.toml gives (repeatable)")
+	var port int
+	fs.Func("metrics-port", "the proxy's port for /metrics, /healthz and /readyz (default 9465)", func(s string) error {
+		if _, err := fmt.Sscan(s, &port); err != nil || port < 1 || port > 65535 {
+			return fmt.Errorf("want a port number, got %q", s)
 		}
-		return 2
+		o.MetricsPort = int32(port)
+		return nil
+	})
+}
+
+// Validate reports every missing or malformed option.
+func (o Options) Validate() error {
+	var errs []error
+	if o.Collector == "" {
+		errs = append(errs, errors.New("--collector is required (the collector's gRPC address)"))
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "openshell post-renderer: unexpected arguments %q\n", fs.Args())
-		return 2
+	if o.ProxyImage == "" {
+		errs = append(errs, errors.New("--proxy-image is required: this build does not know its release version (a release binary defaults to "+Image+":<version>)"))
 	}
-	if o.collector == "" {
-		fmt.Fprintln(stderr, "openshell post-renderer: --collector is required (the collector's gRPC address)")
-		return 2
+	for _, kv := range o.DriverEnv {
+		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+			errs = append(errs, fmt.Errorf("--driver-env %q: want KEY=VALUE", kv))
+		}
 	}
-	in, err := io.ReadAll(stdin)
-	if err != nil {
-		fmt.Fprintf(stderr, "openshell post-renderer: read stdin: %v\n", err)
-		return 1
-	}
-	out, err := render(in, o)
-	if err != nil {
-		fmt.Fprintf(stderr, "openshell post-renderer: %v\n", err)
-		return 1
-	}
-	if _, err := stdout.Write(out); err != nil {
-		fmt.Fprintf(stderr, "openshell post-renderer: write: %v\n", err)
-		return 1
-	}
-	return 0
+	return errors.Join(errs...)
 }
 
 var docSep = regexp.MustCompile(`(?m)^---[ \t]*(#.*)?$`)
@@ -121,8 +143,15 @@ type doc struct {
 	obj  map[string]any
 }
 
-// render patches the gateway workload of the manifests in.
-func render(in []byte, o options) ([]byte, error) {
+// Render patches the gateway workload of the manifests in (Helm's
+// post-renderer input) and returns all of them.
+func Render(in []byte, o Options) ([]byte, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	if o.MetricsPort == 0 {
+		o.MetricsPort = 9465
+	}
 	var docs []doc
 	for _, part := range docSep.Split(string(in), -1) {
 		if strings.TrimSpace(stripComments(part)) == "" {
@@ -146,7 +175,7 @@ func render(in []byte, o options) ([]byte, error) {
 		if kind != "StatefulSet" && kind != "Deployment" {
 			continue
 		}
-		if (o.kind != "" && kind != o.kind) || (o.name != "" && name != o.name) || !hasContainer(d.obj, gatewayContainer) {
+		if (o.Kind != "" && kind != o.Kind) || (o.Name != "" && name != o.Name) || !hasContainer(d.obj, gatewayContainer) {
 			continue
 		}
 		if target >= 0 {
@@ -155,7 +184,7 @@ func render(in []byte, o options) ([]byte, error) {
 		target = i
 	}
 	if target < 0 {
-		return nil, fmt.Errorf("no StatefulSet or Deployment with a container %q in the manifests (--kind %q --name %q)", gatewayContainer, o.kind, o.name)
+		return nil, fmt.Errorf("no StatefulSet or Deployment with a container %q in the manifests (--kind %q --name %q)", gatewayContainer, o.Kind, o.Name)
 	}
 	patched, err := patchWorkload(docs[target].obj, toml, o)
 	if err != nil {
@@ -288,7 +317,7 @@ var driverEnvFromTOML = []struct{ section, key, env string }{
 	{"openshell.gateway", "host_gateway_ip", "OPENSHELL_HOST_GATEWAY_IP"},
 }
 
-func patchWorkload(obj map[string]any, toml map[string]map[string]string, o options) ([]byte, error) {
+func patchWorkload(obj map[string]any, toml map[string]map[string]string, o Options) ([]byte, error) {
 	kind, _ := obj["kind"].(string)
 	name, _ := nested(obj, "metadata", "name").(string)
 	// The workload as a typed object: its gateway container tells the uid
@@ -318,7 +347,7 @@ func patchWorkload(obj map[string]any, toml map[string]map[string]string, o opti
 			gw = c
 		}
 	}
-	uid := o.uid
+	uid := o.UID
 	if uid == 0 {
 		uid = 1000
 		if gw.SecurityContext != nil && gw.SecurityContext.RunAsUser != nil {
@@ -330,11 +359,11 @@ func patchWorkload(obj map[string]any, toml map[string]map[string]string, o opti
 	if uid == 0 {
 		return nil, errors.New("the gateway runs as root (runAsUser 0): the driver refuses a socket directory of another uid and the proxy runs as non-root; pass --uid")
 	}
-	driverImage := o.driverImage
+	driverImage := o.DriverImage
 	if driverImage == "" {
 		driverImage = gw.Image
 	}
-	gatewayID := o.gatewayID
+	gatewayID := o.GatewayID
 	if gatewayID == "" {
 		gatewayID = toml["openshell.drivers.kubernetes"]["gateway_id"]
 	}
@@ -362,21 +391,21 @@ func patchWorkload(obj map[string]any, toml map[string]map[string]string, o opti
 				c.SecurityContext = &corev1.SecurityContext{RunAsUser: &uid, RunAsNonRoot: &nonRoot}
 			}
 		case proxyContainer:
-			c.Image = o.proxyImage
+			c.Image = o.ProxyImage
 			c.Args = proxyArgs(c.Args, gatewayID, o)
+			for j := range c.Ports {
+				if c.Ports[j].Name == ProxyMetricsPortName {
+					c.Ports[j].ContainerPort = o.MetricsPort
+				}
+			}
 		case driverContainer:
 			c.Image = driverImage
-			c.Env = driverEnv(toml, gatewayID, o.driverEnv)
+			c.Env = driverEnv(toml, gatewayID, o.DriverEnv)
 		}
 	}
 	for i := range ps.Volumes {
 		if v := &ps.Volumes[i]; v.Secret != nil && v.Name == proxySecret {
-			v.Secret.SecretName = o.secret
-		}
-	}
-	for _, kv := range o.driverEnv {
-		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
-			return nil, fmt.Errorf("--driver-env %q: want KEY=VALUE", kv)
+			v.Secret.SecretName = o.Secret
 		}
 	}
 
@@ -442,7 +471,7 @@ func prune(v any) any {
 	return v
 }
 
-func proxyArgs(args []string, gatewayID string, o options) []string {
+func proxyArgs(args []string, gatewayID string, o Options) []string {
 	var out []string
 	for i := 0; i < len(args); i++ {
 		a := args[i]
@@ -452,10 +481,13 @@ func proxyArgs(args []string, gatewayID string, o options) []string {
 				out, i = append(out, a, gatewayID), i+1
 				continue
 			case "--collector":
-				out, i = append(out, a, o.collector), i+1
+				out, i = append(out, a, o.Collector), i+1
+				continue
+			case "--metrics-listen":
+				out, i = append(out, a, fmt.Sprintf(":%d", o.MetricsPort)), i+1
 				continue
 			case "--ca":
-				if o.insecure {
+				if o.Insecure {
 					i++
 					continue
 				}
@@ -463,7 +495,7 @@ func proxyArgs(args []string, gatewayID string, o options) []string {
 		}
 		out = append(out, a)
 	}
-	if o.insecure {
+	if o.Insecure {
 		out = append(out, "--insecure")
 	}
 	return out
