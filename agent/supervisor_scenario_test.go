@@ -15,8 +15,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
-	"github.com/eventpipe/eventpipe/testenv/kube"
 	"github.com/eventpipe/eventpipe/enrich/verify/registrytest"
+	"github.com/eventpipe/eventpipe/testenv/kube"
 )
 
 // TestSupervisorImageCheckBeforeAnySandbox: an OpenShell gateway

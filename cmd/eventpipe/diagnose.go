@@ -20,8 +20,8 @@ import (
 
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
 	"github.com/eventpipe/eventpipe/api/remedy"
-	"github.com/eventpipe/eventpipe/sinks/diagnosis"
 	"github.com/eventpipe/eventpipe/enrich/verify"
+	"github.com/eventpipe/eventpipe/sinks/diagnosis"
 )
 
 func init() {

@@ -15,8 +15,8 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
-	"github.com/eventpipe/eventpipe/sinks/diagnosis"
 	"github.com/eventpipe/eventpipe/enrich/verify/registrytest"
+	"github.com/eventpipe/eventpipe/sinks/diagnosis"
 )
 
 // TestDiagnoseVerify: a sandbox whose private image's tag does not exist.

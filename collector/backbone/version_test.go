@@ -4,8 +4,8 @@ import (
 	"os"
 	"testing"
 
-	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
 	"github.com/eventpipe/eventpipe/api/buildinfo"
+	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
 )
 
 // TestBuildVersionInBackboneRecords: every backbone record names the build

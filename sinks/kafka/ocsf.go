@@ -8,8 +8,8 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
 	"github.com/eventpipe/eventpipe/api/buildinfo"
+	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
 )
 
 // OCSF value format (value_format: ocsf): one OCSF 1.8.0 event per
