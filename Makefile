@@ -35,8 +35,9 @@ build:
 	$(call gobuild,$(BIN)/eventpipe,./cmd/eventpipe)
 
 ## run: the whole pipeline on this machine (testenv/cmd/demo): a control plane of
-## its own (etcd + kube-apiserver, built into $(BIN) on first use), a collector, the
-## agent, the seed scenarios and the live diagnosis; Ctrl-C stops everything.
+## its own (etcd, kube-apiserver, kube-scheduler, kube-controller-manager, the Agent
+## Sandbox controller and a hollow kubelet, built into $(BIN) on first use), a
+## collector, the agent, the seed scenarios and the live diagnosis; Ctrl-C stops everything.
 ## It never touches another cluster (see README: the command for a real cluster).
 ## It builds $(BIN)/eventpipe too: the command the view says to try names it.
 run: build

@@ -19,6 +19,7 @@ import (
 
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
 	"github.com/eventpipe/eventpipe/enrich"
+	"github.com/eventpipe/eventpipe/enrich/verify"
 )
 
 // Agent is one replica of the cluster agent. Create it with New and run it
@@ -40,6 +41,8 @@ type Agent struct {
 	cur        atomic.Pointer[shipper]
 	httpAddr   atomic.Pointer[string]
 	dead       *deadLetters // kept across terms
+	// verifier asks registries (verify.enabled); nil when off.
+	verifier *verify.Verifier
 }
 
 // Options are the values of an Agent that come from code, not from YAML.
@@ -85,6 +88,12 @@ func New(cfg Config, restCfg *rest.Config, opts Options) (*Agent, error) {
 		return nil, err
 	}
 	a.ingest = eventpipev1.NewIngestClient(a.conn)
+	if cfg.Verify.Enabled {
+		// Anonymous: the agent reads no Secret, so it asks as anyone may.
+		if a.verifier, err = verify.New(cfg.Verify.Registry, verify.Options{Logger: log, Registerer: opts.Registerer}); err != nil {
+			return nil, err
+		}
+	}
 	a.identity = cfg.LeaderElection.Identity
 	if a.identity == "" {
 		host, _ := os.Hostname()
@@ -219,6 +228,21 @@ func (a *Agent) term(ctx context.Context) error {
 	p := newProcessor(a.cfg, queue, c, enr, sh, startRV, a.log, a.m)
 
 	g, gctx := errgroup.WithContext(ctx)
+	if a.verifier != nil {
+		// Registry checks run beside the processor and hand it their
+		// occurrences: the event path never waits on a registry.
+		checks := make(chan *eventpipev1.Occurrence, 1)
+		p.checks = checks
+		if vc := a.cfg.Verify; vc.Supervisor.Name != "" {
+			sc := &supervisorChecker{cfg: vc.Supervisor, platform: vc.Platform, ttl: vc.Registry.CacheTTL, cluster: a.cfg.Cluster,
+				kc: a.kc, v: a.verifier, log: a.log, m: a.m, out: checks, now: time.Now}
+			g.Go(func() error { return sc.run(gctx) })
+		}
+		if a.cfg.Verify.PullFailures {
+			p.verify = newPullVerifier(a.verifier, a.cfg.Verify, a.log, a.m, checks)
+			g.Go(func() error { return p.verify.run(gctx) })
+		}
+	}
 	g.Go(func() error { return sh.run(gctx) })
 	g.Go(func() error { return p.run(gctx) })
 	g.Go(func() error { return w.run(gctx, startRV) })

@@ -30,7 +30,8 @@ type caches struct {
 
 	// changed is signalled (non-blocking) on every cache change.
 	changed chan struct{}
-	// diagnose receives keys of pods with a container waiting on something.
+	// diagnose receives keys of pods with a container waiting on something
+	// or terminated with a failure.
 	diagnose chan objKey
 	// gone receives the Sandbox CRs seen deleted (the processor ships a
 	// deletion occurrence for each).
@@ -251,7 +252,7 @@ type cached struct {
 	pvc     *enrich.PVC
 	ns      *enrich.Namespace
 	sb      *enrich.Sandbox
-	waiting bool   // a pod container is waiting (pod-status diagnosis)
+	waiting bool   // a pod container is waiting or ended badly (pod-status diagnosis)
 	gen     uint32 // the listing that last saw it (objStore)
 }
 

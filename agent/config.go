@@ -13,6 +13,7 @@ import (
 
 	"github.com/eventpipe/eventpipe/api/config"
 	"github.com/eventpipe/eventpipe/enrich"
+	"github.com/eventpipe/eventpipe/enrich/verify"
 )
 
 // Config is what an operator writes (YAML) to run the agent. Values that come
@@ -32,6 +33,58 @@ type Config struct {
 	HTTP           HTTPConfig           `yaml:"http"`
 	// Enrich tunes attribution; its cluster is taken from Cluster above.
 	Enrich enrich.Config `yaml:"enrich"`
+	// Verify asks registries (opt-in; off by default: no registry call
+	// without verify.enabled).
+	Verify VerifyConfig `yaml:"verify"`
+}
+
+// VerifyConfig: registry checks the agent makes, off the path of events
+// (package verify). Nothing here calls a registry unless Enabled is set.
+type VerifyConfig struct {
+	Enabled bool `yaml:"enabled"`
+	// Registry bounds every check: timeout, cache, per-registry rate.
+	// The agent asks anonymously: it reads no Secret.
+	Registry verify.Config `yaml:"registry"`
+	// PullFailures: every image-pull failure whose cause the registry can
+	// decide (not_found, unauthorized, not_found_or_unauthorized,
+	// rate_limited, platform_mismatch, unknown, unrecognised) is checked
+	// off the event path, and the answer ships as an update of the
+	// failure's diagnosis (the same fields, decided_by registry). Later
+	// failures of the same image take the cached answer at once.
+	PullFailures bool `yaml:"pull_failures"`
+	// Platform of the cluster's nodes ("linux/amd64"): an image (or its
+	// index) must carry it. Empty: not compared.
+	Platform string `yaml:"platform"`
+	// Queue bounds the failures waiting for a check; beyond it they are
+	// not checked (eventpipe_agent_verify_dropped_total).
+	Queue int `yaml:"queue"`
+	// Supervisor checks the OpenShell gateway's supervisor image before
+	// any sandbox needs it.
+	Supervisor SupervisorCheckConfig `yaml:"supervisor"`
+}
+
+// SupervisorCheckConfig names the OpenShell gateway whose supervisor image
+// the agent verifies, at start, whenever it changes, and again once the
+// cached answer expires (verify.registry.cache_ttl).
+type SupervisorCheckConfig struct {
+	// Namespace and Name of the gateway's Deployment or StatefulSet (the
+	// OpenShell chart's release name, e.g. openshell/openshell). Empty
+	// Name: no supervisor check.
+	Namespace string `yaml:"namespace"`
+	Name      string `yaml:"name"`
+	// Kind is Deployment or StatefulSet; empty tries StatefulSet, then
+	// Deployment (the chart makes one of them).
+	Kind string `yaml:"kind"`
+	// Container is the gateway container (the chart's openshell-gateway);
+	// when absent, the first container.
+	Container string `yaml:"container"`
+	// GatewayID the occurrences carry, so `eventpipe diagnose --supervisor
+	// --gateway ID` finds them. Empty: gateway_id from the gateway's TOML
+	// file, else "openshell" (the chart's default).
+	GatewayID string `yaml:"gateway_id"`
+	// Interval between reads of the gateway workload (a change of the
+	// supervisor image is seen within it).
+	Interval time.Duration `yaml:"interval"`
 }
 
 // CollectorConfig says where and how to reach the collector's Ingest service.
@@ -218,6 +271,11 @@ func NewDefaultConfig() Config {
 		},
 		HTTP:   HTTPConfig{Listen: ":9464"},
 		Enrich: enrich.NewDefaultConfig(),
+		Verify: VerifyConfig{
+			Registry:   verify.NewDefaultConfig(),
+			Queue:      256,
+			Supervisor: SupervisorCheckConfig{Container: "openshell-gateway", Interval: 30 * time.Second},
+		},
 	}
 }
 
@@ -395,6 +453,29 @@ func (c Config) Validate() error {
 		if le.RenewDeadline <= le.RetryPeriod {
 			add("leader_election.renew_deadline", "must be greater than retry_period (%s), got %s", le.RetryPeriod, le.RenewDeadline)
 		}
+	}
+
+	if v := c.Verify; v.Enabled {
+		if err := v.Registry.Validate("verify.registry."); err != nil {
+			errs = append(errs, unjoin(err)...)
+		}
+		sc := v.Supervisor
+		if sc.Name != "" && sc.Namespace == "" {
+			add("verify.supervisor.namespace", "must be set with verify.supervisor.name")
+		}
+		if sc.Kind != "" && sc.Kind != "Deployment" && sc.Kind != "StatefulSet" {
+			add("verify.supervisor.kind", "must be Deployment, StatefulSet or empty, got %q", sc.Kind)
+		}
+		positive("verify.supervisor.interval", sc.Interval)
+		if v.Platform != "" && !strings.Contains(v.Platform, "/") {
+			add("verify.platform", "must be os/arch[/variant], got %q", v.Platform)
+		}
+		atLeast("verify.queue", v.Queue, 1)
+		if !v.PullFailures && sc.Name == "" {
+			add("verify.enabled", "checks nothing: set verify.pull_failures or verify.supervisor.name")
+		}
+	} else if v.Supervisor.Name != "" || v.PullFailures {
+		add("verify.enabled", "must be true for verify.pull_failures or verify.supervisor (they ask registries)")
 	}
 
 	ec := c.Enrich

@@ -85,6 +85,18 @@
 //   - The Lease elector writes only the spec fields it owns and sends the
 //     rest of the object back as read (labels, annotations, fields it does
 //     not know), guarded by the resourceVersion.
+//   - Cluster-context rules (pullcontext.go) change a pull failure's
+//     diagnosis from Events around it (a pod's FailedToRetrieveImagePullSecret
+//     makes its ambiguous failures unauthorized), in the processor, with
+//     bounded state and no API call.
+//   - Registry checks (verify:, off by default) run beside the processor,
+//     never in it: the processor only looks a failing image up in the
+//     verifier's cache (upgrading the occurrence in place) or queues it
+//     (bounded; overflow counted); a worker asks the registry and hands the
+//     processor an update of the same diagnosis (pullverify.go). The
+//     supervisor-image check reads the OpenShell gateway's workload every
+//     interval and ships a check occurrence when the answer changes
+//     (supervisor.go, supervisorimage.go).
 //   - Only the Lease holder watches and ships (when leader election is on);
 //     losing the Lease stops both at once, and a new leader resumes from the
 //     collector's cursor.

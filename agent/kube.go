@@ -18,7 +18,7 @@ import (
 	"k8s.io/client-go/util/flowcontrol"
 
 	"github.com/eventpipe/eventpipe/agent/internal/kwire"
-	"github.com/eventpipe/eventpipe/internal/buildinfo"
+	"github.com/eventpipe/eventpipe/api/buildinfo"
 )
 
 // kubeClient is the agent's whole view of the Kubernetes API: LIST, WATCH

@@ -34,8 +34,16 @@ type metrics struct {
 	cacheObjects    *prometheus.GaugeVec // kind
 	diagnoseDropped prometheus.Counter
 	deletionDropped prometheus.Counter
-	deadLetters     *prometheus.CounterVec // reason
-	resent          prometheus.Counter
+	// supervisor image check (verify.supervisor)
+	supervisorBad    prometheus.Gauge
+	supervisorErrors prometheus.Counter
+	// registry checks of pull failures (verify.pull_failures)
+	verifyApplied *prometheus.CounterVec
+	verifyDropped prometheus.Counter
+	// cluster-context rules (pullcontext.go)
+	contextApplied prometheus.Counter
+	deadLetters    *prometheus.CounterVec // reason
+	resent         prometheus.Counter
 }
 
 var (
@@ -48,7 +56,7 @@ var (
 		eventpipev1.AttributionPVCOwner, eventpipev1.AttributionPVCName, "other",
 	}
 	apiVerbs     = []string{"list", "watch", "get", "create", "update", "other"}
-	apiResources = []string{"events", "pods", "persistentvolumeclaims", "namespaces", "sandboxes", "leases", "discovery", "other"}
+	apiResources = []string{"events", "pods", "persistentvolumeclaims", "namespaces", "sandboxes", "leases", "statefulsets", "deployments", "configmaps", "discovery", "other"}
 )
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -57,7 +65,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "eventpipe_agent_watch_events_total", Help: "Event watch notifications received, by watch type.",
 		}, []string{"type"}),
 		occurrences: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "eventpipe_agent_occurrences_total", Help: "Occurrences handed to the shipper, by source (event, pod_status, deletion: a Sandbox CR seen deleted).",
+			Name: "eventpipe_agent_occurrences_total", Help: "Occurrences handed to the shipper, by source (event, pod_status, deletion: a Sandbox CR seen deleted, registry_check: a supervisor-image check or a pull failure updated by the registry).",
 		}, []string{"source"}),
 		attributed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "eventpipe_agent_attributed_total", Help: "Occurrences attributed to a sandbox, by the rule that matched.",
@@ -120,6 +128,26 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		diagnoseDropped: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "eventpipe_agent_diagnose_dropped_total", Help: "Pod-status diagnoses dropped because the diagnose queue was full (the pod's next update retries).",
 		}),
+		supervisorBad: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "eventpipe_agent_supervisor_image_bad",
+			Help: "1 while the registry says the OpenShell gateway's supervisor image cannot be pulled (verify.supervisor); 0 otherwise.",
+		}),
+		supervisorErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "eventpipe_agent_supervisor_resolve_errors_total",
+			Help: "Supervisor image checks that could not tell the gateway's supervisor image (workload or ConfigMap unreadable, no version).",
+		}),
+		verifyApplied: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "eventpipe_agent_verify_applied_total",
+			Help: "Pull-failure diagnoses a registry answer upgraded (decided_by registry), by how: cached (in place, on the event path) or update (an update occurrence after the check).",
+		}, []string{"how"}),
+		contextApplied: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "eventpipe_agent_context_applied_total",
+			Help: "Pull-failure diagnoses a cluster-context rule changed (decided_by cluster_context), e.g. a pod's missing image pull secret.",
+		}),
+		verifyDropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "eventpipe_agent_verify_dropped_total",
+			Help: "Pull failures not checked with the registry because verify.queue was full.",
+		}),
 		deletionDropped: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "eventpipe_agent_deletion_dropped_total", Help: "Sandbox deletions not shipped because the deletion queue was full (readers then tell the live sandbox of a reused name by which id appeared last).",
 		}),
@@ -135,6 +163,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	for _, r := range []string{"acked", "resent", "refused"} {
 		m.batches.WithLabelValues(r)
+	}
+	for _, h := range []string{"cached", "update"} {
+		m.verifyApplied.WithLabelValues(h)
 	}
 	for _, r := range []string{"stored", "duplicate", "rejected"} {
 		m.acked.WithLabelValues(r)
@@ -154,7 +185,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		for _, c := range []prometheus.Collector{m.watchEvents, m.occurrences, m.attributed, m.unattributed, m.skipped, m.held,
 			m.lateBound, m.holdExpired, m.holdOverflow, m.relists, m.expired, m.watchErrors, m.apiRequests,
 			m.cursorAge, m.shipLatency, m.batches, m.acked, m.shipErrors, m.queueLength, m.leader,
-			m.cacheObjects, m.diagnoseDropped, m.deletionDropped, m.deadLetters, m.resent} {
+			m.cacheObjects, m.diagnoseDropped, m.deletionDropped, m.supervisorBad, m.supervisorErrors, m.verifyApplied, m.verifyDropped, m.contextApplied, m.deadLetters, m.resent} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("register agent metrics: %w", err)
 			}

@@ -22,6 +22,14 @@ type processor struct {
 	caches  *caches
 	enr     *enrich.Enricher
 	shipper *shipper
+	// checks carries the registry checks' occurrences: supervisor-image
+	// checks and pull-failure updates (nil: verify off).
+	checks <-chan *eventpipev1.Occurrence
+	// verify upgrades pull failures with cached registry answers and
+	// queues the others for a check (nil: verify.pull_failures off).
+	verify *pullVerifier
+	// context applies the cluster-context rules to pull failures (pullcontext.go).
+	context *pullContext
 	log     *slog.Logger
 	m       *metrics
 	now     func() time.Time
@@ -47,9 +55,10 @@ type heldEvent struct {
 func newProcessor(cfg Config, in *itemQueue, c *caches, enr *enrich.Enricher, sh *shipper, startRV string, log *slog.Logger, m *metrics) *processor {
 	return &processor{
 		cfg: cfg, in: in, caches: c, enr: enr, shipper: sh, log: log, m: m, now: time.Now,
-		seen:   newFingerprints(cfg.Watch.FingerprintCapacity),
-		cursor: cursorTracker{safe: startRV},
-		sentRV: startRV,
+		seen:    newFingerprints(cfg.Watch.FingerprintCapacity),
+		context: newPullContext(),
+		cursor:  cursorTracker{safe: startRV},
+		sentRV:  startRV,
 	}
 }
 
@@ -102,6 +111,10 @@ func (p *processor) run(ctx context.Context) error {
 			}
 		case key := <-diagnose:
 			if !p.diagnose(ctx, key) || !idleFlush() {
+				return nil
+			}
+		case o := <-p.checks:
+			if !p.add(ctx, o, sourceRegistryCheck) || !idleFlush() {
 				return nil
 			}
 		case sb := <-gone:
@@ -244,9 +257,19 @@ func (p *processor) diagnose(ctx context.Context, key objKey) bool {
 // occurrences (enrich.SandboxDeleted).
 const sourceDeletion = "deletion"
 
+// sourceRegistryCheck is the source label of the occurrences registry
+// checks make (verify: supervisor-image checks, pull-failure updates).
+const sourceRegistryCheck = "registry_check"
+
 // add appends one occurrence to the batch, shipping the batch when full.
 func (p *processor) add(ctx context.Context, o *eventpipev1.Occurrence, source string) bool {
 	p.m.occurrences.WithLabelValues(source).Inc()
+	if p.context != nil && source != sourceRegistryCheck && p.context.apply(o, p.now()) {
+		p.m.contextApplied.Inc()
+	}
+	if p.verify != nil && source != sourceRegistryCheck {
+		p.verify.annotate(o)
+	}
 	if o.GetSandbox() != nil && o.GetAttribution() != eventpipev1.AttributionNone && o.GetAttribution() != "" {
 		p.m.attributed.WithLabelValues(ruleLabel(o.GetAttribution())).Inc()
 	} else {

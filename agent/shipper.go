@@ -22,8 +22,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/eventpipe/eventpipe/api/buildinfo"
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
-	"github.com/eventpipe/eventpipe/internal/buildinfo"
 	"github.com/eventpipe/eventpipe/sinks/collectorclient"
 )
 

@@ -64,6 +64,17 @@ func TestConfigFiles(t *testing.T) {
 			`collector.addresses[1]: "dns:///collector:7070"`,
 			`collector.addresses[2]: duplicate "collector-0.collector:7070"`,
 		},
+		"verify.bad.yaml": {
+			"verify.registry.timeout: must be positive, got 0s",
+			"verify.registry.rate_per_registry: must be positive, got 0",
+			`verify.registry.insecure_registries[0]: must be a host or host:port, got "registry.local/path"`,
+			"verify.supervisor.namespace: must be set with verify.supervisor.name",
+			`verify.supervisor.kind: must be Deployment, StatefulSet or empty, got "DaemonSet"`,
+			"verify.supervisor.interval: must be positive, got 0s",
+			`verify.platform: must be os/arch[/variant], got "amd64"`,
+			"verify.queue: must be at least 1, got 0",
+		},
+		"verify-off.bad.yaml": {"verify.enabled: must be true for verify.pull_failures or verify.supervisor (they ask registries)"},
 		"addresses.bad.yaml": {
 			`collector.address: "256.1.1.1:7070": host "256.1.1.1" is not a valid IPv4 address`,
 			`http.listen: ":99999": port 99999 is out of range 0-65535`,

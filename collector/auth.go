@@ -79,6 +79,11 @@ func (p *Principal) mayRead(ws string) bool {
 	return slices.Contains(p.Workspaces, AllWorkspaces) || slices.Contains(p.Workspaces, ws)
 }
 
+// mayReadSome reports whether p may read at least one workspace.
+func (p *Principal) mayReadSome() bool {
+	return p.Insecure || len(p.Workspaces) > 0
+}
+
 // mayWrite reports whether p may ingest for cluster, and read or move its
 // cursor.
 func (p *Principal) mayWrite(cluster string) bool {

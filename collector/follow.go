@@ -82,11 +82,15 @@ func parseSelector(req *eventpipev1.FollowRequest) (selector, error) {
 }
 
 // match reports whether o belongs to the selection and the caller may see
-// it. Unattributed occurrences (no sandbox id) never match.
+// it. Unattributed occurrences (no sandbox id) never match, except the
+// agent's supervisor-image check of a gateway (eventpipev1.IsSupervisorCheck):
+// a gateway selection carries it to any reader granted a workspace, since a
+// bad supervisor image blocks every workspace's next sandbox and names
+// nothing of any of them.
 func (s selector) match(p *Principal, o *eventpipev1.Occurrence) bool {
 	sb := o.GetSandbox()
 	if sb.GetId() == "" {
-		return false
+		return s.gatewayID != "" && sb.GetGatewayId() == s.gatewayID && eventpipev1.IsSupervisorCheck(o) && p.mayReadSome()
 	}
 	switch {
 	case s.sandboxID != "":

@@ -20,6 +20,15 @@ type blockerClass struct {
 	// weak: a restart back-off that names no cause of its own; it inherits
 	// the container's last known cause (OOMKilled, an exit code).
 	weak bool
+	// lasting: the signal is a blocker only once it lasts (a probe that
+	// keeps failing, a provisioner that never acts); the tracker counts it
+	// and recordBlocker decides (lasting in blocker_occurrence.go).
+	lasting bool
+	// strength is how sure the cause is: certain when a rule or a status
+	// field names it, likely when only the reason does (a
+	// RunContainerError whose words no rule reads), weak for unknown and
+	// unrecognised.
+	strength strength
 }
 
 // ClassifyBlocker classifies one (reason, message) pair from an Event or a
@@ -36,6 +45,15 @@ func ClassifyBlocker(reason, message string) (kind, cause, object, detail string
 }
 
 func classifyBlocker(reason, msg string) (blockerClass, bool) {
+	b, ok := blockerRule(oldReason(reason), msg)
+	if b.cause == eventpipev1.BlockerUnknown || b.cause == eventpipev1.BlockerUnrecognised {
+		b.strength = weak
+	}
+	return b, ok
+}
+
+// blockerRule is classifyBlocker's table of reasons and words.
+func blockerRule(reason, msg string) (blockerClass, bool) {
 	switch reason {
 	case "FailedScheduling":
 		if hasPrefixFold(msg, "skip schedule deleting pod") {
@@ -138,6 +156,14 @@ func classifyBlocker(reason, msg string) (blockerClass, bool) {
 		}
 	case "CrashLoopBackOff":
 		return crashLoop(msg), true
+	case "NotTriggerScaleUp":
+		// The cluster autoscaler will not add a node for the pod: "pod
+		// didn't trigger scale-up: 1 node(s) had untolerated taint(s), 3
+		// max node group size reached" (its own reasons beside the
+		// scheduler's, per node group), before 1.13 "pod didn't trigger
+		// scale-up (it wouldn't fit if a new node is added)".
+		cause, detail := schedulingCause(msg)
+		return blockerClass{kind: eventpipev1.BlockerKindUnschedulable, cause: cause, detail: detail}, true
 	case "FailedSync":
 		// Kubelets before 1.5 wrapped every pod worker error in FailedSync.
 		if containsFold(msg, "crashloopbackoff") {
@@ -193,6 +219,90 @@ func classifyBlocker(reason, msg string) (blockerClass, bool) {
 		if strings.HasPrefix(reason, "OutOf") && containsFold(msg, "didn't have enough resource") {
 			return blockerClass{kind: eventpipev1.BlockerKindUnschedulable, cause: eventpipev1.BlockerInsufficientResources, detail: blockerDetail(msg)}, true
 		}
+	}
+	return blockerClass{}, false
+}
+
+// oldReason maps the lower-camel-case reasons of Kubernetes 1.0 (the
+// scheduler's "failedScheduling", the kubelet's "failedSync",
+// "failedMount", "unhealthy", "killing"; CamelCase since mid-2015) to
+// today's spelling.
+func oldReason(reason string) string {
+	if reason == "" || reason[0] < 'a' || reason[0] > 'z' {
+		return reason
+	}
+	switch reason {
+	case "failedScheduling":
+		return "FailedScheduling"
+	case "failedSync":
+		return "FailedSync"
+	case "failedMount":
+		return "FailedMount"
+	case "unhealthy":
+		return "Unhealthy"
+	case "killing":
+		return "Killing"
+	}
+	return reason
+}
+
+// probeFailureThreshold is the kubelet's default failureThreshold: a
+// probe that failed this often within the window has made the container
+// unready (or restarted it); fewer failures are transient.
+const probeFailureThreshold = 3
+
+// ClassifyLasting classifies the signals that are blockers only once they
+// last (see classifyLasting): kind and cause as ClassifyBlocker's,
+// ok=false for any other message.
+func ClassifyLasting(reason, message string) (kind, cause, detail string, ok bool) {
+	if len(message) > maxClassifyBytes {
+		message = message[:maxClassifyBytes]
+	}
+	b, ok := classifyLasting(reason, message)
+	return b.kind, b.cause, b.detail, ok
+}
+
+// classifyLasting reads the signals that are no blocker by themselves but
+// become one when they last: the kubelet's probe failures (Unhealthy
+// "Readiness probe failed: <the probe's output>", "... probe errored:
+// <why it could not run>"; Killing "Container x failed liveness probe,
+// will be restarted", before 1.16 "Killing container with id
+// docker://x:Container failed liveness probe.. Container will be killed
+// and recreated.") and the PV controller's ExternalProvisioning ("waiting
+// for a volume to be created, either by external provisioner \"x\" or
+// manually created by system administrator"). The detail is the runtime's
+// words; the object, for a provisioner, the provisioner it waits on.
+func classifyLasting(reason, msg string) (blockerClass, bool) {
+	switch oldReason(reason) {
+	case "Unhealthy":
+		for _, p := range [...]struct{ prefix, cause string }{
+			{"readiness probe ", eventpipev1.BlockerReadinessProbe},
+			{"liveness probe ", eventpipev1.BlockerLivenessProbe},
+			{"startup probe ", eventpipev1.BlockerStartupProbe},
+		} {
+			if hasPrefixFold(msg, p.prefix) && (hasPrefixFold(msg[len(p.prefix):], "failed") || hasPrefixFold(msg[len(p.prefix):], "errored")) {
+				return blockerClass{kind: eventpipev1.BlockerKindContainer, cause: p.cause, detail: blockerDetail(msg), lasting: true}, true
+			}
+		}
+	case "Killing":
+		switch {
+		case containsFold(msg, "failed liveness probe"):
+			return blockerClass{kind: eventpipev1.BlockerKindContainer, cause: eventpipev1.BlockerLivenessProbe, detail: blockerDetail(msg), lasting: true}, true
+		case containsFold(msg, "failed startup probe"):
+			return blockerClass{kind: eventpipev1.BlockerKindContainer, cause: eventpipev1.BlockerStartupProbe, detail: blockerDetail(msg), lasting: true}, true
+		}
+	case "ExternalProvisioning":
+		b := blockerClass{kind: eventpipev1.BlockerKindVolume, cause: eventpipev1.BlockerProvisionerWaiting, detail: blockerDetail(msg), lasting: true}
+		for _, p := range [...]string{`external provisioner "`, `external provisioner '`} {
+			if i := indexFold(msg, p); i >= 0 {
+				rest := msg[i+len(p):]
+				if j := strings.IndexByte(rest, p[len(p)-1]); j > 0 {
+					b.object = "StorageClassProvisioner/" + rest[:j]
+				}
+				break
+			}
+		}
+		return b, true
 	}
 	return blockerClass{}, false
 }
@@ -280,7 +390,8 @@ func containerError(reason, msg string) (blockerClass, bool) {
 	}
 	switch reason {
 	case "RunContainerError", "StartError", "CreateContainerError", "VerifyNonRootError":
-		b.cause = eventpipev1.BlockerStartFailed
+		// The reason says the start failed; no rule read why.
+		b.cause, b.strength = eventpipev1.BlockerStartFailed, likely
 		return b, true
 	case "CreateContainerConfigError":
 		b.cause = eventpipev1.BlockerUnknown
@@ -305,19 +416,80 @@ func nonRootRefusal(msg string) bool {
 		containsFold(msg, "image will run as root")
 }
 
-// createRefused: a controller's FailedCreate (replicaset, statefulset,
-// job, the Agent Sandbox controller): the API server refused the pod.
-func createRefused(msg string) blockerClass {
-	b := blockerClass{kind: eventpipev1.BlockerKindCreateRefused, cause: eventpipev1.BlockerUnknown, detail: blockerDetail(msg)}
-	switch {
-	case containsFold(msg, "exceeded quota"), containsFold(msg, "failed quota"), containsFold(msg, " quota is "),
-		containsFold(msg, "status unknown for quota"), containsFold(msg, "insufficient quota to consume"):
+// createFamilies are the causes of a refused creation and the words of
+// each (see createRefused). A message normally names one; when it names
+// two, the answer is unrecognised.
+var createFamilies = [...]struct {
+	cause string
+	match func(string) bool
+}{
+	{eventpipev1.BlockerQuotaExceeded, func(msg string) bool {
 		// ResourceQuota admission: over the limit; "failed quota: q: must
 		// specify ..." (a quota on a resource the pod does not request);
 		// "status unknown for quota" (its usage not computed yet);
 		// "insufficient quota to consume" (a limited resource no quota
 		// covers).
-		b.cause = eventpipev1.BlockerQuotaExceeded
+		return containsFold(msg, "exceeded quota") || containsFold(msg, "failed quota") || containsFold(msg, " quota is ") ||
+			containsFold(msg, "status unknown for quota") || containsFold(msg, "insufficient quota to consume")
+	}},
+	{eventpipev1.BlockerPodSecurity, func(msg string) bool {
+		// "no providers available" is PodSecurityPolicy admission (before
+		// 1.25) when no policy the pod's creator or service account may
+		// use admits it; the last two are OpenShift's SCC admission
+		// ("unable to validate against any security context constraint:
+		// [...]", "no SecurityContextConstraintsProvider available").
+		return containsFold(msg, "violates podsecurity") || containsFold(msg, "pod security policy") || containsFold(msg, "podsecuritypolicy") ||
+			containsFold(msg, "no providers available to validate pod request") ||
+			containsFold(msg, "security context constraint") || containsFold(msg, "securitycontextconstraints")
+	}},
+	{eventpipev1.BlockerWebhookDenied, func(msg string) bool {
+		return containsFold(msg, "admission webhook") && containsFold(msg, "denied the request")
+	}},
+	{eventpipev1.BlockerWebhookFailed, func(msg string) bool {
+		return containsFold(msg, "failed calling webhook") || containsFold(msg, "failed to call webhook") ||
+			containsFold(msg, "failed calling admission webhook") || containsFold(msg, "request did not complete within")
+	}},
+	{eventpipev1.BlockerLimitRange, func(msg string) bool {
+		return containsFold(msg, "usage per container") || containsFold(msg, "usage per pod") || containsFold(msg, "limitrange") ||
+			containsFold(msg, "limit to request ratio per")
+	}},
+	{eventpipev1.BlockerServiceAccountMissing, func(msg string) bool {
+		return (containsFold(msg, "serviceaccount") || containsFold(msg, "service account")) && containsFold(msg, "not found")
+	}},
+	{eventpipev1.BlockerNamespaceTerminating, func(msg string) bool {
+		// NamespaceLifecycle: "unable to create new content in namespace
+		// <ns> because it is being terminated".
+		return containsFold(msg, "because it is being terminated")
+	}},
+}
+
+// createRefused: a controller's FailedCreate (replicaset, statefulset,
+// job, the Agent Sandbox controller): the API server refused the pod. The
+// first family that matches is the cause; a second family matching too is
+// a disagreement (unrecognised), except that a webhook that failed or
+// denied the request may quote whatever it checked.
+func createRefused(msg string) blockerClass {
+	b := blockerClass{kind: eventpipev1.BlockerKindCreateRefused, cause: eventpipev1.BlockerUnknown, detail: blockerDetail(msg), strength: weak}
+	for _, f := range createFamilies {
+		if !f.match(msg) {
+			continue
+		}
+		switch b.cause {
+		case eventpipev1.BlockerUnknown:
+			b.cause, b.strength = f.cause, certain
+			continue
+		case eventpipev1.BlockerWebhookDenied, eventpipev1.BlockerWebhookFailed:
+			continue
+		}
+		if f.cause == eventpipev1.BlockerWebhookDenied || f.cause == eventpipev1.BlockerWebhookFailed {
+			// The webhook's own words decide over what it quotes.
+			b.cause = f.cause
+			continue
+		}
+		return blockerClass{kind: b.kind, cause: eventpipev1.BlockerUnrecognised, detail: b.detail, strength: weak}
+	}
+	switch b.cause {
+	case eventpipev1.BlockerQuotaExceeded:
 		for _, p := range [...]string{"exceeded quota: ", "Exceeded quota: ", "failed quota: ", "for quota: "} {
 			if i := strings.Index(msg, p); i >= 0 {
 				name := msg[i+len(p):]
@@ -330,25 +502,7 @@ func createRefused(msg string) blockerClass {
 				break
 			}
 		}
-	case containsFold(msg, "violates podsecurity"), containsFold(msg, "pod security policy"), containsFold(msg, "podsecuritypolicy"),
-		containsFold(msg, "no providers available to validate pod request"),
-		containsFold(msg, "security context constraint"), containsFold(msg, "securitycontextconstraints"):
-		// "no providers available" is PodSecurityPolicy admission (before
-		// 1.25) when no policy the pod's creator or service account may
-		// use admits it; the last two are OpenShift's SCC admission
-		// ("unable to validate against any security context constraint:
-		// [...]", "no SecurityContextConstraintsProvider available").
-		b.cause = eventpipev1.BlockerPodSecurity
-	case containsFold(msg, "admission webhook") && containsFold(msg, "denied the request"):
-		b.cause = eventpipev1.BlockerWebhookDenied
-	case containsFold(msg, "failed calling webhook"), containsFold(msg, "failed to call webhook"),
-		containsFold(msg, "failed calling admission webhook"), containsFold(msg, "request did not complete within"):
-		b.cause = eventpipev1.BlockerWebhookFailed
-	case containsFold(msg, "usage per container"), containsFold(msg, "usage per pod"), containsFold(msg, "limitrange"),
-		containsFold(msg, "limit to request ratio per"):
-		b.cause = eventpipev1.BlockerLimitRange
-	case (containsFold(msg, "serviceaccount") || containsFold(msg, "service account")) && containsFold(msg, "not found"):
-		b.cause = eventpipev1.BlockerServiceAccountMissing
+	case eventpipev1.BlockerServiceAccountMissing:
 		if name, ok := quotedAfter(msg, `serviceaccount "`); ok {
 			b.object = "ServiceAccount/" + name
 		} else if i := indexFold(msg, "service account "); i >= 0 {
@@ -357,10 +511,7 @@ func createRefused(msg string) blockerClass {
 				b.object = "ServiceAccount/" + ref[strings.IndexByte(ref, '/')+1:]
 			}
 		}
-	case containsFold(msg, "because it is being terminated"):
-		// NamespaceLifecycle: "unable to create new content in namespace
-		// <ns> because it is being terminated".
-		b.cause = eventpipev1.BlockerNamespaceTerminating
+	case eventpipev1.BlockerNamespaceTerminating:
 		if i := indexFold(msg, "content in namespace "); i >= 0 {
 			if ns := firstWord(msg[i+len("content in namespace "):]); ns != "" {
 				b.object = "Namespace/" + ns
@@ -458,6 +609,14 @@ func schedulingItemCause(item string) string {
 	}
 	switch {
 	case containsFold(item, "insufficient"), containsFold(item, "too many pods"),
+		// Kubernetes 1.0's "Failed for reason PodFitsResources and
+		// possibly others".
+		containsFold(item, "podfitsresources"),
+		// The cluster autoscaler cannot add the node: the groups are at
+		// their maximum, in back-off after a failed scale-up (a cloud
+		// quota, IPs exhausted), or no group's node would fit the pod.
+		containsFold(item, "max node group size reached"), containsFold(item, "in backoff after failed scale-up"),
+		containsFold(item, "wouldn't fit if a new node is added"),
 		// Other capacity a node runs out of: host ports, CSI storage
 		// capacity, DRA devices.
 		containsFold(item, "free ports"), containsFold(item, "podfitshostports"),

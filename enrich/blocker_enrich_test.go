@@ -64,7 +64,7 @@ func TestEnrichBlockerUnboundPVC(t *testing.T) {
 	ev := &Event{APIVersion: "v1", Namespace: seedNS, Name: "workspace-img-missing.1", UID: "ev-pvc", ResourceVersion: "9",
 		Involved: ObjectRef{Kind: "PersistentVolumeClaim", APIVersion: "v1", Namespace: seedNS, Name: "workspace-img-missing", UID: "pvc-uid"},
 		Type:     "Normal", Reason: "FailedBinding", Message: "no persistent volumes available for this claim and no storage class is set",
-		Count: 4, LastTimestamp: t0, ReportingComponent: "persistentvolume-controller"}
+		Count: 4, FirstTimestamp: t0, LastTimestamp: t0.Add(2 * time.Minute), ReportingComponent: "persistentvolume-controller"}
 	o := e.Enrich(ev, t0).Occurrence
 	b := o.Blocker
 	if o.GetSandbox().GetId() != seedID || b == nil {
@@ -115,7 +115,7 @@ func TestEnrichBlockerCrashLoop(t *testing.T) {
 		t.Errorf("status blocker %+v (event id %s)", b, o.EventId)
 	}
 	ev := podEvent("img-missing", "spec.containers{agent}", "BackOff", "Back-off restarting failed container agent in pod img-missing_"+seedNS+"("+seedPodUID+")")
-	ev.Type, ev.Count = "Warning", 3
+	ev.Type, ev.Count, ev.LastTimestamp = "Warning", 3, t0.Add(2*time.Minute)
 	eb := e.Enrich(ev, t0.Add(time.Minute)).Occurrence.Blocker
 	if eb.GetCause() != eventpipev1.BlockerOOMKilled || eb.GetContainer() != "agent" || eb.GetAttempts() != 3 ||
 		eb.GetDisposition() != eventpipev1.DispositionPersistent || !strings.Contains(eb.GetFix(), "memory limit") {
@@ -128,7 +128,7 @@ func TestEnrichBlockerCrashLoop(t *testing.T) {
 	if b := e.Enrich(ev, t0).Occurrence.Blocker; b.GetCause() != eventpipev1.BlockerCrashLoop || b.GetAttempts() != 3 {
 		t.Errorf("back-off alone: %+v", b)
 	}
-	if b := e.DiagnosePod(p, t0.Add(time.Second))[0].Blocker; b.GetCause() != eventpipev1.BlockerOOMKilled || b.GetAttempts() != 3 ||
+	if b := e.DiagnosePod(p, t0.Add(3*time.Minute))[0].Blocker; b.GetCause() != eventpipev1.BlockerOOMKilled || b.GetAttempts() != 3 ||
 		b.GetDisposition() != eventpipev1.DispositionPersistent {
 		t.Errorf("refined by the status: %+v", b)
 	}

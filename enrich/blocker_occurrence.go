@@ -17,20 +17,53 @@ type blockerAlloc struct {
 
 // blocker diagnoses an Event: nil for every event that is no blocker, which
 // the reason switch in classifyBlocker decides at the cost of a few length
-// compares.
-func (e *Enricher) blocker(ev *Event, pod *Pod, container string, at time.Time) *eventpipev1.Blocker {
+// compares. The signals that are blockers only once they last (probes, a
+// provisioner's wait: classifyLasting) are tracked for a sandbox's objects
+// only (sandbox set): elsewhere in a cluster probe failures are frequent
+// and none of eventpipe's business, and they stay free.
+func (e *Enricher) blocker(ev *Event, pod *Pod, container string, at time.Time, sandbox bool) *eventpipev1.Blocker {
 	msg := ev.Message
 	if len(msg) > maxClassifyBytes {
 		msg = msg[:maxClassifyBytes]
 	}
 	bc, ok := classifyBlocker(ev.Reason, msg)
 	if !ok {
-		return nil
+		if !sandbox {
+			return nil
+		}
+		if bc, ok = classifyLasting(ev.Reason, msg); !ok {
+			return nil
+		}
 	}
 	return e.recordBlocker(ev, pod, container, bc, blockerSignal{
 		class: bc, at: at, first: firstFailure(ev, at), eventUID: ev.UID, count: max(ev.Count, 1),
 		source: eventpipev1.PullSourceEvent,
 	}, 0)
+}
+
+// provisionerWait is how long a claim may wait on an external provisioner
+// (ExternalProvisioning events, the first one's time to the last one's)
+// before the wait is a blocker (provisioner_waiting, persistent): dynamic
+// provisioning by a working CSI driver takes seconds to a minute or two;
+// five minutes of waiting means no provisioner acts on the claim.
+const provisionerWait = 5 * time.Minute
+
+// blockerMinAge is how long a cause must have been seen (first to last
+// time) before it can be persistent, whatever the count: the scheduler
+// and the PV controller retry within a second when the cluster changes,
+// so three reports can come before anything had time to fix itself (a
+// claim the provisioner binds a second later).
+const blockerMinAge = time.Minute
+
+// lasting reports whether a tracked signal of a lasting kind (lasting in
+// blockerClass) has lasted long enough to be a blocker: a probe that
+// failed as often as the kubelet's default failureThreshold, a claim that
+// waited on its provisioner for provisionerWait.
+func lasting(cause string, st blockerState, failures int) bool {
+	if cause == eventpipev1.BlockerProvisionerWaiting {
+		return st.lastSeen.Sub(st.firstSeen) >= provisionerWait
+	}
+	return int(st.attempts) >= failures
 }
 
 // recordBlocker folds one signal into the tracker and builds the Blocker.
@@ -43,6 +76,9 @@ func (e *Enricher) recordBlocker(ev *Event, pod *Pod, container string, bc block
 	// The tracker keeps these past the event: bounded, valid UTF-8 copies.
 	sig.class.object, sig.class.detail = clean(bc.object), clean(bc.detail)
 	st := e.blocks.record(blockerTrackerKey(ev, pod, container, bc.kind), sig, e.cfg.PersistentWindow)
+	if bc.lasting && !lasting(bc.cause, st, probeFailureThreshold) {
+		return nil // transient so far: counted, not a blocker
+	}
 	ba := &blockerAlloc{}
 	b := &ba.b
 	b.Kind, b.Cause, b.Container = bc.kind, st.cause, clean(container)
@@ -51,7 +87,11 @@ func (e *Enricher) recordBlocker(ev *Event, pod *Pod, container string, bc block
 		b.Object = clean(ev.Involved.Kind + "/" + ev.Involved.Name)
 	}
 	b.Disposition = eventpipev1.DispositionRetrying
-	if persistentBlocker(st.cause) && int(st.attempts) >= e.cfg.PersistentAfter {
+	switch {
+	case st.cause == eventpipev1.BlockerProvisionerWaiting:
+		// It is a blocker only once it waited provisionerWait.
+		b.Disposition = eventpipev1.DispositionPersistent
+	case persistentBlocker(st.cause) && int(st.attempts) >= e.cfg.PersistentAfter && st.lastSeen.Sub(st.firstSeen) >= blockerMinAge:
 		b.Disposition = eventpipev1.DispositionPersistent
 	}
 	b.Attempts = st.attempts
@@ -60,6 +100,7 @@ func (e *Enricher) recordBlocker(ev *Event, pod *Pod, container string, bc block
 	b.FirstSeen, b.LastSeen = &ba.first, &ba.last
 	b.Detail = st.detail
 	b.Source = sig.source
+	b.DecidedBy, b.Confidence = eventpipev1.DecidedByTextRule, st.confidence
 	if exitCode != 0 {
 		b.ExitCode, b.HasExitCode = exitCode, true
 	}

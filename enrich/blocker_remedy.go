@@ -9,9 +9,10 @@ import (
 
 // BlockerFix is the short next step for a blocker (Blocker.fix): what to
 // change, naming the object and container. It reads only b's kind, cause,
-// object, container, detail and exit code.
+// object, container, detail and exit code. An unrecognised cause has no
+// fix: a guessed one would mislead; the runtime's words are in detail.
 func BlockerFix(b *eventpipev1.Blocker) string {
-	if b == nil {
+	if b == nil || b.GetCause() == eventpipev1.BlockerUnrecognised {
 		return ""
 	}
 	obj, ctr := b.GetObject(), b.GetContainer()
@@ -66,6 +67,14 @@ func BlockerFix(b *eventpipev1.Blocker) string {
 		return "the workspace claim " + name + " names no StorageClass and the cluster has no default: mark a StorageClass as default (storageclass.kubernetes.io/is-default-class=true) or set the sandbox's storage class"
 	case eventpipev1.BlockerStorageClassNotFound:
 		return "StorageClass " + name + " does not exist: create it, or set the sandbox's storage class to one that exists (kubectl get storageclass)"
+	case eventpipev1.BlockerProvisionerWaiting:
+		return "the claim has waited more than 5 minutes for provisioner " + name + ", which has not created the volume: check that the CSI driver its StorageClass names is installed and running (its controller pod, CSIDriver object), or use another StorageClass"
+	case eventpipev1.BlockerReadinessProbe:
+		return "the readiness probe of container " + ctr + " keeps failing, so the sandbox never becomes Ready (" + b.GetDetail() + "): check the probe's path, port and timing in the sandbox's pod template, and the container's logs"
+	case eventpipev1.BlockerLivenessProbe:
+		return "the liveness probe of container " + ctr + " keeps failing and kubelet restarts it (" + b.GetDetail() + "): check the probe's path and port, raise initialDelaySeconds or failureThreshold if the container starts slowly, and read its logs"
+	case eventpipev1.BlockerStartupProbe:
+		return "the startup probe of container " + ctr + " keeps failing, so kubelet restarts it before it starts (" + b.GetDetail() + "): raise the startup probe's failureThreshold or periodSeconds, or fix what it checks"
 	case eventpipev1.BlockerProvisioningFailed:
 		return "the provisioner could not create the volume" + of(obj) + ": check the provisioner's logs and its cloud permissions"
 	case eventpipev1.BlockerAttachFailed:

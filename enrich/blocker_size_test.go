@@ -18,7 +18,10 @@ func TestOccurrenceSizeClass(t *testing.T) {
 	}{
 		{"plain", unsafe.Sizeof(occAlloc{}), 896},
 		{"progress", unsafe.Sizeof(occProgressAlloc{}), 1024},
-		{"pull failure", unsafe.Sizeof(occPullAlloc{}), 1152},
+		// 1,152 until PullFailure gained decided_by and confidence (32
+		// bytes): pull failures are a small share of events, and the
+		// larger class costs them no second allocation.
+		{"pull failure", unsafe.Sizeof(occPullAlloc{}), 1280},
 	} {
 		if c.size+header > c.class {
 			t.Errorf("%s occurrence: %d bytes + %d header > the %d-byte size class", c.name, c.size, header, c.class)

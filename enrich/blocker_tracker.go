@@ -39,6 +39,7 @@ type blockerSignal struct {
 
 type blockerState struct {
 	cause, object, detail string
+	confidence            string // a Confidence* constant
 	attempts              uint32
 	firstSeen, lastSeen   time.Time
 }
@@ -79,7 +80,7 @@ func (t *blockerTracker) record(k blockerKey, s blockerSignal, window time.Durat
 		k = blockerKey{strings.Clone(k.namespace), strings.Clone(k.object), strings.Clone(k.container), k.kind}
 		en = &blockerEntry{key: k, counts: make([]uidCount, 0, 2), weakOnly: true}
 		en.state.firstSeen, en.state.lastSeen = s.first, s.at
-		en.state.cause = s.class.cause
+		en.state.cause, en.state.confidence = s.class.cause, s.class.strength.String()
 		en.elem = t.lru.PushFront(en)
 		t.entries[k] = en
 		for len(t.entries) > t.capacity {
@@ -96,7 +97,7 @@ func (t *blockerTracker) record(k blockerKey, s blockerSignal, window time.Durat
 		st.lastSeen = s.at
 	}
 	if !s.class.weak {
-		st.cause, en.weakOnly = s.class.cause, false
+		st.cause, st.confidence, en.weakOnly = s.class.cause, s.class.strength.String(), false
 	}
 	if !s.class.weak || st.detail == "" {
 		if s.class.detail != st.detail {
@@ -161,7 +162,9 @@ func (t *blockerTracker) removeLocked(en *blockerEntry) {
 // persistentBlocker reports whether retrying cannot fix the cause: it
 // stays until someone changes the cluster or the sandbox (a taint no node
 // tolerates, a class or Secret that does not exist, a quota, a policy, a
-// container that keeps dying). Capacity (insufficient_resources) can free
+// container that keeps dying, a probe that keeps failing). Persistent also
+// needs the count (PersistentAfter) and time: the cause seen for at least
+// blockerMinAge. Capacity (insufficient_resources) can free
 // up or be added by an autoscaler, attach and mount errors are often
 // transient, and an unknown cause is never called persistent.
 func persistentBlocker(cause string) bool {
@@ -172,7 +175,8 @@ func persistentBlocker(cause string) bool {
 		eventpipev1.BlockerSecretNotFound, eventpipev1.BlockerConfigMapNotFound, eventpipev1.BlockerKeyNotFound,
 		eventpipev1.BlockerQuotaExceeded, eventpipev1.BlockerWebhookDenied, eventpipev1.BlockerPodSecurity,
 		eventpipev1.BlockerLimitRange, eventpipev1.BlockerServiceAccountMissing, eventpipev1.BlockerNamespaceTerminating,
-		eventpipev1.BlockerCrashLoop, eventpipev1.BlockerOOMKilled, eventpipev1.BlockerExitError, eventpipev1.BlockerStartFailed:
+		eventpipev1.BlockerCrashLoop, eventpipev1.BlockerOOMKilled, eventpipev1.BlockerExitError, eventpipev1.BlockerStartFailed,
+		eventpipev1.BlockerReadinessProbe, eventpipev1.BlockerLivenessProbe, eventpipev1.BlockerStartupProbe:
 		return true
 	}
 	return false

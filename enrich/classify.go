@@ -1,6 +1,7 @@
 package enrich
 
 import (
+	mathbits "math/bits"
 	"strings"
 
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
@@ -127,21 +128,25 @@ var pullMarkers = []string{
 type rule struct {
 	category  string
 	fragments []string
+	// strength is how sure a match of this rule alone is: certain,
+	// likely (words other causes share) or weak (words that name no cause
+	// by themselves: the answer is unrecognised).
+	strength strength
 }
 
 var rules = []rule{
-	{eventpipev1.CategoryNeverPull, []string{"pull policy of never", "errimageneverpull"}},
+	{eventpipev1.CategoryNeverPull, []string{"pull policy of never", "errimageneverpull"}, certain},
 	// containerd: the registry's Docker-Content-Digest header does not
 	// parse ("\"x\" in header not a valid digest: invalid checksum digest
 	// format"): the registry's answer is broken, the reference is fine.
-	{eventpipev1.CategoryRegistryUnreachable, []string{"in header not a valid digest"}},
+	{eventpipev1.CategoryRegistryUnreachable, []string{"in header not a valid digest"}, certain},
 	{eventpipev1.CategoryInvalidReference, []string{
 		"invalidimagename", "invalid reference format", "couldn't parse image", "could not parse image",
 		"failed to apply default image tag", "repository name must be lowercase", "invalid image name",
 		"repository name must have at least one component", "invalid repository name", "invalid tag format",
 		"parsing image name", "invalid checksum digest format", "invalid digest", "invalid image reference",
 		"docker reference must not",
-	}},
+	}, certain},
 	{eventpipev1.CategoryPolicyRejected, []string{
 		"signaturevalidationfailed", "source image rejected", "rejected by policy",
 		"policy requirements", "not allowed by policy", "blocked by policy", "denied by policy",
@@ -161,14 +166,14 @@ var rules = []rule{
 		// HTTP 412, which a HEAD shows without its message.
 		"due to configured policy", "is not signed by", "is not signed in notary",
 		"projectpolicyviolation", "412 precondition failed",
-	}},
+	}, certain},
 	// Any other mention of a signature (containers/image's "Error reading
 	// signatures", a verifier's "no valid signature") is the signature
 	// policy too, unless every one is the query parameter of a signed
 	// download URL (CloudFront's "Signature=", S3's "X-Amz-Signature=",
 	// GCS's "X-Goog-Signature="), which a failed blob fetch prints whole:
 	// see pullScan. Its own rule, so that case can drop its bit.
-	{eventpipev1.CategoryPolicyRejected, []string{signatureFragment}},
+	{eventpipev1.CategoryPolicyRejected, []string{signatureFragment}, likely},
 	{eventpipev1.CategoryPlatformMismatch, []string{
 		"no match for platform", "does not match the specified platform", "no matching manifest for",
 		"no image found in manifest list for architecture", "image operating system", "cannot be used on this platform",
@@ -182,7 +187,7 @@ var rules = []rule{
 		// Docker 1.12-1.13 and old containers/image: the manifest list has
 		// no entry for the node's OS and architecture.
 		"no supported platform found in manifest list",
-	}},
+	}, certain},
 	// A Docker image manifest v2 schema 1 image: containerd 2.0 disabled
 	// and 2.1 removed pulling it (the schema 1 "converter"), Docker 26
 	// disabled it. The image exists; its format is refused.
@@ -200,21 +205,21 @@ var rules = []rule{
 		// encrypted layer, zstd on an old containerd), or no image media type
 		// at all.
 		"no processor for media-type", "unrecognised mediatype",
-	}},
+	}, certain},
 	{eventpipev1.CategoryNodeStorage, []string{
 		"no space left on device", "disk quota exceeded", "not enough space", "insufficient space",
 		"read-only file system", "disk pressure", "out of disk", "quota exceeded for",
 		// Docker's devicemapper thin pool below its free-space minimum.
 		"thin pool has",
-	}},
-	{eventpipev1.CategoryKubeletThrottled, []string{"pull qps exceeded"}},
+	}, certain},
+	{eventpipev1.CategoryKubeletThrottled, []string{"pull qps exceeded"}, certain},
 	{eventpipev1.CategoryRateLimited, []string{
 		"toomanyrequests", "too many requests", "rate limit", "ratelimit", "status 429", "429 too many",
 		"code=429", "status code 429", "statuscode: 429", "http 429 response",
-	}},
+	}, certain},
 	// A cancelled pull is timeout even when the runtime was unpacking
 	// ("failed to extract layer ...: context canceled").
-	{eventpipev1.CategoryTimeout, []string{"context canceled"}},
+	{eventpipev1.CategoryTimeout, []string{"context canceled"}, certain},
 	{eventpipev1.CategoryRuntimeStore, []string{
 		"failed to extract layer", "failed to prepare extraction snapshot", "unpack image on snapshotter",
 		"error unpacking image", "content store", "failed to register layer", "parent snapshot",
@@ -237,7 +242,7 @@ var rules = []rule{
 		// network rules: no registry was asked.
 		"transport: error while dialing", "dial unix /", "error reading from server",
 		"is the docker daemon running",
-	}},
+	}, certain},
 	{eventpipev1.CategoryRegistryUnreachable, []string{
 		"i/o timeout", "tls handshake timeout", "connection timed out", "connection refused", "no such host",
 		"no route to host", "network is unreachable", "dial tcp", "dial udp", "server misbehaving",
@@ -251,17 +256,17 @@ var rules = []rule{
 		"no resolve hosts", "no pull hosts",
 		// Docker 1.x's v1 index.
 		"network timed out",
-	}},
+	}, certain},
 	{eventpipev1.CategoryTimeout, []string{
 		"deadline exceeded", "deadlineexceeded", "timeout exceeded", "timed out",
 		"slow image pulling", "image pull progress", "request canceled", "code = canceled",
-	}},
+	}, certain},
 	{eventpipev1.CategoryTLSError, []string{
 		"x509:", "tls:", "certificate", "server gave http response to https client", "ssl", "handshake failure",
 		// net/http's "http: server gave HTTP response to HTTPS client" is
 		// the only error that starts so: a report that cut it keeps this.
 		"http: server gave",
-	}},
+	}, certain},
 	{eventpipev1.CategoryRegistryUnreachable, []string{
 		"unexpected eof", "broken pipe", "service unavailable", "bad gateway", "gateway timeout",
 		"internal server error", "unavailable desc", "registryunavailable", "cannot connect", "could not connect",
@@ -280,7 +285,9 @@ var rules = []rule{
 		": eof", "server sent goaway", "stream error: stream id", "server error: status",
 		// The kubelet's RegistryUnavailable message.
 		"because the registry is unavailable",
-	}},
+		// Go's HTTP client gave up on a registry that redirects in a loop.
+		"stopped after 10 redirects",
+	}, certain},
 	// The registry challenged with Basic auth and the runtime had no
 	// credential for it (Docker's registry client; containerd's authorizer,
 	// "authorization failed: no basic auth credentials", which containerd
@@ -289,7 +296,7 @@ var rules = []rule{
 	// challenge to anonymous pulls of public images (Docker Hub, GHCR and
 	// Quay answer with Bearer), so the missing credential is the cause:
 	// before the anonymous-refusal rule.
-	{eventpipev1.CategoryUnauthorized, []string{"no basic auth credentials"}},
+	{eventpipev1.CategoryUnauthorized, []string{"no basic auth credentials"}, certain},
 	{eventpipev1.CategoryNotFoundOrUnauthorized, []string{
 		"pull access denied", "requested access to the resource is denied", "may require 'docker login'",
 		"may require \"docker login\"", "may require authorization", "repository does not exist or may require",
@@ -299,13 +306,25 @@ var rules = []rule{
 		// GHCR's anonymous refusal as containerd 2 appends it to the status
 		// ("403 Forbidden\ndenied: denied").
 		"denied: denied",
-	}},
+	}, certain},
+	// A credential the registry was given and refused, and the kubelet's
+	// own check of the pod's credentials: certain.
+	{eventpipev1.CategoryUnauthorized, []string{
+		"invalid username/password", "incorrect username or password", "authentication failed",
+		// The kubelet's ErrImageNotEnsured.
+		"does not have the proper auth",
+	}, certain},
+	// A refusal as a status or a word (401, 403, "unauthorized",
+	// "denied:"): likely, not certain. Registries answer an anonymous
+	// request for a repository that does not exist the same way (GCR's
+	// and GHCR's token endpoints, a private project), so the words do not
+	// tell a missing image from a missing credential.
 	{eventpipev1.CategoryUnauthorized, []string{
 		"unauthorized", "authentication required", "403 forbidden",
 		"forbidden", "failed to authorize", "access denied", "access to the resource is denied",
-		"invalid username/password", "incorrect username or password", "authorization failed",
+		"authorization failed",
 		"denied: permission", "permission \"", "permissiondenied", "permission denied", "unauthenticated",
-		"credentials", "authentication failed", "denied:", "status 401", "status 403", "status: 401", "status: 403",
+		"credentials", "denied:", "status 401", "status 403", "status: 401", "status: 403",
 		": 401 ", ": 403 ", "(401)", "(403)",
 		// containers/image: a status without a registry error body, and
 		// bearer challenges it cannot complete.
@@ -315,9 +334,7 @@ var rules = []rule{
 		// without a scope (a private repository answering an anonymous
 		// request); 1.4 and later only log it and go on.
 		"no scope specified for token auth challenge",
-		// The kubelet's ErrImageNotEnsured.
-		"does not have the proper auth",
-	}},
+	}, likely},
 	{eventpipev1.CategoryNotFound, []string{
 		"not found", "manifest unknown", "code = notfound", "name unknown", "does not exist",
 		"no such image", "blob unknown", "unknown manifest", "notfound", "status 404", "status: 404",
@@ -340,12 +357,13 @@ var rules = []rule{
 		// ("unknown: This container version is no longer available from
 		// ..."): the reference is no longer served.
 		"no longer available",
-	}},
+	}, certain},
 	// Last resorts: Docker's "API error (500)" and containerd's "failed to
 	// do request" wrap whatever failed (a refused credential, a 403 on a
-	// redirect's token); only when they name nothing else does the
-	// registry count as unreachable.
-	{eventpipev1.CategoryRegistryUnreachable, []string{"api error (500)", "failed to do request"}},
+	// redirect's token, a connection that failed); they yield to any other
+	// rule, and alone they name no cause: weak, so such a message is
+	// unrecognised rather than a guess at the registry.
+	{eventpipev1.CategoryRegistryUnreachable, []string{"api error (500)", "failed to do request"}, weak},
 }
 
 // detailsMarker: old Docker messages put a guess first ("this may be
@@ -452,20 +470,63 @@ func bareSignature(s, image, short string) bool {
 // category is one of the Category* constants; image is the reference the
 // message names, normalised (NormalizeImage; empty when it names none);
 // detail is the runtime's own words for the cause (empty when the message
-// names none).
+// names none). PullVerdict says in addition how sure the category is.
 func ClassifyPull(reason, message string) (category, image, detail string, ok bool) {
+	v, ok := PullVerdict(reason, message)
+	return v.Category, v.Image, v.Detail, ok
+}
+
+// Verdict is the text rules' decision on one pull-failure message.
+type Verdict struct {
+	// Category is a Category* constant: unknown when the message names no
+	// cause, unrecognised when its words do not decide one (Confidence is
+	// then weak).
+	Category string
+	// Image is the reference the message names, normalised.
+	Image string
+	// Detail is the runtime's own words for the cause.
+	Detail string
+	// Confidence is a Confidence* constant (see confidence).
+	Confidence string
+}
+
+// PullVerdict is ClassifyPull with the confidence of its answer.
+func PullVerdict(reason, message string) (Verdict, bool) {
 	if len(message) > maxClassifyBytes {
 		message = message[:maxClassifyBytes]
 	}
 	return classifyPull(reason, message, imageFromMessage(message))
 }
 
-// classifyPull is ClassifyPull with the kubelet's quoted image
+// classifyPull is PullVerdict with the kubelet's quoted image
 // (imageFromMessage) already extracted.
-func classifyPull(reason, message, image string) (category, img, detail string, ok bool) {
+func classifyPull(reason, message, image string) (v Verdict, ok bool) {
+	bits, img, combined, ok := pullBits(reason, message, image)
+	if !ok {
+		return Verdict{}, false
+	}
+	v.Image = img
+	var st strength
+	v.Category, st = decide(reason, message, bits, combined)
+	v.Confidence = st.String()
+	if v.Category != eventpipev1.CategoryUnknown {
+		v.Detail = pullDetail(message)
+	}
+	return v, true
+}
+
+// pullBits scans a message for the rules: ok=false when it is not a pull
+// failure; bits are the rule bits that decide (the best attempt of an
+// aggregate, the registry's answer after a guess), without specialBits.
+//
+// combined: the bits are those of several sources (the kubelet's
+// attempts, containers/image's mirrors), each of which answered on its own;
+// the rank and the rule order choose among them, so rules of different
+// sources that matched together are no disagreement.
+func pullBits(reason, message, image string) (bits uint32, img string, combined, ok bool) {
 	isPullReason := pullReason(reason)
 	if !isPullReason && (successReason(reason) || !candidateReason(reason)) {
-		return "", "", "", false
+		return 0, "", false, false
 	}
 	short := ""
 	if image != "" {
@@ -473,9 +534,9 @@ func classifyPull(reason, message, image string) (category, img, detail string, 
 			short = s
 		}
 	}
-	bits := pullScan(message, image, short)
+	bits = pullScan(message, image, short)
 	if !isPullReason && bits&markerBit == 0 && !oldDockerNotFound(message) {
-		return "", "", "", false
+		return 0, "", false, false
 	}
 	if image == "" {
 		// The kubelet quoted no image: take it from the runtime's words,
@@ -490,11 +551,11 @@ func classifyPull(reason, message, image string) (category, img, detail string, 
 	img = NormalizeImage(image)
 	if bits&aggregateBit != 0 {
 		if b := attemptsBits(message, image, short); b != 0 {
-			bits = b
+			bits, combined = b, true
 		}
 	} else if bits&mirrorsBit != 0 {
 		if b := mirrorsBits(message, image, short); b != 0 {
-			bits = b
+			bits, combined = b, true
 		}
 	} else if bits&detailsBit != 0 {
 		// The registry's answer after "details: (" wins over the guess
@@ -507,33 +568,178 @@ func classifyPull(reason, message, image string) (category, img, detail string, 
 			bits = d
 		}
 	}
-	category = ruleCategory(bits)
-	if category == eventpipev1.CategoryUnknown {
-		switch reason {
-		case "InvalidImageName":
-			category = eventpipev1.CategoryInvalidReference
-		case "ErrImageNeverPull":
-			category = eventpipev1.CategoryNeverPull
-		case "RegistryUnavailable":
-			category = eventpipev1.CategoryRegistryUnreachable
-		case "SignatureValidationFailed":
-			category = eventpipev1.CategoryPolicyRejected
+	return bits &^ specialBits, img, combined, true
+}
+
+// strength is how sure a rule's match is; the order is from sure to not.
+type strength uint8
+
+const (
+	certain strength = iota
+	likely
+	weak
+)
+
+func (s strength) String() string {
+	switch s {
+	case certain:
+		return eventpipev1.ConfidenceCertain
+	case likely:
+		return eventpipev1.ConfidenceLikely
+	}
+	return eventpipev1.ConfidenceWeak
+}
+
+// precedence says which rules of different categories may match one
+// message together, and how sure the first of them (the rule order
+// decides) still is: the pairs the rule order was written to resolve
+// (see rules). Any other pair is a disagreement between the rules, and the
+// answer is unrecognised. A weak rule never disagrees: it yields.
+var precedence = map[[2]string]strength{
+	// The node's own limits and stores before what the registry said:
+	// containerd's errdefs kinds ("...: not found") wrap the node's error.
+	{eventpipev1.CategoryNodeStorage, eventpipev1.CategoryRuntimeStore}:         certain,
+	{eventpipev1.CategoryRuntimeStore, eventpipev1.CategoryNotFound}:            certain,
+	{eventpipev1.CategoryPlatformMismatch, eventpipev1.CategoryNotFound}:        certain,
+	{eventpipev1.CategoryPlatformMismatch, eventpipev1.CategoryRuntimeStore}:    certain,
+	{eventpipev1.CategoryUnsupportedFormat, eventpipev1.CategoryNotFound}:       certain,
+	{eventpipev1.CategoryNeverPull, eventpipev1.CategoryNotFound}:               certain,
+	{eventpipev1.CategoryInvalidReference, eventpipev1.CategoryNotFound}:        likely,
+	{eventpipev1.CategoryRuntimeStore, eventpipev1.CategoryRegistryUnreachable}: certain, // the runtime's socket, no registry
+	{eventpipev1.CategoryUnsupportedFormat, eventpipev1.CategoryRuntimeStore}:   certain, // "failed to extract layer ...: no processor for media-type"
+	// A registry's answer that does not parse, or no host to ask
+	// (containerd's "no resolve hosts: not found"), or a token endpoint
+	// that cannot be reached ("failed to authorize: failed to fetch
+	// anonymous token: ... no such host"): the registry was not reached.
+	{eventpipev1.CategoryRegistryUnreachable, eventpipev1.CategoryInvalidReference}: certain,
+	{eventpipev1.CategoryRegistryUnreachable, eventpipev1.CategoryNotFound}:         certain,
+	{eventpipev1.CategoryRegistryUnreachable, eventpipev1.CategoryUnauthorized}:     certain,
+	// CRI-O's "short-name resolution enforced" holds the network rule's
+	// "name resolution"; a signature that could not be fetched is the
+	// policy's to report, but the words do not say more: likely.
+	{eventpipev1.CategoryPolicyRejected, eventpipev1.CategoryRegistryUnreachable}: likely,
+	// The network before timeout: a connection that timed out is
+	// unreachable; a certificate error before the ping that wraps it.
+	{eventpipev1.CategoryRegistryUnreachable, eventpipev1.CategoryTimeout}:  certain,
+	{eventpipev1.CategoryTLSError, eventpipev1.CategoryRegistryUnreachable}: certain,
+	{eventpipev1.CategoryTLSError, eventpipev1.CategoryUnauthorized}:        likely,
+	// A cancelled pull is timeout whatever it was doing.
+	{eventpipev1.CategoryTimeout, eventpipev1.CategoryRegistryUnreachable}: likely,
+	{eventpipev1.CategoryTimeout, eventpipev1.CategoryRuntimeStore}:        certain,
+	// A 429's text says "denied" or "unauthorized" too.
+	{eventpipev1.CategoryRateLimited, eventpipev1.CategoryUnauthorized}: likely,
+	// "pull access denied ... does not exist or may require docker login":
+	// the two-sided category's own words name both sides.
+	{eventpipev1.CategoryNotFoundOrUnauthorized, eventpipev1.CategoryUnauthorized}: certain,
+	{eventpipev1.CategoryNotFoundOrUnauthorized, eventpipev1.CategoryNotFound}:     certain,
+	// "no basic auth credentials" inside containerd's two-sided guess.
+	{eventpipev1.CategoryUnauthorized, eventpipev1.CategoryNotFoundOrUnauthorized}: certain,
+}
+
+// decide turns the rule bits into a category and its confidence: the
+// first matching rule's category, as sure as that rule and the
+// precedences that account for the others that matched (each must be
+// preceded by the first or by one already accounted for: "no basic auth
+// credentials" accounts for containerd's two-sided guess, whose words
+// account for its "does not exist"); unrecognised when a rule is accounted
+// for by none (the rules disagree) or only a weak one matched. With no rule, the kubelet's
+// reason decides, else the message names no cause (unknown) or names one
+// no rule reads (unrecognised). combined bits (see pullBits) never
+// disagree: a pair with no precedence makes the answer likely.
+func decide(reason, message string, bits uint32, combined bool) (category string, s strength) {
+	first := -1
+	var accounted uint32 // rules whose category the answer accounts for
+	for b := bits; b != 0; b &= b - 1 {
+		i := mathbits.TrailingZeros32(b)
+		r := &rules[i]
+		switch {
+		case first < 0 || rules[first].strength == weak && r.strength != weak:
+			// The first rule, or one a weak first rule yields to.
+			first, s, accounted = i, r.strength, 1<<uint(i)
+		case r.strength == weak || r.category == rules[first].category:
 		default:
-			if deniedOnly(message) {
-				category = eventpipev1.CategoryNotFoundOrUnauthorized
+			p, ok := accountedFor(accounted, r.category)
+			switch {
+			case ok:
+				s = max(s, p)
+				accounted |= 1 << uint(i)
+			case combined:
+				s = max(s, likely)
+			default:
+				return eventpipev1.CategoryUnrecognised, weak
 			}
 		}
 	}
+	switch {
+	case first >= 0 && s == weak:
+		return eventpipev1.CategoryUnrecognised, weak
+	case first >= 0:
+		category = rules[first].category
+	case reason == "InvalidImageName":
+		return eventpipev1.CategoryInvalidReference, certain
+	case reason == "ErrImageNeverPull":
+		return eventpipev1.CategoryNeverPull, certain
+	case reason == "RegistryUnavailable":
+		return eventpipev1.CategoryRegistryUnreachable, likely
+	case reason == "SignatureValidationFailed":
+		return eventpipev1.CategoryPolicyRejected, certain
+	case deniedOnly(message):
+		return eventpipev1.CategoryNotFoundOrUnauthorized, likely
+	case causeless(message):
+		return eventpipev1.CategoryUnknown, weak
+	default:
+		return eventpipev1.CategoryUnrecognised, weak
+	}
 	if category == eventpipev1.CategoryUnauthorized && quayRefusal(message) {
-		category = eventpipev1.CategoryNotFoundOrUnauthorized
+		category, s = eventpipev1.CategoryNotFoundOrUnauthorized, max(s, likely)
 	}
 	if category == eventpipev1.CategoryRegistryUnreachable && dockerSocketDeadline(message) {
 		category = eventpipev1.CategoryTimeout
 	}
-	if category != eventpipev1.CategoryUnknown {
-		detail = pullDetail(message)
+	return category, s
+}
+
+// accountedFor finds a precedence of one of the accounted rules'
+// categories over category, and the best strength it gives.
+func accountedFor(accounted uint32, category string) (strength, bool) {
+	best, found := weak, false
+	for b := accounted; b != 0; b &= b - 1 {
+		if p, ok := precedence[[2]string{rules[mathbits.TrailingZeros32(b)].category, category}]; ok && (!found || p < best) {
+			best, found = p, true
+		}
 	}
-	return category, img, detail, true
+	return best, found
+}
+
+// causeless reports whether a pull failure's message names no cause at
+// all: the kubelet's back-off ("Back-off pulling image \"x\""), its
+// prefix with the runtime's words cut off ("Failed to pull image \"x\"",
+// "failed to pull and unpack image \"x"), a bare reason ("ImagePullBackOff",
+// "Error: ImageInspectError"), "image pull failed for unknown error",
+// "<nil>", or the pre-1.5 FailedSync wrapper around one of these. Such a
+// message is unknown; a message with words no rule reads is unrecognised.
+func causeless(message string) bool {
+	d := strings.TrimSpace(pullDetail(message))
+	if hasPrefixFold(d, "error syncing pod") {
+		// `... with ImagePullBackOff: "Back-off pulling image \"x\""`
+		i := strings.LastIndex(d, `: "`)
+		if i < 0 {
+			return false
+		}
+		d = strings.TrimSpace(strings.ReplaceAll(strings.Trim(d[i+3:], `"`), `\"`, `"`))
+	}
+	for _, w := range [...]string{"", "<nil>", "imagepullbackoff", "errimagepull", "imageinspecterror", "image pull failed for unknown error"} {
+		if strings.EqualFold(d, w) {
+			return true
+		}
+	}
+	for _, p := range [...]string{"back-off pulling image ", "failed to pull image ", "failed to pull and unpack image ", "failed to inspect image "} {
+		if hasPrefixFold(d, p) {
+			// Only the image follows: no ": " and its cause.
+			return !strings.Contains(d[len(p):], ": ")
+		}
+	}
+	return false
 }
 
 // attemptsBits is the rule bits of the best answered attempts of the

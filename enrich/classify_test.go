@@ -68,7 +68,7 @@ var allCategories = []string{
 	eventpipev1.CategoryKubeletThrottled, eventpipev1.CategoryInvalidReference, eventpipev1.CategoryNeverPull,
 	eventpipev1.CategoryPlatformMismatch, eventpipev1.CategoryNodeStorage, eventpipev1.CategoryRuntimeStore,
 	eventpipev1.CategoryPolicyRejected, eventpipev1.CategoryTimeout, eventpipev1.CategoryUnsupportedFormat,
-	eventpipev1.CategoryUnknown,
+	eventpipev1.CategoryUnknown, eventpipev1.CategoryUnrecognised,
 }
 
 func TestClassifyPullImageAndDetail(t *testing.T) {
@@ -316,8 +316,10 @@ func TestClassifyPullFifthDrawFamilies(t *testing.T) {
 		{"the daemon's own 500 with a manifest not found", "Failed",
 			`Failed to pull image "r.example.com/app:1": API error (500): manifest for r.example.com/app:1 not found`,
 			eventpipev1.CategoryNotFound, "r.example.com/app:1"},
-		{"the daemon's own 500 alone keeps its old answer", "Failed",
-			`Failed to pull image "r.example.com/app:1": API error (500): `, eventpipev1.CategoryRegistryUnreachable, "r.example.com/app:1"},
+		// It was registry_unreachable until issue 24: the daemon's 500
+		// wraps any failure, so alone it is a weak fragment.
+		{"the daemon's own 500 alone is unrecognised, not a guess", "Failed",
+			`Failed to pull image "r.example.com/app:1": API error (500): `, eventpipev1.CategoryUnrecognised, "r.example.com/app:1"},
 		{"aggregate: an attempt that got a not found beats a refused credential", "",
 			`Failed to pull image "r.example.com/app": [rpc error: code = Unknown desc = Error response from daemon: Get https://r.example.com/v2/app/manifests/latest: unauthorized: authentication required, rpc error: code = Unknown desc = Error response from daemon: manifest for r.example.com/app:latest not found: manifest unknown: manifest unknown]`,
 			eventpipev1.CategoryNotFound, "r.example.com/app:latest"},
@@ -421,5 +423,78 @@ func TestClassifyPullOldRuntimeWordings(t *testing.T) {
 				t.Fatalf("ClassifyPull = %q %q %v, want %q %q %v", cat, img, ok, tt.want, tt.image, tt.ok)
 			}
 		})
+	}
+}
+
+// TestPullConfidence: every answer says how sure it is. A rule specific to
+// one cause is certain; words other causes share, or a precedence the rules
+// resolve with less than certainty, are likely; rules that disagree, or a
+// weak fragment alone, are unrecognised (weak) with the runtime's words;
+// a message with no cause is unknown (weak) with no words.
+func TestPullConfidence(t *testing.T) {
+	tests := []struct {
+		name, reason, msg    string
+		category, confidence string
+		detail               string // "" = not checked; "-" = must be empty
+	}{
+		{"one specific rule", "Failed",
+			`Failed to pull image "docker.io/library/busybox:0.0.0-does-not-exist": rpc error: code = NotFound desc = failed to pull and unpack image "docker.io/library/busybox:0.0.0-does-not-exist": failed to resolve reference "docker.io/library/busybox:0.0.0-does-not-exist": docker.io/library/busybox:0.0.0-does-not-exist: not found`,
+			eventpipev1.CategoryNotFound, eventpipev1.ConfidenceCertain, "docker.io/library/busybox:0.0.0-does-not-exist: not found"},
+		{"a documented precedence: containerd's platform filter wraps a not-found kind", "Failed",
+			`Failed to pull image "r.example.com/app:1": rpc error: code = NotFound desc = failed to pull and unpack image "r.example.com/app:1": no match for platform in manifest: not found`,
+			eventpipev1.CategoryPlatformMismatch, eventpipev1.ConfidenceCertain, ""},
+		{"a bare 401 from a token endpoint is likely, not certain", "Failed",
+			`Failed to pull image "gcr.io/p/app:1": rpc error: code = Unknown desc = failed to pull and unpack image "gcr.io/p/app:1": failed to resolve reference "gcr.io/p/app:1": pulling from host gcr.io failed with status code [manifests 1]: 401 Unauthorized`,
+			eventpipev1.CategoryUnauthorized, eventpipev1.ConfidenceLikely, ""},
+		{"a refused password is certain", "Failed",
+			`Failed to pull image "r.example.com/app:1": rpc error: code = Unknown desc = Error response from daemon: Get https://r.example.com/v2/app/manifests/1: unauthorized: incorrect username or password`,
+			eventpipev1.CategoryUnauthorized, eventpipev1.ConfidenceCertain, ""},
+		{"a 429 whose text says unauthorized too: a likely precedence", "Failed",
+			`Failed to pull image "nginx:1.25": rpc error: code = Unknown desc = failed to pull and unpack image "docker.io/library/nginx:1.25": failed to copy: httpReadSeeker: failed open: unexpected status code https://registry-1.docker.io/v2/library/nginx/manifests/sha256:ab: 429 Too Many Requests - Server message: toomanyrequests: You have reached your unauthenticated pull rate limit`,
+			eventpipev1.CategoryRateLimited, eventpipev1.ConfidenceLikely, ""},
+		{"rules that disagree: a 401 that also says not found", "Failed",
+			`Failed to pull image "r.example.com/app:1": rpc error: code = Unknown desc = failed to pull and unpack image "r.example.com/app:1": failed to resolve reference "r.example.com/app:1": unexpected status from HEAD request to https://r.example.com/v2/app/manifests/1: 401 Unauthorized: repository r.example.com/app not found`,
+			eventpipev1.CategoryUnrecognised, eventpipev1.ConfidenceWeak, "unexpected status from HEAD request to https://r.example.com/v2/app/manifests/1: 401 Unauthorized: repository r.example.com/app not found"},
+		{"a weak fragment alone: containerd's request wrapper", "Failed",
+			`Failed to pull image "r.example.com/app:1": rpc error: code = Unknown desc = failed to pull and unpack image "r.example.com/app:1": failed to resolve reference "r.example.com/app:1": failed to do request: Head "https://r.example.com/v2/app/manifests/1"`,
+			eventpipev1.CategoryUnrecognised, eventpipev1.ConfidenceWeak, ""},
+		{"the weak fragment yields to a rule that names the cause", "Failed",
+			`Failed to pull image "r.example.com/app:1": rpc error: code = Unknown desc = failed to pull and unpack image "r.example.com/app:1": failed to resolve reference "r.example.com/app:1": failed to do request: Head "https://r.example.com/v2/app/manifests/1": dial tcp: lookup r.example.com: no such host`,
+			eventpipev1.CategoryRegistryUnreachable, eventpipev1.ConfidenceCertain, ""},
+		{"words no rule reads", "Failed",
+			`Failed to pull image "r.example.com/app:1": rpc error: code = Unknown desc = the flux capacitor is misaligned`,
+			eventpipev1.CategoryUnrecognised, eventpipev1.ConfidenceWeak, "the flux capacitor is misaligned"},
+		{"a bare back-off names no cause", "BackOff", `Back-off pulling image "r.example.com/app:1"`,
+			eventpipev1.CategoryUnknown, eventpipev1.ConfidenceWeak, "-"},
+		{"the kubelet's prefix cut before the cause", "Failed", `Failed to pull image "r.example.com/app:1"`,
+			eventpipev1.CategoryUnknown, eventpipev1.ConfidenceWeak, "-"},
+		{"the pre-1.5 wrapper around a back-off", "FailedSync",
+			`Error syncing pod, skipping: failed to "StartContainer" for "web" with ImagePullBackOff: "Back-off pulling image \"nginx\""`,
+			eventpipev1.CategoryUnknown, eventpipev1.ConfidenceWeak, "-"},
+		{"the kubelet's own reason decides when no rule does", "InvalidImageName", `Failed to apply default image tag "Nginx"`,
+			eventpipev1.CategoryInvalidReference, eventpipev1.ConfidenceCertain, ""},
+		{"an aggregate's attempts are no disagreement", "",
+			`Failed to pull image "r.example.com/app": [rpc error: code = Unknown desc = Error response from daemon: Get https://r.example.com/v2/: x509: certificate signed by unknown authority, rpc error: code = Unknown desc = Error response from daemon: Get https://r.example.com/v2/: dial tcp 10.0.0.9:443: i/o timeout]`,
+			eventpipev1.CategoryRegistryUnreachable, eventpipev1.ConfidenceLikely, ""},
+	}
+	for _, tt := range tests {
+		v, ok := PullVerdict(tt.reason, tt.msg)
+		if !ok || v.Category != tt.category || v.Confidence != tt.confidence {
+			t.Errorf("%s: got %s %s (ok=%v), want %s %s", tt.name, v.Category, v.Confidence, ok, tt.category, tt.confidence)
+		}
+		switch tt.detail {
+		case "":
+		case "-":
+			if v.Detail != "" {
+				t.Errorf("%s: detail %q, want none", tt.name, v.Detail)
+			}
+		default:
+			if v.Detail != tt.detail {
+				t.Errorf("%s: detail %q, want %q", tt.name, v.Detail, tt.detail)
+			}
+		}
+		if v.Category == eventpipev1.CategoryUnrecognised && v.Detail == "" {
+			t.Errorf("%s: unrecognised without the runtime's words", tt.name)
+		}
 	}
 }

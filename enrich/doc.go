@@ -13,8 +13,14 @@
 // missing Secret or ConfigMap), the API server refuses the pod (FailedCreate:
 // quota, admission webhook, Pod Security, LimitRange), or a container cannot
 // start or keeps dying (BackOff restarting, CrashLoopBackOff with the last
-// termination's reason, OOMKilled, exit codes, CreateContainerConfigError),
-// from Events and, through DiagnosePod, from pod statuses. Each blocker
+// termination's reason, OOMKilled, exit codes, CreateContainerConfigError,
+// a terminated container nothing restarts), from Events and, through
+// DiagnosePod, from pod statuses. Probe failures and an external
+// provisioner's wait are blockers only once they last (ClassifyLasting),
+// for a sandbox's objects. Every pull failure and blocker carries
+// decided_by (text_rule here) and a confidence (certain, likely, weak);
+// words the rules do not decide are unrecognised, with the runtime's words
+// and no fix (classify.go: rule strengths and the precedence table). Each blocker
 // names its kind, cause, object and container, a retrying or persistent
 // disposition (a second bounded tracker, like the pull tracker's) and a
 // fix. The check is a switch on the Event's reason, so ordinary events pay

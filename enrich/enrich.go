@@ -82,7 +82,7 @@ func (e *Enricher) enrichEvent(ev *Event, observedAt time.Time, source string, b
 		classifyMsg = classifyMsg[:maxClassifyBytes]
 		classifyImage = imageFromMessage(classifyMsg)
 	}
-	c.category, c.image, c.detail, c.pull = classifyPull(ev.Reason, classifyMsg, classifyImage)
+	c.verdict, c.pull = classifyPull(ev.Reason, classifyMsg, classifyImage)
 	c.container, _ = containerFromFieldPath(ev.Involved.FieldPath)
 	var blk *occAlloc
 	switch {
@@ -160,11 +160,11 @@ const (
 // allocates: the pull classification, the container and where the pull
 // failure or progress part goes (nil: allocate one if needed).
 type classified struct {
-	msgImage, container     string
-	category, image, detail string
-	pull                    bool
-	pa                      *pullAlloc
-	progress                *eventpipev1.Progress
+	msgImage, container string
+	verdict             Verdict
+	pull                bool
+	pa                  *pullAlloc
+	progress            *eventpipev1.Progress
 }
 
 // occAlloc holds an occurrence and the parts every occurrence has, so they
@@ -187,8 +187,9 @@ type occAlloc struct {
 // Sandbox.deleted_at took 8 bytes of the part.
 const eventIDBytes = 48
 
-// occPullAlloc is an occurrence with a pull failure (1,144 bytes and the
-// header: the 1,152-byte size class).
+// occPullAlloc is an occurrence with a pull failure (1,176 bytes and the
+// header: the 1,280-byte size class since PullFailure gained decided_by
+// and confidence; only pull-failure events pay the larger class).
 type occPullAlloc struct {
 	occAlloc
 	pull pullAlloc
@@ -298,7 +299,7 @@ func (e *Enricher) fill(o *eventpipev1.Occurrence, a *attribution, ev *Event, c 
 	}
 
 	if c.pull {
-		img := c.image
+		img := c.verdict.Image
 		if img == "" {
 			img = NormalizeImage(image) // from the pod spec
 		}
@@ -309,15 +310,16 @@ func (e *Enricher) fill(o *eventpipev1.Occurrence, a *attribution, ev *Event, c 
 			signal = o.EventId
 		}
 		st := e.tracker.record(key, failure{
-			category: c.category,
-			image:    img,
-			detail:   c.detail,
-			at:       at,
-			first:    firstFailure(ev, at),
-			eventUID: signal,
-			count:    max(ev.Count, 1),
-			source:   source,
-			backoff:  backoff,
+			category:   c.verdict.Category,
+			confidence: c.verdict.Confidence,
+			image:      img,
+			detail:     c.verdict.Detail,
+			at:         at,
+			first:      firstFailure(ev, at),
+			eventUID:   signal,
+			count:      max(ev.Count, 1),
+			source:     source,
+			backoff:    backoff,
 		}, e.cfg.PersistentWindow)
 		disp := eventpipev1.DispositionRetrying
 		if persistentCategory(st.category) && int(st.attempts) >= e.cfg.PersistentAfter {
@@ -337,13 +339,14 @@ func (e *Enricher) fill(o *eventpipev1.Occurrence, a *attribution, ev *Event, c 
 		setTime(&pa.last, st.lastSeen)
 		pf.FirstSeen, pf.LastSeen = &pa.first, &pa.last
 		pf.Detail, pf.Source = clean(st.detail), source
+		pf.DecidedBy, pf.Confidence = eventpipev1.DecidedByTextRule, st.confidence
 		o.PullFailure = pf
 	} else if ev.Involved.Kind == "Pod" && container != "" && (ev.Reason == "Pulled" || ev.Reason == "Started") {
 		// The container got its image: its failure history is over.
 		e.tracker.forget(podKey(ev, a.pod, container))
 	}
 	if !c.pull && source == eventpipev1.PullSourceEvent {
-		o.Blocker = e.blocker(ev, a.pod, container, at) // nil unless a blocker (blocker.go)
+		o.Blocker = e.blocker(ev, a.pod, container, at, a.sandbox != nil) // nil unless a blocker (blocker.go)
 	}
 	o.Progress = e.progress(ev, a, container, o.Image, c.progress)
 }

@@ -385,7 +385,7 @@ func TestDispositionPerCategory(t *testing.T) {
 		eventpipev1.CategoryRegistryUnreachable: false, eventpipev1.CategoryTLSError: false,
 		eventpipev1.CategoryRateLimited: false, eventpipev1.CategoryKubeletThrottled: false,
 		eventpipev1.CategoryNodeStorage: false, eventpipev1.CategoryTimeout: false,
-		eventpipev1.CategoryUnknown: false,
+		eventpipev1.CategoryUnknown: false, eventpipev1.CategoryUnrecognised: false,
 	}
 	for _, c := range allCategories {
 		want, decided := persistent[c]

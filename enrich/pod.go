@@ -1,6 +1,7 @@
 package enrich
 
 import (
+	"strconv"
 	"time"
 
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
@@ -11,7 +12,11 @@ import (
 // occurrences with pull_failure.source "pod_status", and the other waiting
 // states that block a container (CrashLoopBackOff with the last
 // termination's reason, CreateContainerConfigError, RunContainerError)
-// into occurrences with blocker.source "pod_status". Their event_id is
+// into occurrences with blocker.source "pod_status". A container whose
+// current state is terminated and that does not wait (restartPolicy Never,
+// a failed init container: kubectl's Init:Error) is a blocker too when it
+// was OOMKilled, could not start, or exited non-zero; Completed with exit
+// code 0 is none. Their event_id is
 // "<pod UID>/<resourceVersion>/<container>" ("nouid/<namespace>/<pod
 // name>/<resourceVersion>/<container>" for a pod without uid), so re-seeing
 // the same pod version is the same occurrence; reporting_component is "eventpipe-agent";
@@ -25,6 +30,11 @@ func (e *Enricher) DiagnosePod(p *Pod, observedAt time.Time) []*eventpipev1.Occu
 	for i := range p.Containers {
 		c := &p.Containers[i]
 		if c.WaitingReason == "" {
+			if c.Terminated {
+				if o := e.diagnoseBlockedContainer(p, c, observedAt); o != nil { // blocker_occurrence.go
+					out = append(out, o)
+				}
+			}
 			continue
 		}
 		if _, _, _, ok := ClassifyPull(c.WaitingReason, c.WaitingMessage); !ok {
@@ -54,6 +64,17 @@ func podStatusEvent(p *Pod, c *Container, observedAt time.Time) (*Event, time.Ti
 	if c.Init {
 		fp = "spec.initContainers{" + c.Name + "}"
 	}
+	reason, msg := c.WaitingReason, c.WaitingMessage
+	if reason == "" && c.Terminated {
+		// A terminated container waits for nothing: its termination is
+		// the reason ("container agent terminated: OOMKilled (exit code
+		// 137)").
+		reason = c.TerminatedReason
+		if reason == "" {
+			reason = "Terminated"
+		}
+		msg = "container " + c.Name + " terminated: " + reason + " (exit code " + strconv.Itoa(int(c.TerminatedExitCode)) + ")"
+	}
 	ev := &Event{
 		APIVersion:      "v1",
 		Namespace:       p.Namespace,
@@ -64,13 +85,13 @@ func podStatusEvent(p *Pod, c *Container, observedAt time.Time) (*Event, time.Ti
 			Kind: "Pod", APIVersion: "v1", Namespace: p.Namespace, Name: p.Name, UID: p.UID, FieldPath: fp,
 		},
 		Type:               "Warning",
-		Reason:             c.WaitingReason,
-		Message:            c.WaitingMessage,
+		Reason:             reason,
+		Message:            msg,
 		Count:              1,
 		ReportingComponent: "eventpipe-agent",
 	}
 	if ev.Message == "" {
-		ev.Message = "container " + c.Name + " is waiting: " + c.WaitingReason
+		ev.Message = "container " + c.Name + " is waiting: " + reason
 	}
 	at := observedAt
 	if !validTime(at) {

@@ -19,6 +19,7 @@ type trackerKey struct {
 // failure is one pull-failure signal fed to the tracker.
 type failure struct {
 	category, image, detail string
+	confidence              string // a Confidence* constant (constant strings: no copy kept)
 	at                      time.Time
 	first                   time.Time // when the Event first saw it (<= at)
 	eventUID                string
@@ -32,6 +33,7 @@ type failure struct {
 // pullState is the tracker's verdict for one key.
 type pullState struct {
 	category, image, detail string
+	confidence              string
 	attempts                uint32
 	firstSeen, lastSeen     time.Time
 }
@@ -93,7 +95,8 @@ func newPullTracker(capacity int) *pullTracker {
 
 // record folds f into the key's state and returns the updated state. A
 // failure with no cause (unknown) inherits the last known cause for the
-// same image; a new image or a gap longer than window starts afresh.
+// same image, with its confidence; a new image or a gap longer than window
+// starts afresh.
 func (t *pullTracker) record(k trackerKey, f failure, window time.Duration) pullState {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -134,7 +137,7 @@ func (t *pullTracker) record(k trackerKey, f failure, window time.Duration) pull
 		s.image = strings.Clone(f.image)
 	}
 	if f.category != eventpipev1.CategoryUnknown {
-		s.category = f.category
+		s.category, s.confidence = f.category, f.confidence
 		if f.detail != s.detail {
 			s.detail = strings.Clone(f.detail)
 		}
@@ -158,7 +161,7 @@ func (t *pullTracker) record(k trackerKey, f failure, window time.Duration) pull
 			}
 		}
 	} else if s.category == "" {
-		s.category = f.category
+		s.category, s.confidence = f.category, f.confidence
 	}
 	var sum uint32
 	for _, c := range en.counts {

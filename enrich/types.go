@@ -81,11 +81,17 @@ type Container struct {
 	// and the runtime's message), or empty.
 	WaitingReason  string
 	WaitingMessage string
-	// From status: the last termination reason (e.g. Error, OOMKilled).
+	// From status: the last termination reason (e.g. Error, OOMKilled):
+	// the current state's when it is terminated, else lastState's.
 	TerminatedReason string
 	// From status: that termination's exit code (0 when unknown).
 	TerminatedExitCode int32
-	RestartCount       int32
+	// Terminated: the current state is terminated (not only lastState):
+	// the container is not running and nothing waits to restart it yet
+	// (restartPolicy Never or OnFailure after success, an init container
+	// that failed, the moment before a back-off).
+	Terminated   bool
+	RestartCount int32
 }
 
 // Pod is the subset of a Pod enrich reads.

@@ -186,6 +186,15 @@ var remedies = map[string]remedyText{
 		return "the pull of " + in.Image + " failed for a reason eventpipe does not recognise" + withDetail(in.Detail) +
 			": read the runtime's message (eventpipe follow -o json)"
 	},
+	// Unrecognised gives no step: the words matched rules of different
+	// causes, or only a weak fragment, and any step would be a guess. It
+	// passes on the runtime's words.
+	eventpipev1.CategoryUnrecognised: func(in Input, _ ImageRef, _ string) string {
+		if strings.TrimSpace(in.Detail) == "" {
+			return "eventpipe cannot tell why the pull of " + in.Image + " failed: read the runtime's message (eventpipe follow -o json)"
+		}
+		return "eventpipe cannot tell why the pull of " + in.Image + " failed; the runtime says: " + runtimeWords(in.Detail)
+	},
 }
 
 // Pull returns a short next step for a failed image pull: what is wrong,
@@ -226,7 +235,6 @@ func nodeName(n string) string {
 	return "node " + n
 }
 
-// withDetail appends the runtime's words, shortened: a remedy is one line.
 // detailHas reports whether the runtime's words (lower-cased) contain one
 // of the fragments, which are lower case.
 func detailHas(detail string, frags ...string) bool {
@@ -242,7 +250,18 @@ func detailHas(detail string, frags ...string) bool {
 	return false
 }
 
+// withDetail appends the runtime's words, shortened: a remedy is one line.
 func withDetail(d string) string {
+	d = runtimeWords(d)
+	if d == "" {
+		return ""
+	}
+	return " (" + d + ")"
+}
+
+// runtimeWords is the runtime's words shortened to what fits a one-line
+// remedy, cut on a UTF-8 boundary.
+func runtimeWords(d string) string {
 	d = strings.TrimSpace(d)
 	if d == "" {
 		return ""
@@ -255,7 +274,7 @@ func withDetail(d string) string {
 		}
 		d = d[:cut] + "..."
 	}
-	return " (" + d + ")"
+	return d
 }
 
 func oneLine(s string) string {

@@ -129,6 +129,11 @@ func run() error {
 	if err := e.recurrenceRun(ctx); err != nil {
 		return err
 	}
+	if *hollowNodes > 0 {
+		if err := hollowRun(ctx, dir, e.bins); err != nil {
+			return err
+		}
+	}
 	if *sandboxes > 0 {
 		// A cluster of its own, so the agent's memory is its caches' and not
 		// the Event backlog the runs above left behind.
@@ -150,10 +155,15 @@ func run() error {
 
 // newEnv starts a control plane in dir and the clients around it.
 func newEnv(ctx context.Context, dir string) (*env, error) {
+	return newEnvWith(ctx, dir, kube.Writers{})
+}
+
+// newEnvWith starts a control plane with the given writers in dir.
+func newEnvWith(ctx context.Context, dir string, w kube.Writers) (*env, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	c, err := kube.StartProcess(ctx, kube.Options{Dir: filepath.Join(dir, "kube"),
+	c, err := kube.StartProcess(ctx, kube.Options{Dir: filepath.Join(dir, "kube"), Writers: w,
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	if err != nil {
 		return nil, fmt.Errorf("start control plane: %w", err)

@@ -15,7 +15,11 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/google/go-containerregistry/pkg/authn"
+
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
+	"github.com/eventpipe/eventpipe/api/remedy"
+	"github.com/eventpipe/eventpipe/enrich/verify"
 	"github.com/eventpipe/eventpipe/internal/cliflag"
 	"github.com/eventpipe/eventpipe/sinks/diagnosis"
 )
@@ -61,7 +65,20 @@ REPLACED, when its deletion was not seen) with what blocked it then, and
 in a table as state deleted or replaced, with the id beside each name the
 rows share.
 --supervisor groups the supervisor-image failures of every sandbox of a
-gateway, so a bad supervisor tag shows from the first failed sandbox on.
+gateway, so a bad supervisor tag shows from the first failed sandbox on;
+with the agent's supervisor-image check on (verify.supervisor), from
+before the first sandbox ("blocks no sandbox yet", with the registry's
+answer and where the image is set).
+
+--verify asks the registry of each failing image, with your own registry
+credentials as docker and crane find them (~/.docker/config.json,
+DOCKER_CONFIG, credential helpers): does the tag exist, does the
+repository, which tags do (newest by version), did it answer 429 and with
+which limit, and with --platform os/arch whether the index carries the
+nodes' platform. A conclusive answer replaces the cause and the fix and is
+shown as verified ("registry (verified, certain, ...)"); an unreachable
+registry or a timeout leaves the diagnosis as it was. Each image is asked
+once per run, within 10s. Without --verify no registry is called.
 
   sandbox crash-loop  workspace repro  id 0c6f5a7e-...  gateway openshell
   BLOCKED by 1 blocker:
@@ -84,17 +101,19 @@ Examples:
   eventpipe diagnose --collector collector.eventpipe:7070 --ca ca.pem --token-file reader.token sup-bad -w repro
   eventpipe diagnose 2ff21e26-1a7b-49a2-a640-14ae153f93ea -o json | jq .blockers
   eventpipe diagnose --supervisor --gateway openshell --insecure
+  eventpipe diagnose --verify --platform linux/arm64 sup-bad -w repro
   # watch a sandbox being created: a new diagnosis whenever it changes, until Ctrl-C
   eventpipe diagnose --watch sup-bad -w repro
 
 Output (-o json): one object; one sandbox: the diagnosis {id, name,
 workspace, gateway_id, state, blockers: [{kind, cause, image, image_role,
 object, involved, exit_code, pod, container, node, disposition, attempts,
-since, last_seen, detail, remedy, event_id, cursor}], progress,
+since, last_seen, detail, remedy, event_id, cursor, verified}], progress,
 last_event, ...} (image and image_role for image pulls; object, involved
 and exit_code for the other kinds, when known); a workspace or
 gateway: {"sandboxes": [...]}; --supervisor: {"gateway_id", "supervisor_failures":
-[{image, cause, disposition, attempts, since, last_seen, remedy, sandboxes}]}.
+[{image, cause, disposition, attempts, since, last_seen, remedy, sandboxes,
+verified}]} (verified: the agent's registry check, when one confirms it).
 
 With --watch the diagnosis is printed again (after a "== <time>" line in
 text, as one more JSON object with -o json) whenever it changes, resuming
@@ -136,6 +155,8 @@ type diagnoseOptions struct {
 	sandbox    string
 	timeout    time.Duration
 	watch      bool
+	verify     bool
+	platform   string
 }
 
 // diagnoseWatchTick: how often --watch looks again without a new event.
@@ -158,6 +179,8 @@ func runDiagnose(ctx context.Context, args []string, _ io.Reader, stdout, stderr
 	fs.StringVar(&o.output, "o", "text", "shorthand for --output")
 	fs.DurationVar(&o.timeout, "timeout", 30*time.Second, "give up reading from the collector after this long (not with --watch)")
 	fs.BoolVar(&o.watch, "watch", false, "follow live: print the diagnosis again whenever it changes, until Ctrl-C")
+	fs.BoolVar(&o.verify, "verify", false, "ask each failing image's registry (with your docker/crane credentials) whether the tag, repository and platform exist")
+	fs.StringVar(&o.platform, "platform", "", "with --verify: the nodes' platform (os/arch[/variant]) the image must carry")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, diagnoseUsage)
 		fs.PrintDefaults()
@@ -199,7 +222,15 @@ func runDiagnose(ctx context.Context, args []string, _ io.Reader, stdout, stderr
 		return diagnoseError
 	}
 	defer conn.Close()
-	d := &diagnoser{opts: o, client: eventpipev1.NewFollowClient(conn), stdout: stdout, stderr: stderr}
+	d := &diagnoser{opts: o, client: eventpipev1.NewFollowClient(conn), stdout: stdout, stderr: stderr, ctx: ctx}
+	if o.verify {
+		// The user's own registry credentials, found as docker and crane
+		// find them (~/.docker/config.json, credential helpers).
+		if d.verifier, err = verify.New(verify.NewDefaultConfig(), verify.Options{Keychain: authn.DefaultKeychain}); err != nil {
+			fmt.Fprintf(stderr, "eventpipe diagnose: %v\n", err)
+			return diagnoseError
+		}
+	}
 	return d.run(ctx)
 }
 
@@ -225,14 +256,24 @@ func (o *diagnoseOptions) validate() []string {
 	if o.timeout <= 0 {
 		p = append(p, "--timeout must be positive")
 	}
+	if o.platform != "" && !o.verify {
+		p = append(p, "--platform is what --verify compares: pass --verify too")
+	} else if o.platform != "" && !strings.Contains(o.platform, "/") {
+		p = append(p, fmt.Sprintf("--platform must be os/arch[/variant], got %q", o.platform))
+	}
 	return append(p, o.conn.connProblems()...)
 }
 
 type diagnoser struct {
-	opts   diagnoseOptions
-	client eventpipev1.FollowClient
-	stdout io.Writer
-	stderr io.Writer
+	opts diagnoseOptions
+	// checks: the agent's supervisor-image checks read with the selection.
+	checks []diagnosis.SupervisorCheck
+	// verifier asks registries (--verify); nil otherwise.
+	verifier *verify.Verifier
+	ctx      context.Context
+	client   eventpipev1.FollowClient
+	stdout   io.Writer
+	stderr   io.Writer
 }
 
 func (d *diagnoser) gatewayOrDefault() string {
@@ -284,6 +325,7 @@ func (d *diagnoser) run(ctx context.Context) int {
 		fmt.Fprintf(d.stderr, "eventpipe diagnose: WARNING: %d events of further sandboxes were not folded (more than %d sandboxes)\n", n, f.MaxSandboxes)
 	}
 	all := f.Sandboxes()
+	d.checks = f.SupervisorChecks()
 	if req.SandboxId != "" && len(all) == 1 && all[0].Name != "" && all[0].Workspace != "" {
 		// Its name may have passed to a newer sandbox: read the name too.
 		byName, _, err := diagnosis.Read(ctx, d.client, &eventpipev1.FollowRequest{Workspace: all[0].Workspace, SandboxName: all[0].Name, Tail: req.Tail})
@@ -335,7 +377,11 @@ func (d *diagnoser) watch(ctx context.Context, req *eventpipev1.FollowRequest) i
 			continue // not subscribed yet
 		}
 		all := w.Sandboxes()
+		d.checks = w.SupervisorChecks()
 		key := watchKey(d.selected(all, req))
+		for _, c := range d.checks {
+			key += fmt.Sprintf("|check %s %s %t %s", c.GatewayID, c.Image, c.OK, c.Cause)
+		}
 		if key == last {
 			continue
 		}
@@ -425,10 +471,11 @@ func watchKey(ds []diagnosis.Diagnosis) string {
 // exit status; stop is set when watching cannot go on (an ambiguous name).
 func (d *diagnoser) report(all []diagnosis.Diagnosis, req *eventpipev1.FollowRequest) (code int, stop bool) {
 	o := d.opts
+	d.verifyImages(all)
 	now := diagnoseNow()
 	switch {
 	case o.supervisor:
-		groups := diagnosis.Supervisor(all)
+		groups := diagnosis.WithChecks(diagnosis.Supervisor(all), d.checks)
 		if err := d.write(struct {
 			GatewayID          string                        `json:"gateway_id"`
 			SupervisorFailures []diagnosis.SupervisorFailure `json:"supervisor_failures"`
@@ -520,4 +567,37 @@ func (d *diagnoser) failed(err error, req *eventpipev1.FollowRequest) int {
 		fmt.Fprintf(d.stderr, "eventpipe diagnose: %s\n", (&follower{opts: fo}).explain(st))
 	}
 	return collectorExit(st.Code(), diagnoseError)
+}
+
+// verifyImages asks the registry of every failing image (--verify) and
+// upgrades the blocker's cause and fix with a conclusive answer; the
+// answer is shown either way. Each image is asked once per run (the
+// verifier's cache), every call bounded by its timeout.
+func (d *diagnoser) verifyImages(all []diagnosis.Diagnosis) {
+	if d.verifier == nil {
+		return
+	}
+	for i := range all {
+		for j := range all[i].Blockers {
+			bl := &all[i].Blockers[j]
+			if bl.Kind != diagnosis.KindImagePull || bl.Image == "" {
+				continue
+			}
+			r := d.verifier.Check(d.ctx, bl.Image, d.opts.platform)
+			v := &diagnosis.Verification{Answer: r.Answer, Detail: r.Detail, Tags: r.Tags, Platforms: r.Platforms,
+				Anonymous: r.Anonymous, CheckedAt: r.CheckedAt}
+			if r.Conclusive() {
+				v.DecidedBy, v.Confidence = eventpipev1.DecidedByRegistry, r.Confidence()
+				bl.Cause, bl.DecidedBy, bl.Confidence = r.Category, v.DecidedBy, v.Confidence
+				bl.Remedy = remedy.Pull(remedy.Input{Category: r.Category, Image: bl.Image, ImageRole: bl.ImageRole, Node: bl.Node, Detail: r.Detail})
+				if len(r.Tags) > 0 {
+					bl.Remedy += " (newest tags by version: " + strings.Join(r.Tags, ", ") + ")"
+				}
+				pf := &eventpipev1.PullFailure{}
+				r.Apply(pf)
+				bl.Disposition = pf.Disposition
+			}
+			bl.Verified = v
+		}
+	}
 }

@@ -257,7 +257,10 @@ func (s *sandboxSummary) verdict() (state, diag string) {
 			img = o.GetImage()
 		}
 		p := fmt.Sprintf("%s %s: %s (%s, %d failures)", what, img, pf.GetCategory(), pf.GetDisposition(), pf.GetAttempts())
-		if d := pf.GetDetail(); d != "" && pf.GetCategory() == eventpipev1.CategoryUnknown {
+		if c := pf.GetConfidence(); c != "" && c != eventpipev1.ConfidenceCertain {
+			p = fmt.Sprintf("%s %s: %s, %s (%s, %d failures)", what, img, pf.GetCategory(), c, pf.GetDisposition(), pf.GetAttempts())
+		}
+		if d := pf.GetDetail(); d != "" && (pf.GetCategory() == eventpipev1.CategoryUnknown || pf.GetCategory() == eventpipev1.CategoryUnrecognised) {
 			p += ": " + d
 		}
 		parts = append(parts, p)

@@ -363,7 +363,7 @@ func (s *snapshot) addPod(raw json.RawMessage) error {
 				}
 				// The current termination, else the last one (as the agent).
 				if t := st.State.Terminated; t != nil {
-					ct.TerminatedReason, ct.TerminatedExitCode = t.Reason, t.ExitCode
+					ct.TerminatedReason, ct.TerminatedExitCode, ct.Terminated = t.Reason, t.ExitCode, true
 				} else if t := st.LastState.Terminated; t != nil {
 					ct.TerminatedReason, ct.TerminatedExitCode = t.Reason, t.ExitCode
 				}

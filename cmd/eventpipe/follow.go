@@ -619,6 +619,8 @@ func formatFollowLine(m *eventpipev1.FollowResponse, withSandbox bool) string {
 		}
 		kv("image", image)
 		kv("pull", pf.GetCategory())
+		kv("confidence", pf.GetConfidence())
+		kv("decided_by", pf.GetDecidedBy())
 		kv("disposition", pf.GetDisposition())
 	} else {
 		kv("image", image)

@@ -679,6 +679,12 @@ func TestFormatFollowLine(t *testing.T) {
 				ImageRole: eventpipev1.ImageRoleSupervisor, Image: "ghcr.io/nvidia/openshell/supervisor:0.0.0-does-not-exist",
 				PullFailure: &eventpipev1.PullFailure{Category: eventpipev1.CategoryNotFound, Disposition: "a b"}},
 			`[1793268636.007] [k8s    ] [WARN ] [supervisor/supervisor] supervisor image ghcr.io/nvidia/openshell/supervisor:0.0.0-does-not-exist: not_found reason=Failed image=ghcr.io/nvidia/openshell/supervisor:0.0.0-does-not-exist pull=not_found disposition="a b" cursor=9` + "\n"},
+		{"an unrecognised cause: the runtime's words, how it was decided, how sure",
+			&eventpipev1.Occurrence{OccurredAt: at, Type: "Warning", Reason: "Failed", Role: eventpipev1.RoleWorkload, Container: "agent",
+				ImageRole: eventpipev1.ImageRoleWorkload, Image: "r.example.com/app:1",
+				PullFailure: &eventpipev1.PullFailure{Category: eventpipev1.CategoryUnrecognised, Detail: "the flux capacitor is misaligned",
+					DecidedBy: eventpipev1.DecidedByTextRule, Confidence: eventpipev1.ConfidenceWeak, Disposition: eventpipev1.DispositionRetrying}},
+			`[1793268636.007] [k8s    ] [WARN ] [workload/agent] workload image r.example.com/app:1: unrecognised (the flux capacitor is misaligned) reason=Failed image=r.example.com/app:1 pull=unrecognised confidence=weak decided_by=text_rule disposition=retrying cursor=9` + "\n"},
 		{"no object at all", &eventpipev1.Occurrence{OccurredAt: at, Reason: "X"},
 			`[1793268636.007] [k8s    ] [INFO ] [-] reason=X cursor=9` + "\n"},
 	}

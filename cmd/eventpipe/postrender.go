@@ -9,8 +9,8 @@ import (
 	"io"
 	"strings"
 
+	"github.com/eventpipe/eventpipe/api/buildinfo"
 	"github.com/eventpipe/eventpipe/deploy/openshell"
-	"github.com/eventpipe/eventpipe/internal/buildinfo"
 )
 
 func init() {

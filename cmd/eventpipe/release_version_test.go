@@ -41,7 +41,7 @@ func releaseLDFlags(t *testing.T, root, version, revision string) string {
 // TestReleaseBuildReportsItsVersion: a binary linked with the release
 // flags reports the release version everywhere: `eventpipe version`, the
 // OCSF metadata.product.version and the eventpipe-version header of the
-// Kafka sink, the Loki sink's User-Agent. (Before internal/buildinfo the
+// Kafka sink, the Loki sink's User-Agent. (Before api/buildinfo the
 // flags stamped package main only, and OCSF said "(devel)".)
 func TestReleaseBuildReportsItsVersion(t *testing.T) {
 	root, err := filepath.Abs(filepath.Join("..", ".."))
@@ -69,7 +69,7 @@ func TestReleaseBuildReportsItsVersion(t *testing.T) {
 	if want := "eventpipe " + version + " (revision " + revision + ", go"; err != nil || !strings.HasPrefix(string(out), want) {
 		t.Errorf("eventpipe version: %q (%v), want %q...", out, err, want)
 	}
-	for pkg, test := range map[string]string{"./sinks/kafka": "TestBuildVersionInRecords", "./sinks/loki": "TestUserAgentIsTheBuildVersion"} {
+	for pkg, test := range map[string]string{"./sinks/kafka": "TestBuildVersionInRecords", "./sinks/loki": "TestUserAgentIsTheBuildVersion", "./collector/backbone": "TestBuildVersionInBackboneRecords"} {
 		bin := filepath.Join(dir, filepath.Base(pkg)+".test")
 		build("test", "-c", "-ldflags", ldflags, "-o", bin, pkg)
 		cmd := exec.CommandContext(ctx, bin, "-test.run", "^"+test+"$", "-test.count", "1", "-test.v")

@@ -8,7 +8,7 @@ import (
 	"io"
 	"runtime"
 
-	"github.com/eventpipe/eventpipe/internal/buildinfo"
+	"github.com/eventpipe/eventpipe/api/buildinfo"
 	"github.com/eventpipe/eventpipe/internal/cliflag"
 )
 
@@ -33,7 +33,7 @@ func currentVersion() versionInfo {
 
 // versionString is what `eventpipe --version` prints:
 // "eventpipe <version> (revision <commit>, <go version>)". The version and
-// revision are internal/buildinfo's, stamped at link time by the release
+// revision are api/buildinfo's, stamped at link time by the release
 // build (deploy/image), the same ones the sinks report.
 func versionString() string {
 	v := currentVersion()

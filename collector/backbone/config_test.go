@@ -120,8 +120,8 @@ func TestClientOptions(t *testing.T) {
 	c.Brokers = []string{"127.0.0.1:9092"}
 	c.SASL.Mechanism, c.SASL.Username, c.SASL.Password = "SCRAM-SHA-512", "u", "p"
 	opts, err := c.ClientOptions()
-	// seed brokers, client id, SASL, read_committed
-	if err != nil || len(opts) != 4 {
+	// seed brokers, client id, software name and version, SASL, read_committed
+	if err != nil || len(opts) != 5 {
 		t.Fatalf("opts %d, err %v", len(opts), err)
 	}
 	c.TLS.Enabled, c.TLS.CAFile = true, "/nonexistent/ca.pem"

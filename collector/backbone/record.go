@@ -8,6 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/eventpipe/eventpipe/api/buildinfo"
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
 	"github.com/eventpipe/eventpipe/api/sanitize"
 	"github.com/eventpipe/eventpipe/sinks/kafka"
@@ -28,7 +29,14 @@ const (
 	// ingested from (the stream is not part of the occurrence).
 	HeaderCluster = "eventpipe-cluster"
 	HeaderStream  = "eventpipe-stream"
+	// HeaderVersion names the eventpipe build of the replica that wrote
+	// the record (api/buildinfo), the header the Kafka sink writes
+	// too: during a rolling update it tells which build ingested what.
+	HeaderVersion = kafka.HeaderVersion
 )
+
+// hdrVersion is the build's version, the same for every record.
+var hdrVersion = []byte(buildinfo.Version())
 
 // Encode builds the backbone record of one occurrence ingested on stream.
 // The key is the Kafka sink's key (the sandbox id when there is one), so one
@@ -48,7 +56,7 @@ func Encode(o *eventpipev1.Occurrence, stream string) (*kgo.Record, error) {
 			return nil, fmt.Errorf("encode occurrence %s: %w", o.GetEventId(), err)
 		}
 	}
-	h := make([]kgo.RecordHeader, 0, 8)
+	h := make([]kgo.RecordHeader, 0, 9)
 	h = append(h,
 		kgo.RecordHeader{Key: HeaderSpecVersion, Value: []byte(kafka.SpecVersion)},
 		kgo.RecordHeader{Key: HeaderID, Value: []byte(o.GetEventId())},
@@ -56,6 +64,7 @@ func Encode(o *eventpipev1.Occurrence, stream string) (*kgo.Record, error) {
 		kgo.RecordHeader{Key: HeaderContentType, Value: []byte(kafka.ContentProtobuf)},
 		kgo.RecordHeader{Key: HeaderCluster, Value: []byte(o.GetCluster())},
 		kgo.RecordHeader{Key: HeaderStream, Value: []byte(stream)},
+		kgo.RecordHeader{Key: HeaderVersion, Value: hdrVersion},
 	)
 	if t := o.GetOccurredAt(); t != nil {
 		h = append(h, kgo.RecordHeader{Key: HeaderTime, Value: t.AsTime().UTC().AppendFormat(nil, time.RFC3339Nano)})

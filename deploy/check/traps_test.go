@@ -373,7 +373,7 @@ func TestPostRendererThroughHelm(t *testing.T) {
 		t.Fatal("Chart.yaml has no appVersion")
 	}
 	version := string(m[1])
-	build := exec.CommandContext(ctx, "go", "build", "-ldflags", "-X github.com/eventpipe/eventpipe/internal/buildinfo.version="+version,
+	build := exec.CommandContext(ctx, "go", "build", "-ldflags", "-X github.com/eventpipe/eventpipe/api/buildinfo.version="+version,
 		"-o", filepath.Join(dir, "bin", "eventpipe"), "./cmd/eventpipe")
 	build.Dir = root
 	if out, err := build.CombinedOutput(); err != nil {

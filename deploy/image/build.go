@@ -109,7 +109,7 @@ func git(ctx context.Context, dir string, args ...string) (string, error) {
 
 // buildinfoPkg holds the version and revision every part of eventpipe
 // reports (eventpipe version, OCSF metadata, Kafka headers, user agents).
-const buildinfoPkg = "github.com/eventpipe/eventpipe/internal/buildinfo"
+const buildinfoPkg = "github.com/eventpipe/eventpipe/api/buildinfo"
 
 // BuildBinary builds cmd/eventpipe as a static, reproducible binary: no cgo,
 // -trimpath, no VCS stamping, an empty build id, version and revision set.

@@ -25,8 +25,8 @@ import (
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/resolver/manual"
 
+	"github.com/eventpipe/eventpipe/api/buildinfo"
 	"github.com/eventpipe/eventpipe/api/config"
-	"github.com/eventpipe/eventpipe/internal/buildinfo"
 )
 
 // Options says how to reach the collector.

@@ -16,6 +16,13 @@ import (
 func (s *sandboxState) openBlocker(cursor uint64, o *eventpipev1.Occurrence, bl *eventpipev1.Blocker) bool {
 	obj := o.GetInvolvedObject()
 	key := blockerKey{bl.GetKind(), obj.GetNamespace(), obj.GetKind(), obj.GetName(), bl.GetContainer()}
+	last := o.GetOccurredAt().AsTime()
+	if t := bl.GetLastSeen(); t != nil {
+		last = t.AsTime()
+	}
+	if t, ok := s.ended[key]; ok && !last.After(t) {
+		return false
+	}
 	b := s.blockers[key]
 	if b == nil {
 		if len(s.blockers) >= maxBlockersPerSandbox {
@@ -37,6 +44,10 @@ func (s *sandboxState) openBlocker(cursor uint64, o *eventpipev1.Occurrence, bl 
 		setIf(&b.Detail, bl.GetDetail())
 		setIf(&b.Object, bl.GetObject())
 		setIf(&b.Remedy, bl.GetFix())
+		if c == eventpipev1.BlockerUnrecognised {
+			b.Remedy = "" // no fix: an older cause's would mislead
+		}
+		b.DecidedBy, b.Confidence = bl.GetDecidedBy(), bl.GetConfidence()
 	}
 	setIf(&b.Role, o.GetRole())
 	if o.GetReportingComponent() == "kubelet" {
@@ -46,10 +57,6 @@ func (s *sandboxState) openBlocker(cursor uint64, o *eventpipev1.Occurrence, bl 
 	b.Attempts = max(b.Attempts, bl.GetAttempts())
 	if t := bl.GetFirstSeen(); t != nil && (b.Since.IsZero() || t.AsTime().Before(b.Since)) {
 		b.Since = t.AsTime()
-	}
-	last := o.GetOccurredAt().AsTime()
-	if t := bl.GetLastSeen(); t != nil {
-		last = t.AsTime()
 	}
 	if last.After(b.LastSeen) {
 		b.LastSeen = last
@@ -103,6 +110,10 @@ func (s *sandboxState) closeBlockers(o *eventpipev1.Occurrence, at time.Time) bo
 			if k.kind != KindImagePull && match(k, b) && !at.Before(b.LastSeen) {
 				delete(s.blockers, k)
 				delete(s.started, k)
+				if len(s.ended) >= maxBlockersPerSandbox {
+					clear(s.ended) // bounded; forgetting only lets a late report reopen it
+				}
+				s.ended[k] = at
 				closed = true
 			}
 		}

@@ -229,6 +229,10 @@ func TestFoldOtherBlockers(t *testing.T) {
 			got := b
 			got.Namespace, got.Disposition, got.Attempts, got.Since, got.LastSeen, got.Detail, got.Remedy, got.EventID, got.Cursor, got.ExitCode =
 				"", "", 0, time.Time{}, time.Time{}, "", "", "", 0, nil
+			if got.DecidedBy != eventpipev1.DecidedByTextRule || got.Confidence == "" {
+				t.Errorf("decided_by %q confidence %q: the occurrence's decision is not carried", got.DecidedBy, got.Confidence)
+			}
+			got.DecidedBy, got.Confidence = "", ""
 			if got != tc.want {
 				t.Errorf("blocker\n got %+v\nwant %+v", got, tc.want)
 			}

@@ -45,7 +45,9 @@
 //     container again and again: the blocker ends once the container
 //     has stayed up Folder.CrashSettle (a minute) after Started with no
 //     later crash reported. It is judged by Folder.Now when the
-//     diagnosis is read.
+//     diagnosis is read. A report of an ended blocker observed no later
+//     than the event that ended it (the scheduler's late series update of
+//     a FailedScheduling after the pod started) does not open it again.
 //   - Several blockers of a sandbox are all shown: a supervisor image first
 //     (it blocks every sandbox of the gateway), then by stage: creation,
 //     the pod's claims bound, scheduling, volumes attached and mounted,

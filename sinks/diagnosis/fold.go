@@ -46,6 +46,12 @@ type Blocker struct {
 	// Cause is the pull-failure category (eventpipe.v1 Category*) or the
 	// blocker cause (eventpipe.v1 Blocker*).
 	Cause string `json:"cause"`
+	// DecidedBy and Confidence say how the cause was decided (text_rule,
+	// cluster_context, registry) and how sure it is (certain, likely,
+	// weak): the occurrence's pull_failure or blocker fields of the same
+	// names.
+	DecidedBy  string `json:"decided_by,omitempty"`
+	Confidence string `json:"confidence,omitempty"`
 	// Image and ImageRole: image pulls only.
 	Image string `json:"image,omitempty"`
 	// ImageRole says whose image it is: workload (the sandbox's own),
@@ -80,6 +86,26 @@ type Blocker struct {
 	// EventID and Cursor name the latest occurrence behind the blocker.
 	EventID string `json:"event_id"`
 	Cursor  uint64 `json:"cursor"`
+	// Verified is what the registry answered about the image when the
+	// reader asked it (eventpipe diagnose --verify); Cause and Remedy are
+	// then the registry's when its answer was conclusive.
+	Verified *Verification `json:"verified,omitempty"`
+}
+
+// Verification is one registry answer about a blocker's image (package
+// verify's Result, as a reader shows it).
+type Verification struct {
+	// Answer: exists, tag_not_found, repository_not_found, unauthorized,
+	// denied, rate_limited, platform_missing (conclusive), or unreachable,
+	// timeout, throttled, invalid_reference (the text diagnosis stands).
+	Answer     string    `json:"answer"`
+	DecidedBy  string    `json:"decided_by,omitempty"`
+	Confidence string    `json:"confidence,omitempty"`
+	Detail     string    `json:"detail"`
+	Tags       []string  `json:"tags,omitempty"`
+	Platforms  []string  `json:"platforms,omitempty"`
+	Anonymous  bool      `json:"anonymous"`
+	CheckedAt  time.Time `json:"checked_at"`
 }
 
 // LastEvent is the most recent occurrence of a sandbox, for context.
@@ -160,6 +186,12 @@ type sandboxState struct {
 	// event that closed its pull blocker): a failure not later than that,
 	// to the second, is history, not a new blocker.
 	pulled map[blockerKey]time.Time
+	// ended is when each non-image blocker was last ended by an event
+	// showing the pod got past it: a report of it observed no later than
+	// that (a recurrence delivered late: the scheduler's series update of
+	// a FailedScheduling after the pod's Started) is history, not a new
+	// blocker.
+	ended map[blockerKey]time.Time
 }
 
 // Folder folds occurrences into one Diagnosis per sandbox. Not safe for
@@ -175,6 +207,7 @@ type Folder struct {
 	Now       func() time.Time
 	sandboxes map[string]*sandboxState
 	dropped   int
+	checks    map[string]SupervisorCheck // by gateway id
 }
 
 // NewFolder returns an empty Folder.
@@ -195,6 +228,9 @@ func (f *Folder) Len() int { return len(f.sandboxes) }
 func (f *Folder) Add(cursor uint64, o *eventpipev1.Occurrence) bool {
 	sb := o.GetSandbox()
 	if sb.GetId() == "" {
+		if eventpipev1.IsSupervisorCheck(o) {
+			return f.addCheck(o)
+		}
 		return false
 	}
 	s := f.sandboxes[sb.GetId()]
@@ -204,7 +240,7 @@ func (f *Folder) Add(cursor uint64, o *eventpipev1.Occurrence) bool {
 			f.dropped++
 			return false
 		}
-		s = &sandboxState{d: Diagnosis{ID: sb.GetId(), State: StateClear}, blockers: map[blockerKey]*Blocker{}, started: map[blockerKey]time.Time{}, pulled: map[blockerKey]time.Time{}}
+		s = &sandboxState{d: Diagnosis{ID: sb.GetId(), State: StateClear}, blockers: map[blockerKey]*Blocker{}, started: map[blockerKey]time.Time{}, pulled: map[blockerKey]time.Time{}, ended: map[blockerKey]time.Time{}}
 		f.sandboxes[sb.GetId()] = s
 		isNew = true
 	}
@@ -335,6 +371,7 @@ func (s *sandboxState) openPull(key blockerKey, cursor uint64, o *eventpipev1.Oc
 	if c := pf.GetCategory(); c != "" && (c != eventpipev1.CategoryUnknown || b.Cause == "") {
 		b.Cause = c
 		setIf(&b.Detail, pf.GetDetail())
+		b.DecidedBy, b.Confidence = pf.GetDecidedBy(), pf.GetConfidence()
 	}
 	setIf(&b.Disposition, pf.GetDisposition())
 	b.Attempts = max(b.Attempts, pf.GetAttempts())
@@ -550,6 +587,10 @@ type SupervisorFailure struct {
 	Detail    string       `json:"detail,omitempty"`
 	Remedy    string       `json:"remedy"`
 	Sandboxes []SandboxRef `json:"sandboxes"`
+	// Verified is the agent's registry check that confirms the failure
+	// (verify.supervisor), when there is one; with no sandboxes, the
+	// failure is known from the check alone, before any sandbox failed.
+	Verified *SupervisorCheck `json:"verified,omitempty"`
 }
 
 // Supervisor groups the supervisor-image blockers of ds by gateway, image

@@ -52,7 +52,8 @@ func TestFoldWorkloadImageMissing(t *testing.T) {
 	b := d.Blockers[0]
 	want := Blocker{Kind: KindImagePull, Cause: eventpipev1.CategoryNotFound, Image: imageMissing,
 		ImageRole: eventpipev1.ImageRoleWorkload, Role: eventpipev1.RoleWorkload, Namespace: s.ns, Pod: s.name,
-		Container: "workspace-init", Node: nodeName, Disposition: eventpipev1.DispositionRetrying}
+		Container: "workspace-init", Node: nodeName, Disposition: eventpipev1.DispositionRetrying,
+		DecidedBy: eventpipev1.DecidedByTextRule, Confidence: eventpipev1.ConfidenceCertain}
 	got := b
 	got.Attempts, got.Since, got.LastSeen, got.Detail, got.Remedy, got.EventID, got.Cursor = 0, time.Time{}, time.Time{}, "", "", "", 0
 	if got != want {
@@ -258,5 +259,91 @@ func TestWriteTableCleansClusterStrings(t *testing.T) {
 	}
 	if !strings.Contains(s, "1m00s ago") || !strings.Contains(s, "fix evil") {
 		t.Errorf("table: %q", s)
+	}
+}
+
+// TestWriteShowsHowSure: the text and the table say how a cause was decided
+// and how sure it is; an unrecognised blocker's fix line gives no step.
+func TestWriteShowsHowSure(t *testing.T) {
+	d := Diagnosis{ID: "x", Name: "n", Workspace: "w", State: StateBlocked, Blockers: []Blocker{
+		{Kind: KindImagePull, Cause: "unauthorized", DecidedBy: "text_rule", Confidence: "likely", Image: "a:1", ImageRole: "workload",
+			Attempts: 2, Disposition: "retrying", Remedy: "add a pull secret", Since: time.Unix(100, 0)},
+		{Kind: "create_refused", Cause: "unrecognised", DecidedBy: "text_rule", Confidence: "weak", Object: "ReplicaSet/r",
+			Detail: "the moon is in the wrong phase", Attempts: 1, Disposition: "retrying", Since: time.Unix(100, 0)},
+	}}
+	var text, table bytes.Buffer
+	if err := WriteText(&text, d, time.Unix(160, 0)); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteTable(&table, []Diagnosis{d}, time.Unix(160, 0)); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"workload image a:1: unauthorized [text rule, likely]",
+		"create_refused: unrecognised (ReplicaSet/r) [text rule, weak]",
+		"detail: the moon is in the wrong phase",
+		"fix: none: eventpipe does not recognise the cause; the runtime's words are above",
+	} {
+		if !strings.Contains(text.String(), want) {
+			t.Errorf("text lacks %q:\n%s", want, text.String())
+		}
+	}
+	if !strings.Contains(table.String(), "unauthorized (likely)") || !strings.Contains(table.String(), "unrecognised (weak)") {
+		t.Errorf("table:\n%s", table.String())
+	}
+}
+
+// TestWriteTableOneLinePerFix: make run's taint sandbox, on the real
+// scheduler, has two unschedulable blockers (its workload pod and its
+// supervisor pod both meet the taint) with one fix: the table says it once.
+func TestWriteTableOneLinePerFix(t *testing.T) {
+	remedy := "the nodes that could run the pod carry a taint it does not tolerate: add the toleration to the sandbox's pod template, or untaint a node"
+	d := Diagnosis{ID: "x", Name: "taint", Workspace: "taint", State: StateBlocked, Blockers: []Blocker{
+		{Kind: eventpipev1.BlockerKindUnschedulable, Cause: eventpipev1.BlockerUntoleratedTaint, Object: "Pod/os-supervisor-x", Pod: "os-supervisor-x", Remedy: remedy, Attempts: 1, Since: time.Unix(100, 0)},
+		{Kind: eventpipev1.BlockerKindUnschedulable, Cause: eventpipev1.BlockerUntoleratedTaint, Object: "Pod/taint", Pod: "taint", Remedy: remedy, Attempts: 1, Since: time.Unix(100, 0)},
+	}}
+	var out bytes.Buffer
+	if err := WriteTable(&out, []Diagnosis{d}, time.Unix(160, 0)); err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(out.String(), "fix taint (unschedulable): "+remedy); n != 1 {
+		t.Errorf("%d fix lines for one fix:\n%s", n, out.String())
+	}
+	if n := strings.Count(out.String(), "untolerated_taint"); n != 2 {
+		t.Errorf("%d blocker rows, want 2:\n%s", n, out.String())
+	}
+}
+
+// TestFoldLateRecurrenceDoesNotReopen: seen with the real kube-scheduler
+// (make run's healthy sandbox): the scheduler tried the pod before its
+// workspace claim was bound and wrote FailedScheduling (unbound_pvc), the
+// pod was then scheduled and started, and the scheduler's update of that
+// FailedScheduling's series (last observed before the Started) reached
+// the collector after the Started. It must not block the sandbox again; a
+// report observed after the Started must.
+func TestFoldLateRecurrenceDoesNotReopen(t *testing.T) {
+	t0 := time.Date(2026, 12, 5, 0, 2, 5, 448_000_000, time.UTC)
+	sb := &eventpipev1.Sandbox{Id: "2ff21e26-1a7b-49a2-a640-14ae153f9301", Name: "healthy", Workspace: "healthy"}
+	pod := &eventpipev1.ObjectRef{Kind: "Pod", Namespace: "openshell-openshell-healthy", Name: "healthy"}
+	failed := func(id string, last time.Time, attempts uint32) *eventpipev1.Occurrence {
+		return &eventpipev1.Occurrence{EventId: id, Sandbox: sb, InvolvedObject: pod, Type: "Warning", Reason: "FailedScheduling",
+			Message: "0/1 nodes are available: pod has unbound immediate PersistentVolumeClaims. not found", OccurredAt: timestamppb.New(last),
+			Blocker: &eventpipev1.Blocker{Kind: eventpipev1.BlockerKindUnschedulable, Cause: eventpipev1.BlockerUnboundPVC, Object: "Pod/healthy",
+				Attempts: attempts, FirstSeen: timestamppb.New(t0), LastSeen: timestamppb.New(last)}}
+	}
+	started := &eventpipev1.Occurrence{EventId: "started/1", Sandbox: sb, InvolvedObject: pod, Type: "Normal", Reason: "Started",
+		Message: "Container started", Container: "agent", OccurredAt: timestamppb.New(t0.Add(4 * time.Second).Truncate(time.Second))}
+	fd := &feed{f: NewFolder()}
+	fd.add([]*eventpipev1.Occurrence{failed("fs/1", t0, 1), started})
+	if d := mustSandbox(t, fd.f, sb.Id); d.State != StateClear {
+		t.Fatalf("after Started: state %s, blockers %+v", d.State, d.Blockers)
+	}
+	fd.add([]*eventpipev1.Occurrence{failed("fs/2", t0.Add(61*time.Millisecond), 3)})
+	if d := mustSandbox(t, fd.f, sb.Id); d.State != StateClear {
+		t.Errorf("a late report observed before the Started reopened the blocker: %+v", d.Blockers)
+	}
+	fd.add([]*eventpipev1.Occurrence{failed("fs/3", t0.Add(10*time.Second), 4)})
+	if d := mustSandbox(t, fd.f, sb.Id); d.State != StateBlocked {
+		t.Errorf("a report observed after the Started did not block: state %s", d.State)
 	}
 }

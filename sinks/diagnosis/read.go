@@ -191,6 +191,13 @@ func (w *Watcher) Sandboxes() []Diagnosis {
 	return w.folder.Sandboxes()
 }
 
+// SupervisorChecks is Folder.SupervisorChecks of the watched selection.
+func (w *Watcher) SupervisorChecks() []SupervisorCheck {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.folder.SupervisorChecks()
+}
+
 // Dropped is Folder.Dropped of the watched selection.
 func (w *Watcher) Dropped() int {
 	w.mu.Lock()

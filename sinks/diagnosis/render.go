@@ -148,12 +148,13 @@ func writeGone(b *strings.Builder, d Diagnosis, now time.Time) {
 
 func writeBlocker(b *strings.Builder, bl Blocker, now time.Time) {
 	if bl.Kind == KindImagePull {
-		fmt.Fprintf(b, "  %s image %s: %s\n", roleWord(bl.ImageRole), clean(bl.Image), clean(bl.Cause))
+		fmt.Fprintf(b, "  %s image %s: %s%s\n", roleWord(bl.ImageRole), clean(bl.Image), clean(bl.Cause), decision(bl))
 	} else {
 		fmt.Fprintf(b, "  %s: %s", orDash(bl.Kind), orDash(bl.Cause))
 		if bl.Object != "" {
 			fmt.Fprintf(b, " (%s)", clean(bl.Object))
 		}
+		b.WriteString(decision(bl))
 		b.WriteByte('\n')
 	}
 	where := []string{}
@@ -184,7 +185,53 @@ func writeBlocker(b *strings.Builder, bl Blocker, now time.Time) {
 		}
 		fmt.Fprintf(b, "    %s: %s\n", word, clean(bl.Detail))
 	}
-	fmt.Fprintf(b, "    fix: %s\n", clean(bl.Remedy))
+	if v := bl.Verified; v != nil {
+		how := "inconclusive, the runtime's words stand"
+		if v.DecidedBy != "" {
+			how = "verified, " + v.Confidence
+		}
+		who := "with your registry credentials"
+		if v.Anonymous {
+			who = "anonymously"
+		}
+		fmt.Fprintf(b, "    registry (%s, asked %s): %s: %s\n", how, who, clean(v.Answer), clean(v.Detail))
+	}
+	fmt.Fprintf(b, "    fix: %s\n", clean(remedyText(bl)))
+}
+
+// decision says how the cause was decided and how sure it is, as
+// " [text rule, certain]" (empty when the occurrence did not say).
+func decision(bl Blocker) string {
+	if bl.DecidedBy == "" && bl.Confidence == "" {
+		return ""
+	}
+	return " [" + strings.Join(nonEmpty(strings.ReplaceAll(clean(bl.DecidedBy), "_", " "), clean(bl.Confidence)), ", ") + "]"
+}
+
+func nonEmpty(s ...string) []string {
+	out := s[:0]
+	for _, v := range s {
+		if v != "" {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// unsure marks a cause in the table that is not certain: " (likely)".
+func unsure(bl Blocker) string {
+	if bl.Confidence == "" || bl.Confidence == eventpipev1.ConfidenceCertain {
+		return ""
+	}
+	return " (" + clean(bl.Confidence) + ")"
+}
+
+// remedyText is the fix line's text: an unrecognised blocker has none.
+func remedyText(bl Blocker) string {
+	if bl.Remedy == "" && bl.Cause == eventpipev1.BlockerUnrecognised {
+		return "none: eventpipe does not recognise the cause; the runtime's words are above"
+	}
+	return bl.Remedy
 }
 
 // WriteTable writes one line per sandbox when clear, one per blocker when
@@ -221,7 +268,7 @@ func WriteTable(w io.Writer, ds []Diagnosis, now time.Time) error {
 				name, ws, state = "", "", ""
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s ago\t%s\n", name, ws, state, blockerWord(bl),
-				what(bl), clean(bl.Cause), bl.Attempts, Ago(now, bl.Since), orDash(bl.Disposition))
+				what(bl), clean(bl.Cause)+unsure(bl), bl.Attempts, Ago(now, bl.Since), orDash(bl.Disposition))
 		}
 	}
 	if err := tw.Flush(); err != nil {
@@ -232,8 +279,15 @@ func WriteTable(w io.Writer, ds []Diagnosis, now time.Time) error {
 		if !d.Live() {
 			continue
 		}
+		// Two blockers of one sandbox can need the same fix (the workload
+		// and the supervisor pod meeting the same taint): one line says it.
+		seen := map[string]bool{}
 		for _, bl := range d.Blockers {
-			fmt.Fprintf(&b, "fix %s (%s): %s\n", names[i], fixLabel(bl), clean(bl.Remedy))
+			line := fmt.Sprintf("fix %s (%s): %s\n", names[i], fixLabel(bl), clean(remedyText(bl)))
+			if !seen[line] {
+				seen[line] = true
+				b.WriteString(line)
+			}
 		}
 	}
 	_, err := io.WriteString(w, b.String())
@@ -281,11 +335,18 @@ func WriteSupervisor(w io.Writer, gs []SupervisorFailure, now time.Time) error {
 			gw = " of gateway " + clean(g.GatewayID)
 		}
 		fmt.Fprintf(&b, "supervisor image %s%s: %s\n", clean(g.Image), gw, clean(g.Cause))
-		fmt.Fprintf(&b, "  blocks %d sandbox%s: %s\n", len(names), pluralES(len(names)), strings.Join(names, ", "))
-		fmt.Fprintf(&b, "  %d attempt%s since %s (%s ago), %s\n", g.Attempts, plural(int(g.Attempts)),
-			g.Since.UTC().Format(time.RFC3339), Ago(now, g.Since), DispositionText(g.Disposition))
-		if g.Detail != "" {
-			fmt.Fprintf(&b, "  runtime: %s\n", clean(g.Detail))
+		if len(names) == 0 {
+			b.WriteString("  blocks no sandbox yet: every new sandbox will fail on it\n")
+		} else {
+			fmt.Fprintf(&b, "  blocks %d sandbox%s: %s\n", len(names), pluralES(len(names)), strings.Join(names, ", "))
+			fmt.Fprintf(&b, "  %d attempt%s since %s (%s ago), %s\n", g.Attempts, plural(int(g.Attempts)),
+				g.Since.UTC().Format(time.RFC3339), Ago(now, g.Since), DispositionText(g.Disposition))
+			if g.Detail != "" {
+				fmt.Fprintf(&b, "  runtime: %s\n", clean(g.Detail))
+			}
+		}
+		if v := g.Verified; v != nil {
+			fmt.Fprintf(&b, "  registry (verified %s ago, set on %s): %s\n", Ago(now, v.CheckedAt), clean(v.Workload), clean(v.Detail))
 		}
 		fmt.Fprintf(&b, "  fix: %s\n", clean(g.Remedy))
 	}

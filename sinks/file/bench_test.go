@@ -32,3 +32,34 @@ func BenchmarkFileSink(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkOpenReadBack measures New on a file holding a full default
+// resend window of lines: the start-up cost of reading their event_ids
+// back.
+func BenchmarkOpenReadBack(b *testing.B) {
+	cfg := NewDefaultConfig()
+	cfg.Path = filepath.Join(b.TempDir(), "events.jsonl")
+	s, err := New(cfg, nil, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	gen := sinktest.NewGenerator(52, "rb-")
+	for n := 0; n < DefaultResendWindow; n += 1000 {
+		var batch []sinks.Record
+		for i, o := range gen.Batch(1000) {
+			batch = append(batch, sinks.Record{Offset: uint64(n + i + 1), Occurrence: o})
+		}
+		if err := s.Push(context.Background(), batch); err != nil {
+			b.Fatal(err)
+		}
+	}
+	_ = s.Close()
+	b.ResetTimer()
+	for range b.N {
+		s, err := New(cfg, nil, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		_ = s.Close()
+	}
+}

@@ -21,7 +21,7 @@ func TestConfigFiles(t *testing.T) {
 		return cfg
 	}
 	err := load("testdata/no-path.bad.yaml").Validate()
-	want := []string{"path: must be set", "max_bytes: must be at least 4096, got 1000", "max_files: must be between 1 and 1000, got 0"}
+	want := []string{"path: must be set", "max_bytes: must be at least 4096, got 1000", "max_files: must be between 1 and 1000, got 0", "resend_window: must be between 1 and 4194304, got 0"}
 	if err == nil || len(strings.Split(err.Error(), "\n")) != len(want) {
 		t.Fatalf("got %v, want %d problems", err, len(want))
 	}

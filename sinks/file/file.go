@@ -26,6 +26,13 @@ type Config struct {
 	MaxBytes int64 `yaml:"max_bytes" json:"max_bytes"`
 	// MaxFiles: rotated files kept besides the active one.
 	MaxFiles int `yaml:"max_files" json:"max_files"`
+	// ResendWindow is how many of the last written event_ids the sink
+	// remembers (read back from the kept files at start) so that a record
+	// pushed again is not appended twice. It must cover what a runner can
+	// push again: what it pushed since its last commit (commit_interval's
+	// worth of records, summed over the partitions a Kafka-mode replica
+	// delivers).
+	ResendWindow int `yaml:"resend_window" json:"resend_window"`
 }
 
 // Defaults.
@@ -36,15 +43,21 @@ const (
 	MinMaxBytes = 4 << 10
 	// MaxMaxFiles bounds the rename chain of one rotation.
 	MaxMaxFiles = 1000
+	// DefaultResendWindow covers 65 s of commits at 1,000 occurrences/s
+	// with the default commit_interval of 1 s, for a few MB of ids and
+	// a read-back of the files' last 65,536 lines at start.
+	DefaultResendWindow = 65536
+	// MaxResendWindow bounds the memory and start-up read of the window.
+	MaxResendWindow = 1 << 22
 )
 
 // NewDefaultConfig returns the defaults; Path has none and must be set.
 func NewDefaultConfig() Config {
-	return Config{MaxBytes: DefaultMaxBytes, MaxFiles: DefaultMaxFiles}
+	return Config{MaxBytes: DefaultMaxBytes, MaxFiles: DefaultMaxFiles, ResendWindow: DefaultResendWindow}
 }
 
 // Validate reports every problem with its YAML path (path, max_bytes,
-// max_files).
+// max_files, resend_window).
 func (c Config) Validate() error {
 	var errs []error
 	if c.Path == "" {
@@ -57,6 +70,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxFiles < 1 || c.MaxFiles > MaxMaxFiles {
 		errs = append(errs, fmt.Errorf("max_files: must be between 1 and %d, got %d", MaxMaxFiles, c.MaxFiles))
+	}
+	if c.ResendWindow < 1 || c.ResendWindow > MaxResendWindow {
+		errs = append(errs, fmt.Errorf("resend_window: must be between 1 and %d, got %d", MaxResendWindow, c.ResendWindow))
 	}
 	return errors.Join(errs...)
 }
@@ -119,10 +135,15 @@ type Sink struct {
 	size   int64 // bytes in f known to be synced
 	closed bool
 	buf    bytes.Buffer
+	// seen holds the event_ids of the last ResendWindow lines written;
+	// pending those of the batch being written.
+	seen      *written
+	pending   []string
+	inPending map[string]struct{}
 }
 
 type metrics struct {
-	bytes, rotations, encodeErrors prometheus.Counter
+	bytes, rotations, encodeErrors, repeats, torn prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -141,6 +162,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "eventpipe_sink_file_rotations_total", Help: "Rotations of file sinks' files."})),
 		encodeErrors: reg1(prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "eventpipe_sink_file_encode_errors_total", Help: "Records file sinks could not encode (refused permanently)."})),
+		repeats: reg1(prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "eventpipe_sink_file_repeated_records_total",
+			Help: "Records pushed again whose event_id the file already holds (a resend after a restart or a lost commit): not written twice."})),
+		torn: reg1(prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "eventpipe_sink_file_torn_lines_total",
+			Help: "Incomplete last lines cut from a file found torn at open (a crash in the middle of a write); their records are pushed again."})),
 	}
 	return m, err
 }
@@ -168,6 +195,15 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer, opts ...Opt
 	if err := s.open(); err != nil {
 		return nil, err
 	}
+	seen, n, err := seedWritten(s.Files(), cfg.ResendWindow)
+	if err != nil {
+		s.f.Close()
+		return nil, fmt.Errorf("file sink: %w", err)
+	}
+	s.seen, s.inPending = seen, map[string]struct{}{}
+	if n > 0 {
+		s.log.Info("file sink: read back the event_ids of the last lines written", "lines", n)
+	}
 	return s, nil
 }
 
@@ -191,6 +227,7 @@ func (s *Sink) open() error {
 			return fmt.Errorf("file sink: read tail of %s: %w", s.cfg.Path, err)
 		} else if good != size {
 			s.log.Warn("file sink: cutting a torn last line", "bytes", size-good)
+			s.m.torn.Inc()
 			if err := f.Truncate(good); err != nil {
 				f.Close()
 				return fmt.Errorf("file sink: cut torn tail of %s: %w", s.cfg.Path, err)
@@ -250,8 +287,14 @@ func (s *Sink) Push(ctx context.Context, batch []sinks.Record) error {
 		return err
 	}
 	s.buf.Reset()
+	s.pending = s.pending[:0]
+	clear(s.inPending)
 	var failed map[int]error
 	for i, r := range batch {
+		if id := r.Occurrence.GetEventId(); id != "" && (s.seen.has(id) || s.isPending(id)) {
+			s.m.repeats.Inc()
+			continue
+		}
 		if err := s.encode(r); err != nil {
 			s.m.encodeErrors.Inc()
 			if failed == nil {
@@ -264,6 +307,9 @@ func (s *Sink) Push(ctx context.Context, batch []sinks.Record) error {
 		if err := s.write(s.buf.Bytes()); err != nil {
 			return err
 		}
+		for _, id := range s.pending {
+			s.seen.add(id)
+		}
 	}
 	if s.buf.Cap() > 16<<20 {
 		s.buf = bytes.Buffer{} // do not keep a huge batch's buffer
@@ -274,6 +320,8 @@ func (s *Sink) Push(ctx context.Context, batch []sinks.Record) error {
 	return nil
 }
 
+func (s *Sink) isPending(id string) bool { _, ok := s.inPending[id]; return ok }
+
 func (s *Sink) encode(r sinks.Record) error {
 	if r.Occurrence == nil {
 		return fmt.Errorf("offset %d: no occurrence", r.Offset)
@@ -283,6 +331,10 @@ func (s *Sink) encode(r sinks.Record) error {
 		return fmt.Errorf("encode event %q: %w", r.Occurrence.GetEventId(), err)
 	}
 	s.buf.Write(append(b, '\n'))
+	if id := r.Occurrence.GetEventId(); id != "" {
+		s.pending = append(s.pending, id)
+		s.inPending[id] = struct{}{}
+	}
 	return nil
 }
 

@@ -111,6 +111,7 @@ var reasons = map[string]string{
 	eventpipev1.CategoryRuntimeStore:           "RuntimeStore",
 	eventpipev1.CategoryUnsupportedFormat:      "UnsupportedFormat",
 	eventpipev1.CategoryUnknown:                "Unknown",
+	eventpipev1.CategoryUnrecognised:           "Unrecognised",
 }
 
 // reason is the CamelCase condition reason of a category; a category this
@@ -147,7 +148,15 @@ func condition(o *eventpipev1.Occurrence) driverwire.Condition {
 		disp = "persistent: retrying will not fix it"
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s image %s cannot be pulled: %s", role, img, pf.GetCategory())
+	switch c := pf.GetCategory(); {
+	case c == eventpipev1.CategoryUnrecognised:
+		// No category, so no guess: the runtime's words follow.
+		fmt.Fprintf(&b, "%s image %s cannot be pulled for a reason eventpipe does not recognise", role, img)
+	case pf.GetConfidence() == eventpipev1.ConfidenceLikely:
+		fmt.Fprintf(&b, "%s image %s cannot be pulled: %s (likely)", role, img, c)
+	default:
+		fmt.Fprintf(&b, "%s image %s cannot be pulled: %s", role, img, c)
+	}
 	if disp != "" {
 		fmt.Fprintf(&b, " (%s)", disp)
 	}

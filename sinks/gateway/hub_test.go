@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -194,5 +195,29 @@ func TestStreamLogOverrun(t *testing.T) {
 	h2.apply(1, pullFailed("00000000-0000-4000-8000-000000000001", 1), false)
 	if b, _ := h2.read(sub2, 10); len(b) != 1 {
 		t.Errorf("tail_per_sandbox 0: %d live events, want 1", len(b))
+	}
+}
+
+// TestConditionSaysHowSure: an unrecognised cause is no category in the
+// condition's message, only the runtime's words; a likely one says so; a
+// certain one reads as before.
+func TestConditionSaysHowSure(t *testing.T) {
+	for _, tc := range []struct {
+		name, category, confidence, detail string
+		wantPrefix, wantReason             string
+	}{
+		{"certain", eventpipev1.CategoryNotFound, eventpipev1.ConfidenceCertain, "x: not found",
+			"workload image docker.io/library/busybox:0.0.0-does-not-exist cannot be pulled: not_found (persistent", "NotFound"},
+		{"likely", eventpipev1.CategoryUnauthorized, eventpipev1.ConfidenceLikely, "401 Unauthorized",
+			"workload image docker.io/library/busybox:0.0.0-does-not-exist cannot be pulled: unauthorized (likely) (persistent", "Unauthorized"},
+		{"unrecognised", eventpipev1.CategoryUnrecognised, eventpipev1.ConfidenceWeak, "the flux capacitor is misaligned",
+			"workload image docker.io/library/busybox:0.0.0-does-not-exist cannot be pulled for a reason eventpipe does not recognise (persistent", "Unrecognised"},
+	} {
+		o := pullFailed("00000000-0000-4000-8000-000000000001", 3)
+		o.PullFailure.Category, o.PullFailure.Confidence, o.PullFailure.Detail = tc.category, tc.confidence, tc.detail
+		c := condition(o)
+		if !strings.HasPrefix(c.Message, tc.wantPrefix) || !strings.HasSuffix(c.Message, "; runtime: "+tc.detail) || c.Reason != tc.wantReason {
+			t.Errorf("%s: reason %s message %q, want reason %s and %q ... %q", tc.name, c.Reason, c.Message, tc.wantReason, tc.wantPrefix, "; runtime: "+tc.detail)
+		}
 	}
 }

@@ -11,9 +11,9 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/eventpipe/eventpipe/api/buildinfo"
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
 	"github.com/eventpipe/eventpipe/api/sanitize"
-	"github.com/eventpipe/eventpipe/internal/buildinfo"
 	"github.com/eventpipe/eventpipe/sinks/internal/jsonenc"
 )
 
@@ -69,7 +69,7 @@ type encoder struct {
 const maxSpareBytes = 16 << 20
 
 // HeaderVersion is the record header naming the eventpipe build that wrote
-// the record (internal/buildinfo: the version `eventpipe version` prints).
+// the record (api/buildinfo: the version `eventpipe version` prints).
 const HeaderVersion = "eventpipe-version"
 
 // Header values that never change, shared by every record (franz-go only
@@ -346,6 +346,8 @@ func AppendJSON(b []byte, o *eventpipev1.Occurrence) []byte {
 		b = ts(b, "last_seen", p.GetLastSeen())
 		b = str(b, "detail", p.GetDetail())
 		b = str(b, "source", p.GetSource())
+		b = str(b, "decided_by", p.GetDecidedBy())
+		b = str(b, "confidence", p.GetConfidence())
 		b = append(b, '}')
 	} else {
 		b = append(b, `,"pull_failure":null`...)
@@ -378,6 +380,8 @@ func AppendJSON(b []byte, o *eventpipev1.Occurrence) []byte {
 		b = strconv.AppendInt(b, int64(bl.GetExitCode()), 10)
 		b = append(b, `,"has_exit_code":`...)
 		b = strconv.AppendBool(b, bl.GetHasExitCode())
+		b = str(b, "decided_by", bl.GetDecidedBy())
+		b = str(b, "confidence", bl.GetConfidence())
 		b = append(b, '}')
 	} else {
 		b = append(b, `,"blocker":null`...)

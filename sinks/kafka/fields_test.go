@@ -96,6 +96,8 @@ var ocsfFieldPlaces = map[string][]ocsfPlace{
 	"pull_failure.last_seen":      {{path: "unmapped.pull_failure.last_seen"}},
 	"pull_failure.detail":         {{path: "unmapped.pull_failure.detail"}},
 	"pull_failure.source":         {{path: "unmapped.pull_failure.source"}},
+	"pull_failure.decided_by":     {{path: "unmapped.pull_failure.decided_by"}},
+	"pull_failure.confidence":     {{path: "unmapped.pull_failure.confidence"}},
 	"progress.complete_step":      {{path: "unmapped.progress.complete_step"}},
 	"progress.complete_label":     {{path: "unmapped.progress.complete_label"}},
 	"progress.active_step":        {{path: "unmapped.progress.active_step"}},
@@ -113,6 +115,8 @@ var ocsfFieldPlaces = map[string][]ocsfPlace{
 	"blocker.fix":                 {{path: "unmapped.blocker.fix"}},
 	"blocker.exit_code":           {{path: "unmapped.blocker.exit_code"}},
 	"blocker.has_exit_code":       {{path: "unmapped.blocker.has_exit_code"}},
+	"blocker.decided_by":          {{path: "unmapped.blocker.decided_by"}},
+	"blocker.confidence":          {{path: "unmapped.blocker.confidence"}},
 }
 
 // TestEveryFieldReachesOCSF: every field of the schema (found by walking the

@@ -22,6 +22,7 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
+	"github.com/eventpipe/eventpipe/api/buildinfo"
 	"github.com/eventpipe/eventpipe/sinks"
 	"github.com/eventpipe/eventpipe/sinks/internal/promreg"
 )
@@ -80,11 +81,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 }
 
 // ConnOptions are the franz-go options for reaching brokers as these
-// settings say: seed brokers, client id, TLS and SASL. The sink and the
-// collector's Kafka backbone both start from them, so they speak to
-// brokers alike.
+// settings say: seed brokers, client id, TLS and SASL, and the software
+// name and version the client reports to the brokers (KIP-511:
+// "eventpipe" and the build's version, so a broker's client metrics tell
+// which eventpipe builds are connected). The sink and the collector's
+// Kafka backbone both start from them, so they speak to brokers alike.
 func ConnOptions(brokers []string, clientID string, t TLSConfig, s SASLConfig) ([]kgo.Opt, error) {
-	opts := []kgo.Opt{kgo.SeedBrokers(brokers...), kgo.ClientID(clientID)}
+	opts := []kgo.Opt{kgo.SeedBrokers(brokers...), kgo.ClientID(clientID),
+		kgo.SoftwareNameAndVersion(SoftwareName, SoftwareVersion(buildinfo.Version()))}
 	if t.Enabled {
 		tc, err := t.ClientConfig()
 		if err != nil {
@@ -100,6 +104,28 @@ func ConnOptions(brokers []string, clientID string, t TLSConfig, s SASLConfig) (
 		opts = append(opts, kgo.SASL(m))
 	}
 	return opts, nil
+}
+
+// SoftwareName is the client software name eventpipe reports to brokers.
+const SoftwareName = "eventpipe"
+
+// SoftwareVersion is v as a KIP-511 client software version: brokers
+// refuse an ApiVersions request whose version has characters other than
+// letters, digits, '-' and '.', or that does not start and end with a
+// letter or digit. A module version such as "v1.2.3+dirty" becomes
+// "v1.2.3-dirty".
+func SoftwareVersion(v string) string {
+	b := []byte(v)
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '.') {
+			b[i] = '-'
+		}
+	}
+	out := strings.Trim(string(b), "-.")
+	if out == "" {
+		return "unknown"
+	}
+	return out
 }
 
 // producerOptions are the options of every producer of the sink, plain or

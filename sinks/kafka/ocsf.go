@@ -8,8 +8,8 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/eventpipe/eventpipe/api/buildinfo"
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
-	"github.com/eventpipe/eventpipe/internal/buildinfo"
 )
 
 // OCSF value format (value_format: ocsf): one OCSF 1.8.0 event per
@@ -250,6 +250,8 @@ type (
 		LastSeen    string `json:"last_seen,omitempty"`
 		Detail      string `json:"detail,omitempty"`
 		Source      string `json:"source,omitempty"`
+		DecidedBy   string `json:"decided_by,omitempty"`
+		Confidence  string `json:"confidence,omitempty"`
 	}
 	ocsfProgress struct {
 		CompleteStep  string `json:"complete_step,omitempty"`
@@ -271,6 +273,8 @@ type (
 		Fix         string `json:"fix,omitempty"`
 		ExitCode    int32  `json:"exit_code,omitempty"`
 		HasExitCode bool   `json:"has_exit_code,omitempty"`
+		DecidedBy   string `json:"decided_by,omitempty"`
+		Confidence  string `json:"confidence,omitempty"`
 	}
 )
 
@@ -360,6 +364,7 @@ func OCSF(o *eventpipev1.Occurrence) ocsfEvent {
 		ev.Unmapped.PullFailure = &ocsfPullFailure{
 			Category: pf.GetCategory(), Image: pf.GetImage(), Disposition: pf.GetDisposition(), Attempts: pf.GetAttempts(),
 			FirstSeen: ocsfTime(pf.GetFirstSeen()), LastSeen: ocsfTime(pf.GetLastSeen()), Detail: pf.GetDetail(), Source: pf.GetSource(),
+			DecidedBy: pf.GetDecidedBy(), Confidence: pf.GetConfidence(),
 		}
 	}
 	if bl := o.GetBlocker(); bl != nil {
@@ -368,6 +373,7 @@ func OCSF(o *eventpipev1.Occurrence) ocsfEvent {
 			Disposition: bl.GetDisposition(), Attempts: bl.GetAttempts(), FirstSeen: ocsfTime(bl.GetFirstSeen()),
 			LastSeen: ocsfTime(bl.GetLastSeen()), Detail: bl.GetDetail(), Source: bl.GetSource(), Fix: bl.GetFix(),
 			ExitCode: bl.GetExitCode(), HasExitCode: bl.GetHasExitCode(),
+			DecidedBy: bl.GetDecidedBy(), Confidence: bl.GetConfidence(),
 		}
 	}
 	if sb := o.GetSandbox(); sb != nil {

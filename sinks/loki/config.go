@@ -28,8 +28,9 @@ type Config struct {
 	// Timeout bounds one HTTP request (the runner's push_timeout bounds the
 	// whole Push, which can be several requests when a batch is split).
 	Timeout time.Duration `json:"timeout" yaml:"timeout"`
-	// MaxAge: an occurrence older than this is sent with the push time as
-	// its entry timestamp (its own time stays in the line and metadata),
+	// MaxAge: an occurrence older than this is sent with its observed_at
+	// (else, when that is older too, the push time) as its entry timestamp
+	// (its own time stays in the line and metadata),
 	// because Loki refuses samples older than reject_old_samples_max_age
 	// (168h by default, often lowered). MaxFuture does the same for clocks
 	// that run ahead (Loki's creation_grace_period, 10m by default).

@@ -40,10 +40,15 @@
 // blocker_cause, container and image.
 //
 // The entry timestamp is the occurrence time. An occurrence older than
-// max_age (or further ahead than max_future) is sent with the push time
-// instead and keeps its own time in the line and in the occurred_at
-// metadata. One Push reads the clock once, so the retries and splits inside
-// a Push send identical entries.
+// max_age (or further ahead than max_future) is sent with the time the
+// agent observed it (observed_at) instead, or with the push time when that
+// is out of the window too, and keeps its own time in the line and in the
+// occurred_at metadata. Line, labels, structured metadata and timestamp
+// are then functions of the stored occurrence alone: a resend after a
+// restart or by another replica is byte-identical, the form Loki's own
+// de-duplication recognises (README.md, "Resends"). Only a push-time stamp differs
+// between sends. One Push reads the clock once, so the retries and splits
+// inside a Push send identical entries.
 //
 // # How answers are classified (sinks.Pusher contract)
 //

@@ -308,6 +308,8 @@ func appendLine(dst []byte, o *eventpipev1.Occurrence, maxMessage int) []byte {
 		w.ts("last_seen", pf.GetLastSeen())
 		w.str("detail", pf.GetDetail())
 		w.str("source", pf.GetSource())
+		w.str("decided_by", pf.GetDecidedBy())
+		w.str("confidence", pf.GetConfidence())
 		w.close()
 	}
 	if p := o.GetProgress(); p != nil {
@@ -333,6 +335,8 @@ func appendLine(dst []byte, o *eventpipev1.Occurrence, maxMessage int) []byte {
 		w.str("fix", bl.GetFix())
 		w.num("exit_code", int64(bl.GetExitCode()))
 		w.boolean("has_exit_code", bl.GetHasExitCode())
+		w.str("decided_by", bl.GetDecidedBy())
+		w.str("confidence", bl.GetConfidence())
 		w.close()
 	}
 	msg := o.GetMessage()

@@ -21,7 +21,8 @@ import (
 	"github.com/golang/snappy"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/eventpipe/eventpipe/internal/buildinfo"
+	"github.com/eventpipe/eventpipe/api/buildinfo"
+	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
 	"github.com/eventpipe/eventpipe/sinks"
 )
 
@@ -242,6 +243,24 @@ func (s *Sink) Push(ctx context.Context, batch []sinks.Record) error {
 
 // build turns a batch into entries whose lines live in arena (returned,
 // grown). Records that cannot be sent are recorded in failed.
+// inWindow reports whether Loki accepts ts as an entry time at now.
+func (s *Sink) inWindow(ts, now time.Time) bool {
+	return !ts.IsZero() && now.Sub(ts) <= s.cfg.MaxAge && ts.Sub(now) <= s.cfg.MaxFuture
+}
+
+// restamp is the entry time of an occurrence whose own time Loki would
+// refuse: the moment the agent observed it when Loki accepts that, so a
+// resend (after a restart, by another replica) carries the same timestamp
+// and Loki can drop it as an exact duplicate; else, only when the
+// observation is itself out of the window (the sink was behind longer than
+// max_age), the push time.
+func (s *Sink) restamp(o *eventpipev1.Occurrence, now time.Time) time.Time {
+	if ts := o.GetObservedAt(); ts != nil && ts.IsValid() && (ts.Seconds != 0 || ts.Nanos != 0) && s.inWindow(ts.AsTime(), now) {
+		return ts.AsTime()
+	}
+	return now
+}
+
 func (s *Sink) build(batch []sinks.Record, now time.Time, arena []byte, failed map[int]error) ([]entry, []byte) {
 	entries := make([]entry, 0, len(batch))
 	ends := make([]int, 0, len(batch))
@@ -266,8 +285,8 @@ func (s *Sink) build(batch []sinks.Record, now time.Time, arena []byte, failed m
 		}
 		occurred := occurredAt(o)
 		ts := occurred
-		if ts.IsZero() || now.Sub(ts) > s.cfg.MaxAge || ts.Sub(now) > s.cfg.MaxFuture {
-			ts = now
+		if !s.inWindow(ts, now) {
+			ts = s.restamp(o, now)
 			s.m.restamped.Inc()
 		}
 		pairs = s.labeler.labels(o, pairs)

@@ -20,6 +20,7 @@ import (
 	"github.com/golang/snappy"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
 	"github.com/eventpipe/eventpipe/sinks"
@@ -454,7 +455,11 @@ func TestPushRestampsOldAndFuture(t *testing.T) {
 	future := pullFailure("sb", 3, now.Add(time.Hour))
 	noTime := scheduled(4, now)
 	noTime.OccurredAt, noTime.ObservedAt = nil, nil
-	if err := s.Push(context.Background(), records(recent, old, future, noTime)); err != nil {
+	// An old Event the agent saw only now (a relist after an outage):
+	// stamped with its observation, which every resend repeats.
+	relisted := pullFailure("sb", 5, now.Add(-26*time.Hour))
+	relisted.ObservedAt = timestamppb.New(now.Add(-2 * time.Minute))
+	if err := s.Push(context.Background(), records(recent, old, future, noTime, relisted)); err != nil {
 		t.Fatal(err)
 	}
 	got := map[string]time.Time{}
@@ -473,10 +478,11 @@ func TestPushRestampsOldAndFuture(t *testing.T) {
 			}
 		}
 	}
-	if !got[recent.EventId].Equal(now.Add(-59*time.Minute)) || !got[old.EventId].Equal(now) || !got[future.EventId].Equal(now) || !got[noTime.EventId].Equal(now) {
+	if !got[recent.EventId].Equal(now.Add(-59*time.Minute)) || !got[old.EventId].Equal(now) || !got[future.EventId].Equal(now) || !got[noTime.EventId].Equal(now) ||
+		!got[relisted.EventId].Equal(now.Add(-2*time.Minute)) {
 		t.Fatalf("timestamps %v", got)
 	}
-	if v := counterValue(t, s.m.restamped); v != 3 {
+	if v := counterValue(t, s.m.restamped); v != 4 {
 		t.Fatalf("restamped metric %v", v)
 	}
 }

@@ -9,11 +9,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/eventpipe/eventpipe/internal/buildinfo"
+	"github.com/eventpipe/eventpipe/api/buildinfo"
 )
 
 // TestUserAgentIsTheBuildVersion: the sink names itself with the build's
-// version (internal/buildinfo). cmd/eventpipe's
+// version (api/buildinfo). cmd/eventpipe's
 // TestReleaseBuildReportsItsVersion runs this test in a binary linked with
 // the release flags and EVENTPIPE_WANT_VERSION set to the version it
 // stamped; run alone it checks against the unstamped fallback.

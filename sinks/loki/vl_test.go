@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
 	"github.com/eventpipe/eventpipe/sinks"
@@ -290,7 +291,9 @@ func TestVictoriaLogsOutageDrill(t *testing.T) {
 	}
 	// A second sink on the same log (the file sink) must keep flowing
 	// while Loki is down.
-	fs, err := file.New(file.Config{Path: filepath.Join(t.TempDir(), "events.jsonl"), MaxBytes: 1 << 30, MaxFiles: 1}, nil, nil)
+	fcfg := file.NewDefaultConfig()
+	fcfg.Path, fcfg.MaxBytes, fcfg.MaxFiles = filepath.Join(t.TempDir(), "events.jsonl"), 1<<30, 1
+	fs, err := file.New(fcfg, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -396,4 +399,108 @@ func TestVictoriaLogsOutageDrill(t *testing.T) {
 	}
 	t.Logf("outage drill: %d occurrences, %d rows (duplicates from retried batches: %d), loki cursor %d -> %d during the outage, file cursor %d -> %d (head %d)",
 		len(ids), len(got), len(got)-len(seen), stoppedAt, duringOutage, fileAtStop, fileAtRestart, headAtRestart)
+}
+
+// TestVictoriaLogsResendIsByteIdentical: a sink pushes 200 occurrences; a
+// restarted sink (a new process, minutes later: the runner resends from
+// its last committed cursor, or another replica takes the partition over)
+// pushes the last 100 again. Every resent entry is byte-identical to its
+// first copy: stream labels, timestamp, line and structured metadata,
+// including an old Event observed only recently (stamped with its
+// observation, not the push time). Counted with a LogsQL stats query over
+// the entries' whole content: 200 distinct entries. VictoriaLogs does not
+// de-duplicate (it stores each copy: 300 rows); Loki drops an exact copy
+// (README.md, "Resends"). The one entry that cannot be identical is shown
+// too: an occurrence whose own time and observation are both out of Loki's
+// window is stamped with the push time, so its copy differs in _time only.
+func TestVictoriaLogsResendIsByteIdentical(t *testing.T) {
+	vl := victorialogs.Start(t)
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	occs := sinktest.NewGenerator(23, "resend-").Batch(200)
+	for i, o := range occs {
+		at := now.Add(-10*time.Minute + time.Duration(i)*10*time.Millisecond)
+		o.OccurredAt, o.ObservedAt = timestamppb.New(at), timestamppb.New(at.Add(35*time.Millisecond))
+	}
+	relisted, stale := occs[150], occs[199]
+	relisted.OccurredAt = timestamppb.New(now.Add(-26 * time.Hour))
+	stale.OccurredAt, stale.ObservedAt = timestamppb.New(now.Add(-26*time.Hour)), timestamppb.New(now.Add(-25*time.Hour))
+
+	first := newVLSink(t, vl, nil)
+	pushAll(t, first, occs, 50)
+	_ = first.Close()
+	second := newVLSink(t, vl, nil)
+	second.now = func() time.Time { return time.Now().Add(3 * time.Minute) } // the resend comes later
+	pushAll(t, second, occs[100:], 50)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	rows, err := vl.WaitFor(ctx, `{job="eventpipe"}`, 300)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 300 {
+		t.Fatalf("%d rows, want 300 (VictoriaLogs keeps both copies)", len(rows))
+	}
+	// Rows of one event_id: the two copies of a resent entry must agree in
+	// every field VictoriaLogs returns.
+	byID := map[string][]map[string]any{}
+	for _, r := range rows {
+		id, _ := r["event_id"].(string)
+		byID[id] = append(byID[id], r)
+	}
+	for i, o := range occs {
+		got := byID[o.GetEventId()]
+		want := 1
+		if i >= 100 {
+			want = 2
+		}
+		if len(got) != want {
+			t.Fatalf("%s: %d rows, want %d", o.GetEventId(), len(got), want)
+		}
+		if want == 1 {
+			continue
+		}
+		a, b := canonicalRow(t, got[0]), canonicalRow(t, got[1])
+		if o == stale {
+			if a == b {
+				t.Errorf("the push-time stamped entry %s came back identical; it cannot (different push times)", o.GetEventId())
+			}
+			delete(got[0], "_time")
+			delete(got[1], "_time")
+			a, b = canonicalRow(t, got[0]), canonicalRow(t, got[1])
+		}
+		if a != b {
+			t.Errorf("resend of %s differs:\n first %s\nresend %s", o.GetEventId(), a, b)
+		}
+	}
+	if ts := byID[relisted.GetEventId()][0]["_time"]; ts != relisted.GetObservedAt().AsTime().Format(time.RFC3339Nano) {
+		t.Errorf("relisted occurrence stamped %v, want its observed_at %s", ts, relisted.GetObservedAt().AsTime().Format(time.RFC3339Nano))
+	}
+
+	// The same count through LogsQL: entries grouped by their whole
+	// content (stream, time, line, metadata).
+	stats, err := vl.Query(ctx, `{job="eventpipe"} | stats by (_stream, _time, _msg, event_id, occurred_at, sandbox_id, sandbox_name, reason, pull_category, blocker_cause, container, image) count() as copies`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copies := map[string]int{}
+	for _, r := range stats {
+		copies[fmt.Sprint(r["copies"])]++
+	}
+	// 100 pushed once, 99 resent identically (2 copies each), and the
+	// push-time stamped one as 2 groups of 1.
+	if len(stats) != 201 || copies["1"] != 102 || copies["2"] != 99 {
+		t.Errorf("LogsQL: %d distinct entries by content (copies: %v), want 201: 102 single, 99 resent identically", len(stats), copies)
+	}
+	t.Logf("VictoriaLogs: %d rows, %d distinct by content; copies per entry: %v", len(rows), len(stats), copies)
+}
+
+// canonicalRow is a row as sorted JSON, for comparing whole rows.
+func canonicalRow(t *testing.T, r map[string]any) string {
+	t.Helper()
+	b, err := json.Marshal(r) // encoding/json sorts map keys
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }

@@ -33,10 +33,11 @@ import (
 	"github.com/eventpipe/eventpipe/testenv/scenario"
 )
 
-// DefaultScenarios are the seed scenarios, a blocker other than an image
-// (pvc-unbound: the workspace claim has no StorageClass) and a healthy
-// sandbox.
-var DefaultScenarios = []string{"img-missing", "sup-bad", "pvc-unbound", "healthy"}
+// DefaultScenarios are the testenv/osdriver scenarios Run creates by
+// default: the two seeds (their pulls fail in the hollow node's kubelet),
+// blockers the scheduler and the controller-manager write themselves, and a
+// healthy sandbox.
+var DefaultScenarios = []string{"img-missing", "sup-bad", "pvc-unbound", "no-cpu", "taint", "selector", "healthy"}
 
 // Config says what to run.
 type Config struct {
@@ -50,22 +51,19 @@ type Config struct {
 	// DataDir holds the collector's log, the file sink, the tokens and the
 	// logs. Default: a temporary directory removed when Run returns.
 	DataDir string
-	// BinDir holds etcd and kube-apiserver (default: $EVENTPIPE_BIN_DIR,
-	// else <repo root>/.bin); missing ones are built there.
+	// BinDir holds etcd, kube-apiserver, kubeparts and the Agent Sandbox
+	// controller (default: $EVENTPIPE_BIN_DIR, else <repo root>/.bin);
+	// missing ones are built there.
 	BinDir string
-	// Scenarios to play (embedded mode; default DefaultScenarios), each in
-	// Mode (default managed), Pace apart between steps (default 150ms, so
-	// the diagnosis is seen to change).
+	// Scenarios are the testenv/osdriver scenarios created in the control
+	// plane of its own (default DefaultScenarios), each in Mode (default
+	// managed). That control plane runs the writers (testenv/kube
+	// AllWriters: kube-scheduler, kube-controller-manager, the Agent
+	// Sandbox controller) and one hollow node (a real kubelet), and the
+	// sandboxes are created as the OpenShell driver would: every Event and
+	// condition shown is written by a Kubernetes component.
 	Scenarios []string
 	Mode      scenario.Mode
-	Pace      time.Duration
-	// Writers runs the real writers on the control plane (testenv/kube
-	// AllWriters: kube-scheduler, kube-controller-manager, the Agent
-	// Sandbox controller) and creates the Scenarios of testenv/osdriver
-	// (default DefaultWriterScenarios) as the OpenShell driver would,
-	// instead of playing testenv/scenario's: every Event and condition
-	// shown is then written by a Kubernetes component.
-	Writers bool
 	// Out receives the view. Terminal redraws it in place every Refresh
 	// (default 1s); otherwise a new view is printed whenever a diagnosis
 	// changes.
@@ -87,15 +85,9 @@ func (c *Config) defaults() {
 	}
 	if c.Scenarios == nil && c.Kubeconfig == "" {
 		c.Scenarios = DefaultScenarios
-		if c.Writers {
-			c.Scenarios = DefaultWriterScenarios
-		}
 	}
 	if c.Mode == "" {
 		c.Mode = scenario.ModeManaged
-	}
-	if c.Pace == 0 {
-		c.Pace = 150 * time.Millisecond
 	}
 	if c.Refresh <= 0 {
 		c.Refresh = time.Second
@@ -109,15 +101,11 @@ func (c *Config) defaults() {
 // package doc). It returns nil after a clean stop on ctx.
 func Run(ctx context.Context, cfg Config) (err error) {
 	cfg.defaults()
-	if cfg.Writers && cfg.Kubeconfig != "" {
-		return errors.New("the writers run on the control plane of its own: not with a kubeconfig")
+	if len(cfg.Scenarios) > 0 && cfg.Kubeconfig != "" {
+		return errors.New("scenarios are created in the control plane of its own: not with a kubeconfig")
 	}
 	for _, s := range cfg.Scenarios {
-		known := scenario.Names()
-		if cfg.Writers {
-			known = osdriver.Names()
-		}
-		if !slices.Contains(known, s) {
+		if known := osdriver.Names(); !slices.Contains(known, s) {
 			return fmt.Errorf("unknown scenario %q (known: %s)", s, strings.Join(known, ", "))
 		}
 	}
@@ -176,7 +164,7 @@ type demo struct {
 	readerTok string
 
 	mu       sync.Mutex
-	played   []string // "name (namespace, id)"
+	played   []string // "name: description (namespace, id; written by ...)"
 	playErr  error
 	playDone bool
 }
@@ -192,16 +180,12 @@ func (d *demo) run(ctx context.Context) error {
 	var restCfg *rest.Config
 	if cfg.Kubeconfig == "" {
 		d.printf("eventpipe: the whole pipeline on this machine, on a control plane of its own (nothing else is touched)\n")
-		binDir, err := ensureBinaries(ctx, cfg.BinDir, cfg.Writers, d.printf)
+		binDir, err := ensureBinaries(ctx, cfg.BinDir, d.printf)
 		if err != nil {
 			return err
 		}
 		t0 := time.Now()
-		opts := kube.Options{Dir: filepath.Join(d.dir, "cluster"), BinDir: binDir, Logger: d.logger}
-		if cfg.Writers {
-			opts.Writers = kube.AllWriters
-		}
-		cl, err := kube.StartProcess(ctx, opts)
+		cl, err := kube.StartProcess(ctx, kube.Options{Dir: filepath.Join(d.dir, "cluster"), BinDir: binDir, Logger: d.logger, Writers: kube.AllWriters})
 		if err != nil {
 			return fmt.Errorf("start the control plane: %w", err)
 		}
@@ -209,15 +193,20 @@ func (d *demo) run(ctx context.Context) error {
 		etcdPID, apiPID := cl.PIDs()
 		d.printf("  control plane  kube-apiserver %s (pid %d), etcd %s (pid %d): ready in %s\n",
 			cl.URL(), apiPID, cl.EtcdURL(), etcdPID, time.Since(t0).Round(time.Millisecond))
-		if cfg.Writers {
-			pids := cl.WriterPIDs()
-			names := slices.Sorted(maps.Keys(pids))
-			for i, n := range names {
-				names[i] = fmt.Sprintf("%s (pid %d)", n, pids[n])
-			}
-			d.printf("  writers        %s\n", strings.Join(names, ", "))
-			d.printf("  kubeconfig     %s (admin; kubectl --kubeconfig %s get events -A)\n", cl.Kubeconfig(), cl.Kubeconfig())
+		pids := cl.WriterPIDs()
+		names := slices.Sorted(maps.Keys(pids))
+		for i, n := range names {
+			names[i] = fmt.Sprintf("%s (pid %d)", n, pids[n])
 		}
+		d.printf("  writers        %s\n", strings.Join(names, ", "))
+		t1 := time.Now()
+		node, err := osdriver.StartNode(ctx, cl)
+		if err != nil {
+			return fmt.Errorf("start the hollow node: %w", err)
+		}
+		d.printf("  node           %s: a real kubelet (pid %d) with eventpipe's CRI, Ready in %s (log %s)\n",
+			node.Name(), node.PID(), time.Since(t1).Round(time.Millisecond), filepath.Join(node.Dir(), "kubelet.log"))
+		d.printf("  kubeconfig     %s (admin; kubectl --kubeconfig %s get events -A)\n", cl.Kubeconfig(), cl.Kubeconfig())
 		restCfg = cl.AgentConfig()
 	} else {
 		d.printf("eventpipe: the pipeline on this machine against the cluster of %s (read-only: list and watch)\n", cfg.Kubeconfig)
@@ -285,19 +274,12 @@ func (d *demo) run(ctx context.Context) error {
 	d.printf("  collector      gRPC %s (Ingest, Follow; tokens), durable log %s\n", d.coll.GRPCAddr(), filepath.Join(d.dir, "log"))
 	d.printf("  agent          as %s (least privilege: list/watch)\n", d.agentIdentity())
 	d.printf("  data, logs     %s\n", d.dir)
-	if d.cluster != nil && len(cfg.Scenarios) > 0 && cfg.Writers {
-		d.printf("  creating       %s as the OpenShell driver would (%s mode); the writers write the rest\n", strings.Join(cfg.Scenarios, ", "), cfg.Mode)
+	if d.cluster != nil && len(cfg.Scenarios) > 0 {
+		d.printf("  creating       %s as the OpenShell driver would (%s mode); the kubelet, scheduler and controllers write the rest\n", strings.Join(cfg.Scenarios, ", "), cfg.Mode)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			d.createSandboxes(inner)
-		}()
-	} else if d.cluster != nil && len(cfg.Scenarios) > 0 {
-		d.printf("  playing        %s (kubelet, scheduler and controller events, %s apart)\n", strings.Join(cfg.Scenarios, ", "), cfg.Pace)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			d.play(inner)
 		}()
 	}
 	d.printf("  Ctrl-C stops everything.\n\n")
@@ -405,41 +387,6 @@ func (d *demo) readerConn() (*grpc.ClientConn, error) {
 	return conn, nil
 }
 
-// play plays the scenarios side by side, each at the configured pace.
-func (d *demo) play(ctx context.Context) {
-	clients, err := scenario.NewClients(d.cluster.AdminConfig())
-	if err != nil {
-		d.setPlayErr(err)
-		return
-	}
-	var wg sync.WaitGroup
-	for _, name := range d.cfg.Scenarios {
-		sc, err := scenario.Build(name, scenario.Params{Mode: d.cfg.Mode})
-		if err != nil {
-			d.setPlayErr(err)
-			return
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			res, err := scenario.PlayWith(ctx, clients, sc, scenario.Options{Pace: d.cfg.Pace})
-			if err != nil {
-				if ctx.Err() == nil {
-					d.setPlayErr(err)
-				}
-				return
-			}
-			d.mu.Lock()
-			d.played = append(d.played, fmt.Sprintf("%s: %s (%d Events)", name, sc.Description, len(res.Events)))
-			d.mu.Unlock()
-		}()
-	}
-	wg.Wait()
-	d.mu.Lock()
-	d.playDone = true
-	d.mu.Unlock()
-}
-
 func (d *demo) setPlayErr(err error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -449,11 +396,11 @@ func (d *demo) setPlayErr(err error) {
 	d.playDone = true
 }
 
-// ensureBinaries returns the directory holding etcd and kube-apiserver (and
-// with writers kubeparts and agent-sandbox-controller), building them with
+// ensureBinaries returns the directory holding etcd, kube-apiserver,
+// kubeparts and agent-sandbox-controller, building them with
 // testenv/build/build.sh when missing and showing the build's progress and
 // duration.
-func ensureBinaries(ctx context.Context, binDir string, writers bool, printf func(string, ...any)) (string, error) {
+func ensureBinaries(ctx context.Context, binDir string, printf func(string, ...any)) (string, error) {
 	if binDir == "" {
 		binDir = os.Getenv(kube.BinDirEnv)
 	}
@@ -464,10 +411,7 @@ func ensureBinaries(ctx context.Context, binDir string, writers bool, printf fun
 		}
 		binDir = filepath.Join(root, ".bin")
 	}
-	names := []string{"etcd", "kube-apiserver"}
-	if writers {
-		names = append(names, "kubeparts", "agent-sandbox-controller")
-	}
+	names := []string{"etcd", "kube-apiserver", "kubeparts", "agent-sandbox-controller"}
 	missing := slices.DeleteFunc(slices.Clone(names), func(n string) bool { return executable(filepath.Join(binDir, n)) })
 	if len(missing) == 0 {
 		printf("  control plane  binaries in %s\n", binDir)
@@ -476,7 +420,7 @@ func ensureBinaries(ctx context.Context, binDir string, writers bool, printf fun
 	if rootErr != nil {
 		return "", fmt.Errorf("build the control plane into %s: %w", binDir, rootErr)
 	}
-	printf("  building       %s into %s with testenv/build/build.sh (first run only; a cold build takes 6 minutes on 2 cores, 15-20 with the writers)\n", strings.Join(missing, ", "), binDir)
+	printf("  building       %s into %s with testenv/build/build.sh (first run only; a cold build takes 15-20 minutes on 2 cores)\n", strings.Join(missing, ", "), binDir)
 	t0 := time.Now()
 	if err := runBuild(ctx, filepath.Join(root, "testenv", "build", "build.sh"), root, binDir, printf); err != nil {
 		return "", err

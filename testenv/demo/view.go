@@ -33,8 +33,8 @@ func (d *demo) view(ctx context.Context, errs <-chan error) error {
 		playErr, done, played := d.playErr, d.playDone, append([]string(nil), d.played...)
 		d.mu.Unlock()
 		if playErr != nil {
-			d.printf("\neventpipe: play the scenarios: %v\n", playErr)
-			return fmt.Errorf("play the scenarios: %w", playErr)
+			d.printf("\neventpipe: create the sandboxes: %v\n", playErr)
+			return fmt.Errorf("create the sandboxes: %w", playErr)
 		}
 		sbs := d.watcher.Sandboxes()
 		now := time.Now()
@@ -45,7 +45,7 @@ func (d *demo) view(ctx context.Context, errs <-chan error) error {
 			b.WriteString("\n")
 			b.WriteString(d.dataText())
 			if done && len(played) > 0 {
-				b.WriteString("played:\n  " + strings.Join(played, "\n  ") + "\n")
+				b.WriteString("created:\n  " + strings.Join(played, "\n  ") + "\n")
 			}
 			b.WriteString("Ctrl-C stops everything.\n")
 			d.printf("%s", b.String())
@@ -58,12 +58,12 @@ func (d *demo) view(ctx context.Context, errs <-chan error) error {
 		if done && doneAt.IsZero() {
 			doneAt = now
 		}
-		// Once the scenarios are played and the pipeline has caught up
+		// Once the sandboxes are created and the pipeline has caught up
 		// (or after a while), say where the data went.
 		if !dataShown && !doneAt.IsZero() && (d.caughtUp() || now.Sub(doneAt) > 10*time.Second) {
 			dataShown = true
 			if len(played) > 0 {
-				d.printf("played:\n  %s\n", strings.Join(played, "\n  "))
+				d.printf("created:\n  %s\n", strings.Join(played, "\n  "))
 			}
 			d.printf("%s(the pipeline keeps running: new events show up above; Ctrl-C stops everything)\n\n", d.dataText())
 		}

@@ -22,13 +22,14 @@
 //     the components that write Events and statuses: kube-scheduler,
 //     kube-controller-manager (ControllerManagerControllers: volume binding,
 //     namespaces, quota, garbage collection, service accounts and tokens;
-//     with it ServiceAccount admission is on) and the Agent Sandbox
+//     with it ServiceAccount admission is on; the node lifecycle controller
+//     lifts a hollow node's not-ready taint once its kubelet reports Ready,
+//     and taints a node whose kubelet stopped) and the Agent Sandbox
 //     controller, whose own CRDs then replace testenv/crds'. Each runs with
 //     leader election off, as a child like the others, and is ready when
 //     its health endpoint answers (the controller-manager: once the default
-//     namespace has its service account). Stop stops them first. There is
-//     no kubelet yet: RegisterNode registers a Node as a kubelet would, so
-//     the scheduler's decisions are real but nothing runs the pods.
+//     namespace has its service account). Stop stops them first. The pods
+//     they place run on hollow nodes (AddNode).
 //   - AdminConfig is system:masters; AgentConfig authenticates as the
 //     service account user system:serviceaccount:eventpipe:eventpipe-agent
 //     (a static token), so it has exactly the permissions the agent ships.

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -136,6 +135,21 @@ func (n *Node) SetRuntime(rc RuntimeConfig) error { return writeJSONAtomic(n.run
 
 var dnsLabel = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
 
+// maxNodeDir is the longest node directory whose unix sockets fit in
+// sun_path (107 bytes and a NUL): the kubelet binds
+// root/device-plugins/kubelet.sock and root/pod-resources/<9-10 digits>
+// under it, and with a longer path it dies with "bind: invalid argument"
+// in its log only.
+const maxNodeDir = 107 - len("/root/device-plugins/kubelet.sock")
+
+// checkNodeDir refuses a node directory too long for the kubelet's sockets.
+func checkNodeDir(dir string) error {
+	if len(dir) > maxNodeDir {
+		return fmt.Errorf("node directory %s is %d bytes long: the kubelet's unix sockets under it need it at most %d (use a shorter cluster directory)", dir, len(dir), maxNodeDir)
+	}
+	return nil
+}
+
 // AddNode starts a hollow node against this control plane and waits until
 // its Node is Ready. The kubelet authenticates as the admin user (the
 // apiserver runs RBAC only, no Node authorizer); its Events carry source
@@ -145,11 +159,15 @@ func (c *Cluster) AddNode(ctx context.Context, nc NodeConfig) (*Node, error) {
 	if !dnsLabel.MatchString(nc.Name) {
 		return nil, fmt.Errorf("add node: name %q is not a DNS label", nc.Name)
 	}
-	bin, err := kubepartsBinary(ctx, c.opts.BinDir, func(f string, a ...any) { c.logger.Info(fmt.Sprintf(f, a...)) })
+	binDir, err := binaries(ctx, c.binDir, []string{kubepartsBin}, func(f string, a ...any) { c.logger.Info(fmt.Sprintf(f, a...)) })
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("add node %s: %w", nc.Name, err)
 	}
+	bin := filepath.Join(binDir, kubepartsBin)
 	dir := filepath.Join(c.dir, "nodes", nc.Name)
+	if err := checkNodeDir(dir); err != nil {
+		return nil, fmt.Errorf("add node %s: %w", nc.Name, err)
+	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("add node %s: %w", nc.Name, err)
 	}
@@ -303,43 +321,4 @@ func writeJSONAtomic(path string, v any) error {
 		return fmt.Errorf("write %s: %w", filepath.Base(path), err)
 	}
 	return nil
-}
-
-// kubepartsBinary returns the path of kubeparts (the hollow kubelet),
-// building it with testenv/build/build.sh when missing.
-func kubepartsBinary(ctx context.Context, binDir string, log func(string, ...any)) (string, error) {
-	root, rootErr := RepoRoot()
-	if binDir == "" {
-		binDir = os.Getenv(BinDirEnv)
-	}
-	if binDir == "" {
-		if rootErr != nil {
-			return "", fmt.Errorf("locate kubeparts (set %s): %w", BinDirEnv, rootErr)
-		}
-		binDir = filepath.Join(root, ".bin")
-	}
-	bin := filepath.Join(binDir, "kubeparts")
-	if isExecutable(bin) {
-		return bin, nil
-	}
-	if rootErr != nil {
-		return "", fmt.Errorf("build kubeparts in %s: %w", binDir, rootErr)
-	}
-	buildMu.Lock()
-	defer buildMu.Unlock()
-	if isExecutable(bin) {
-		return bin, nil
-	}
-	script := filepath.Join(root, "testenv", "build", "build.sh")
-	log("kube: %s missing: running %s (a cold build of the kubelet takes several minutes)", bin, script)
-	cmd := exec.CommandContext(ctx, script, binDir)
-	cmd.Dir = root
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("build kubeparts with %s: %w\n%s", script, err, tail(out, 4000))
-	}
-	if !isExecutable(bin) {
-		return "", errors.New("build kubeparts: build.sh succeeded but the binary is still missing")
-	}
-	return bin, nil
 }

@@ -24,8 +24,9 @@ type Writers struct {
 	// condition.
 	Scheduler bool
 	// ControllerManager runs kube-controller-manager with the controllers
-	// ControllerManagerControllers lists (volume binding, namespaces,
-	// quota, garbage collection, service accounts and their tokens). With
+	// ControllerManagerControllers lists (node lifecycle, volume binding,
+	// namespaces, quota, garbage collection, service accounts and their
+	// tokens). With
 	// it, kube-apiserver's ServiceAccount admission is on, as in a real
 	// cluster: a pod is refused until its namespace's default service
 	// account exists.
@@ -48,8 +49,11 @@ func WithWriters(w Writers) Option { return func(o *Options) { o.Writers = w } }
 
 // ControllerManagerControllers are the kube-controller-manager controllers
 // a Writers.ControllerManager cluster runs. The node lifecycle controller
-// is not among them: it would taint nodes that no kubelet heartbeats.
+// is among them because the apiserver gives every new Node the not-ready
+// taint and only that controller lifts it once the kubelet reports Ready:
+// without it the scheduler places no pod on a hollow node.
 var ControllerManagerControllers = []string{
+	"node-lifecycle-controller",
 	"persistentvolume-binder-controller",
 	"persistentvolumeclaim-protection-controller",
 	"persistentvolume-protection-controller",

@@ -19,9 +19,9 @@ import (
 	"github.com/eventpipe/eventpipe/testenv/kube"
 )
 
-// TestWriters starts the control plane with every writer and checks that
-// each one does its job on it: the words checked are the components' own,
-// read back from the apiserver.
+// TestWriters starts the control plane with every writer and a hollow node
+// and checks that each one does its job on it: the words checked are the
+// components' own, read back from the apiserver.
 func TestWriters(t *testing.T) {
 	c := kube.Start(t, kube.WithWriters(kube.AllWriters))
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
@@ -36,7 +36,9 @@ func TestWriters(t *testing.T) {
 			t.Fatalf("%s not running (writers: %v)", name, pids)
 		}
 	}
-	if err := kube.RegisterNode(ctx, cs, kube.NodeSpec{Name: "node-1", CPU: "4", Memory: "8Gi"}); err != nil {
+	nctx, ncancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer ncancel()
+	if _, err := c.AddNode(nctx, kube.NodeConfig{Name: "node-1", CPU: "4", Memory: "8Gi"}); err != nil {
 		t.Fatal(err)
 	}
 	const ns = "writers"
@@ -47,6 +49,24 @@ func TestWriters(t *testing.T) {
 	if err := c.WaitServiceAccount(ctx, ns); err != nil {
 		t.Fatal(err)
 	}
+
+	t.Run("node-lifecycle-controller", func(t *testing.T) {
+		// The apiserver gave the new Node the not-ready taint; the
+		// controller lifts it once the kubelet reports Ready, or the
+		// scheduler would place nothing there.
+		poll(ctx, t, "node-1 without the not-ready taint", func() (bool, string) {
+			n, err := cs.CoreV1().Nodes().Get(ctx, "node-1", metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			for _, ta := range n.Spec.Taints {
+				if ta.Key == corev1.TaintNodeNotReady {
+					return false, fmt.Sprint(n.Spec.Taints)
+				}
+			}
+			return true, ""
+		})
+	})
 
 	t.Run("scheduler", func(t *testing.T) {
 		fits := pod(ns, "fits", "100m")
@@ -103,14 +123,15 @@ func TestWriters(t *testing.T) {
 			t.Errorf("pod's controller = %+v, want the Sandbox %s", ref, created.GetUID())
 		}
 		// ... and writes the Sandbox's Ready condition from it: scheduled
-		// on node-1 by the scheduler, nothing runs it (no kubelet).
+		// on node-1 by the scheduler, run by node-1's kubelet, which
+		// reports it Ready with an address.
 		poll(ctx, t, "the Sandbox's Ready condition", func() (bool, string) {
 			got, err := dc.Resource(gvr).Namespace(ns).Get(ctx, "box", metav1.GetOptions{})
 			if err != nil {
 				return false, err.Error()
 			}
 			r := condition(got, "Ready")
-			return r["status"] == "False" && r["reason"] == "DependenciesNotReady" && r["message"] == "Pod exists with phase: Pending", fmt.Sprint(r)
+			return r["status"] == "True" && r["reason"] == "DependenciesReady" && strings.HasPrefix(fmt.Sprint(r["message"]), "Pod is Ready"), fmt.Sprint(r)
 		})
 	})
 
@@ -118,9 +139,9 @@ func TestWriters(t *testing.T) {
 		// Deleting a namespace finishes only when the namespace
 		// controller has emptied it: a claim (its protection finalizer
 		// lifted by the pvc-protection controller), a pod, a Sandbox and
-		// the pod its controller made. No pod here is bound to a node: a
-		// bound pod waits for its kubelet to confirm the deletion, and
-		// node-1 has none.
+		// the pod its controller made. No pod here is bound to a node (a
+		// bound pod waits for its kubelet to confirm the deletion: the
+		// Sandbox's pod of the test above shows that path).
 		const gone = "writers-gone"
 		if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: gone}}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)

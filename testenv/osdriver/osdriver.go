@@ -29,9 +29,15 @@ var SandboxGVR = schema.GroupVersionResource{Group: "agents.x-k8s.io", Version: 
 // scenario.Sandbox) and what its pod template asks of a node.
 type Sandbox struct {
 	scenario.Sandbox
-	// Requests are the agent container's resource requests (none when
+	// Requests and Limits are the agent container's resources (none when
+	// nil; an extended resource such as nvidia.com/gpu needs both).
+	Requests, Limits corev1.ResourceList
+	// ReadinessProbe is the agent container's readiness probe (none when
 	// nil).
-	Requests corev1.ResourceList
+	ReadinessProbe *corev1.Probe
+	// Volumes are added to the pod template and mounted into the agent
+	// container at /mnt/<name>.
+	Volumes []corev1.Volume
 	// NodeSelector and Tolerations go into the workload pod template.
 	NodeSelector map[string]string
 	Tolerations  []corev1.Toleration
@@ -157,8 +163,12 @@ func (s Sandbox) DriverCR() (*unstructured.Unstructured, error) {
 	for k, v := range cr.GetLabels() {
 		tmpl.Labels[k] = v
 	}
-	if s.Requests != nil {
-		tmpl.Spec.Containers[0].Resources.Requests = s.Requests
+	agent := &tmpl.Spec.Containers[0]
+	agent.Resources.Requests, agent.Resources.Limits = s.Requests, s.Limits
+	agent.ReadinessProbe = s.ReadinessProbe
+	for _, v := range s.Volumes {
+		tmpl.Spec.Volumes = append(tmpl.Spec.Volumes, v)
+		agent.VolumeMounts = append(agent.VolumeMounts, corev1.VolumeMount{Name: v.Name, MountPath: "/mnt/" + v.Name})
 	}
 	podTemplate, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&tmpl)
 	if err != nil {

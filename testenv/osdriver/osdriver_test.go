@@ -59,6 +59,25 @@ func TestDriverCR(t *testing.T) {
 				t.Errorf("node selector %v", pod.Spec.NodeSelector)
 			}
 		}},
+		{"gpu: request and limit", "no-gpu", scenario.ModeManaged, func(t *testing.T, s Sandbox, pod corev1.PodTemplateSpec, cr *unstructured.Unstructured) {
+			r := pod.Spec.Containers[0].Resources
+			if q, l := r.Requests["nvidia.com/gpu"], r.Limits["nvidia.com/gpu"]; q.String() != "1" || l.String() != "1" {
+				t.Errorf("gpu request %s, limit %s", q.String(), l.String())
+			}
+		}},
+		{"secret volume mounted into the agent", "no-secret", scenario.ModeManaged, func(t *testing.T, s Sandbox, pod corev1.PodTemplateSpec, cr *unstructured.Unstructured) {
+			if v := pod.Spec.Volumes; len(v) != 1 || v[0].Secret == nil || v[0].Secret.SecretName != "sandbox-credentials" {
+				t.Errorf("volumes %+v", v)
+			}
+			if m := pod.Spec.Containers[0].VolumeMounts; len(m) != 1 || m[0].Name != "credentials" {
+				t.Errorf("agent mounts %+v", m)
+			}
+		}},
+		{"readiness probe", "unready", scenario.ModeManaged, func(t *testing.T, s Sandbox, pod corev1.PodTemplateSpec, cr *unstructured.Unstructured) {
+			if p := pod.Spec.Containers[0].ReadinessProbe; p == nil || p.Exec == nil || p.Exec.Command[0] != "cat" {
+				t.Errorf("readiness probe %+v", p)
+			}
+		}},
 		{"quota: older generation, no supervisor pod", "quota", scenario.ModeOperator, func(t *testing.T, s Sandbox, pod corev1.PodTemplateSpec, cr *unstructured.Unstructured) {
 			if s.HasSupervisorPod() || pod.Annotations["openshell.io/sandbox-id"] != s.ID {
 				t.Errorf("generation: supervisor pod %v, annotations %v", s.HasSupervisorPod(), pod.Annotations)

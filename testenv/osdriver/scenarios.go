@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -26,11 +27,61 @@ const (
 	PoolMissing = "gpu"
 )
 
-// Node is the node the scenarios expect (see RegisterNodes).
-var Node = kube.NodeSpec{
-	Name: NodeName, CPU: "4", Memory: "8Gi",
-	Labels: map[string]string{PoolLabel: PoolPresent},
-	Taints: []corev1.Taint{{Key: TaintKey, Value: TaintValue, Effect: corev1.TaintEffectNoSchedule}},
+// The readiness probe of scenario unready, which the node's runtime
+// answers with a failure.
+var readinessProbe = &corev1.Probe{
+	ProbeHandler:  corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"cat", "/tmp/ready"}}},
+	PeriodSeconds: 2, FailureThreshold: 1,
+}
+
+// Node is the hollow node the scenarios expect (see StartNode): its
+// capacity, label and taint are what the scheduling scenarios miss, and its
+// runtime fails the pulls of the seeds' images the way containerd 2.x does
+// for a tag that does not exist. The workload pod's init containers finish
+// after a second, as OpenShell's do once they have copied their files, so
+// that a pod whose images pull goes on to run its agent. The agent of
+// scenario crash-loop exits with code 1 a second after each start, the
+// one of oom is OOM-killed, and every agent fails the readiness probe of
+// scenario unready.
+func Node() kube.NodeConfig {
+	finish := func(name string) kube.ContainerRule {
+		return kube.ContainerRule{Container: name, ExitAfter: kube.Duration(time.Second)}
+	}
+	return kube.NodeConfig{
+		Name: NodeName, CPU: "4", Memory: "8Gi",
+		Labels: map[string]string{PoolLabel: PoolPresent},
+		Taints: []corev1.Taint{{Key: TaintKey, Value: TaintValue, Effect: corev1.TaintEffectNoSchedule}},
+		Runtime: kube.RuntimeConfig{
+			Images: []kube.ImageRule{
+				{Image: scenario.ImageMissing, Pull: kube.PullNotFound},
+				{Image: scenario.SupervisorImageBad, Pull: kube.PullNotFound},
+			},
+			Containers: []kube.ContainerRule{
+				finish(scenario.ContainerSandboxBootstrap),
+				finish(scenario.ContainerSupervisorInstall),
+				finish(scenario.ContainerWorkspaceInit),
+				// By pod name: the CR's name starts with the scenario's in
+				// both modes (managed "crash-loop", shared with its default
+				// workspace "crash-loop--crash-loop").
+				{Pod: "crash-loop*", Container: scenario.ContainerAgent, ExitAfter: kube.Duration(time.Second), ExitCode: 1},
+				{Pod: "oom*", Container: scenario.ContainerAgent, ExitAfter: kube.Duration(time.Second), OOMKilled: true},
+				{Container: scenario.ContainerAgent, Exec: []kube.ExecRule{{Command: readinessProbe.Exec.Command, ExitCode: 1,
+					Stderr: "cat: can't open '/tmp/ready': No such file or directory"}}},
+			},
+		},
+	}
+}
+
+// StartNode starts Node on the cluster (a real kubelet; see
+// kube.Cluster.AddNode). The cluster needs the writers (kube.AllWriters):
+// the node lifecycle controller lifts the node's not-ready taint and the
+// scheduler places the pods.
+func StartNode(ctx context.Context, c *kube.Cluster) (*kube.Node, error) {
+	n, err := c.AddNode(ctx, Node())
+	if err != nil {
+		return nil, fmt.Errorf("osdriver: %w", err)
+	}
+	return n, nil
 }
 
 var tolerateNode = []corev1.Toleration{{Key: TaintKey, Operator: corev1.TolerationOpEqual, Value: TaintValue, Effect: corev1.TaintEffectNoSchedule}}
@@ -41,10 +92,7 @@ type Scenario struct {
 	Description string
 	// Writers names the components whose writing the scenario shows.
 	Writers string
-	// NeedsKubelet: the trouble is only seen once a kubelet runs the pod
-	// (an image pull); without one the sandbox stops at Scheduled.
-	NeedsKubelet bool
-	build        func(Params) (Sandbox, error)
+	build   func(Params) (Sandbox, error)
 	// setup runs before the sandbox is created (a volume, a quota).
 	setup func(ctx context.Context, d *Driver, s Sandbox) error
 }
@@ -74,21 +122,21 @@ func add(s Scenario) { Scenarios[s.Name] = s }
 
 func init() {
 	add(Scenario{Name: "img-missing", Description: "the workload image's tag does not exist (seed img-missing)",
-		Writers: "kube-scheduler (Scheduled), Agent Sandbox controller (Ready), kubelet (Pulling, Failed, BackOff)", NeedsKubelet: true,
+		Writers: "kube-scheduler (Scheduled), kubelet (Pulling, Failed, BackOff), Agent Sandbox controller (Ready)",
 		build: func(p Params) (Sandbox, error) {
 			s := p.sandbox("img-missing")
 			s.Image = scenario.ImageMissing
 			return s, nil
 		}, setup: provision})
 	add(Scenario{Name: "sup-bad", Description: "the supervisor image's tag does not exist (seed sup-bad)",
-		Writers: "kube-scheduler (Scheduled), kubelet (Pulling, Failed, BackOff)", NeedsKubelet: true,
+		Writers: "kube-scheduler (Scheduled), kubelet (Pulling, Failed, BackOff on the supervisor pod; Pulled, Started on the workload pod), Agent Sandbox controller (Ready)",
 		build: func(p Params) (Sandbox, error) {
 			s := p.sandbox("sup-bad")
 			s.SupervisorImage = scenario.SupervisorImageBad
 			return s, nil
 		}, setup: provision})
 	add(Scenario{Name: "healthy", Description: "nothing blocks it",
-		Writers: "kube-scheduler (Scheduled), Agent Sandbox controller (Ready)",
+		Writers: "kube-scheduler (Scheduled), kubelet (Pulled, Created, Started), Agent Sandbox controller (Ready)",
 		build:   func(p Params) (Sandbox, error) { return p.sandbox("healthy"), nil }, setup: provision})
 	add(Scenario{Name: "pvc-unbound", Description: "the workspace claim names no StorageClass and the cluster has no default one",
 		Writers: "persistentvolume-controller (FailedBinding), kube-scheduler (FailedScheduling: unbound claim)",
@@ -125,6 +173,40 @@ func init() {
 			s.NodeSelector = map[string]string{PoolLabel: PoolMissing}
 			return s, nil
 		}})
+	add(Scenario{Name: "no-gpu", Description: "the agent asks for a GPU and no node has one",
+		Writers: "kube-scheduler (FailedScheduling: Insufficient nvidia.com/gpu)",
+		build: func(p Params) (Sandbox, error) {
+			s := p.sandbox("no-gpu")
+			s.NoWorkspaceClaim = true // no volume race (see noClaim)
+			gpu := corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}
+			s.Requests, s.Limits = gpu, gpu
+			return s, nil
+		}})
+	add(Scenario{Name: "no-secret", Description: "the pod mounts a Secret that does not exist",
+		Writers: "kube-scheduler (Scheduled), kubelet (FailedMount), Agent Sandbox controller (Ready)",
+		build: func(p Params) (Sandbox, error) {
+			s := p.sandbox("no-secret")
+			s.Volumes = []corev1.Volume{{Name: "credentials", VolumeSource: corev1.VolumeSource{
+				Secret: &corev1.SecretVolumeSource{SecretName: "sandbox-credentials"}}}}
+			return s, nil
+		}, setup: provision})
+	add(Scenario{Name: "crash-loop", Description: "the agent exits with code 1 a second after each start",
+		Writers: "kube-scheduler (Scheduled), kubelet (Started, BackOff; container status), Agent Sandbox controller (Ready)",
+		build: func(p Params) (Sandbox, error) {
+			return p.sandbox("crash-loop"), nil
+		}, setup: provision})
+	add(Scenario{Name: "oom", Description: "the agent is OOM-killed a second after each start",
+		Writers: "kube-scheduler (Scheduled), kubelet (Started, BackOff; container status OOMKilled), Agent Sandbox controller (Ready)",
+		build: func(p Params) (Sandbox, error) {
+			return p.sandbox("oom"), nil
+		}, setup: provision})
+	add(Scenario{Name: "unready", Description: "the agent's readiness probe fails",
+		Writers: "kube-scheduler (Scheduled), kubelet (Unhealthy), Agent Sandbox controller (Ready: Pod is Running but not Ready)",
+		build: func(p Params) (Sandbox, error) {
+			s := p.sandbox("unready")
+			s.ReadinessProbe = readinessProbe
+			return s, nil
+		}, setup: provision})
 	add(Scenario{Name: "quota", Description: "a ResourceQuota of the workspace allows no pod",
 		Writers: "kube-apiserver quota admission, through the Agent Sandbox controller (Ready: ReconcilerError)",
 		build: func(p Params) (Sandbox, error) {
@@ -189,7 +271,7 @@ func Build(name string, p Params) (Scenario, Sandbox, error) {
 }
 
 // Run builds the named scenario, sets up what it needs and creates its
-// sandbox as the driver does. The node must be registered (RegisterNodes).
+// sandbox as the driver does. The node must run (StartNode).
 func (d *Driver) Run(ctx context.Context, name string, p Params) (Sandbox, error) {
 	sc, s, err := Build(name, p)
 	if err != nil {
@@ -204,10 +286,4 @@ func (d *Driver) Run(ctx context.Context, name string, p Params) (Sandbox, error
 		return Sandbox{}, err
 	}
 	return s, nil
-}
-
-// RegisterNodes registers Node, for a cluster without a kubelet (see
-// kube.RegisterNode).
-func (d *Driver) RegisterNodes(ctx context.Context) error {
-	return kube.RegisterNode(ctx, d.cs, Node)
 }

@@ -4,6 +4,13 @@
 // kube-apiserver, as they appear on a real cluster, so the agent
 // can be tested end to end without a kubelet, a runtime or a registry.
 //
+// It is our imitation of those writers. Where they can be driven here
+// (testenv/kube's writers and hollow nodes, testenv/osdriver: make run and
+// the real-writer end-to-end tests) they are used instead; the player stays
+// where they cannot: replaying the message corpora (wordings of runtimes
+// and registries the hollow node's CRI does not speak), fault injection
+// and bulk load.
+//
 // A Scenario is an ordered list of steps (create a namespace, a Sandbox CR,
 // a pod, a PVC; update a pod's or CR's status; write or repeat an Event;
 // delete an object) built with a Builder, plus, for every Event it writes,
@@ -30,5 +37,6 @@
 //     objects are named as OpenShell names them, so two plays of the same
 //     scenario in one cluster need different Params.Workspace (or Name).
 //   - Pods are deleted with grace period 0 and PVC finalizers are removed,
-//     since no kubelet or controller-manager runs in the test cluster.
+//     since no kubelet or controller-manager runs in the clusters it plays
+//     into.
 package scenario

@@ -210,8 +210,9 @@ const (
 // node, phase, and the init containers then the containers (spec order)
 // with image and, from the status of the same name, restart count, waiting
 // reason/message and the terminated reason (else the last state's).
-// waiting reports whether some container waits with a non-empty reason (the
-// pod wants a pod-status diagnosis).
+// waiting reports whether some container waits with a non-empty reason, or
+// is terminated other than Completed with exit code 0 (the pod wants a
+// pod-status diagnosis).
 func DecodePod(raw []byte, o *MetaOptions) (p *enrich.Pod, waiting bool, err error) {
 	p = &enrich.Pod{}
 	// spec and status may each occur more than once (they merge); their
@@ -392,7 +393,8 @@ func statusName(b []byte) ([]byte, error) {
 }
 
 // applyStatus applies a ContainerStatus to ct when its name is ct's, as
-// the agent's transform did; it reports whether ct waits with a reason.
+// the agent's transform did; it reports whether ct waits with a reason or
+// ended badly (a current termination other than Completed with code 0).
 func applyStatus(b []byte, ct *enrich.Container, o *MetaOptions) (bool, error) {
 	name, err := statusName(b)
 	if err != nil {
@@ -438,8 +440,13 @@ func applyStatus(b []byte, ct *enrich.Container, o *MetaOptions) (bool, error) {
 	// The exit code is that same termination's.
 	if st.setTerm {
 		ct.TerminatedReason, ct.TerminatedExitCode = o.intern(st.termReason), st.termExit
+		ct.Terminated = true
+		// A container that ended badly and waits for nothing (restartPolicy
+		// Never, a failed init container) needs the diagnosis as much as a
+		// waiting one; Completed with exit code 0 does not.
+		waiting = waiting || st.termExit != 0 || len(st.termReason) > 0 && string(st.termReason) != "Completed"
 	} else if st.setLastTerm {
-		ct.TerminatedReason, ct.TerminatedExitCode = o.intern(st.lastTermReason), st.lastTermExit
+		ct.TerminatedReason, ct.TerminatedExitCode, ct.Terminated = o.intern(st.lastTermReason), st.lastTermExit, false
 	}
 	return waiting, nil
 }

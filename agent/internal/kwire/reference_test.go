@@ -68,9 +68,10 @@ func (c refConv) pod(o *corev1.Pod) (*enrich.Pod, bool) {
 					waiting = waiting || w.Reason != ""
 				}
 				if t := st.State.Terminated; t != nil {
-					ct.TerminatedReason, ct.TerminatedExitCode = t.Reason, t.ExitCode
+					ct.TerminatedReason, ct.TerminatedExitCode, ct.Terminated = t.Reason, t.ExitCode, true
+					waiting = waiting || t.ExitCode != 0 || t.Reason != "" && t.Reason != "Completed"
 				} else if t := st.LastTerminationState.Terminated; t != nil {
-					ct.TerminatedReason, ct.TerminatedExitCode = t.Reason, t.ExitCode
+					ct.TerminatedReason, ct.TerminatedExitCode, ct.Terminated = t.Reason, t.ExitCode, false
 				}
 			}
 			p.Containers = append(p.Containers, ct)

@@ -589,7 +589,22 @@ type PullFailure struct {
 	// message), for humans.
 	Detail string `protobuf:"bytes,7,opt,name=detail,proto3" json:"detail,omitempty"`
 	// "event" (an Event said so) or "pod_status" (a container waiting reason).
-	Source        string `protobuf:"bytes,8,opt,name=source,proto3" json:"source,omitempty"`
+	Source string `protobuf:"bytes,8,opt,name=source,proto3" json:"source,omitempty"`
+	// How the category was decided: "text_rule" (the runtime's words),
+	// "cluster_context" (what the cluster says around the failure) or
+	// "registry" (the registry was asked and answered: verified). The
+	// DecidedBy* constants in values.go. A later, better-founded answer
+	// (context, registry) replaces category, detail and these two fields on a
+	// later occurrence: one diagnosis, updated in place, never a second one.
+	DecidedBy string `protobuf:"bytes,9,opt,name=decided_by,json=decidedBy,proto3" json:"decided_by,omitempty"`
+	// How sure the decision is, on a fixed three-step scale (Confidence* in
+	// values.go): "certain" (a specific rule or an answer that names the
+	// cause, e.g. a 404 for the manifest, a 401 with the realm), "likely"
+	// (a rule that points one way but whose words other causes share, e.g.
+	// "not found or unauthorized"), "weak" (only a fragment matched). A weak
+	// match, or rules that disagree, are reported as category "unrecognised"
+	// with the runtime's words in detail and no fix.
+	Confidence    string `protobuf:"bytes,10,opt,name=confidence,proto3" json:"confidence,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -676,6 +691,20 @@ func (x *PullFailure) GetDetail() string {
 func (x *PullFailure) GetSource() string {
 	if x != nil {
 		return x.Source
+	}
+	return ""
+}
+
+func (x *PullFailure) GetDecidedBy() string {
+	if x != nil {
+		return x.DecidedBy
+	}
+	return ""
+}
+
+func (x *PullFailure) GetConfidence() string {
+	if x != nil {
+		return x.Confidence
 	}
 	return ""
 }
@@ -789,8 +818,14 @@ type Blocker struct {
 	Fix string `protobuf:"bytes,11,opt,name=fix,proto3" json:"fix,omitempty"`
 	// The container's last exit code from the pod status, when known (0
 	// otherwise; see has_exit_code).
-	ExitCode      int32 `protobuf:"varint,12,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
-	HasExitCode   bool  `protobuf:"varint,13,opt,name=has_exit_code,json=hasExitCode,proto3" json:"has_exit_code,omitempty"`
+	ExitCode    int32 `protobuf:"varint,12,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
+	HasExitCode bool  `protobuf:"varint,13,opt,name=has_exit_code,json=hasExitCode,proto3" json:"has_exit_code,omitempty"`
+	// How the cause was decided and how sure it is: the same values and
+	// meaning as PullFailure.decided_by and PullFailure.confidence. Cause
+	// "unrecognised" (values.go) when no rule can say which cause it is: the
+	// runtime's words are in detail and fix is empty.
+	DecidedBy     string `protobuf:"bytes,14,opt,name=decided_by,json=decidedBy,proto3" json:"decided_by,omitempty"`
+	Confidence    string `protobuf:"bytes,15,opt,name=confidence,proto3" json:"confidence,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -916,6 +951,20 @@ func (x *Blocker) GetHasExitCode() bool {
 	return false
 }
 
+func (x *Blocker) GetDecidedBy() string {
+	if x != nil {
+		return x.DecidedBy
+	}
+	return ""
+}
+
+func (x *Blocker) GetConfidence() string {
+	if x != nil {
+		return x.Confidence
+	}
+	return ""
+}
+
 var File_eventpipe_v1_occurrence_proto protoreflect.FileDescriptor
 
 const file_eventpipe_v1_occurrence_proto_rawDesc = "" +
@@ -976,7 +1025,7 @@ const file_eventpipe_v1_occurrence_proto_rawDesc = "" +
 	"\fcr_namespace\x18\x05 \x01(\tR\vcrNamespace\x12\x17\n" +
 	"\acr_name\x18\x06 \x01(\tR\x06crName\x129\n" +
 	"\n" +
-	"deleted_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tdeletedAt\"\xa1\x02\n" +
+	"deleted_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tdeletedAt\"\xe0\x02\n" +
 	"\vPullFailure\x12\x1a\n" +
 	"\bcategory\x18\x01 \x01(\tR\bcategory\x12\x14\n" +
 	"\x05image\x18\x02 \x01(\tR\x05image\x12 \n" +
@@ -986,13 +1035,19 @@ const file_eventpipe_v1_occurrence_proto_rawDesc = "" +
 	"first_seen\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tfirstSeen\x127\n" +
 	"\tlast_seen\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\blastSeen\x12\x16\n" +
 	"\x06detail\x18\a \x01(\tR\x06detail\x12\x16\n" +
-	"\x06source\x18\b \x01(\tR\x06source\"\x9c\x01\n" +
+	"\x06source\x18\b \x01(\tR\x06source\x12\x1d\n" +
+	"\n" +
+	"decided_by\x18\t \x01(\tR\tdecidedBy\x12\x1e\n" +
+	"\n" +
+	"confidence\x18\n" +
+	" \x01(\tR\n" +
+	"confidence\"\x9c\x01\n" +
 	"\bProgress\x12#\n" +
 	"\rcomplete_step\x18\x01 \x01(\tR\fcompleteStep\x12%\n" +
 	"\x0ecomplete_label\x18\x02 \x01(\tR\rcompleteLabel\x12\x1f\n" +
 	"\vactive_step\x18\x03 \x01(\tR\n" +
 	"activeStep\x12#\n" +
-	"\ractive_detail\x18\x04 \x01(\tR\factiveDetail\"\x9e\x03\n" +
+	"\ractive_detail\x18\x04 \x01(\tR\factiveDetail\"\xdd\x03\n" +
 	"\aBlocker\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x14\n" +
 	"\x05cause\x18\x02 \x01(\tR\x05cause\x12\x16\n" +
@@ -1008,7 +1063,12 @@ const file_eventpipe_v1_occurrence_proto_rawDesc = "" +
 	" \x01(\tR\x06source\x12\x10\n" +
 	"\x03fix\x18\v \x01(\tR\x03fix\x12\x1b\n" +
 	"\texit_code\x18\f \x01(\x05R\bexitCode\x12\"\n" +
-	"\rhas_exit_code\x18\r \x01(\bR\vhasExitCodeB=Z;github.com/eventpipe/eventpipe/api/eventpipe/v1;eventpipev1b\x06proto3"
+	"\rhas_exit_code\x18\r \x01(\bR\vhasExitCode\x12\x1d\n" +
+	"\n" +
+	"decided_by\x18\x0e \x01(\tR\tdecidedBy\x12\x1e\n" +
+	"\n" +
+	"confidence\x18\x0f \x01(\tR\n" +
+	"confidenceB=Z;github.com/eventpipe/eventpipe/api/eventpipe/v1;eventpipev1b\x06proto3"
 
 var (
 	file_eventpipe_v1_occurrence_proto_rawDescOnce sync.Once

@@ -1,5 +1,7 @@
 package eventpipev1
 
+import "strings"
+
 // SchemaVersion is the current value of Occurrence.schema_version.
 const SchemaVersion = 1
 
@@ -78,7 +80,16 @@ const (
 	// has no processor for (zstd on an old containerd), an artifact that
 	// is no image (a Helm chart under the name).
 	CategoryUnsupportedFormat = "unsupported_format"
-	CategoryUnknown           = "unknown"
+	// CategoryUnknown: the message carries no cause at all (a bare
+	// "Back-off pulling image", "image pull failed for unknown error").
+	CategoryUnknown = "unknown"
+	// CategoryUnrecognised: the message carries the runtime's words for a
+	// cause, but no rule can say which with confidence: rules that point
+	// at different causes matched, only a weak fragment matched, or none
+	// did. detail holds the runtime's words; there is no fix, because a
+	// guessed one would send the user down the wrong path. Confidence is
+	// ConfidenceWeak.
+	CategoryUnrecognised = "unrecognised"
 )
 
 // PullCategories lists every value of PullFailure.category this build
@@ -89,7 +100,45 @@ var PullCategories = []string{
 	CategoryTLSError, CategoryRateLimited, CategoryInvalidReference, CategoryNeverPull,
 	CategoryPlatformMismatch, CategoryNodeStorage, CategoryPolicyRejected, CategoryTimeout,
 	CategoryKubeletThrottled, CategoryRuntimeStore, CategoryUnsupportedFormat, CategoryUnknown,
+	CategoryUnrecognised,
 }
+
+// Values of PullFailure.decided_by and Blocker.decided_by: what the
+// category or cause was decided from. A cause decided from more evidence
+// (the cluster around the failure, the registry's own answer) replaces
+// one decided from less, in the same fields of a later occurrence.
+const (
+	// DecidedByTextRule: a rule over the Event's reason and message (or a
+	// container status's reason and message), in enrich.
+	DecidedByTextRule = "text_rule"
+	// DecidedByClusterContext: what the cluster says around the failure
+	// (other Events, other pods' pulls of the image, the pod's pull
+	// secrets by name), read by the agent.
+	DecidedByClusterContext = "cluster_context"
+	// DecidedByRegistry: the registry was asked and its answer decided
+	// (the diagnosis is verified).
+	DecidedByRegistry = "registry"
+)
+
+// Values of PullFailure.confidence and Blocker.confidence: how sure the
+// decision is, on a fixed three-step scale.
+const (
+	// ConfidenceCertain: the evidence names the cause: a structured
+	// field (a container's terminated reason, an Event reason that means
+	// one cause), a rule specific to one cause that no other rule
+	// contradicts, or a registry answer (404 for the manifest, 429).
+	ConfidenceCertain = "certain"
+	// ConfidenceLikely: one cause is indicated, but by words or evidence
+	// other causes can share, or only after a documented precedence
+	// between rules that matched together (the node's disk before the
+	// registry's "not found"), or by a fallback rule (an Event reason
+	// whose message named no cause).
+	ConfidenceLikely = "likely"
+	// ConfidenceWeak: nothing decides. The category is unknown (the
+	// message names no cause) or unrecognised (the words do not decide
+	// between causes), and no fix is given.
+	ConfidenceWeak = "weak"
+)
 
 // Values of PullFailure.disposition.
 const (
@@ -121,6 +170,32 @@ const (
 func IsSandboxDeletion(o *Occurrence) bool {
 	return o.GetReason() == ReasonSandboxDeleted && o.GetReportingComponent() == ComponentAgent &&
 		o.GetSandbox().GetDeletedAt() != nil
+}
+
+// The supervisor-image check occurrence: the agent (verify.supervisor)
+// writes one when the answer about the OpenShell gateway's supervisor image
+// changes: at start, when the image setting changes, when the registry
+// answers otherwise. It is no Kubernetes Event and belongs to no sandbox:
+// its sandbox carries only gateway_id, its involved_object is the gateway's
+// Deployment or StatefulSet, reporting_component ComponentAgent, image the
+// supervisor image, image_role ImageRoleSupervisor; type Warning with
+// reason ReasonSupervisorImageUnavailable and a pull_failure (the cause
+// the registry established) when the image cannot be pulled, type Normal
+// with ReasonSupervisorImageVerified when it can. Its event_id starts
+// with SupervisorCheckEventIDPrefix. A Follow of a gateway's sandboxes
+// carries it, so `eventpipe diagnose --supervisor` shows a bad supervisor
+// image before any sandbox failed on it.
+const (
+	ReasonSupervisorImageUnavailable = "SupervisorImageUnavailable"
+	ReasonSupervisorImageVerified    = "SupervisorImageVerified"
+	SupervisorCheckEventIDPrefix     = "supervisor-image/"
+)
+
+// IsSupervisorCheck reports whether o is the agent's supervisor-image
+// check occurrence.
+func IsSupervisorCheck(o *Occurrence) bool {
+	return strings.HasPrefix(o.GetEventId(), SupervisorCheckEventIDPrefix) && o.GetReportingComponent() == ComponentAgent &&
+		o.GetSandbox().GetId() == ""
 }
 
 // Gateway progress steps and labels (openshell.progress.* keys).
@@ -183,6 +258,24 @@ const (
 	BlockerExitError   = "exit_error"    // the container exits with a non-zero code
 	BlockerStartFailed = "start_failed"  // the runtime cannot start the container
 	BlockerKeyNotFound = "key_not_found" // a key the container reads is missing from a Secret or ConfigMap
+	// A probe keeps failing (or cannot run: "probe errored"), so the
+	// container never becomes Ready (readiness), is restarted (liveness)
+	// or never finishes starting (startup). One failed probe is transient
+	// and no blocker: it becomes one once it failed as often as the
+	// kubelet's default failureThreshold (3) within the window.
+	BlockerReadinessProbe = "readiness_probe_failed"
+	BlockerLivenessProbe  = "liveness_probe_failed"
+	BlockerStartupProbe   = "startup_probe_failed"
+	// volume: the claim waits on an external provisioner (its
+	// StorageClass's CSI driver) that has not created the volume for
+	// longer than the documented time (enrich: 5 minutes): the
+	// provisioner is missing, not running or not registered. Before that,
+	// ExternalProvisioning is normal progress and no blocker.
+	BlockerProvisionerWaiting = "provisioner_waiting"
 	// any kind
 	BlockerUnknown = "unknown"
+	// BlockerUnrecognised: the kind is known but the words do not decide
+	// the cause (rules for different causes matched, or only a weak
+	// fragment): detail holds the runtime's words and fix is empty.
+	BlockerUnrecognised = "unrecognised"
 )

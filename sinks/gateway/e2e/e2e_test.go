@@ -116,17 +116,21 @@ type played struct {
 	podUID string
 }
 
-// TestEndToEndSeedScenarios: the seed scenarios (workload image missing,
-// supervisor image bad tag) in shared and managed mode, played into the
-// real kube-apiserver, go through the real agent, the real collector and
-// the proxy to a gateway client: every attributed occurrence arrives once
-// as a platform event with its keys, the driver's own kubernetes events do
-// not, ImagePulled=False is on WatchSandboxes snapshots, GetSandbox and
-// ListSandboxes until a Pulled of the agent container (of the supervisor
-// container, for the supervisor pod), and pulling_image completes only on
-// the agent container's Pulled.
-func TestEndToEndSeedScenarios(t *testing.T) {
-	cluster := kube.Start(t)
+// pipeline is the real pipeline from a cluster to a gateway client: the
+// agent, a collector, the proxy in front of the test driver, and one
+// WatchSandboxes stream read into st.
+type pipeline struct {
+	col *collector.Collector
+	drv *gatewaytest.Driver
+	gw  *gatewaytest.Client
+	st  *stream
+}
+
+// startPipeline starts the pipeline on cluster and returns once the agent
+// is ready, the gateway's stream is open and the proxy follows the
+// collector. Everything stops at the test's cleanup.
+func startPipeline(t *testing.T, cluster *kube.Cluster) *pipeline {
+	t.Helper()
 	dir, err := os.MkdirTemp("/tmp", "gwe2e")
 	if err != nil {
 		t.Fatal(err)
@@ -227,6 +231,22 @@ func TestEndToEndSeedScenarios(t *testing.T) {
 		return false, "no follow_connected gauge"
 	})
 
+	return &pipeline{col: col, drv: drv, gw: gw, st: st}
+}
+
+// TestEndToEndSeedScenarios: the seed scenarios (workload image missing,
+// supervisor image bad tag) in shared and managed mode, played into the
+// real kube-apiserver, go through the real agent, the real collector and
+// the proxy to a gateway client: every attributed occurrence arrives once
+// as a platform event with its keys, the driver's own kubernetes events do
+// not, ImagePulled=False is on WatchSandboxes snapshots, GetSandbox and
+// ListSandboxes until a Pulled of the agent container (of the supervisor
+// container, for the supervisor pod), and pulling_image completes only on
+// the agent container's Pulled.
+func TestEndToEndSeedScenarios(t *testing.T) {
+	cluster := kube.Start(t)
+	pl := startPipeline(t, cluster)
+	col, drv, gw, st := pl.col, pl.drv, pl.gw, pl.st
 	clients, err := scenario.NewClients(cluster.AdminConfig())
 	if err != nil {
 		t.Fatal(err)
@@ -386,7 +406,6 @@ func driverSandbox(sb scenario.Sandbox) gatewaytest.Sandbox {
 // checkFailure checks the condition on a fresh snapshot, Get and List.
 func checkFailure(t *testing.T, p *played, st *stream, gw *gatewaytest.Client, drv *gatewaytest.Driver, want bool) {
 	t.Helper()
-	id := p.sb.ID
 	check := func(where string, s gatewaytest.Sandbox) (bool, string) {
 		c, has := s.Condition(gateway.ConditionImage)
 		ready, _ := s.Condition("Ready")
@@ -412,7 +431,17 @@ func checkFailure(t *testing.T, p *played, st *stream, gw *gatewaytest.Client, d
 		}
 		return true, ""
 	}
-	waitFor(t, 20*time.Second, fmt.Sprintf("condition present=%v on Get, List and a snapshot", want), func() (bool, string) {
+	checkAnswers(t, st, gw, drv, driverSandbox(p.sb), fmt.Sprintf("condition present=%v", want), check)
+}
+
+// checkAnswers waits until check holds for the sandbox sb as GetSandbox,
+// ListSandboxes and a fresh WatchSandboxes snapshot (after the driver Puts
+// sb again) answer it through the proxy.
+func checkAnswers(t *testing.T, st *stream, gw *gatewaytest.Client, drv *gatewaytest.Driver, sb gatewaytest.Sandbox, what string,
+	check func(where string, s gatewaytest.Sandbox) (bool, string)) {
+	t.Helper()
+	id := sb.ID
+	waitFor(t, 20*time.Second, what+" on Get, List and a snapshot", func() (bool, string) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		r, err := gw.Unary(ctx, gatewaytest.MethodGet, protoString(1, id))
@@ -436,7 +465,7 @@ func checkFailure(t *testing.T, p *played, st *stream, gw *gatewaytest.Client, d
 			}
 		}
 		_, n := st.snapshot(id)
-		drv.Put(driverSandbox(p.sb))
+		drv.Put(sb)
 		deadline := time.Now().Add(5 * time.Second)
 		for {
 			s, m := st.snapshot(id)

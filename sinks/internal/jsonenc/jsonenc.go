@@ -191,6 +191,8 @@ func AppendProtoJSON(b []byte, o *eventpipev1.Occurrence) ([]byte, error) {
 		w.ts("last_seen", p.GetLastSeen())
 		w.str("detail", p.GetDetail())
 		w.str("source", p.GetSource())
+		w.str("decided_by", p.GetDecidedBy())
+		w.str("confidence", p.GetConfidence())
 		w.close()
 	}
 	if p := o.GetProgress(); p != nil {
@@ -216,6 +218,8 @@ func AppendProtoJSON(b []byte, o *eventpipev1.Occurrence) ([]byte, error) {
 		w.str("fix", bl.GetFix())
 		w.int("exit_code", int64(bl.GetExitCode()))
 		w.bool("has_exit_code", bl.GetHasExitCode())
+		w.str("decided_by", bl.GetDecidedBy())
+		w.str("confidence", bl.GetConfidence())
 		w.close()
 	}
 	w.b = append(w.b, '}')

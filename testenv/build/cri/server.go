@@ -265,7 +265,13 @@ func (s *Server) CreateContainer(_ context.Context, req *runtimeapi.CreateContai
 	}
 	id := newID()
 	meta := sb.status.Metadata
-	rule, has := s.config().containerRule(meta.GetNamespace(), meta.GetName(), cfg.GetMetadata().GetName(), cfg.GetImage().GetImage())
+	// The kubelet names the image by the id its pull returned; the
+	// reference the pod spec wrote, which rules name, comes beside it.
+	image := cfg.GetImage().GetUserSpecifiedImage()
+	if image == "" {
+		image = cfg.GetImage().GetImage()
+	}
+	rule, has := s.config().containerRule(meta.GetNamespace(), meta.GetName(), cfg.GetMetadata().GetName(), image)
 	var logPath string
 	if sb.logDir != "" && cfg.GetLogPath() != "" {
 		logPath = filepath.Join(sb.logDir, cfg.GetLogPath())

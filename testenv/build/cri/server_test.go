@@ -60,17 +60,25 @@ func (h *harness) pull(image string) error {
 	return err
 }
 
-// container creates a sandbox for pod ns/pod and starts container name in it.
+// container creates a sandbox for pod ns/pod and starts container name in
+// it, as the kubelet does: it pulls the image and creates the container
+// with the image id the pull returned and the reference the pod spec
+// wrote.
 func (h *harness) container(t *testing.T, ns, pod, name, image string) string {
 	t.Helper()
 	ctx := context.Background()
+	pulled, err := h.img.PullImage(ctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: image}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	sb, err := h.rt.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: &runtimeapi.PodSandboxConfig{
 		Metadata: &runtimeapi.PodSandboxMetadata{Name: pod, Namespace: ns, Uid: "u-" + pod}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	c, err := h.rt.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: sb.PodSandboxId,
-		Config: &runtimeapi.ContainerConfig{Metadata: &runtimeapi.ContainerMetadata{Name: name}, Image: &runtimeapi.ImageSpec{Image: image}}})
+		Config: &runtimeapi.ContainerConfig{Metadata: &runtimeapi.ContainerMetadata{Name: name},
+			Image: &runtimeapi.ImageSpec{Image: pulled.ImageRef, UserSpecifiedImage: image}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,22 +158,26 @@ func TestContainerExits(t *testing.T) {
 		{"container": "crash", "exitAfter": "50ms", "exitCode": 2},
 		{"pod": "oom-*", "exitAfter": "50ms", "oomKilled": true},
 		{"container": "done", "exitAfter": "50ms"},
+		{"image": "docker.io/library/busybox:exits-4", "exitAfter": "50ms", "exitCode": 4},
 		{"container": "probed", "exec": [{"command": ["cat", "/tmp/ready"], "exitCode": 1, "stderr": "cat: can't open '/tmp/ready': No such file or directory"}]}]}`)
 	cases := []struct {
-		pod, name string
-		running   bool
-		code      int32
-		reason    string
+		pod, name, image string
+		running          bool
+		code             int32
+		reason           string
 	}{
-		{"p1", "crash", false, 2, "Error"},
-		{"oom-7", "main", false, 137, "OOMKilled"},
-		{"p2", "done", false, 0, "Completed"},
-		{"p3", "probed", true, 0, ""},
-		{"p4", "other", true, 0, ""},
+		{"p1", "crash", "busybox:1.36", false, 2, "Error"},
+		{"oom-7", "main", "busybox:1.36", false, 137, "OOMKilled"},
+		{"p2", "done", "busybox:1.36", false, 0, "Completed"},
+		{"p3", "probed", "busybox:1.36", true, 0, ""},
+		{"p4", "other", "busybox:1.36", true, 0, ""},
+		// By image: the kubelet names the image by the id its pull
+		// returned; the rule names the pod spec's reference (normalised).
+		{"p5", "by-image", "busybox:exits-4", false, 4, "Error"},
 	}
 	ids := map[string]string{}
 	for _, tc := range cases {
-		ids[tc.name] = h.container(t, "ns", tc.pod, tc.name, "busybox:1.36")
+		ids[tc.name] = h.container(t, "ns", tc.pod, tc.name, tc.image)
 	}
 	time.Sleep(300 * time.Millisecond)
 	for _, tc := range cases {

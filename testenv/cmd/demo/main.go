@@ -2,7 +2,7 @@
 // (testenv/demo). Kept out of the eventpipe binary, which stays free of the
 // test control plane and the scenario player.
 //
-//	go run ./testenv/cmd/demo                                  # embedded: own control plane + seed scenarios
+//	go run ./testenv/cmd/demo                                  # embedded: own control plane, writers, hollow node, seed scenarios
 //	go run ./testenv/cmd/demo --kubeconfig ~/.kube/config      # a real cluster, read-only
 package main
 
@@ -16,7 +16,6 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/eventpipe/eventpipe/testenv/demo"
 	"github.com/eventpipe/eventpipe/testenv/osdriver"
@@ -33,20 +32,18 @@ const usage = `Usage: demo [flags]   (make run)
 
 Runs the whole pipeline on this machine and shows what its users see.
 
-Without --kubeconfig: starts a control plane of its own on 127.0.0.1 (etcd +
-kube-apiserver, built into .bin/ on first use), a collector (durable log,
-file sink, Follow stream) and the agent under its least-privilege token,
-plays the seed scenarios (workload image missing, supervisor image with a bad
-tag), an unbound workspace claim (no StorageClass) and a healthy sandbox, and
-shows each sandbox's live diagnosis and where
-the data went. It never touches any other cluster ($KUBECONFIG is ignored).
-
-With --writers: the control plane also runs kube-scheduler,
-kube-controller-manager and the Agent Sandbox controller (built into .bin/ on
-first use), and the sandboxes are created as the OpenShell driver creates them
-(namespace, Sandbox CR, supervisor pod): every Event and condition shown is
-then written by a Kubernetes component, not by the scenario player. No kubelet
-runs yet, so image pulls are not tried (the seeds stop at Scheduled).
+Without --kubeconfig: starts a control plane of its own on 127.0.0.1 (etcd,
+kube-apiserver, kube-scheduler, kube-controller-manager, the Agent Sandbox
+controller and one hollow node: a real kubelet with eventpipe's CRI; built
+into .bin/ on first use), a collector (durable log, file sink, Follow stream)
+and the agent under its least-privilege token, creates the scenarios'
+sandboxes as the OpenShell driver creates them (namespace, Sandbox CR,
+supervisor pod): the seeds (workload image missing, supervisor image with a
+bad tag), an unbound workspace claim (no StorageClass), pods the scheduler
+cannot place and a healthy sandbox, and shows each sandbox's live diagnosis
+and where the data went. Every Event and condition shown is written by a
+Kubernetes component. It never touches any other cluster ($KUBECONFIG is
+ignored).
 
 With --kubeconfig FILE: the same collector and agent against that cluster,
 read-only (the agent lists and watches; leader election is off), showing the
@@ -68,11 +65,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&cfg.Context, "context", "", "with --kubeconfig: the context to use")
 	fs.StringVar(&cfg.Gateway, "gateway", scenario.DefaultGateway, "show the sandboxes of this gateway id")
 	fs.StringVar(&cfg.DataDir, "data-dir", "", "keep the log, file sink, tokens and logs here (default: a temporary directory removed on exit)")
-	fs.StringVar(&cfg.BinDir, "bin-dir", "", "where etcd and kube-apiserver are (and are built); default $EVENTPIPE_BIN_DIR, else .bin")
-	fs.StringVar(&scen, "scenarios", strings.Join(demo.DefaultScenarios, ","), "scenarios to play, comma-separated: "+strings.Join(scenario.Names(), ", "))
+	fs.StringVar(&cfg.BinDir, "bin-dir", "", "where the control plane's binaries are (and are built); default $EVENTPIPE_BIN_DIR, else .bin")
+	fs.StringVar(&scen, "scenarios", strings.Join(demo.DefaultScenarios, ","), "sandboxes to create, comma-separated: "+strings.Join(osdriver.Names(), ", "))
 	fs.StringVar(&mode, "mode", string(scenario.ModeManaged), "workspace mode of the scenarios: managed, shared or operator")
-	fs.DurationVar(&cfg.Pace, "pace", 150*time.Millisecond, "pause between scenario steps")
-	fs.BoolVar(&cfg.Writers, "writers", false, "run kube-scheduler, kube-controller-manager and the Agent Sandbox controller on the control plane and create the sandboxes as the OpenShell driver would (scenarios: "+strings.Join(osdriver.Names(), ", ")+"; default "+strings.Join(demo.DefaultWriterScenarios, ",")+")")
 	fs.StringVar(&cfg.CLI, "cli", "eventpipe", "the eventpipe binary the printed commands name (make run passes the one it built)")
 	plain := fs.Bool("plain", false, "print a new view on every change instead of redrawing the terminal")
 	fs.Usage = func() {
@@ -95,15 +90,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	cfg.Mode = m
-	if cfg.Writers && cfg.Kubeconfig != "" {
-		fmt.Fprintln(stderr, "demo: --writers runs on the control plane of its own, not with --kubeconfig")
-		return 2
-	}
-	if cfg.Kubeconfig == "" && scen != "" && !(cfg.Writers && scen == strings.Join(demo.DefaultScenarios, ",")) {
+	if cfg.Kubeconfig == "" && scen != "" {
 		cfg.Scenarios = strings.Split(scen, ",")
 	}
 	if cfg.Kubeconfig != "" && scen != strings.Join(demo.DefaultScenarios, ",") {
-		fmt.Fprintln(stderr, "demo: --scenarios plays into the control plane of its own; with --kubeconfig nothing is played")
+		fmt.Fprintln(stderr, "demo: --scenarios creates sandboxes in the control plane of its own; with --kubeconfig nothing is created")
 		return 2
 	}
 	if cfg.Context != "" && cfg.Kubeconfig == "" {

@@ -21,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/eventpipe/eventpipe/testenv/demo"
 	"github.com/eventpipe/eventpipe/testenv/kube"
 	"github.com/eventpipe/eventpipe/testenv/scenario"
 )
@@ -266,18 +267,24 @@ func (c *child) stopAndCheck(t *testing.T, dataDir string) {
 	}
 }
 
-// `make run`: the embedded pipeline shows both seed diagnoses with the
-// right cause and image role (retrying, then persistent), says where the
-// data went, and on Ctrl-C stops with nothing left running.
+// `make run` (no flags): the real writers and a hollow node; the embedded
+// pipeline shows both seed diagnoses, from the kubelet's own Events, with
+// the right cause and image role (retrying, then persistent), says where
+// the data went, and on Ctrl-C stops with nothing left running. What the
+// writers wrote is read back from the apiserver and followed into the file
+// sink and `eventpipe diagnose` (checkWriters).
 func TestMakeRun(t *testing.T) {
-	dataDir := filepath.Join(t.TempDir(), "data")
+	dataDir := shortDataDir(t)
 	cli := buildCLI(t)
-	c := startChild(t, "--plain", "--data-dir", dataDir, "--pace", "60ms", "--cli", cli)
-	c.waitFor(t, "the control plane", 5*time.Minute, func(out string) bool { return strings.Contains(out, "control plane  kube-apiserver") })
-	c.waitFor(t, "a retrying pull failure", 2*time.Minute, func(out string) bool {
+	t0 := time.Now()
+	c := startChild(t, "--plain", "--data-dir", dataDir, "--cli", cli)
+	c.waitFor(t, "the control plane", 10*time.Minute, func(out string) bool { return strings.Contains(out, "control plane  kube-apiserver") })
+	c.waitFor(t, "the hollow node", 5*time.Minute, func(out string) bool { return strings.Contains(out, "kubeconfig     ") })
+	t.Logf("make run: control plane, writers and hollow node ready %s after start", time.Since(t0).Round(time.Second))
+	c.waitFor(t, "a retrying pull failure", 3*time.Minute, func(out string) bool {
 		return strings.Contains(out, " retrying\n") && strings.Contains(out, "BLOCKED")
 	})
-	c.waitFor(t, "both seed diagnoses, persistent", 3*time.Minute, func(out string) bool {
+	c.waitFor(t, "both seed diagnoses, persistent", 4*time.Minute, func(out string) bool {
 		return rowHas(out, "img-missing", "BLOCKED", "workload", scenario.ImageMissing, "not_found", "persistent") &&
 			rowHas(out, "sup-bad", "BLOCKED", "supervisor", scenario.SupervisorImageBad, "not_found", "persistent") &&
 			rowHas(out, "healthy", "clear") &&
@@ -286,7 +293,8 @@ func TestMakeRun(t *testing.T) {
 			rowHas(out, "pvc-unbound", "BLOCKED", "volume", "PersistentVolumeClaim/workspace-pvc-unbound", "no_storage_class", "persistent") &&
 			lineHas(out[strings.LastIndex(out, "== "):], "unschedulable", "Pod/pvc-unbound", "unbound_pvc")
 	})
-	c.waitFor(t, "where the data went", time.Minute, func(out string) bool { return strings.Contains(out, "where the data went:") })
+	c.waitFor(t, "where the data went", 2*time.Minute, func(out string) bool { return strings.Contains(out, "where the data went:") })
+	t.Logf("make run: every default diagnosis in the view %s after start", time.Since(t0).Round(time.Second))
 	out := c.output()
 	for _, want := range []string{
 		"fix sup-bad (supervisor image): tag 0.0.0-does-not-exist does not exist in ghcr.io/nvidia/openshell/supervisor: check the supervisor image setting of the gateway",
@@ -305,7 +313,21 @@ func TestMakeRun(t *testing.T) {
 		t.Errorf("expected etcd and kube-apiserver among the children, saw %v", c.pids)
 	}
 	checkDiagnoseCommand(t, out, cli)
+	checkWriters(t, c, dataDir, scenario.ModeManaged, demo.DefaultScenarios)
 	c.stopAndCheck(t, dataDir)
+}
+
+// shortDataDir is a data directory for make run short enough for the
+// hollow node's unix sockets (t.TempDir() is named after the test and can
+// be too long; see kube.Cluster.AddNode).
+func shortDataDir(t *testing.T) string {
+	t.Helper()
+	d, err := os.MkdirTemp("", "mr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(d) })
+	return filepath.Join(d, "data")
 }
 
 // buildCLI builds cmd/eventpipe as make run does, for the view's "try"
@@ -340,17 +362,19 @@ func checkDiagnoseCommand(t *testing.T, out, cli string) {
 		t.Fatalf("try line %q does not name the built binary %s", try, cli)
 	}
 	diagnose := tryCommand(t, try)
-	if code, o := diagnose("sup-bad", "-w", scenario.DefaultWorkspace, "-o", "json"); code != 1 ||
+	// Each scenario has a workspace of its own (managed mode: a namespace
+	// each), named after it.
+	if code, o := diagnose("sup-bad", "-w", "sup-bad", "-o", "json"); code != 1 ||
 		!strings.Contains(o, `"image_role": "supervisor"`) || !strings.Contains(o, `"cause": "not_found"`) ||
 		!strings.Contains(o, `"image": "`+scenario.SupervisorImageBad+`"`) || !strings.Contains(o, `"disposition": "persistent"`) {
 		t.Errorf("eventpipe diagnose sup-bad: exit %d\n%s", code, o)
 	}
-	if code, o := diagnose("img-missing", "-w", scenario.DefaultWorkspace); code != 1 ||
+	if code, o := diagnose("img-missing", "-w", "img-missing"); code != 1 ||
 		!strings.Contains(o, "  workload image "+scenario.ImageMissing+": not_found\n") ||
 		!strings.Contains(o, "fix: tag 0.0.0-does-not-exist does not exist in docker.io/library/busybox") {
 		t.Errorf("eventpipe diagnose img-missing: exit %d\n%s", code, o)
 	}
-	if code, o := diagnose("healthy", "-w", scenario.DefaultWorkspace); code != 0 || !strings.Contains(o, "nothing blocks it") {
+	if code, o := diagnose("healthy", "-w", "healthy"); code != 0 || !strings.Contains(o, "nothing blocks it") {
 		t.Errorf("eventpipe diagnose healthy: exit %d\n%s", code, o)
 	}
 	if code, o := diagnose(try[len(try)-1]); code != 1 || !strings.Contains(o, "supervisor image "+scenario.SupervisorImageBad+" of gateway openshell: not_found") {

@@ -23,47 +23,79 @@ import (
 	"github.com/eventpipe/eventpipe/testenv/scenario"
 )
 
-// `make run ARGS=--writers`, in managed and shared mode: the sandboxes are
-// created as the OpenShell driver creates them, and every Event and
-// condition comes from kube-scheduler, kube-controller-manager's
-// persistentvolume-controller and the Agent Sandbox controller. The test
-// reads back from the apiserver what those components wrote and checks
-// that each of their Events reached the file sink unchanged and attributed
-// to its sandbox, that the Follow stream's diagnosis (the live view and
-// `eventpipe diagnose`) names the blocker they describe, and that nothing
-// is left running after Ctrl-C.
+// `make run --scenarios ...`, in managed and shared mode (TestMakeRun runs
+// the default scenarios): the sandboxes are created as the OpenShell driver
+// creates them, and every Event and condition comes from the hollow node's
+// kubelet, kube-scheduler, kube-controller-manager's
+// persistentvolume-controller and the Agent Sandbox controller (see
+// checkWriters).
 func TestMakeRunWriters(t *testing.T) {
 	for _, tc := range []struct {
 		mode      scenario.Mode
 		scenarios []string
 	}{
-		{scenario.ModeManaged, []string{"img-missing", "sup-bad", "pvc-unbound", "no-cpu", "no-memory", "taint", "selector", "quota", "healthy"}},
+		{scenario.ModeManaged, []string{"no-memory", "no-gpu", "no-secret", "crash-loop", "oom", "unready", "quota", "healthy"}},
 		{scenario.ModeShared, []string{"img-missing", "sup-bad", "pvc-unbound", "no-cpu"}},
 	} {
-		t.Run(string(tc.mode), func(t *testing.T) { runWriters(t, tc.mode, tc.scenarios) })
+		t.Run(string(tc.mode), func(t *testing.T) {
+			dataDir := shortDataDir(t)
+			cli := buildCLI(t)
+			c := startChild(t, "--plain", "--data-dir", dataDir, "--cli", cli, "--mode", string(tc.mode), "--scenarios", strings.Join(tc.scenarios, ","))
+			checkWriters(t, c, dataDir, tc.mode, tc.scenarios)
+			c.stopAndCheck(t, dataDir)
+		})
 	}
 }
 
 // blocked is what the diagnosis must say for a scenario's sandbox: the
-// blocker kind and cause a row of the view shows.
+// blocker kind and cause a row of the view shows. crash-loop reads first as
+// crash_loop (the kubelet's BackOff); once the pod status carries the last
+// exit code 1 the diagnosis names that (exit_error), and oom's names the
+// OOM kill.
 var blocked = map[string][2]string{
 	"pvc-unbound": {eventpipev1.BlockerKindVolume, eventpipev1.BlockerNoStorageClass},
 	"no-cpu":      {eventpipev1.BlockerKindUnschedulable, eventpipev1.BlockerInsufficientResources},
 	"no-memory":   {eventpipev1.BlockerKindUnschedulable, eventpipev1.BlockerInsufficientResources},
+	"no-gpu":      {eventpipev1.BlockerKindUnschedulable, eventpipev1.BlockerInsufficientResources},
+	"no-secret":   {eventpipev1.BlockerKindVolume, eventpipev1.BlockerSecretNotFound},
+	"crash-loop":  {eventpipev1.BlockerKindContainer, eventpipev1.BlockerExitError},
+	"oom":         {eventpipev1.BlockerKindContainer, eventpipev1.BlockerOOMKilled},
 	"taint":       {eventpipev1.BlockerKindUnschedulable, eventpipev1.BlockerUntoleratedTaint},
 	"selector":    {eventpipev1.BlockerKindUnschedulable, eventpipev1.BlockerNodeSelectorMismatch},
 }
 
-func runWriters(t *testing.T, mode scenario.Mode, scenarios []string) {
-	dataDir := filepath.Join(t.TempDir(), "data")
-	cli := buildCLI(t)
-	c := startChild(t, "--writers", "--plain", "--data-dir", dataDir, "--cli", cli, "--mode", string(mode), "--scenarios", strings.Join(scenarios, ","))
-	c.waitFor(t, "the control plane and its writers", 10*time.Minute, func(out string) bool { return strings.Contains(out, "kubeconfig     ") })
+// kubeletSays is an Event the kubelet writes about a scenario's workload
+// pod: its reason and the start of its message.
+var kubeletSays = map[string][2]string{
+	"no-secret":  {"FailedMount", `MountVolume.SetUp failed for volume "credentials" : secret "sandbox-credentials" not found`},
+	"crash-loop": {"BackOff", "Back-off restarting failed container agent in pod "},
+	"oom":        {"BackOff", "Back-off restarting failed container agent in pod "},
+	"unready":    {"Unhealthy", "Readiness probe failed: cat: can't open '/tmp/ready'"},
+}
+
+// pullFailed is what the diagnosis must say for a seed: the image role
+// and the image whose pull the kubelet reported failing, and the pod and
+// container (fieldPath) of its Events.
+var pullFailed = map[string]struct{ role, image, container string }{
+	"img-missing": {eventpipev1.ImageRoleWorkload, scenario.ImageMissing, "spec.initContainers{" + scenario.ContainerWorkspaceInit + "}"},
+	"sup-bad":     {eventpipev1.ImageRoleSupervisor, scenario.SupervisorImageBad, "spec.containers{" + scenario.ContainerSupervisor + "}"},
+}
+
+// checkWriters checks a running `make run` whose sandboxes are the given
+// scenarios: it reads back from the apiserver what the writers wrote (the
+// kubelet's pull Events for the seeds, the scheduler's Scheduled, the Agent
+// Sandbox controller's Ready condition), checks that each of their Events
+// reached the file sink unchanged and attributed to its sandbox, and that
+// the Follow stream's diagnosis (the live view and `eventpipe diagnose`)
+// names the blocker they describe.
+func checkWriters(t *testing.T, c *child, dataDir string, mode scenario.Mode, scenarios []string) {
+	t.Helper()
+	c.waitFor(t, "the control plane, its writers and the hollow node", 10*time.Minute, func(out string) bool { return strings.Contains(out, "kubeconfig     ") })
 	out := c.output()
 	kubeconfig := strings.Fields(out[strings.Index(out, "kubeconfig     ")+len("kubeconfig     "):])[0]
-	for _, w := range []string{"kube-scheduler (pid", "kube-controller-manager (pid", "agent-sandbox-controller (pid"} {
+	for _, w := range []string{"kube-scheduler (pid", "kube-controller-manager (pid", "agent-sandbox-controller (pid", "node           " + osdriver.NodeName + ": a real kubelet (pid"} {
 		if !strings.Contains(out, w) {
-			t.Errorf("writers line lacks %q", w)
+			t.Errorf("start-up lines lack %q", w)
 		}
 	}
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
@@ -78,13 +110,16 @@ func runWriters(t *testing.T, mode scenario.Mode, scenarios []string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 
 	// The view: a row per sandbox, the blocker its writer reported.
-	c.waitFor(t, "every blocker in the view", 5*time.Minute, func(out string) bool {
+	c.waitFor(t, "every blocker in the view", 6*time.Minute, func(out string) bool {
 		for _, name := range scenarios {
 			if b, ok := blocked[name]; ok && !rowHas(out, name, "BLOCKED", b[0], b[1]) {
+				return false
+			}
+			if p, ok := pullFailed[name]; ok && !rowHas(out, name, "BLOCKED", p.role, p.image, eventpipev1.CategoryNotFound) {
 				return false
 			}
 		}
@@ -104,35 +139,81 @@ func runWriters(t *testing.T, mode scenario.Mode, scenarios []string) {
 		}
 		sandboxes[name] = cr
 	}
-	// The Agent Sandbox controller's Ready condition.
-	for name, cr := range sandboxes {
-		wantReason, wantMsg := "DependenciesNotReady", "Pod exists with phase: Pending"
-		if name == "quota" {
-			wantReason, wantMsg = "ReconcilerError", "exceeded quota: sandbox-pods"
-		}
-		waitCondition(ctx, t, dyn, cr, wantReason, wantMsg)
+	supervisorPod := func(cr *unstructured.Unstructured) string {
+		return "os-supervisor-" + strings.ToLower(cr.GetAnnotations()["openshell.ai/sandbox-id"])
 	}
-	// Scheduled for both pods of each seed: the scheduler's words.
+	// The Agent Sandbox controller's Ready condition, from the workload
+	// pod as the kubelet reports it: sup-bad's workload pod runs (only its
+	// supervisor pod cannot pull), as in the seed.
+	for name, cr := range sandboxes {
+		status, reason, msg := "False", "DependenciesNotReady", "Pod exists with phase: Pending"
+		switch name {
+		case "quota":
+			reason, msg = "ReconcilerError", "exceeded quota: sandbox-pods"
+		case "healthy", "sup-bad":
+			status, reason, msg = "True", "DependenciesReady", "Pod is Ready"
+		case "crash-loop", "oom", "unready":
+			msg = "Pod is Running but not Ready"
+		}
+		waitCondition(ctx, t, dyn, cr, status, reason, msg)
+	}
+	// Scheduled for both pods of each seed: the scheduler's words; then
+	// the kubelet's pull Events for the failing image, on the pod and
+	// container that name it.
 	for _, name := range []string{"img-missing", "sup-bad"} {
-		cr := sandboxes[name]
-		id := cr.GetAnnotations()["openshell.ai/sandbox-id"]
-		for _, pod := range []string{cr.GetName(), "os-supervisor-" + strings.ToLower(id)} {
-			e := waitEvent(ctx, t, cs, cr.GetNamespace(), pod, "Scheduled")
+		cr, ok := sandboxes[name]
+		if !ok {
+			continue
+		}
+		for _, pod := range []string{cr.GetName(), supervisorPod(cr)} {
+			e := waitEvent(ctx, t, cs, cr.GetNamespace(), pod, "Scheduled", nil)
 			want := fmt.Sprintf("Successfully assigned %s/%s to %s", cr.GetNamespace(), pod, osdriver.NodeName)
 			if e.Message != want || e.ReportingController != "default-scheduler" {
 				t.Errorf("%s: Scheduled %q by %q, want %q by default-scheduler", pod, e.Message, e.ReportingController, want)
 			}
 		}
+		p := pullFailed[name]
+		pod := cr.GetName()
+		if name == "sup-bad" {
+			pod = supervisorPod(cr)
+		}
+		img := p.image
+		for _, w := range []struct{ reason, message string }{
+			{"Pulling", `Pulling image "` + img + `"`},
+			{"Failed", `Failed to pull image "` + img + `": rpc error: code = NotFound desc = failed to pull and unpack image "` + img +
+				`": failed to resolve reference "` + img + `": ` + img + `: not found`},
+			{"Failed", "Error: ErrImagePull"},
+			{"BackOff", `Back-off pulling image "` + img + `"`},
+			{"Failed", "Error: ImagePullBackOff"},
+		} {
+			e := waitEvent(ctx, t, cs, cr.GetNamespace(), pod, w.reason, equals(w.message))
+			if e.Source.Component != "kubelet" || e.Source.Host != osdriver.NodeName || e.InvolvedObject.FieldPath != p.container {
+				t.Errorf("%s %s %q: from %+v about %q, want the kubelet of %s about %s", pod, w.reason, w.message, e.Source, e.InvolvedObject.FieldPath, osdriver.NodeName, p.container)
+			}
+		}
+	}
+
+	// The kubelet's words for the other troubles of a running pod.
+	for name, w := range kubeletSays {
+		cr, ok := sandboxes[name]
+		if !ok {
+			continue
+		}
+		e := waitEvent(ctx, t, cs, cr.GetNamespace(), cr.GetName(), w[0], func(m string) bool { return strings.HasPrefix(m, w[1]) })
+		if e.Source.Component != "kubelet" || e.InvolvedObject.FieldPath != "spec.containers{agent}" && name != "no-secret" {
+			t.Errorf("%s: %s %q from %+v about %q, want the kubelet about the agent container", name, e.Reason, e.Message, e.Source, e.InvolvedObject.FieldPath)
+		}
 	}
 
 	// Every Event those components wrote about the sandboxes' objects is
 	// in the file sink, unchanged, with its sandbox's id.
-	writers := map[string]bool{"default-scheduler": true, "persistentvolume-controller": true, "sandbox-controller": true}
+	writers := map[string]bool{"kubelet": true, "default-scheduler": true, "persistentvolume-controller": true, "sandbox-controller": true}
 	namespaces := map[string]bool{}
 	for _, cr := range sandboxes {
 		namespaces[cr.GetNamespace()] = true
 	}
 	var written []corev1.Event
+	byWriter := map[string]int{}
 	for ns := range namespaces {
 		l, err := cs.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
@@ -141,9 +222,11 @@ func runWriters(t *testing.T, mode scenario.Mode, scenarios []string) {
 		for _, e := range l.Items {
 			if writers[e.ReportingController] || writers[e.Source.Component] {
 				written = append(written, e)
+				byWriter[e.ReportingController+e.Source.Component]++
 			}
 		}
 	}
+	t.Logf("%d Events from the writers (%v)", len(written), byWriter)
 	if len(written) < len(scenarios) {
 		t.Fatalf("only %d Events from the writers", len(written))
 	}
@@ -154,7 +237,7 @@ func runWriters(t *testing.T, mode scenario.Mode, scenarios []string) {
 				continue
 			}
 			switch e.InvolvedObject.Name {
-			case cr.GetName(), "os-supervisor-" + strings.ToLower(id), "workspace-" + cr.GetName():
+			case cr.GetName(), supervisorPod(cr), "workspace-" + cr.GetName():
 				return id
 			}
 		}
@@ -187,18 +270,20 @@ func runWriters(t *testing.T, mode scenario.Mode, scenarios []string) {
 	out = c.output()
 	try := strings.Fields(strings.SplitN(out[strings.LastIndex(out, "  try         "):], "\n", 2)[0])[1:]
 	diagnose := tryCommand(t, try)
-	for name, b := range blocked {
-		cr, ok := sandboxes[name]
-		if !ok {
-			continue
-		}
+	for name, cr := range sandboxes {
 		ws := cr.GetAnnotations()["openshell.ai/sandbox-workspace"]
 		code, o := diagnose(name, "-w", ws, "-o", "json")
-		if code != 1 || !strings.Contains(o, `"kind": "`+b[0]+`"`) || !strings.Contains(o, `"cause": "`+b[1]+`"`) {
+		if b, ok := blocked[name]; ok && (code != 1 || !strings.Contains(o, `"kind": "`+b[0]+`"`) || !strings.Contains(o, `"cause": "`+b[1]+`"`)) {
 			t.Errorf("eventpipe diagnose %s -w %s: exit %d, want 1 and %s/%s\n%s", name, ws, code, b[0], b[1], o)
 		}
+		if p, ok := pullFailed[name]; ok && (code != 1 || !strings.Contains(o, `"image_role": "`+p.role+`"`) ||
+			!strings.Contains(o, `"image": "`+p.image+`"`) || !strings.Contains(o, `"cause": "`+eventpipev1.CategoryNotFound+`"`)) {
+			t.Errorf("eventpipe diagnose %s -w %s: exit %d, want 1 and the %s image %s not found\n%s", name, ws, code, p.role, p.image, o)
+		}
+		if name == "healthy" && code != 0 {
+			t.Errorf("eventpipe diagnose healthy -w %s: exit %d, want 0\n%s", ws, code, o)
+		}
 	}
-	c.stopAndCheck(t, dataDir)
 }
 
 // readSink returns the file sink's occurrences by Event UID.
@@ -226,28 +311,35 @@ func readSink(t *testing.T, path string) map[string]map[string]any {
 	return out
 }
 
-func waitEvent(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns, name, reason string) corev1.Event {
+// waitEvent waits for an Event about the object name in ns with reason
+// and, unless match is nil, a message it accepts.
+func waitEvent(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns, name, reason string, match func(string) bool) corev1.Event {
 	t.Helper()
+	var seen []string
 	for {
 		l, err := cs.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
 		if err == nil {
+			seen = seen[:0]
 			for _, e := range l.Items {
-				if e.Reason == reason {
+				if e.Reason == reason && (match == nil || match(e.Message)) {
 					return e
 				}
+				seen = append(seen, e.Reason+": "+e.Message)
 			}
 		}
 		select {
 		case <-ctx.Done():
-			t.Fatalf("no %s Event for %s/%s: %v (last error %v)", reason, ns, name, ctx.Err(), err)
+			t.Fatalf("no matching %s Event for %s/%s: %v (last error %v; have %q)", reason, ns, name, ctx.Err(), err, seen)
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
 }
 
-// waitCondition waits until the Sandbox's Ready condition has reason and a
-// message containing msg.
-func waitCondition(ctx context.Context, t *testing.T, dyn dynamic.Interface, cr *unstructured.Unstructured, reason, msg string) {
+func equals(s string) func(string) bool { return func(m string) bool { return m == s } }
+
+// waitCondition waits until the Sandbox's Ready condition has status,
+// reason and a message containing msg.
+func waitCondition(ctx context.Context, t *testing.T, dyn dynamic.Interface, cr *unstructured.Unstructured, status, reason, msg string) {
 	t.Helper()
 	var last any
 	for {
@@ -260,14 +352,14 @@ func waitCondition(ctx context.Context, t *testing.T, dyn dynamic.Interface, cr 
 					continue
 				}
 				last = m
-				if m["status"] == "False" && m["reason"] == reason && strings.Contains(fmt.Sprint(m["message"]), msg) {
+				if m["status"] == status && m["reason"] == reason && strings.Contains(fmt.Sprint(m["message"]), msg) {
 					return
 				}
 			}
 		}
 		select {
 		case <-ctx.Done():
-			t.Fatalf("sandbox %s/%s: Ready condition %v, want reason %s with %q", cr.GetNamespace(), cr.GetName(), last, reason, msg)
+			t.Fatalf("sandbox %s/%s: Ready condition %v, want %s, reason %s with %q", cr.GetNamespace(), cr.GetName(), last, status, reason, msg)
 		case <-time.After(250 * time.Millisecond):
 		}
 	}

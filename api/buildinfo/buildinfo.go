@@ -4,8 +4,8 @@
 //
 // The release build stamps both at link time (deploy/image):
 //
-//	-X github.com/eventpipe/eventpipe/internal/buildinfo.version=<version>
-//	-X github.com/eventpipe/eventpipe/internal/buildinfo.revision=<commit>
+//	-X github.com/eventpipe/eventpipe/api/buildinfo.version=<version>
+//	-X github.com/eventpipe/eventpipe/api/buildinfo.revision=<commit>
 //
 // A plain `go build` leaves them empty; the module's build information
 // then stands in (the module version of `go install ...@v1.2.3`, the VCS
