@@ -13,6 +13,17 @@ import (
 	"go.uber.org/goleak"
 )
 
+// deadAddr is a loopback address nothing listens on: one bound and closed.
+func deadAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
 // withEnv points getenv at env for the test.
 func withEnv(t *testing.T, env map[string]string) {
 	t.Helper()
@@ -29,12 +40,7 @@ func TestConfigContextsDriveFollow(t *testing.T) {
 	f := startFollowCollector(t, t.TempDir(), "127.0.0.1:0")
 	defer f.stop(t)
 	f.ingest(t, 1, "4471", seedOccurrences()...)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dead := l.Addr().String()
-	l.Close()
+	dead := deadAddr(t)
 
 	xdg := t.TempDir()
 	env := map[string]string{"XDG_CONFIG_HOME": xdg}

@@ -422,13 +422,7 @@ func TestFollowCommandRefusals(t *testing.T) {
 	f := startFollowCollector(t, t.TempDir(), "127.0.0.1:0")
 	defer f.stop(t)
 	f.ingest(t, 1, "4471", seedOccurrences()...)
-	// A port nothing listens on: bind one and close it.
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dead := l.Addr().String()
-	l.Close()
+	dead := deadAddr(t)
 
 	cases := []struct {
 		name  string

@@ -1,7 +1,6 @@
 package check
 
 import (
-	"bytes"
 	"errors"
 	"os"
 	"os/exec"
@@ -40,19 +39,7 @@ func eventpipeBinary(t *testing.T) string {
 // runCLI runs the binary with args and returns its exit status and output.
 func runCLI(t *testing.T, args ...string) (int, string) {
 	t.Helper()
-	cmd := exec.CommandContext(ctxT(t, 2*time.Minute), eventpipeBinary(t), args...)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
-	var exit *exec.ExitError
-	switch {
-	case err == nil:
-		return 0, out.String()
-	case errors.As(err, &exit):
-		return exit.ExitCode(), out.String()
-	}
-	t.Fatalf("run eventpipe %q: %v", args, err)
-	return 0, ""
+	return runCLIIn(t, "", args...)
 }
 
 // TestCheckConfigOffline: the agent and collector configs the chart renders

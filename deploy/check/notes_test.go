@@ -125,12 +125,15 @@ func TestNotesCommandsParse(t *testing.T) {
 	}
 }
 
-// runCLIIn runs the binary in dir, with its context file under dir.
+// runCLIIn runs the binary in dir ("": here), with its context file under
+// dir, and returns its exit status and output.
 func runCLIIn(t *testing.T, dir string, args ...string) (int, string) {
 	t.Helper()
 	cmd := exec.CommandContext(ctxT(t, 2*time.Minute), eventpipeBinary(t), args...)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "XDG_CONFIG_HOME="+filepath.Join(dir, "config"))
+	if dir != "" {
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "XDG_CONFIG_HOME="+filepath.Join(dir, "config"))
+	}
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()
