@@ -374,10 +374,8 @@ func (c Config) Validate() error {
 		{"collector.ca_file", c.Collector.CAFile}, {"collector.cert_file", c.Collector.CertFile},
 		{"collector.key_file", c.Collector.KeyFile}, {"collector.token_file", c.Collector.TokenFile},
 	} {
-		if f.file != "" {
-			if _, err := os.Stat(f.file); err != nil {
-				add(f.path, "%v", err)
-			}
+		if err := config.CheckFile(f.file); err != nil {
+			add(f.path, "%v", err)
 		}
 	}
 	positive("collector.dial_timeout", c.Collector.DialTimeout)

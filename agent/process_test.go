@@ -72,7 +72,7 @@ type child struct {
 // by another process before the agent binds it.
 func startChild(t testing.TB, dir, name string, args ...string) *child {
 	t.Helper()
-	all := append([]string{"agent", "--kubeconfig", agentKubeconfig(t, dir), "--listen", "127.0.0.1:0", "--collector-insecure", "--identity", name}, args...)
+	all := append([]string{"agent", "--kubeconfig", agentKubeconfig(t, dir), "--listen", "127.0.0.1:0", "--insecure", "--identity", name}, args...)
 	c, from := spawn(t, dir, "agent", name, 4000, all...)
 	c.metrics = c.waitLogged(t, from, "serving /metrics, /healthz and /readyz")["http"]
 	return c

@@ -282,13 +282,8 @@ func (c Config) Validate() error {
 		}
 	}
 	checkFile := func(path, name string) {
-		if name == "" {
-			return
-		}
-		if st, err := os.Stat(name); err != nil {
+		if err := config.CheckFile(name); err != nil {
 			add(path, "%v", err)
-		} else if st.IsDir() {
-			add(path, "%q is a directory", name)
 		}
 	}
 
@@ -346,7 +341,9 @@ func (c Config) Validate() error {
 		seen[id.Name] = true
 		errs = append(errs, validateRole(at, id.Role, id.Workspaces, id.Clusters)...)
 	}
-	if a.TokensFile != "" {
+	// Offline (--check-config --offline) the tokens file is a mounted
+	// secret not here to read.
+	if a.TokensFile != "" && !config.Offline() {
 		if _, err := LoadTokens(a.TokensFile); err != nil {
 			add("auth.tokens_file", "%v", err)
 		}

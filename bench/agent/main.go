@@ -650,7 +650,7 @@ func (e *env) startAgent(b binary, name, collectorAddr, cluster string) (*agentP
 	if err != nil {
 		return nil, err
 	}
-	args := []string{"agent", "--kubeconfig", e.kcfg, "--collector", collectorAddr, "--collector-insecure",
+	args := []string{"agent", "--kubeconfig", e.kcfg, "--collector", collectorAddr, "--insecure",
 		"--cluster", cluster, "--leader-elect=false", "--listen", addr, "--log-level", "warn"}
 	if !*flushIdle || *idleLinger >= 0 {
 		ship := fmt.Sprintf("ship:\n  flush_when_idle: %v\n", *flushIdle)

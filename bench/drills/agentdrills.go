@@ -71,7 +71,7 @@ type agentProc struct {
 }
 
 func (a *agentProc) start(ctx context.Context) error {
-	a.cmd = exec.Command(a.bin, "agent", "--kubeconfig", a.kcfg, "--collector", a.collector, "--collector-insecure",
+	a.cmd = exec.Command(a.bin, "agent", "--kubeconfig", a.kcfg, "--collector", a.collector, "--insecure",
 		"--cluster", "drills", "--leader-elect=false", "--listen", a.listen, "--log-level", "info")
 	a.cmd.Stderr, a.cmd.Stdout = a.log, a.log
 	a.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

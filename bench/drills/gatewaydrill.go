@@ -44,7 +44,7 @@ func drillGateway(ctx context.Context, e *env) ([]SinkResult, error) {
 	defer logf.Close()
 	var proc *exec.Cmd
 	start := func() error {
-		proc = exec.Command(e.bin, "driver-proxy", "--listen", sock, "--driver", drv.Path, "--gateway-id", "gw",
+		proc = exec.Command(e.bin, "driver-proxy", "--listen", sock, "--driver", drv.Path, "--gateway", "gw",
 			"--collector", p.col.grpcAddr, "--insecure", "--state-file", filepath.Join(dir, "proxy", "state"), "--log-level", "warn")
 		proc.Stderr, proc.Stdout = logf, logf
 		proc.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

@@ -171,7 +171,7 @@ type proc struct {
 
 func (e *env) startProxy(name string, extra ...string) (*proc, error) {
 	sock := filepath.Join(e.dir, name, "proxy.sock")
-	args := append([]string{"driver-proxy", "--listen", sock, "--driver", e.drv.Path, "--gateway-id", "openshell",
+	args := append([]string{"driver-proxy", "--listen", sock, "--driver", e.drv.Path, "--gateway", "openshell",
 		"--collector", e.col.GRPCAddr(), "--insecure", "--log-level", "warn"}, extra...)
 	if name == "lat" && *proxyProf != "" {
 		args = append(args, "--cpu-profile", *proxyProf)

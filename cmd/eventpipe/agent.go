@@ -16,6 +16,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/eventpipe/eventpipe/agent"
+	"github.com/eventpipe/eventpipe/api/config"
+	"github.com/eventpipe/eventpipe/internal/cliflag"
 )
 
 func init() {
@@ -35,12 +37,12 @@ func runAgent(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 		server      = fs.String("server", "", "Kubernetes API server URL (overrides the kubeconfig's)")
 		collector   = fs.String("collector", "", "collector Ingest address host:port (collector.address)")
 		cluster     = fs.String("cluster", "", "cluster name stamped on every occurrence (cluster)")
-		insecure    = fs.Bool("collector-insecure", false, "plaintext gRPC to the collector (collector.insecure)")
-		caFile      = fs.String("collector-ca", "", "CA bundle to verify the collector (collector.ca_file)")
-		certFile    = fs.String("collector-cert", "", "client certificate for mTLS (collector.cert_file)")
-		keyFile     = fs.String("collector-key", "", "client key for mTLS (collector.key_file)")
-		tokenFile   = fs.String("collector-token-file", "", "bearer token file for the collector (collector.token_file)")
-		serverName  = fs.String("collector-server-name", "", "TLS server name of the collector (collector.server_name)")
+		insecure    = fs.Bool("insecure", false, "plaintext gRPC to the collector (collector.insecure)")
+		caFile      = fs.String("ca", "", "CA bundle to verify the collector (collector.ca_file)")
+		certFile    = fs.String("cert", "", "client certificate for mTLS (collector.cert_file)")
+		keyFile     = fs.String("key", "", "client key for mTLS (collector.key_file)")
+		tokenFile   = fs.String("token-file", "", "bearer token file for the collector (collector.token_file)")
+		serverName  = fs.String("server-name", "", "TLS server name of the collector (collector.server_name)")
 		leaderElect = fs.Bool("leader-elect", true, "campaign for a Lease; only the leader watches (leader_election.enabled)")
 		leaseNS     = fs.String("lease-namespace", "", "namespace of the Lease (leader_election.namespace)")
 		leaseName   = fs.String("lease-name", "", "name of the Lease (leader_election.name)")
@@ -48,9 +50,15 @@ func runAgent(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 		listen      = fs.String("listen", "", "address for /metrics, /healthz, /readyz (http.listen; default :9464)")
 		logLevel    = fs.String("log-level", "info", "debug, info, warn or error")
 		checkOnly   = fs.Bool("check-config", false, "validate the configuration and exit")
+		offline     = fs.Bool("offline", false, "with --check-config: do not look at the files the config names (mounted secrets) nor at the cluster, so CI can check a chart-rendered config")
 		cpuProfile  = fs.String("cpu-profile", "", "write a CPU profile to this file until the agent stops (benchmarks)")
 		memProfile  = fs.String("mem-profile", "", "write a heap profile to this file when the agent stops (benchmarks)")
 	)
+	// The spellings before the CLI had one vocabulary (issue 22): kept so
+	// older manifests start, with a warning.
+	for _, old := range []string{"insecure", "ca", "cert", "key", "token-file", "server-name"} {
+		cliflag.Deprecated(fs, "collector-"+old, old, stderr)
+	}
 	if exit, ok := parseFlags(fs, "agent", args, stderr); !ok {
 		return exit
 	}
@@ -58,6 +66,11 @@ func runAgent(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 		fmt.Fprintf(stderr, "eventpipe agent: unexpected arguments %q\n", fs.Args())
 		return 2
 	}
+	if *offline && !*checkOnly {
+		fmt.Fprintln(stderr, "eventpipe agent: --offline goes with --check-config")
+		return 2
+	}
+	config.SetOffline(*offline)
 	cfg := agent.NewDefaultConfig()
 	if *configPath != "" {
 		var err error
@@ -77,17 +90,17 @@ func runAgent(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 			cfg.Collector.Address, cfg.Collector.Addresses = *collector, nil
 		case "cluster":
 			cfg.Cluster = *cluster
-		case "collector-insecure":
+		case "insecure":
 			cfg.Collector.Insecure = *insecure
-		case "collector-ca":
+		case "ca":
 			cfg.Collector.CAFile = *caFile
-		case "collector-cert":
+		case "cert":
 			cfg.Collector.CertFile = *certFile
-		case "collector-key":
+		case "key":
 			cfg.Collector.KeyFile = *keyFile
-		case "collector-token-file":
+		case "token-file":
 			cfg.Collector.TokenFile = *tokenFile
-		case "collector-server-name":
+		case "server-name":
 			cfg.Collector.ServerName = *serverName
 		case "leader-elect":
 			cfg.LeaderElection.Enabled = *leaderElect
@@ -107,6 +120,10 @@ func runAgent(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 			fmt.Fprintf(stderr, "  %s\n", line)
 		}
 		return 2
+	}
+	if *offline {
+		fmt.Fprintln(stdout, "configuration ok (offline: files and cluster not checked)")
+		return 0
 	}
 	restCfg, err := kubeConfig(*kubeconfig, *kubeContext, *server)
 	if err != nil {

@@ -5,7 +5,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -21,6 +20,7 @@ import (
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
 	"github.com/eventpipe/eventpipe/api/remedy"
 	"github.com/eventpipe/eventpipe/enrich/verify"
+	"github.com/eventpipe/eventpipe/internal/cliflag"
 	"github.com/eventpipe/eventpipe/sinks/diagnosis"
 )
 
@@ -125,19 +125,22 @@ Exit status:
      --supervisor: no supervisor image fails to pull)
   1  blocked: at least one blocker of any kind (with --supervisor: a
      supervisor image fails)
-  2  bad flags, the collector cannot be reached, or it refused the credentials
+  2  bad flags, or an error of the collector not listed here
   3  the collector has no events of that sandbox (unknown name or id, or its
      workspace is not granted to the token)
+  4  the collector cannot be reached (or did not answer within --timeout)
+  5  the collector refused the credentials or the token's grants
+The same statuses for every command: docs/cli.md.
 
 Flags:
 `
 
 // Exit statuses of eventpipe diagnose.
 const (
-	diagnoseClear   = 0
-	diagnoseBlocked = 1
-	diagnoseError   = 2
-	diagnoseUnknown = 3
+	diagnoseClear   = exitOK
+	diagnoseBlocked = exitFailed
+	diagnoseError   = exitUsage
+	diagnoseUnknown = exitNotFound
 )
 
 var uuidRE = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
@@ -172,7 +175,7 @@ func runDiagnose(ctx context.Context, args []string, _ io.Reader, stdout, stderr
 	fs.StringVar(&o.gateway, "gateway", "", "gateway id: every sandbox of it; where a name without -w and --supervisor look (default openshell there)")
 	fs.BoolVar(&o.supervisor, "supervisor", false, "group supervisor-image failures across the sandboxes of --gateway")
 	fs.UintVar(&o.tail, "tail", 2000, "fold the last N events of the selection")
-	fs.StringVar(&o.output, "output", "text", "output format: text or json")
+	fs.StringVar(&o.output, "output", "text", "output format: text or json (table is another name of text)")
 	fs.StringVar(&o.output, "o", "text", "shorthand for --output")
 	fs.DurationVar(&o.timeout, "timeout", 30*time.Second, "give up reading from the collector after this long (not with --watch)")
 	fs.BoolVar(&o.watch, "watch", false, "follow live: print the diagnosis again whenever it changes, until Ctrl-C")
@@ -186,11 +189,8 @@ func runDiagnose(ctx context.Context, args []string, _ io.Reader, stdout, stderr
 	var pos []string
 	rest := args
 	for {
-		if err := fs.Parse(rest); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return 0
-			}
-			return diagnoseError
+		if exit, ok := parseFlags(fs, "diagnose", rest, stderr); !ok {
+			return exit
 		}
 		if fs.NArg() == 0 {
 			break
@@ -204,6 +204,10 @@ func runDiagnose(ctx context.Context, args []string, _ io.Reader, stdout, stderr
 	}
 	if len(pos) == 1 {
 		o.sandbox = pos[0]
+	}
+	if err := o.conn.resolveConn(fs); err != nil {
+		fmt.Fprintf(stderr, "eventpipe diagnose: %v\n", err)
+		return diagnoseError
 	}
 	if problems := o.validate(); len(problems) > 0 {
 		for _, p := range problems {
@@ -242,6 +246,7 @@ func (o *diagnoseOptions) validate() []string {
 	case o.sandbox != "" && uuidRE.MatchString(o.sandbox) && o.workspace != "":
 		p = append(p, "a sandbox id needs no -w")
 	}
+	o.output = cliflag.Output(o.output)
 	if o.output != "text" && o.output != "json" {
 		p = append(p, fmt.Sprintf("--output must be text or json, got %q", o.output))
 	}
@@ -561,7 +566,7 @@ func (d *diagnoser) failed(err error, req *eventpipev1.FollowRequest) int {
 		fo.sandbox, fo.workspace, fo.gw = req.GetSandboxId(), req.GetWorkspace(), req.GetGatewayId()
 		fmt.Fprintf(d.stderr, "eventpipe diagnose: %s\n", (&follower{opts: fo}).explain(st))
 	}
-	return diagnoseError
+	return collectorExit(st.Code(), diagnoseError)
 }
 
 // verifyImages asks the registry of every failing image (--verify) and

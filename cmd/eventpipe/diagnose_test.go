@@ -163,11 +163,11 @@ func TestDiagnoseCommand(t *testing.T) {
 
 	t.Run("refusals and an unreachable collector", func(t *testing.T) {
 		code, _, errs := runDiagnoseCmd("--collector", f.addr, "--insecure", "--token-file", f.token("wrong"), "img-missing", "-w", "repro")
-		if code != 2 || !strings.Contains(errs, "refused the credentials") {
+		if code != exitRefused || !strings.Contains(errs, "refused the credentials") {
 			t.Errorf("wrong token: exit %d: %s", code, errs)
 		}
 		code, _, errs = runDiagnoseCmd("--collector", f.addr, "--insecure", "--token-file", f.token("other"), "img-missing", "-w", "repro")
-		if code != 2 || !strings.Contains(errs, `does not allow these credentials to follow workspace "repro"`) {
+		if code != exitRefused || !strings.Contains(errs, `does not allow these credentials to follow workspace "repro"`) {
 			t.Errorf("other workspace: exit %d: %s", code, errs)
 		}
 		l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -177,7 +177,7 @@ func TestDiagnoseCommand(t *testing.T) {
 		dead := l.Addr().String()
 		l.Close()
 		code, _, errs = runDiagnoseCmd("--collector", dead, "--insecure", "--timeout", "5s", fSandboxID)
-		if code != 2 || !strings.Contains(errs, "is not reachable") {
+		if code != exitUnreachable || !strings.Contains(errs, "is not reachable") {
 			t.Errorf("unreachable: exit %d: %s", code, errs)
 		}
 	})
@@ -220,7 +220,7 @@ func TestDiagnoseCommandWatch(t *testing.T) {
 
 	var errb2 syncBuffer
 	code := runDiagnose(context.Background(), []string{"--collector", f.addr, "--insecure", "--token-file", f.token("other"), "--watch", "-w", "repro"}, nil, io.Discard, &errb2)
-	if code != 2 || !strings.Contains(errb2.String(), "does not allow these credentials") {
+	if code != exitRefused || !strings.Contains(errb2.String(), "does not allow these credentials") {
 		t.Errorf("refused --watch: exit %d: %s", code, errb2.String())
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/eventpipe/eventpipe/internal/cliflag"
 	"github.com/eventpipe/eventpipe/sinks/gateway"
 )
 
@@ -42,7 +43,7 @@ the config file. The collector being down never stops driver traffic.
 Example (all three containers of the gateway pod run as the same uid):
   eventpipe driver-proxy --listen /var/run/openshell-compute/proxy/proxy.sock \
       --driver /var/run/openshell-compute/driver/driver.sock \
-      --gateway-id openshell --collector collector.eventpipe:7070 \
+      --gateway openshell --collector collector.eventpipe:7070 \
       --ca /etc/eventpipe/ca.pem --token-file /etc/eventpipe/reader.token
 
 Flags:
@@ -55,7 +56,7 @@ func runDriverProxy(ctx context.Context, args []string, _ io.Reader, stdout, std
 	check := fs.Bool("check-config", false, "validate the config and flags, print every problem, and exit")
 	listen := fs.String("listen", "", "Unix socket the gateway dials (config: listen)")
 	driver := fs.String("driver", "", "the real driver's Unix socket (config: driver)")
-	gatewayID := fs.String("gateway-id", "", "this gateway's id, openshell.ai/gateway-id (config: gateway_id)")
+	gatewayID := fs.String("gateway", "", "this gateway's id, openshell.ai/gateway-id (config: gateway_id)")
 	addr := fs.String("collector", "", "collector gRPC address host:port (config: collector.address)")
 	tokenFile := fs.String("token-file", "", "bearer token with role reader (config: collector.token_file)")
 	caFile := fs.String("ca", "", "CA bundle for the collector's certificate (config: collector.ca_file)")
@@ -74,6 +75,7 @@ func runDriverProxy(ctx context.Context, args []string, _ io.Reader, stdout, std
 		fmt.Fprint(stderr, driverProxyUsage)
 		fs.PrintDefaults()
 	}
+	cliflag.Deprecated(fs, "gateway-id", "gateway", stderr)
 	if exit, ok := parseFlags(fs, "driver-proxy", args, stderr); !ok {
 		return exit
 	}

@@ -52,7 +52,7 @@ func TestDriverProxyConfigErrors(t *testing.T) {
 			"collector.address: must be set", "follow.max_sandboxes: must be at least 1"}},
 		{[]string{"--config", unknown}, []string{"field colector not found"}},
 		{[]string{"--config", filepath.Join(dir, "missing.yaml")}, []string{"no such file"}},
-		{[]string{"--listen", "/run/p.sock", "--driver", "/run/p.sock", "--gateway-id", "g", "--collector", "c:1"}, []string{"listen: must differ from driver"}},
+		{[]string{"--listen", "/run/p.sock", "--driver", "/run/p.sock", "--gateway", "g", "--collector", "c:1"}, []string{"listen: must differ from driver"}},
 		{[]string{"extra"}, []string{"unexpected arguments"}},
 	} {
 		var stdout, stderr bytes.Buffer
@@ -116,7 +116,7 @@ func TestDriverProxyCommandForwards(t *testing.T) {
 	go func() {
 		// --gomaxprocs 0: the command runs in this test process, whose
 		// Ps it must not change.
-		done <- runDriverProxy(ctx, []string{"--listen", sock, "--driver", drv.Path, "--gateway-id", "openshell",
+		done <- runDriverProxy(ctx, []string{"--listen", sock, "--driver", drv.Path, "--gateway", "openshell",
 			"--collector", "127.0.0.1:1", "--insecure", "--log-level", "error", "--gomaxprocs", "0",
 			"--metrics-listen", metricsAddr}, nil, &bytes.Buffer{}, &stderr)
 	}()

@@ -19,6 +19,7 @@ import (
 
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
 	"github.com/eventpipe/eventpipe/enrich"
+	"github.com/eventpipe/eventpipe/internal/cliflag"
 )
 
 // demoScenario reproduces both seeds of issue #5028 in managed workspace
@@ -45,7 +46,7 @@ func runEnrich(_ context.Context, args []string, stdin io.Reader, stdout, stderr
 Reads a kubectl List (kubectl get events,pods,pvc,namespaces,sandboxes -A -o json)
 or a stream of JSON objects from stdin: core/v1 and events.k8s.io/v1 Events, Pods,
 PersistentVolumeClaims, Namespaces and agents.x-k8s.io Sandboxes (v1beta1, v1alpha1).
-Prints one JSON line per Event occurrence, in time order, or with -o table one
+Prints one JSON line per Event occurrence, in time order, or with -o text one
 line per sandbox saying what blocks it. Other objects are ignored.
 
 Flags:
@@ -58,7 +59,7 @@ Flags:
 	fs.IntVar(&cfg.MaxMessageBytes, "max-message-bytes", cfg.MaxMessageBytes, "truncate messages longer than this (bytes)")
 	fs.IntVar(&cfg.PersistentAfter, "persistent-after", cfg.PersistentAfter, "failures before a pull failure is persistent")
 	fs.DurationVar(&cfg.PersistentWindow, "persistent-window", cfg.PersistentWindow, "failures further apart than this start a new count")
-	fs.StringVar(&output, "output", output, "output format: json or table")
+	fs.StringVar(&output, "output", output, "output format: json or text (table is another name of text)")
 	fs.StringVar(&output, "o", output, "shorthand for --output")
 	fs.BoolVar(&demo, "demo", false, "read the bundled seed scenario instead of stdin")
 	if exit, ok := parseFlags(fs, "enrich", args, stderr); !ok {
@@ -68,8 +69,9 @@ Flags:
 		fmt.Fprintf(stderr, "eventpipe enrich: unexpected arguments %q\n", fs.Args())
 		return 2
 	}
-	if output != "json" && output != "table" {
-		fmt.Fprintf(stderr, "eventpipe enrich: --output must be json or table, got %q\n", output)
+	output = cliflag.Output(output)
+	if output != "json" && output != "text" {
+		fmt.Fprintf(stderr, "eventpipe enrich: --output must be json or text, got %q\n", output)
 		return 2
 	}
 	in := stdin
@@ -88,7 +90,7 @@ Flags:
 		return 2
 	}
 	occs := enrichSnapshot(e, snap)
-	if output == "table" {
+	if output == "text" {
 		err = writeTable(stdout, occs)
 	} else {
 		err = writeJSONLines(stdout, occs)

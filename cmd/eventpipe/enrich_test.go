@@ -180,7 +180,7 @@ func TestEnrichMalformed(t *testing.T) {
 }
 
 func TestEnrichFlags(t *testing.T) {
-	if code, _, stderr := runEnrichCmd(t, "", "-o", "yaml"); code != 2 || !strings.Contains(stderr, "--output must be json or table") {
+	if code, _, stderr := runEnrichCmd(t, "", "-o", "yaml"); code != 2 || !strings.Contains(stderr, "--output must be json or text") {
 		t.Fatalf("bad output accepted: %d %s", code, stderr)
 	}
 	if code, _, _ := runEnrichCmd(t, "", "--no-such-flag"); code != 2 {
@@ -197,7 +197,7 @@ func TestEnrichFlags(t *testing.T) {
 		t.Fatalf("empty input: %d %q", code, out)
 	}
 	// --persistent-after high: the demo's failures stay retrying.
-	_, out, _ := runEnrichCmd(t, "", "--demo", "-o", "table", "--persistent-after", "100", "--max-message-bytes", "64")
+	_, out, _ := runEnrichCmd(t, "", "--demo", "-o", "text", "--persistent-after", "100", "--max-message-bytes", "64")
 	if !strings.Contains(out, "not_found (retrying, 7 failures)") {
 		t.Fatalf("--persistent-after ignored:\n%s", out)
 	}

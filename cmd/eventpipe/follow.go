@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -24,6 +25,8 @@ import (
 
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
 	"github.com/eventpipe/eventpipe/collector"
+	"github.com/eventpipe/eventpipe/internal/cliconfig"
+	"github.com/eventpipe/eventpipe/internal/cliflag"
 	"github.com/eventpipe/eventpipe/sinks/collectorclient"
 )
 
@@ -77,7 +80,9 @@ workspace shows no events. Ctrl-C stops (exit 0) and prints the cursor (or, from
 collectors in Kafka mode, the position) to resume from. While following, an unreachable collector is retried with backoff;
 with several replicas in --collector (a,b,c) a broken stream resumes on the first of them that answers.
 
-Exit status: 0 done or interrupted, 1 refused or failed, 2 bad flags.
+Exit status: 0 done or interrupted, 1 failed, 2 bad flags, 4 the collector
+cannot be reached (--no-follow; following, it is retried), 5 the collector
+refused the credentials or the token's grants (the table: docs/cli.md).
 
 Flags:
 `
@@ -89,6 +94,7 @@ type followOptions struct {
 	caFile, certFile, keyFile    string
 	serverName                   string
 	insecure                     bool
+	context                      string // the context of the context file to use
 	sandbox, workspace, name, gw string
 	tail                         uint
 	after                        uint64
@@ -116,21 +122,22 @@ func runFollow(ctx context.Context, args []string, _ io.Reader, stdout, stderr i
 	fs.Uint64Var(&o.after, "after", 0, "resume: every matching event after this cursor (printed when a previous run stopped)")
 	fs.StringVar(&o.afterPosition, "after-position", "", "resume from collectors in Kafka mode: every matching event after this position (printed when a previous run stopped)")
 	fs.BoolVar(&o.noFollow, "no-follow", false, "print the replay and exit instead of following live")
-	fs.StringVar(&o.output, "output", "text", "output format: text or json")
+	fs.StringVar(&o.output, "output", "text", "output format: text or json (table is another name of text)")
 	fs.StringVar(&o.output, "o", "text", "shorthand for --output")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, followUsage)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if exit, ok := parseFlags(fs, "follow", args, stderr); !ok {
+		return exit
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "eventpipe follow: unexpected arguments %q (the selector is a flag: --sandbox ID)\n", fs.Args())
 		return 2
+	}
+	if err := o.resolveConn(fs); err != nil {
+		fmt.Fprintf(stderr, "eventpipe follow: %v\n", err)
+		return exitUsage
 	}
 	if problems := o.validate(); len(problems) > 0 {
 		for _, p := range problems {
@@ -167,6 +174,7 @@ func (o *followOptions) validate() []string {
 	if o.name != "" && o.workspace == "" {
 		p = append(p, "--name needs --workspace (sandbox names are unique only within a workspace)")
 	}
+	o.output = cliflag.Output(o.output)
 	if o.output != "text" && o.output != "json" {
 		p = append(p, fmt.Sprintf("--output must be text or json, got %q", o.output))
 	}
@@ -189,6 +197,35 @@ func (o *followOptions) connFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.keyFile, "key", "", "client key for mTLS (with --cert)")
 	fs.StringVar(&o.serverName, "server-name", "", "TLS server name of the collector (default: the host of --collector)")
 	fs.BoolVar(&o.insecure, "insecure", false, "plaintext gRPC, no TLS (a local or port-forwarded collector)")
+	fs.StringVar(&o.context, "context", "", "use this context of the context file (eventpipe config get-contexts) instead of its current one")
+}
+
+// getenv reads the environment (tests replace it).
+var getenv = os.Getenv
+
+// resolveConn fills the connection settings the command line left out from
+// the EVENTPIPE_* environment, then the context file, then the defaults
+// (precedence and grouping: internal/cliconfig). Call it after parsing.
+func (o *followOptions) resolveConn(fs *flag.FlagSet) error {
+	given := map[string]string{}
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "collector", "ca", "token-file", "server-name", "insecure":
+			given[f.Name] = f.Value.String()
+		}
+	})
+	src := cliconfig.Source{Flags: given, Getenv: getenv, Context: o.context, DefaultCollector: collector.DefaultGRPCListen}
+	if path, err := cliconfig.Path(getenv); err == nil {
+		if src.File, err = cliconfig.Load(path); err != nil {
+			return err
+		}
+	}
+	s, err := cliconfig.Resolve(src)
+	if err != nil {
+		return err
+	}
+	o.addr, o.caFile, o.tokenFile, o.serverName, o.insecure = s.Collector, s.CA, s.TokenFile, s.ServerName, s.Insecure
+	return nil
 }
 
 // connProblems reports every problem of the connection flags.
@@ -295,7 +332,7 @@ func (f *follower) run(ctx context.Context) int {
 			if f.opts.noFollow {
 				fmt.Fprintf(f.stderr, "eventpipe follow: %s\n", msg)
 				f.printResume()
-				return 1
+				return exitUnreachable
 			}
 			wait := jitter(backoff)
 			// The next subscription goes to the first replica that answers
@@ -319,10 +356,7 @@ func (f *follower) run(ctx context.Context) int {
 		}
 		fmt.Fprintf(f.stderr, "eventpipe follow: %s\n", f.explain(st))
 		f.printResume()
-		if st.Code() == codes.InvalidArgument {
-			return 2
-		}
-		return 1
+		return collectorExit(st.Code(), exitFailed)
 	}
 }
 

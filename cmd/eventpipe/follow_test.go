@@ -422,13 +422,7 @@ func TestFollowCommandRefusals(t *testing.T) {
 	f := startFollowCollector(t, t.TempDir(), "127.0.0.1:0")
 	defer f.stop(t)
 	f.ingest(t, 1, "4471", seedOccurrences()...)
-	// A port nothing listens on: bind one and close it.
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dead := l.Addr().String()
-	l.Close()
+	dead := deadAddr(t)
 
 	cases := []struct {
 		name  string
@@ -436,21 +430,21 @@ func TestFollowCommandRefusals(t *testing.T) {
 		code  int
 		wants []string
 	}{
-		{"no token", []string{"--collector", f.addr, "--insecure", "--sandbox", fSandboxID, "--no-follow"}, 1,
+		{"no token", []string{"--collector", f.addr, "--insecure", "--sandbox", fSandboxID, "--no-follow"}, exitRefused,
 			[]string{"the collector refused the credentials: pass --token-file"}},
-		{"wrong token", []string{"--collector", f.addr, "--insecure", "--token-file", f.token("wrong"), "--sandbox", fSandboxID}, 1,
+		{"wrong token", []string{"--collector", f.addr, "--insecure", "--token-file", f.token("wrong"), "--sandbox", fSandboxID}, exitRefused,
 			[]string{"the collector refused the credentials: pass --token-file", f.token("wrong"), "unknown bearer token"}},
-		{"workspace not granted", []string{"--collector", f.addr, "--insecure", "--token-file", f.token("other"), "--workspace", "repro"}, 1,
+		{"workspace not granted", []string{"--collector", f.addr, "--insecure", "--token-file", f.token("other"), "--workspace", "repro"}, exitRefused,
 			[]string{`does not allow these credentials to follow workspace "repro"`, `"bob" may not follow workspace "repro"`}},
-		{"agent token", []string{"--collector", f.addr, "--insecure", "--token-file", f.token("agent"), "--sandbox", fSandboxID}, 1,
+		{"agent token", []string{"--collector", f.addr, "--insecure", "--token-file", f.token("agent"), "--sandbox", fSandboxID}, exitRefused,
 			[]string{"does not allow these credentials to follow sandbox " + fSandboxID, "needs role reader"}},
 		{"tail above the maximum", []string{"--collector", f.addr, "--insecure", "--token-file", f.token("repro"), "--sandbox", fSandboxID, "--tail", "20000"}, 2,
 			[]string{"the collector refused the request: tail 20000 exceeds the maximum 10000"}},
 		{"resume beyond the log", []string{"--collector", f.addr, "--insecure", "--token-file", f.token("repro"), "--sandbox", fSandboxID, "--after", "99"}, 1,
 			[]string{"cannot resume after cursor 99", "run again without --after"}},
-		{"not reachable", []string{"--collector", dead, "--insecure", "--token-file", f.token("repro"), "--sandbox", fSandboxID, "--no-follow"}, 1,
+		{"not reachable", []string{"--collector", dead, "--insecure", "--token-file", f.token("repro"), "--sandbox", fSandboxID, "--no-follow"}, exitUnreachable,
 			[]string{"collector at " + dead + " is not reachable"}},
-		{"TLS against plaintext", []string{"--collector", f.addr, "--token-file", f.token("repro"), "--sandbox", fSandboxID, "--no-follow"}, 1,
+		{"TLS against plaintext", []string{"--collector", f.addr, "--token-file", f.token("repro"), "--sandbox", fSandboxID, "--no-follow"}, exitUnreachable,
 			[]string{"collector at " + f.addr + " is not reachable", "pass --insecure"}},
 	}
 	for _, tc := range cases {
@@ -728,8 +722,8 @@ func TestFollowCommandTLS(t *testing.T) {
 	}{
 		{"token over TLS", []string{"--ca", caFile, "--server-name", "collector.eventpipe.svc", "--token-file", f.token("repro")}, 0, lines(wantLine6), "--after 6"},
 		{"client certificate", []string{"--ca", caFile, "--server-name", "collector.eventpipe.svc", "--cert", cliCert, "--key", cliKey}, 0, lines(wantLine6), "--after 6"},
-		{"unknown CA", []string{"--server-name", "collector.eventpipe.svc", "--token-file", f.token("repro")}, 1, "", "pass --ca with the CA"},
-		{"name mismatch", []string{"--ca", caFile, "--token-file", f.token("repro")}, 1, "", "pass --server-name"},
+		{"unknown CA", []string{"--server-name", "collector.eventpipe.svc", "--token-file", f.token("repro")}, exitUnreachable, "", "pass --ca with the CA"},
+		{"name mismatch", []string{"--ca", caFile, "--token-file", f.token("repro")}, exitUnreachable, "", "pass --server-name"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -15,8 +15,9 @@ func TestHelpCommand(t *testing.T) {
 		cmd  string
 		want string // a flag only this command has
 	}{
-		{"agent", "-collector-token-file"},
+		{"agent", "-token-file"},
 		{"collector", "Usage: eventpipe collector"},
+		{"config", "eventpipe config set-context NAME"},
 		{"diagnose", "-supervisor"},
 		{"driver-proxy", "-gomaxprocs"},
 		{"enrich", "-persistent-window"},
@@ -53,6 +54,8 @@ func TestFlagErrorShortUsage(t *testing.T) {
 		{[]string{"driver-proxy", "--gomaxprocs=many"}, `invalid value "many" for flag -gomaxprocs: parse error`},
 		{[]string{"enrich", "--persistent-after"}, "flag needs an argument: -persistent-after"},
 		{[]string{"version", "-x"}, "flag provided but not defined: -x"},
+		{[]string{"diagnose", "sup-bad", "--no-such-flag"}, "flag provided but not defined: -no-such-flag"},
+		{[]string{"follow", "--tail", "x"}, `invalid value "x" for flag -tail: parse error`},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			var out, errOut bytes.Buffer
@@ -67,7 +70,26 @@ func TestFlagErrorShortUsage(t *testing.T) {
 	}
 	// -h still prints the full usage, exit 0.
 	var out, errOut bytes.Buffer
-	if code := realMain([]string{"agent", "-h"}, nil, &out, &errOut); code != 0 || !strings.Contains(errOut.String(), "-collector-token-file") {
+	if code := realMain([]string{"agent", "-h"}, nil, &out, &errOut); code != 0 || !strings.Contains(errOut.String(), "-token-file") {
 		t.Errorf("agent -h: exit %d, stderr %q", code, errOut.String())
+	}
+}
+
+// TestDeprecatedSpellings: the spellings from before one CLI vocabulary
+// still work, set the flag of the new name, and warn once.
+func TestDeprecatedSpellings(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		warn string
+	}{
+		{[]string{"agent", "--collector-insecure", "--collector-token-file", "t", "--no-such-flag"}, "--collector-token-file is deprecated, use --token-file"},
+		{[]string{"agent", "--collector-ca", "ca.pem", "--no-such-flag"}, "--collector-ca is deprecated, use --ca"},
+		{[]string{"driver-proxy", "--gateway-id", "g", "--no-such-flag"}, "--gateway-id is deprecated, use --gateway"},
+	} {
+		var out, errOut bytes.Buffer
+		realMain(tc.args, nil, &out, &errOut)
+		if !strings.Contains(errOut.String(), tc.warn) {
+			t.Errorf("%q: stderr %q, want %q", tc.args, errOut.String(), tc.warn)
+		}
 	}
 }

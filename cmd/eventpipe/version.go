@@ -9,6 +9,7 @@ import (
 	"runtime"
 
 	"github.com/eventpipe/eventpipe/api/buildinfo"
+	"github.com/eventpipe/eventpipe/internal/cliflag"
 )
 
 func init() {
@@ -55,7 +56,7 @@ func runVersion(_ context.Context, args []string, _ io.Reader, stdout, stderr io
 		fmt.Fprintf(stderr, "eventpipe version: unexpected arguments %q\n", fs.Args())
 		return 2
 	}
-	switch *output {
+	switch cliflag.Output(*output) {
 	case "text":
 		fmt.Fprintln(stdout, versionString())
 	case "json":

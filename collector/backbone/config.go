@@ -261,13 +261,8 @@ func (c Config) Validate() error {
 		add("transactions.id", "set, but transactions.enabled is false")
 	}
 	readable := func(path, file string) {
-		if file == "" {
-			return
-		}
-		if f, err := os.Open(file); err != nil {
+		if err := config.CheckReadable(file); err != nil {
 			add(path, "%v", err)
-		} else {
-			f.Close()
 		}
 	}
 	t := c.TLS

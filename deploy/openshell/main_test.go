@@ -213,7 +213,7 @@ func TestRenderOverTheChartsGateway(t *testing.T) {
 	// The chain: gateway -> proxy --listen; proxy --driver = driver --bind-socket.
 	px := container(t, pod, proxyContainer)
 	if px.Image != "ghcr.io/eventpipe/eventpipe:v0.2.0" || px.Args[0] != "driver-proxy" || argAfter(px.Args, "--listen") != proxySocket ||
-		argAfter(px.Args, "--driver") != driverSock || argAfter(px.Args, "--gateway-id") != "openshell" ||
+		argAfter(px.Args, "--driver") != driverSock || argAfter(px.Args, "--gateway") != "openshell" ||
 		argAfter(px.Args, "--collector") != "eventpipe-collector.eventpipe.svc:7070" ||
 		argAfter(px.Args, "--token-file") != "/etc/eventpipe/token" || argAfter(px.Args, "--ca") != "/etc/eventpipe/ca.crt" {
 		t.Errorf("proxy: image %s args %q", px.Image, px.Args)

@@ -34,6 +34,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
 	"sigs.k8s.io/yaml"
+
+	"github.com/eventpipe/eventpipe/internal/cliflag"
 )
 
 //go:embed gateway-patch.yaml
@@ -104,7 +106,8 @@ func (o *Options) AddFlags(fs *flag.FlagSet, defaultProxyImage string) {
 	fs.StringVar(&o.ProxyImage, "proxy-image", defaultProxyImage, "eventpipe's image for the proxy (default: this binary's release, "+Image+":<version>)")
 	fs.StringVar(&o.DriverImage, "driver-image", "", "an image holding /usr/local/bin/openshell-driver-kubernetes (default: the gateway's image)")
 	fs.StringVar(&o.Collector, "collector", "", "the collector's gRPC address host:port (required)")
-	fs.StringVar(&o.GatewayID, "gateway-id", "", "the gateway id (default: gateway_id of the chart's gateway.toml, else openshell)")
+	fs.StringVar(&o.GatewayID, "gateway", "", "the gateway id (default: gateway_id of the chart's gateway.toml, else openshell)")
+	cliflag.Deprecated(fs, "gateway-id", "gateway", fs.Output())
 	fs.StringVar(&o.Secret, "secret", proxySecret, "Secret with the proxy's reader token (key token) and the collector's CA (key ca.crt)")
 	fs.BoolVar(&o.Insecure, "insecure", false, "plaintext gRPC to the collector (no ca.crt)")
 	fs.Int64Var(&o.UID, "uid", 0, "uid of all three containers (default: the gateway container's runAsUser, else 1000)")
@@ -477,7 +480,7 @@ func proxyArgs(args []string, gatewayID string, o Options) []string {
 		a := args[i]
 		if i+1 < len(args) {
 			switch a {
-			case "--gateway-id":
+			case "--gateway", "--gateway-id":
 				out, i = append(out, a, gatewayID), i+1
 				continue
 			case "--collector":

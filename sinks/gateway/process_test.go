@@ -32,7 +32,7 @@ func TestProcessSIGKILLNoRepeat(t *testing.T) {
 	sock := filepath.Join(dir, "proxy", "proxy.sock")
 	state := filepath.Join(dir, "proxy", "state")
 	start := func() *exec.Cmd {
-		cmd := exec.Command(bin, "driver-proxy", "--listen", sock, "--driver", drv.Path, "--gateway-id", "openshell",
+		cmd := exec.Command(bin, "driver-proxy", "--listen", sock, "--driver", drv.Path, "--gateway", "openshell",
 			"--collector", col.addr, "--insecure", "--state-file", state, "--log-level", "error")
 		cmd.Stderr = os.Stderr
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

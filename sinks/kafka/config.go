@@ -3,7 +3,6 @@ package kafka
 import (
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"time"
 
@@ -158,13 +157,8 @@ func (c Config) Validate() error {
 		add("write_timeout", "must be positive, got %s", c.WriteTimeout)
 	}
 	readable := func(path, file string) {
-		if file == "" {
-			return
-		}
-		if f, err := os.Open(file); err != nil {
+		if err := config.CheckReadable(file); err != nil {
 			add(path, "%v", err)
-		} else {
-			f.Close()
 		}
 	}
 	t := c.TLS

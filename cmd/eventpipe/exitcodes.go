@@ -1,0 +1,44 @@
+package main
+
+import "google.golang.org/grpc/codes"
+
+// Exit statuses every eventpipe command uses, one meaning each, so a script
+// can tell "fix the command line" from "the collector is down" from "the
+// collector said no" whichever command it ran. docs/cli.md has the table;
+// TestExitCodeTableDocumented keeps the two in step.
+const (
+	exitOK          = 0 // done (diagnose: nothing blocks)
+	exitFailed      = 1 // ran and failed (diagnose: something blocks)
+	exitUsage       = 2 // bad flags, input or configuration
+	exitNotFound    = 3 // diagnose: the collector has no events of that sandbox
+	exitUnreachable = 4 // the collector cannot be reached or did not answer in time
+	exitRefused     = 5 // the collector refused the credentials or the token's grants
+)
+
+// exitCodes names each status as docs/cli.md does.
+var exitCodes = []struct {
+	code int
+	name string
+}{
+	{exitOK, "ok"},
+	{exitFailed, "failed"},
+	{exitUsage, "usage"},
+	{exitNotFound, "not-found"},
+	{exitUnreachable, "unreachable"},
+	{exitRefused, "refused"},
+}
+
+// collectorExit is the status for an error the collector's gRPC API (or the
+// way to it) returned: unreachable and refused are the same for every
+// command; anything else is otherwise (the command's own choice).
+func collectorExit(c codes.Code, otherwise int) int {
+	switch c {
+	case codes.Unavailable, codes.DeadlineExceeded:
+		return exitUnreachable
+	case codes.Unauthenticated, codes.PermissionDenied:
+		return exitRefused
+	case codes.InvalidArgument:
+		return exitUsage
+	}
+	return otherwise
+}
