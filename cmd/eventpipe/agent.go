@@ -16,8 +16,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/eventpipe/eventpipe/agent"
+	"github.com/eventpipe/eventpipe/api/cliflag"
 	"github.com/eventpipe/eventpipe/api/config"
-	"github.com/eventpipe/eventpipe/internal/cliflag"
 )
 
 func init() {

@@ -10,7 +10,7 @@ import (
 	"path/filepath"
 	"text/tabwriter"
 
-	"github.com/eventpipe/eventpipe/internal/cliconfig"
+	"github.com/eventpipe/eventpipe/api/cliconfig"
 )
 
 func init() {

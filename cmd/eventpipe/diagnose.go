@@ -17,10 +17,10 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/authn"
 
+	"github.com/eventpipe/eventpipe/api/cliflag"
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
 	"github.com/eventpipe/eventpipe/api/remedy"
 	"github.com/eventpipe/eventpipe/enrich/verify"
-	"github.com/eventpipe/eventpipe/internal/cliflag"
 	"github.com/eventpipe/eventpipe/sinks/diagnosis"
 )
 

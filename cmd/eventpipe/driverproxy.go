@@ -20,7 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/eventpipe/eventpipe/internal/cliflag"
+	"github.com/eventpipe/eventpipe/api/cliflag"
 	"github.com/eventpipe/eventpipe/sinks/gateway"
 )
 

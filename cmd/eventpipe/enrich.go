@@ -17,9 +17,9 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/eventpipe/eventpipe/api/cliflag"
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
 	"github.com/eventpipe/eventpipe/enrich"
-	"github.com/eventpipe/eventpipe/internal/cliflag"
 )
 
 // demoScenario reproduces both seeds of issue #5028 in managed workspace

@@ -23,10 +23,10 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/eventpipe/eventpipe/api/cliconfig"
+	"github.com/eventpipe/eventpipe/api/cliflag"
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
 	"github.com/eventpipe/eventpipe/collector"
-	"github.com/eventpipe/eventpipe/internal/cliconfig"
-	"github.com/eventpipe/eventpipe/internal/cliflag"
 	"github.com/eventpipe/eventpipe/sinks/collectorclient"
 )
 
@@ -205,7 +205,7 @@ var getenv = os.Getenv
 
 // resolveConn fills the connection settings the command line left out from
 // the EVENTPIPE_* environment, then the context file, then the defaults
-// (precedence and grouping: internal/cliconfig). Call it after parsing.
+// (precedence and grouping: api/cliconfig). Call it after parsing.
 func (o *followOptions) resolveConn(fs *flag.FlagSet) error {
 	given := map[string]string{}
 	fs.Visit(func(f *flag.Flag) {

@@ -9,7 +9,7 @@ import (
 	"runtime"
 
 	"github.com/eventpipe/eventpipe/api/buildinfo"
-	"github.com/eventpipe/eventpipe/internal/cliflag"
+	"github.com/eventpipe/eventpipe/api/cliflag"
 )
 
 func init() {

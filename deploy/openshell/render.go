@@ -35,7 +35,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
 	"sigs.k8s.io/yaml"
 
-	"github.com/eventpipe/eventpipe/internal/cliflag"
+	"github.com/eventpipe/eventpipe/api/cliflag"
 )
 
 //go:embed gateway-patch.yaml
