@@ -11,7 +11,8 @@ import (
 // TestProbeBlocker: a probe failure is transient until it failed as often
 // as the kubelet's default failureThreshold (3) within the window; then it
 // is a probe blocker naming the probe, with the runtime's words, and
-// persistent once it lasted a minute. Only a sandbox's pods are tracked.
+// persistent once it lasted blockerMinAge (the reports come every
+// periodSeconds, 10 s by default). Only a sandbox's pods are tracked.
 // The wordings are the kubelet's (pkg/kubelet/prober/prober.go "%s probe
 // failed: %s" and "%s probe errored: %v"; kuberuntime_manager.go
 // "Container %s failed %s probe, will be restarted", before 1.16
@@ -40,7 +41,7 @@ func TestProbeBlocker(t *testing.T) {
 				disp    string
 			}{{false, ""}, {false, ""}, {true, eventpipev1.DispositionRetrying}, {true, eventpipev1.DispositionPersistent}} {
 				ev.Count = int32(n + 1)
-				ev.LastTimestamp = t0.Add(time.Duration(n) * 20 * time.Second)
+				ev.LastTimestamp = t0.Add(time.Duration(n) * 10 * time.Second)
 				ev.ResourceVersion = string(rune('1' + n))
 				b := e.Enrich(ev, ev.LastTimestamp).Occurrence.GetBlocker()
 				if (b != nil) != want.blocker {

@@ -52,8 +52,15 @@ const provisionerWait = 5 * time.Minute
 // time) before it can be persistent, whatever the count: the scheduler
 // and the PV controller retry within a second when the cluster changes,
 // so three reports can come before anything had time to fix itself (a
-// claim the provisioner binds a second later).
-const blockerMinAge = time.Minute
+// claim the provisioner binds a second later). It must stay well under
+// what a reporter can be heard for: client-go's event recorder lets 25
+// Events per object through in a burst and then one every five minutes,
+// so a controller retrying every 2 s falls silent after about 48 s (the PV
+// controller on make run's control plane did: 25 FailedBinding reports
+// over 47 s, then nothing, and with a one-minute age the claim stayed
+// "retrying" for good). 30 s is past the one-second bursts and within any
+// such silence.
+const blockerMinAge = 30 * time.Second
 
 // lasting reports whether a tracked signal of a lasting kind (lasting in
 // blockerClass) has lasted long enough to be a blocker: a probe that
