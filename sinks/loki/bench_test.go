@@ -188,3 +188,14 @@ func BenchmarkPushDiscard(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkLine measures the line alone (appendLine), the part of Push that
+// encodes an occurrence's fields.
+func BenchmarkLine(b *testing.B) {
+	recs := benchRecords(1024)
+	buf := make([]byte, 0, 8192)
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		buf = appendLine(buf[:0], recs[i%len(recs)].Occurrence, DefaultMaxMessageBytes)
+	}
+}

@@ -34,8 +34,9 @@
 // backslashes escaped in the protobuf selector), so no field content can
 // change the label set.
 //
-// The line is one JSON object with a fixed field order (README.md): the
-// same occurrence always gives the same bytes. Structured metadata carries
+// The line is one JSON object, the occurrence's protojson form written by
+// sinks/internal/jsonenc with Loki's size caps (README.md): the same
+// occurrence always gives the same bytes. Structured metadata carries
 // event_id, occurred_at, sandbox_id, sandbox_name, reason, pull_category,
 // blocker_cause, container and image.
 //

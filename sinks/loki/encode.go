@@ -7,8 +7,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"google.golang.org/protobuf/types/known/timestamppb"
-
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
 	"github.com/eventpipe/eventpipe/sinks/internal/jsonenc"
 )
@@ -144,12 +142,8 @@ func sanitizeValue(s string, max int) string {
 		s = b.String()
 	}
 	s = strings.TrimSpace(s)
-	return truncateUTF8(s, max)
+	return jsonenc.CutUTF8(s, max)
 }
-
-// truncateUTF8 cuts valid UTF-8 s to at most max bytes without splitting a
-// rune.
-func truncateUTF8(s string, max int) string { return cutUTF8(s, max) }
 
 // metadata returns the structured metadata of o, in a fixed order, empty
 // values omitted. Values are valid UTF-8 and capped.
@@ -166,7 +160,7 @@ func appendMetadata(dst []labelPair, o *eventpipev1.Occurrence, occurred time.Ti
 		if !utf8.ValidString(v) {
 			v = strings.ToValidUTF8(v, "\uFFFD")
 		}
-		dst = append(dst, labelPair{name, truncateUTF8(v, maxMetaBytes)})
+		dst = append(dst, labelPair{name, jsonenc.CutUTF8(v, maxMetaBytes)})
 	}
 	add(MetaEventID, o.GetEventId())
 	if !occurred.IsZero() {
@@ -198,189 +192,17 @@ func occurredAt(o *eventpipev1.Occurrence) time.Time {
 	return time.Time{}
 }
 
-// lineWriter appends an occurrence's line: one JSON object whose field order
-// is fixed (README.md), with empty fields omitted, so that the same
+// appendLine appends the line of o to dst: its protojson form (the
+// encoder shared with the file sink), with the message capped at maxMessage
+// (message_truncated set when cut), every other string at maxFieldBytes,
+// and a zero or out-of-range timestamp left out rather than failing, so
+// every occurrence has a line. Empty fields are left out, so the same
 // occurrence always gives the same bytes.
-type lineWriter struct {
-	b     []byte
-	first bool
-}
-
-func (w *lineWriter) key(k string) {
-	if !w.first {
-		w.b = append(w.b, ',')
-	}
-	w.first = false
-	w.b = append(w.b, '"')
-	w.b = append(w.b, k...)
-	w.b = append(w.b, '"', ':')
-}
-
-func (w *lineWriter) str(k, v string) {
-	if v == "" {
-		return
-	}
-	w.key(k)
-	w.b = appendJSONString(w.b, v, maxFieldBytes)
-}
-
-func (w *lineWriter) ts(k string, t *timestamppb.Timestamp) {
-	if t == nil || (t.Seconds == 0 && t.Nanos == 0) || !t.IsValid() {
-		return
-	}
-	w.key(k)
-	w.b = append(w.b, '"')
-	w.b = t.AsTime().UTC().AppendFormat(w.b, time.RFC3339Nano)
-	w.b = append(w.b, '"')
-}
-
-func (w *lineWriter) num(k string, v int64) {
-	if v == 0 {
-		return
-	}
-	w.key(k)
-	w.b = strconv.AppendInt(w.b, v, 10)
-}
-
-func (w *lineWriter) boolean(k string, v bool) {
-	if !v {
-		return
-	}
-	w.key(k)
-	w.b = append(w.b, "true"...)
-}
-
-func (w *lineWriter) open(k string) {
-	w.key(k)
-	w.b = append(w.b, '{')
-	w.first = true
-}
-
-func (w *lineWriter) close() {
-	w.b = append(w.b, '}')
-	w.first = false
-}
-
-// appendLine appends the line of o to dst.
 func appendLine(dst []byte, o *eventpipev1.Occurrence, maxMessage int) []byte {
-	w := lineWriter{b: append(dst, '{'), first: true}
-	w.key("event_id")
-	w.b = appendJSONString(w.b, o.GetEventId(), maxFieldBytes)
-	w.ts("occurred_at", o.GetOccurredAt())
-	w.ts("observed_at", o.GetObservedAt())
-	w.str("cluster", o.GetCluster())
-	w.str("namespace", o.GetNamespace())
-	if sb := o.GetSandbox(); sb != nil {
-		w.open("sandbox")
-		w.str("id", sb.GetId())
-		w.str("name", sb.GetName())
-		w.str("workspace", sb.GetWorkspace())
-		w.str("gateway_id", sb.GetGatewayId())
-		w.str("cr_namespace", sb.GetCrNamespace())
-		w.str("cr_name", sb.GetCrName())
-		w.ts("deleted_at", sb.GetDeletedAt())
-		w.close()
-	}
-	w.str("attribution", o.GetAttribution())
-	w.str("role", o.GetRole())
-	w.str("reason", o.GetReason())
-	w.str("type", o.GetType())
-	if io := o.GetInvolvedObject(); io != nil {
-		w.open("involved_object")
-		w.str("kind", io.GetKind())
-		w.str("api_version", io.GetApiVersion())
-		w.str("namespace", io.GetNamespace())
-		w.str("name", io.GetName())
-		w.str("uid", io.GetUid())
-		w.str("field_path", io.GetFieldPath())
-		w.close()
-	}
-	w.str("container", o.GetContainer())
-	w.str("image", o.GetImage())
-	w.str("image_role", o.GetImageRole())
-	if pf := o.GetPullFailure(); pf != nil {
-		w.open("pull_failure")
-		w.str("category", pf.GetCategory())
-		w.str("image", pf.GetImage())
-		w.str("disposition", pf.GetDisposition())
-		w.num("attempts", int64(pf.GetAttempts()))
-		w.ts("first_seen", pf.GetFirstSeen())
-		w.ts("last_seen", pf.GetLastSeen())
-		w.str("detail", pf.GetDetail())
-		w.str("source", pf.GetSource())
-		w.str("decided_by", pf.GetDecidedBy())
-		w.str("confidence", pf.GetConfidence())
-		w.close()
-	}
-	if p := o.GetProgress(); p != nil {
-		w.open("progress")
-		w.str("complete_step", p.GetCompleteStep())
-		w.str("complete_label", p.GetCompleteLabel())
-		w.str("active_step", p.GetActiveStep())
-		w.str("active_detail", p.GetActiveDetail())
-		w.close()
-	}
-	if bl := o.GetBlocker(); bl != nil {
-		w.open("blocker")
-		w.str("kind", bl.GetKind())
-		w.str("cause", bl.GetCause())
-		w.str("object", bl.GetObject())
-		w.str("container", bl.GetContainer())
-		w.str("disposition", bl.GetDisposition())
-		w.num("attempts", int64(bl.GetAttempts()))
-		w.ts("first_seen", bl.GetFirstSeen())
-		w.ts("last_seen", bl.GetLastSeen())
-		w.str("detail", bl.GetDetail())
-		w.str("source", bl.GetSource())
-		w.str("fix", bl.GetFix())
-		w.num("exit_code", int64(bl.GetExitCode()))
-		w.boolean("has_exit_code", bl.GetHasExitCode())
-		w.str("decided_by", bl.GetDecidedBy())
-		w.str("confidence", bl.GetConfidence())
-		w.close()
-	}
-	msg := o.GetMessage()
-	truncated := o.GetMessageTruncated()
-	w.key("message")
-	w.b = appendJSONString(w.b, msg, maxMessage)
-	if len(msg) > maxMessage {
-		truncated = true
-	}
-	w.boolean("message_truncated", truncated)
-	w.num("count", int64(o.GetCount()))
-	w.str("reporting_component", o.GetReportingComponent())
-	w.str("reporting_instance", o.GetReportingInstance())
-	w.str("action", o.GetAction())
-	if ev := o.GetEvent(); ev != nil {
-		w.open("event")
-		w.str("name", ev.GetName())
-		w.str("uid", ev.GetUid())
-		w.str("resource_version", ev.GetResourceVersion())
-		w.str("api_version", ev.GetApiVersion())
-		w.close()
-	}
-	w.num("schema_version", int64(o.GetSchemaVersion()))
-	w.b = append(w.b, '}')
-	return w.b
-}
-
-// appendJSONString appends s as a JSON string of at most max bytes of
-// input: invalid UTF-8 becomes U+FFFD, control characters are escaped (the
-// escaping shared with the file and Kafka sinks), and the cut never splits a
-// rune.
-func appendJSONString(dst []byte, s string, max int) []byte {
-	return jsonenc.AppendString(dst, cutUTF8(s, max))
-}
-
-// cutUTF8 cuts s to at most max bytes, backing off (at most three bytes)
-// so that a multi-byte rune is not split.
-func cutUTF8(s string, max int) string {
-	if len(s) <= max {
-		return s
-	}
-	cut := max
-	for back := 0; back < utf8.UTFMax-1 && cut > 0 && !utf8.RuneStart(s[cut]); back++ {
-		cut--
-	}
-	return s[:cut]
+	b, _ := jsonenc.AppendOccurrence(dst, o, jsonenc.Options{
+		MaxMessageBytes: maxMessage,
+		MaxStringBytes:  maxFieldBytes,
+		OmitBadTimes:    true, // so the encoder cannot fail
+	})
+	return b
 }

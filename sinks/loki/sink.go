@@ -24,6 +24,7 @@ import (
 	"github.com/eventpipe/eventpipe/api/buildinfo"
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
 	"github.com/eventpipe/eventpipe/sinks"
+	"github.com/eventpipe/eventpipe/sinks/internal/jsonenc"
 )
 
 // Sink pushes batches to a Loki push endpoint. It implements sinks.Pusher;
@@ -234,7 +235,7 @@ func (s *Sink) Push(ctx context.Context, batch []sinks.Record) error {
 		}
 		s.log.Warn("loki refused occurrences for good; counted and dropped",
 			"refused", len(failed), "batch", len(batch), "first_offset", batch[first].Offset,
-			"first_event_id", truncateUTF8(strings.ToValidUTF8(batch[first].Occurrence.GetEventId(), "?"), 128),
+			"first_event_id", jsonenc.CutUTF8(strings.ToValidUTF8(batch[first].Occurrence.GetEventId(), "?"), 128),
 			"first_err", failed[first])
 		return &sinks.PartialError{Failed: failed}
 	}
@@ -326,7 +327,7 @@ func (s *Sink) tenant(workspace string) (string, error) {
 	case workspace == "":
 		return t.Default, nil
 	case !validTenant(workspace):
-		return "", fmt.Errorf("workspace %q is not a valid Loki tenant ID", truncateUTF8(strings.ToValidUTF8(workspace, "?"), 64))
+		return "", fmt.Errorf("workspace %q is not a valid Loki tenant ID", jsonenc.CutUTF8(strings.ToValidUTF8(workspace, "?"), 64))
 	}
 	return workspace, nil
 }

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/eventpipe/eventpipe/sinks/internal/jsonenc"
 )
 
 // entry is one record ready to send: its stream, timestamp, line and
@@ -148,9 +150,9 @@ func appendPushJSON(dst []byte, streams []stream) []byte {
 			if j > 0 {
 				dst = append(dst, ',')
 			}
-			dst = appendJSONString(dst, p.name, len(p.name))
+			dst = jsonenc.AppendString(dst, p.name)
 			dst = append(dst, ':')
-			dst = appendJSONString(dst, p.value, len(p.value))
+			dst = jsonenc.AppendString(dst, p.value)
 		}
 		dst = append(dst, `},"values":[`...)
 		for j, e := range s.entries {
@@ -160,16 +162,16 @@ func appendPushJSON(dst []byte, streams []stream) []byte {
 			dst = append(dst, `["`...)
 			dst = strconv.AppendInt(dst, e.ts.UnixNano(), 10)
 			dst = append(dst, `",`...)
-			dst = appendJSONString(dst, string(e.line), len(e.line))
+			dst = jsonenc.AppendString(dst, string(e.line))
 			if len(e.meta) > 0 {
 				dst = append(dst, ",{"...)
 				for k, p := range e.meta {
 					if k > 0 {
 						dst = append(dst, ',')
 					}
-					dst = appendJSONString(dst, p.name, len(p.name))
+					dst = jsonenc.AppendString(dst, p.name)
 					dst = append(dst, ':')
-					dst = appendJSONString(dst, p.value, len(p.value))
+					dst = jsonenc.AppendString(dst, p.value)
 				}
 				dst = append(dst, '}')
 			}

@@ -5,7 +5,9 @@
 // AppendProtoJSON produces what protojson.Marshal with UseProtoNames
 // produces (same members, same values, members in field order, zero values
 // omitted); tests check the equivalence on realistic and hostile input.
-// AppendString is encoding/json's string escaping.
+// AppendOccurrence is the same encoder with Options for a sink whose
+// store caps sizes (Loki's line): it is the one place that lists an
+// occurrence's fields. AppendString is encoding/json's string escaping.
 package jsonenc
 
 import (
@@ -25,10 +27,26 @@ const (
 	maxSeconds = 253402300799
 )
 
+// Options bend the protojson form for a store with limits. The zero value
+// is protojson's form.
+type Options struct {
+	// MaxMessageBytes caps the message (0: no cap). A cut message is
+	// written with message_truncated true.
+	MaxMessageBytes int
+	// MaxStringBytes caps every other string (0: no cap).
+	MaxStringBytes int
+	// OmitBadTimes leaves out a zero (1970-01-01T00:00:00Z) or
+	// out-of-range timestamp instead of writing the former and failing on
+	// the latter: for a sink that must write every occurrence.
+	OmitBadTimes bool
+}
+
 type writer struct {
-	b     []byte
-	first bool
-	err   error
+	b            []byte
+	first        bool
+	maxStr       int
+	omitBadTimes bool
+	err          error
 }
 
 func (w *writer) key(name string) {
@@ -44,6 +62,9 @@ func (w *writer) key(name string) {
 func (w *writer) str(name, v string) {
 	if v == "" {
 		return
+	}
+	if w.maxStr > 0 {
+		v = CutUTF8(v, w.maxStr)
 	}
 	w.key(name)
 	w.b = AppendString(w.b, v)
@@ -75,6 +96,12 @@ func (w *writer) bool(name string, v bool) {
 func (w *writer) ts(name string, t *timestamppb.Timestamp) {
 	if t == nil {
 		return
+	}
+	if w.omitBadTimes {
+		s, n := t.GetSeconds(), t.GetNanos()
+		if s == 0 && n == 0 || s < minSeconds || s > maxSeconds || n < 0 || n >= 1e9 {
+			return
+		}
 	}
 	w.key(name)
 	var err error
@@ -132,7 +159,13 @@ func appendPadded(b []byte, v int64, width int) []byte {
 // Invalid UTF-8 becomes U+FFFD (protojson would refuse the record); an
 // out-of-range timestamp is an error, as with protojson.
 func AppendProtoJSON(b []byte, o *eventpipev1.Occurrence) ([]byte, error) {
-	w := writer{b: append(b, '{'), first: true}
+	return AppendOccurrence(b, o, Options{})
+}
+
+// AppendOccurrence appends o's protojson form bent by opt. With
+// OmitBadTimes it never fails.
+func AppendOccurrence(b []byte, o *eventpipev1.Occurrence, opt Options) ([]byte, error) {
+	w := writer{b: append(b, '{'), first: true, maxStr: opt.MaxStringBytes, omitBadTimes: opt.OmitBadTimes}
 	w.uint("schema_version", uint64(o.GetSchemaVersion()))
 	w.str("event_id", o.GetEventId())
 	w.ts("occurred_at", o.GetOccurredAt())
@@ -159,8 +192,15 @@ func AppendProtoJSON(b []byte, o *eventpipev1.Occurrence) ([]byte, error) {
 	}
 	w.str("type", o.GetType())
 	w.str("reason", o.GetReason())
-	w.str("message", o.GetMessage())
-	w.bool("message_truncated", o.GetMessageTruncated())
+	msg, truncated := o.GetMessage(), o.GetMessageTruncated()
+	if opt.MaxMessageBytes > 0 && len(msg) > opt.MaxMessageBytes {
+		msg, truncated = CutUTF8(msg, opt.MaxMessageBytes), true
+	}
+	if msg != "" {
+		w.key("message")
+		w.b = AppendString(w.b, msg)
+	}
+	w.bool("message_truncated", truncated)
 	w.int("count", int64(o.GetCount()))
 	w.str("reporting_component", o.GetReportingComponent())
 	w.str("reporting_instance", o.GetReportingInstance())
@@ -224,6 +264,19 @@ func AppendProtoJSON(b []byte, o *eventpipev1.Occurrence) ([]byte, error) {
 	}
 	w.b = append(w.b, '}')
 	return w.b, w.err
+}
+
+// CutUTF8 cuts s to at most max bytes, backing off (at most three bytes)
+// so that a multi-byte rune is not split.
+func CutUTF8(s string, max int) string {
+	if len(s) <= max {
+		return s
+	}
+	cut := max
+	for back := 0; back < utf8.UTFMax-1 && cut > 0 && !utf8.RuneStart(s[cut]); back++ {
+		cut--
+	}
+	return s[:cut]
 }
 
 const hex = "0123456789abcdef"
