@@ -370,7 +370,7 @@ func checkDiagnoseCommand(t *testing.T, out, cli string) {
 		t.Errorf("eventpipe diagnose sup-bad: exit %d\n%s", code, o)
 	}
 	if code, o := diagnose("img-missing", "-w", "img-missing"); code != 1 ||
-		!strings.Contains(o, "  workload image "+scenario.ImageMissing+": not_found\n") ||
+		!strings.Contains(o, "  workload image "+scenario.ImageMissing+": not_found [text rule, certain]\n") ||
 		!strings.Contains(o, "fix: tag 0.0.0-does-not-exist does not exist in docker.io/library/busybox") {
 		t.Errorf("eventpipe diagnose img-missing: exit %d\n%s", code, o)
 	}
