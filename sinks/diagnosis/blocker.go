@@ -126,7 +126,9 @@ func (s *sandboxState) closeBlockers(o *eventpipev1.Occurrence, at time.Time) bo
 		// The Sandbox's Ready condition no longer says the API server
 		// refuses its pod (the Agent Sandbox controller writes no Event
 		// when the pod goes through).
-		end(func(k blockerKey, _ *Blocker) bool { return k.kind == eventpipev1.BlockerKindCreateRefused && sameObj(k) })
+		end(func(k blockerKey, _ *Blocker) bool {
+			return k.kind == eventpipev1.BlockerKindCreateRefused && sameObj(k)
+		})
 	}
 	switch reason := o.GetReason(); reason {
 	case "Scheduled":
