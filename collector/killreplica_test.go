@@ -52,8 +52,8 @@ func killReplicaConfig(t testing.TB, brokers []string, txn bool, dir, slot strin
 	cfg.Store = NewDefaultConfig().Store
 	cfg.Log = LogKafka
 	bc := backbone.NewDefaultConfig()
-	bc.Brokers = brokers
-	bc.ClientID = slot
+	bc.Conn.Brokers = brokers
+	bc.Conn.ClientID = slot
 	bc.Topic, bc.CursorTopic = killTopic, "kill.cursors"
 	bc.CreateTopics = true
 	bc.Partitions = killPartitions
@@ -69,7 +69,7 @@ func killReplicaConfig(t testing.TB, brokers []string, txn bool, dir, slot strin
 	cfg.Backbone = &bc
 	fileSc := fileSink("file", filepath.Join(dir, slot+".jsonl"))
 	kc := kafka.NewDefaultConfig()
-	kc.Brokers, kc.Topic = brokers, killArchive
+	kc.Conn.Brokers, kc.Topic = brokers, killArchive
 	d := sinks.NewDefaultRunnerConfig("archive")
 	d.Batch.MaxRecords, d.Batch.MaxWait = 50, 20*time.Millisecond
 	archive := SinkConfig{Name: "archive", Type: SinkKafka, Kafka: &kc, Batch: d.Batch, Retry: d.Retry}

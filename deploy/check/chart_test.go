@@ -321,7 +321,7 @@ func checkConfigs(t *testing.T, v variant, docs []Doc) {
 			if kafkaMode(v) != cfg.KafkaMode() {
 				t.Errorf("collector.yaml: log %q in the %s variant", cfg.Log, v.name)
 			}
-			if cfg.KafkaMode() && (cfg.Backbone == nil || len(cfg.Backbone.Brokers) == 0) {
+			if cfg.KafkaMode() && (cfg.Backbone == nil || len(cfg.Backbone.Conn.Brokers) == 0) {
 				t.Errorf("collector.yaml in kafka mode has no backbone brokers:\n%s", s)
 			}
 		}
