@@ -435,25 +435,34 @@ func TestFileSinkResendWindow(t *testing.T) {
 		{nil, file.DefaultResendWindow},
 		{[]string{"sinks.file.resendWindow=131072"}, 131072},
 	} {
+		s, ok := configMapFile(renderSet(t, nil, c.set...), "collector.yaml")
+		if !ok {
+			t.Fatalf("--set %v: no collector.yaml", c.set)
+		}
+		cfg, err := collector.ParseConfig([]byte(s))
+		if err != nil {
+			t.Fatalf("--set %v: collector.yaml: %v\n%s", c.set, err, s)
+		}
 		var got []int
-		for _, d := range renderSet(t, nil, c.set...) {
-			data, _ := d.Object["data"].(map[string]any)
-			s, ok := data["collector.yaml"].(string)
-			if d.Kind != "ConfigMap" || !ok {
-				continue
-			}
-			cfg, err := collector.ParseConfig([]byte(s))
-			if err != nil {
-				t.Fatalf("--set %v: collector.yaml: %v\n%s", c.set, err, s)
-			}
-			for _, sc := range cfg.Sinks {
-				if sc.File != nil {
-					got = append(got, sc.File.ResendWindow)
-				}
+		for _, sc := range cfg.Sinks {
+			if sc.File != nil {
+				got = append(got, sc.File.ResendWindow)
 			}
 		}
 		if len(got) != 1 || got[0] != c.want {
 			t.Errorf("--set %v: file sinks' resend_window %v, want [%d]", c.set, got, c.want)
 		}
 	}
+}
+
+// configMapFile is the file name of the first ConfigMap in docs that holds
+// one (agent.yaml, collector.yaml).
+func configMapFile(docs []Doc, name string) (string, bool) {
+	for _, d := range docs {
+		data, _ := d.Object["data"].(map[string]any)
+		if s, ok := data[name].(string); ok && d.Kind == "ConfigMap" {
+			return s, true
+		}
+	}
+	return "", false
 }
