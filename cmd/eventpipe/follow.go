@@ -82,7 +82,8 @@ with several replicas in --collector (a,b,c) a broken stream resumes on the firs
 
 Exit status: 0 done or interrupted, 1 failed, 2 bad flags, 4 the collector
 cannot be reached (--no-follow; following, it is retried), 5 the collector
-refused the credentials or the token's grants (the table: docs/cli.md).
+refused the credentials or the token's grants, 6 another error of the
+collector (the table: docs/cli.md).
 
 Flags:
 `
@@ -356,7 +357,7 @@ func (f *follower) run(ctx context.Context) int {
 		}
 		fmt.Fprintf(f.stderr, "eventpipe follow: %s\n", f.explain(st))
 		f.printResume()
-		return collectorExit(st.Code(), exitFailed)
+		return collectorExit(st.Code())
 	}
 }
 
