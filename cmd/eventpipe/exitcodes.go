@@ -41,7 +41,9 @@ func collectorExit(c codes.Code) int {
 		return exitUnreachable
 	case codes.Unauthenticated, codes.PermissionDenied:
 		return exitRefused
-	case codes.InvalidArgument:
+	case codes.InvalidArgument, codes.OutOfRange:
+		// A tail above its maximum; a resume point (--after) beyond the
+		// log: the command line is what to change.
 		return exitUsage
 	}
 	return exitError

@@ -46,6 +46,7 @@ func TestCollectorErrorsExitStatus(t *testing.T) {
 		{codes.FailedPrecondition, exitError},
 		{codes.Unknown, exitError},
 		{codes.InvalidArgument, exitUsage},
+		{codes.OutOfRange, exitUsage},
 		{codes.Unauthenticated, exitRefused},
 		{codes.PermissionDenied, exitRefused},
 		{codes.Unavailable, exitUnreachable},

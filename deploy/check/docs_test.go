@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"math/big"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -238,7 +239,15 @@ func newDocsRun(t *testing.T) *docsRun {
 	if err := os.Symlink(bin, filepath.Join(d.work, ".bin")); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { d.stopAll() })
+	t.Cleanup(func() {
+		d.stopAll()
+		// Ctrl-C on make dev-cluster leaves no control plane behind.
+		if cfg, err := clientcmd.BuildConfigFromFlags("", d.kubeconfig); d.kubeconfig != "" && err == nil {
+			if u, err := url.Parse(cfg.Host); err == nil && dialable(u.Host) {
+				t.Errorf("kube-apiserver %s still answers after make dev-cluster was stopped", u.Host)
+			}
+		}
+	})
 	return d
 }
 
@@ -366,11 +375,13 @@ type bgLine struct {
 	out        *fileOut
 	done       chan struct{}
 	err        error
+	// ctrlC0: an eventpipe command, which exits 0 on Ctrl-C (docs/cli.md).
+	ctrlC0 bool
 }
 
 func (d *docsRun) start(name, line, dir string) *bgLine {
 	d.t.Helper()
-	b := &bgLine{name: name, line: line, done: make(chan struct{})}
+	b := &bgLine{name: name, line: line, done: make(chan struct{}), ctrlC0: regexp.MustCompile(`^\S*eventpipe `).MatchString(line)}
 	b.cmd = d.command(context.Background(), line, dir)
 	b.out = d.outFile(b.cmd)
 	if err := b.cmd.Start(); err != nil {
@@ -437,6 +448,8 @@ func (d *docsRun) stopAll(names ...string) {
 		}
 		if err := b.stop(); err != nil {
 			d.t.Errorf("doc line %q: %v", b.line, err)
+		} else if code := exitCode(b.err); b.ctrlC0 && code != 0 {
+			d.t.Errorf("doc line %q: exit %d on Ctrl-C, want 0:\n%s", b.line, code, tailString(b.out.String(), 2000))
 		}
 	}
 	d.bg = keep
