@@ -3,15 +3,10 @@ package check
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"fmt"
-	"math/big"
 	"net"
 	"net/url"
 	"os"
@@ -647,37 +642,14 @@ func (d *docsRun) chartCollector(ctx context.Context, cs kubernetes.Interface, n
 // tlsSecret is a kubernetes.io/tls Secret with ca.crt, as the chart
 // expects of tls.existingSecret: a self-signed certificate for host.
 func tlsSecret(name, host string) (*corev1.Secret, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	crt, key, err := selfSigned(&x509.Certificate{Subject: pkix.Name{CommonName: host}, DNSNames: []string{host},
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign})
 	if err != nil {
 		return nil, err
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: host},
-		DNSNames:              []string{host},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(24 * time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		return nil, err
-	}
-	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		return nil, err
-	}
-	crt := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
 	return &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Type:       corev1.SecretTypeTLS,
-		Data: map[string][]byte{
-			"tls.crt": crt,
-			"tls.key": pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}),
-			"ca.crt":  crt,
-		},
+		Data:       map[string][]byte{"tls.crt": crt, "tls.key": key, "ca.crt": crt},
 	}, nil
 }
