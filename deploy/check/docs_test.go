@@ -36,9 +36,11 @@ import (
 //     link, as on a fresh clone: ./eventpipe-data is made there); long
 //     runners (dev-cluster, collector, agent, follow, tail -f) are started
 //     in the background, checked for what the README says they show, and
-//     stopped with SIGINT as Ctrl-C would. Then the enrich pipe (kubectl
-//     is kubeparts' kubectl, built by `make kube-tools`). Every other
-//     README sh block is listed with why it is not run here; a new one fails.
+//     stopped with SIGINT as Ctrl-C would (an eventpipe command must then
+//     exit 0). Then the enrich pipe (kubectl is kubeparts' kubectl, built
+//     by `make kube-tools`) and the inline `.bin/eventpipe enrich --demo`.
+//     Every other README sh block is listed with why it is not run here; a
+//     new one fails.
 //   - NOTES: the chart is installed with the real helm into the same
 //     control plane twice, TLS on (a Secret of one's own, no readers: the
 //     NOTES' helm upgrade adds one) and TLS off (a reader in the values).
@@ -67,7 +69,9 @@ func TestDocsCommandsRun(t *testing.T) {
 	d.runLines(blocks.byHand, readmeExpect)
 	d.stopAll("collector", "agent", "follow", "tail") // the chart's collector takes 127.0.0.1:7070 next
 	d.runLines(blocks.enrich, readmeExpect)
-	t.Logf("README: %d lines run in %v", len(blocks.byHand)+len(blocks.enrich), time.Since(start).Round(time.Second))
+	inline := readmeInline(t, string(readme))
+	d.runLines(inline, readmeExpect)
+	t.Logf("README: %d lines run in %v", len(blocks.byHand)+len(blocks.enrich)+len(inline), time.Since(start).Round(time.Second))
 	if d.kubeconfig == "" {
 		t.Fatal("no control plane: the README's make dev-cluster line did not print its kubeconfig")
 	}
@@ -124,6 +128,20 @@ func readmeBlocks(t *testing.T, readme string) readmeCommands {
 		t.Fatalf("README: no by-hand block (make dev-cluster ...) or no enrich pipe found")
 	}
 	return rc
+}
+
+// readmeInline returns the README's inline commands of the offline
+// enricher (`.bin/eventpipe enrich ...` in backticks).
+func readmeInline(t *testing.T, readme string) []string {
+	t.Helper()
+	var out []string
+	for _, m := range regexp.MustCompile("`(\\.bin/eventpipe enrich [^`]*)`").FindAllStringSubmatch(readme, -1) {
+		out = append(out, m[1])
+	}
+	if len(out) == 0 {
+		t.Errorf("README: no inline .bin/eventpipe enrich command found (the offline enricher's)")
+	}
+	return out
 }
 
 // shComment is a comment after a command: blank, #, blank.
@@ -202,6 +220,9 @@ var readmeExpect = []expectation{
 	}},
 	{name: "enrich", match: regexp.MustCompile(`\| \.bin/eventpipe enrich\b`), check: func(d *docsRun, out string) string {
 		return has(out, docsSandbox, "BLOCKED", "not_found")
+	}},
+	{name: "enrich-demo", match: regexp.MustCompile(`^\.bin/eventpipe enrich --demo\b`), check: func(d *docsRun, out string) string {
+		return has(out, "BLOCKED", "not_found") // the bundled dump's seeds
 	}},
 }
 
