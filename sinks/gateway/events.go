@@ -30,6 +30,9 @@ const (
 	KeyPullCause      = "eventpipe.pull_cause"
 	KeyDisposition    = "eventpipe.disposition"
 	KeyAttempts       = "eventpipe.attempts"
+	KeyBlockerKind    = "eventpipe.blocker_kind"
+	KeyBlockerCause   = "eventpipe.blocker_cause"
+	KeyBlockerObject  = "eventpipe.blocker_object"
 	KeyEventID        = "eventpipe.event_id"
 	KeyRole           = "eventpipe.role"
 	ConditionImage    = "ImagePulled"
@@ -75,6 +78,22 @@ func platformEvent(o *eventpipev1.Occurrence) driverwire.PlatformEvent {
 		}
 		if msg == "" {
 			msg = pf.GetDetail()
+		}
+	}
+	// What else blocks the sandbox (unschedulable, a volume, a refused
+	// creation, a crashing container): without these keys the gateway has
+	// only the writer's words, not the diagnosis.
+	if b := o.GetBlocker(); b != nil {
+		set(KeyBlockerKind, b.GetKind())
+		set(KeyBlockerCause, b.GetCause())
+		set(KeyBlockerObject, b.GetObject())
+		set(KeyContainer, b.GetContainer())
+		set(KeyDisposition, b.GetDisposition())
+		if b.GetAttempts() > 0 {
+			md[KeyAttempts] = strconv.Itoa(int(b.GetAttempts()))
+		}
+		if msg == "" {
+			msg = b.GetDetail()
 		}
 	}
 	t := o.GetOccurredAt()
