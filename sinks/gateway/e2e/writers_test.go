@@ -290,8 +290,11 @@ func checkBlocker(ctx context.Context, t *testing.T, pl *pipeline, drv *osdriver
 		}
 		var term *corev1.ContainerStateTerminated
 		for _, cs := range pod.Status.ContainerStatuses {
+			// Terminated now, or before its restart.
 			if cs.Name == b.GetContainer() {
-				term = cs.LastTerminationState.Terminated
+				if term = cs.State.Terminated; term == nil {
+					term = cs.LastTerminationState.Terminated
+				}
 			}
 		}
 		if term == nil || !b.GetHasExitCode() || term.ExitCode != b.GetExitCode() ||
