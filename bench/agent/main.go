@@ -197,7 +197,7 @@ func (e *env) backlogRun(ctx context.Context, total int) error {
 			return err
 		}
 	}
-	return nil
+	return e.exporterRuns(ctx, fmt.Sprintf("harness-written %d", total), total, 0)
 }
 
 func (e *env) backlogRunWith(ctx context.Context, b binary, total int) error {

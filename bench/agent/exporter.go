@@ -1,0 +1,208 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+)
+
+// The side-by-side backlog: the most used standalone exporter,
+// kubernetes-event-exporter, on the same backlog as the agent. It is not
+// part of this repository and is not built by it: -exporter names a binary
+// built from its public source. It runs with its file receiver (one JSON
+// line per exported Event) so that what it delivered can be counted, as a
+// child process so that its CPU and memory are its own, with the admin
+// token (it GETs each Event's involved object, of any kind, for labels
+// and annotations unless omitLookup is set).
+var (
+	exporterBin  = flag.String("exporter", "", "side by side: a kubernetes-event-exporter binary (built from its public source; not part of this repository), run on the same backlogs as the agent; empty skips it")
+	exporterAges = flag.String("exporter-max-age", "default,86400", "side by side: the exporter's maxEventAgeSeconds, one run each, comma-separated; default leaves the key out (the exporter's own default, 5 s)")
+	exporterWait = flag.Duration("exporter-quiet", 20*time.Second, "side by side: the exporter is done with a backlog it has not finished once its output has not grown for this long")
+)
+
+// exporterRuns runs the exporter once per -exporter-max-age on the Events
+// in the apiserver (want of them; the backlog), then for live while the
+// writers go on (0: no live window).
+func (e *env) exporterRuns(ctx context.Context, label string, want int, live time.Duration) error {
+	if *exporterBin == "" {
+		return nil
+	}
+	for _, age := range strings.Split(*exporterAges, ",") {
+		if err := e.exporterRun(ctx, label, strings.TrimSpace(age), want, live); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (e *env) exporterRun(ctx context.Context, label, age string, want int, live time.Duration) error {
+	name := fmt.Sprintf("exporter-%s-age-%s", label, age)
+	kcfg, err := e.adminKubeconfig()
+	if err != nil {
+		return err
+	}
+	out := filepath.Join(e.dir, name+".jsonl")
+	conf := "logLevel: warn\nlogFormat: json\n"
+	if age != "default" {
+		conf += "maxEventAgeSeconds: " + age + "\n"
+	}
+	conf += "route:\n  routes:\n    - match:\n        - receiver: file\nreceivers:\n  - name: file\n    file:\n      path: " + out + "\n"
+	cf := filepath.Join(e.dir, name+".yaml")
+	if err := os.WriteFile(cf, []byte(conf), 0o600); err != nil {
+		return err
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	addr := l.Addr().String()
+	l.Close()
+	lf, err := os.Create(filepath.Join(e.dir, name+".log"))
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(*exporterBin, "-conf", cf, "-kubeconfig", kcfg, "-metrics-address", addr)
+	cmd.Stdout, cmd.Stderr = lf, lf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		lf.Close()
+		return fmt.Errorf("start exporter: %w", err)
+	}
+	p := &agentProc{cmd: cmd, addr: addr, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); lf.Close(); close(p.done) }()
+	defer p.stop()
+
+	lines := &lineCounter{path: out}
+	last, lastAt := 0, start
+	for time.Since(start) < 10*time.Minute {
+		n := lines.count()
+		if n > last {
+			last, lastAt = n, time.Now()
+		}
+		if n >= want || time.Since(lastAt) > *exporterWait {
+			break
+		}
+		select {
+		case <-p.done:
+			return fmt.Errorf("exporter exited early; see %s", lf.Name())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	cpu, hwm, rss := p.usage()
+	misses, _ := p.metric("kube_api_read_cache_misses", "")
+	fmt.Printf("[exporter maxEventAgeSeconds=%s] %s backlog %d Event objects: %d exported (%.1f%%), the last %s after start; exporter CPU %.2f s; RSS peak %.1f MiB, now %.1f MiB; involved-object GETs %.0f\n",
+		age, label, want, last, 100*float64(last)/float64(max(want, 1)), lastAt.Sub(start).Round(time.Millisecond), cpu, hwm, rss, misses)
+	if live <= 0 {
+		return nil
+	}
+	ch, stop, err := watchChanges(ctx, e.cs)
+	if err != nil {
+		return err
+	}
+	n0 := lines.count()
+	cpu0, _, _ := p.usage()
+	time.Sleep(live)
+	stop()
+	cpu1, hwm1, _ := p.usage()
+	n1 := lines.count()
+	fmt.Printf("[exporter maxEventAgeSeconds=%s] %s live %s: the apiserver had %s; %d exported; exporter CPU %.2f s; RSS peak %.1f MiB\n",
+		age, label, live, ch, n1-n0, cpu1-cpu0, hwm1)
+	return nil
+}
+
+// adminKubeconfig writes (once) a kubeconfig with the admin token.
+func (e *env) adminKubeconfig() (string, error) {
+	path := filepath.Join(e.dir, "admin.kubeconfig")
+	if _, err := os.Stat(path); err == nil {
+		return path, nil
+	}
+	rc := e.cluster.AdminConfig()
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["bench"] = &clientcmdapi.Cluster{Server: rc.Host, CertificateAuthorityData: rc.CAData, CertificateAuthority: rc.CAFile}
+	kc.AuthInfos["admin"] = &clientcmdapi.AuthInfo{Token: rc.BearerToken, ClientCertificateData: rc.CertData, ClientKeyData: rc.KeyData}
+	kc.Contexts["admin"] = &clientcmdapi.Context{Cluster: "bench", AuthInfo: "admin"}
+	kc.CurrentContext = "admin"
+	return path, clientcmd.WriteToFile(*kc, path)
+}
+
+// lineCounter counts the lines of a growing file, reading only what was
+// appended since the last count.
+type lineCounter struct {
+	path string
+	off  int64
+	n    int
+}
+
+func (c *lineCounter) count() int {
+	f, err := os.Open(c.path)
+	if err != nil {
+		return c.n // not created yet: nothing exported
+	}
+	defer f.Close()
+	if _, err := f.Seek(c.off, io.SeekStart); err != nil {
+		return c.n
+	}
+	buf := make([]byte, 1<<20)
+	for {
+		k, err := f.Read(buf)
+		c.n += bytes.Count(buf[:k], []byte{'\n'})
+		c.off += int64(k)
+		if err != nil {
+			return c.n
+		}
+	}
+}
+
+// changes counts what the apiserver's Event watch delivered: new Event
+// objects and updates of existing ones (a kubelet's correlator bumping a
+// count, a series).
+type changes struct{ added, modified atomic.Int64 }
+
+func (c *changes) String() string {
+	return fmt.Sprintf("%d Event changes (%d new objects, %d updates)", c.added.Load()+c.modified.Load(), c.added.Load(), c.modified.Load())
+}
+
+// watchChanges counts Event changes in every namespace from now until stop.
+func watchChanges(ctx context.Context, cs kubernetes.Interface) (*changes, func(), error) {
+	l, err := cs.CoreV1().Events("").List(ctx, metav1.ListOptions{Limit: 1})
+	if err != nil {
+		return nil, nil, fmt.Errorf("list events: %w", err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	w, err := cs.CoreV1().Events("").Watch(ctx, metav1.ListOptions{ResourceVersion: l.ResourceVersion})
+	if err != nil {
+		cancel()
+		return nil, nil, fmt.Errorf("watch events: %w", err)
+	}
+	c := &changes{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ev := range w.ResultChan() {
+			switch ev.Type {
+			case watch.Added:
+				c.added.Add(1)
+			case watch.Modified:
+				c.modified.Add(1)
+			}
+		}
+	}()
+	return c, func() { w.Stop(); cancel(); <-done }, nil
+}
