@@ -31,10 +31,19 @@ import (
 // token (it GETs each Event's involved object, of any kind, for labels
 // and annotations unless omitLookup is set).
 var (
-	exporterBin  = flag.String("exporter", "", "side by side: a kubernetes-event-exporter binary (built from its public source; not part of this repository), run on the same backlogs as the agent; empty skips it")
-	exporterAges = flag.String("exporter-max-age", "default,86400", "side by side: the exporter's maxEventAgeSeconds, one run each, comma-separated; default leaves the key out (the exporter's own default, 5 s)")
-	exporterWait = flag.Duration("exporter-quiet", 20*time.Second, "side by side: the exporter is done with a backlog it has not finished once its output has not grown for this long")
+	exporterBin      = flag.String("exporter", "", "side by side: a kubernetes-event-exporter binary (built from its public source; not part of this repository), run on the same backlogs as the agent; empty skips it")
+	exporterRunsFlag = flag.String("exporter-runs", "default,age,age-nolookup", "side by side: the exporter's configurations, one run each, comma-separated: default (its defaults: maxEventAgeSeconds 5, a GET of each Event's involved object, kubeQPS 5), age (maxEventAgeSeconds 86400, so a backlog is not discarded as old), age-nolookup (and omitLookup: true, no GETs)")
+	exporterQuiet    = flag.Duration("exporter-quiet", 20*time.Second, "side by side: the exporter is done with a backlog it has not finished once its output has not grown for this long")
+	exporterMaxWait  = flag.Duration("exporter-max-wait", 3*time.Minute, "side by side: the longest the exporter is given for a backlog")
 )
+
+// exporterConfigs are the exporter's configurations by -exporter-runs name:
+// the YAML keys set beside the file receiver.
+var exporterConfigs = map[string]string{
+	"default":      "",
+	"age":          "maxEventAgeSeconds: 86400\n",
+	"age-nolookup": "maxEventAgeSeconds: 86400\nomitLookup: true\n",
+}
 
 // exporterRuns runs the exporter once per -exporter-max-age on the Events
 // in the apiserver (want of them; the backlog), then for live while the
@@ -43,25 +52,27 @@ func (e *env) exporterRuns(ctx context.Context, label string, want int, live tim
 	if *exporterBin == "" {
 		return nil
 	}
-	for _, age := range strings.Split(*exporterAges, ",") {
-		if err := e.exporterRun(ctx, label, strings.TrimSpace(age), want, live); err != nil {
+	for _, cfg := range strings.Split(*exporterRunsFlag, ",") {
+		cfg = strings.TrimSpace(cfg)
+		keys, ok := exporterConfigs[cfg]
+		if !ok {
+			return fmt.Errorf("-exporter-runs: unknown configuration %q (want default, age or age-nolookup)", cfg)
+		}
+		if err := e.exporterRun(ctx, label, cfg, keys, want, live); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func (e *env) exporterRun(ctx context.Context, label, age string, want int, live time.Duration) error {
-	name := fmt.Sprintf("exporter-%s-age-%s", label, age)
+func (e *env) exporterRun(ctx context.Context, label, cfgName, keys string, want int, live time.Duration) error {
+	name := fmt.Sprintf("exporter-%s-%s", strings.ReplaceAll(label, " ", "-"), cfgName)
 	kcfg, err := e.adminKubeconfig()
 	if err != nil {
 		return err
 	}
 	out := filepath.Join(e.dir, name+".jsonl")
-	conf := "logLevel: warn\nlogFormat: json\n"
-	if age != "default" {
-		conf += "maxEventAgeSeconds: " + age + "\n"
-	}
+	conf := "logLevel: warn\nlogFormat: json\n" + keys
 	conf += "route:\n  routes:\n    - match:\n        - receiver: file\nreceivers:\n  - name: file\n    file:\n      path: " + out + "\n"
 	cf := filepath.Join(e.dir, name+".yaml")
 	if err := os.WriteFile(cf, []byte(conf), 0o600); err != nil {
@@ -91,12 +102,12 @@ func (e *env) exporterRun(ctx context.Context, label, age string, want int, live
 
 	lines := &lineCounter{path: out}
 	last, lastAt := 0, start
-	for time.Since(start) < 10*time.Minute {
+	for time.Since(start) < *exporterMaxWait {
 		n := lines.count()
 		if n > last {
 			last, lastAt = n, time.Now()
 		}
-		if n >= want || time.Since(lastAt) > *exporterWait {
+		if n >= want || time.Since(lastAt) > *exporterQuiet {
 			break
 		}
 		select {
@@ -107,8 +118,15 @@ func (e *env) exporterRun(ctx context.Context, label, age string, want int, live
 	}
 	cpu, hwm, rss := p.usage()
 	misses, _ := p.metric("kube_api_read_cache_misses", "")
-	fmt.Printf("[exporter maxEventAgeSeconds=%s] %s backlog %d Event objects: %d exported (%.1f%%), the last %s after start; exporter CPU %.2f s; RSS peak %.1f MiB, now %.1f MiB; involved-object GETs %.0f\n",
-		age, label, want, last, 100*float64(last)/float64(max(want, 1)), lastAt.Sub(start).Round(time.Millisecond), cpu, hwm, rss, misses)
+	state := "stopped growing"
+	switch {
+	case last >= want:
+		state = "all exported"
+	case time.Since(start) >= *exporterMaxWait:
+		state = fmt.Sprintf("still exporting when stopped at %s", *exporterMaxWait)
+	}
+	fmt.Printf("[exporter %s] %s backlog %d Event objects: %d exported (%.1f%%, %s), the last %s after start; exporter CPU %.2f s; RSS peak %.1f MiB, now %.1f MiB; involved-object lookups %.0f (each a discovery of every API group and a GET)\n",
+		cfgName, label, want, last, 100*float64(last)/float64(max(want, 1)), state, lastAt.Sub(start).Round(time.Millisecond), cpu, hwm, rss, misses)
 	if live <= 0 {
 		return nil
 	}
@@ -122,8 +140,8 @@ func (e *env) exporterRun(ctx context.Context, label, age string, want int, live
 	stop()
 	cpu1, hwm1, _ := p.usage()
 	n1 := lines.count()
-	fmt.Printf("[exporter maxEventAgeSeconds=%s] %s live %s: the apiserver had %s; %d exported; exporter CPU %.2f s; RSS peak %.1f MiB\n",
-		age, label, live, ch, n1-n0, cpu1-cpu0, hwm1)
+	fmt.Printf("[exporter %s] %s live %s: the apiserver had %s; %d exported; exporter CPU %.2f s; RSS peak %.1f MiB\n",
+		cfgName, label, live, ch, n1-n0, cpu1-cpu0, hwm1)
 	return nil
 }
 
