@@ -109,12 +109,23 @@ func each(n int, f func(int) error) error {
 	return <-errs // nil when none failed
 }
 
+// combinedPrefix starts the message of an Event the kubelet's correlator
+// aggregated: client-go's record package folds more than 10 similar Events
+// (same source, object, type and reason, other messages) within 10 minutes
+// into one object with this prefix.
+const combinedPrefix = "(combined from similar events): "
+
 // Describe sums Events by writer and reason, with their counts (the
-// kubelet's correlator folds repeats into one object whose count grows).
+// kubelet's correlator folds repeats into one object whose count grows),
+// and says how many are aggregated ones.
 func Describe(items []corev1.Event) string {
 	type k struct{ writer, reason string }
 	objects, counts := map[k]int{}, map[k]int32{}
+	combined := 0
 	for _, ev := range items {
+		if strings.HasPrefix(ev.Message, combinedPrefix) {
+			combined++
+		}
 		w := ev.Source.Component
 		if w == "" {
 			w = ev.ReportingController
@@ -127,5 +138,5 @@ func Describe(items []corev1.Event) string {
 		parts = append(parts, fmt.Sprintf("%s %s: %d objects, count %d", key.writer, key.reason, n, counts[key]))
 	}
 	sort.Strings(parts)
-	return fmt.Sprintf("%d Event objects (%s)", len(items), strings.Join(parts, "; "))
+	return fmt.Sprintf("%d Event objects, %d of them aggregated (%s)", len(items), combined, strings.Join(parts, "; "))
 }

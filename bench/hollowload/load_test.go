@@ -14,13 +14,13 @@ func TestDescribe(t *testing.T) {
 		items []corev1.Event
 		want  string
 	}{
-		{"none", nil, "0 Event objects ()"},
+		{"none", nil, "0 Event objects, 0 of them aggregated ()"},
 		{"count folded, zero count as one, reporting controller when no source", []corev1.Event{
 			{Source: corev1.EventSource{Component: "kubelet"}, Reason: "Failed", Count: 4},
-			{Source: corev1.EventSource{Component: "kubelet"}, Reason: "Failed", Count: 2},
+			{Source: corev1.EventSource{Component: "kubelet"}, Reason: "Failed", Count: 2, Message: "(combined from similar events): Error: ErrImagePull"},
 			{Source: corev1.EventSource{Component: "kubelet"}, Reason: "BackOff"},
 			{ReportingController: "default-scheduler", Reason: "Scheduled", Count: 1},
-		}, "4 Event objects (default-scheduler Scheduled: 1 objects, count 1; kubelet BackOff: 1 objects, count 1; kubelet Failed: 2 objects, count 6)"},
+		}, "4 Event objects, 1 of them aggregated (default-scheduler Scheduled: 1 objects, count 1; kubelet BackOff: 1 objects, count 1; kubelet Failed: 2 objects, count 6)"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if got := Describe(c.items); got != c.want {
