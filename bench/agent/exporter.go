@@ -33,7 +33,7 @@ import (
 var (
 	exporterBin      = flag.String("exporter", "", "side by side: a kubernetes-event-exporter binary (built from its public source; not part of this repository), run on the same backlogs as the agent; empty skips it")
 	exporterRunsFlag = flag.String("exporter-runs", "default,age,age-nolookup", "side by side: the exporter's configurations, one run each, comma-separated: default (its defaults: maxEventAgeSeconds 5, a GET of each Event's involved object, kubeQPS 5), age (maxEventAgeSeconds 86400, so a backlog is not discarded as old), age-nolookup (and omitLookup: true, no GETs)")
-	exporterQuiet    = flag.Duration("exporter-quiet", 20*time.Second, "side by side: the exporter is done with a backlog it has not finished once its output has not grown for this long")
+	exporterQuiet    = flag.Duration("exporter-quiet", 20*time.Second, "side by side: the exporter is done with a backlog it has not finished once, for this long, its output has not grown and it has used under 2% of a core (it has read and discarded the rest)")
 	exporterMaxWait  = flag.Duration("exporter-max-wait", 3*time.Minute, "side by side: the longest the exporter is given for a backlog")
 )
 
@@ -100,14 +100,25 @@ func (e *env) exporterRun(ctx context.Context, label, cfgName, keys string, want
 	go func() { _ = cmd.Wait(); lf.Close(); close(p.done) }()
 	defer p.stop()
 
+	// Done: all exported, or quiet (no new line and next to no CPU: a
+	// backlog being listed or discarded costs CPU without output), or out
+	// of time.
 	lines := &lineCounter{path: out}
-	last, lastAt := 0, start
+	last, lastAt, busyAt := 0, start, start
+	cpuPrev, cpuAt := 0.0, start
 	for time.Since(start) < *exporterMaxWait {
 		n := lines.count()
 		if n > last {
-			last, lastAt = n, time.Now()
+			last, lastAt, busyAt = n, time.Now(), time.Now()
 		}
-		if n >= want || time.Since(lastAt) > *exporterQuiet {
+		if d := time.Since(cpuAt); d >= time.Second {
+			cpu, _, _ := p.usage()
+			if (cpu-cpuPrev)/d.Seconds() > 0.02 {
+				busyAt = time.Now()
+			}
+			cpuPrev, cpuAt = cpu, time.Now()
+		}
+		if n >= want || time.Since(busyAt) > *exporterQuiet {
 			break
 		}
 		select {
