@@ -134,7 +134,7 @@ func (e *env) exporterRun(ctx context.Context, label, cfgName, keys string, want
 	case last >= want:
 		state = "all exported"
 	case time.Since(start) >= *exporterMaxWait:
-		state = fmt.Sprintf("still exporting when stopped at %s", *exporterMaxWait)
+		state = fmt.Sprintf("stopped at %s, still busy", *exporterMaxWait)
 	}
 	fmt.Printf("[exporter %s] %s backlog %d Event objects: %d exported (%.1f%%, %s), the last %s after start; exporter CPU %.2f s; RSS peak %.1f MiB, now %.1f MiB; involved-object lookups %.0f (each a discovery of every API group and a GET)\n",
 		cfgName, label, want, last, 100*float64(last)/float64(max(want, 1)), state, lastAt.Sub(start).Round(time.Millisecond), cpu, hwm, rss, misses)
