@@ -201,26 +201,55 @@ func (c *lineCounter) count() int {
 
 // changes counts what the apiserver's Event watch delivered: new Event
 // objects and updates of existing ones (a kubelet's correlator bumping a
-// count, a series).
-type changes struct{ added, modified atomic.Int64 }
+// count, a series); and, as a check that does not depend on the watch, how
+// much the Events' counts grew between a listing before and one after.
+type changes struct {
+	added, modified, errors atomic.Int64
+	ended                   atomic.Bool // the watch closed before stop
+	countsBefore            int64
+	countsAfter             int64
+}
 
 func (c *changes) String() string {
-	return fmt.Sprintf("%d Event changes (%d new objects, %d updates)", c.added.Load()+c.modified.Load(), c.added.Load(), c.modified.Load())
+	s := fmt.Sprintf("%d Event changes (%d new objects, %d updates; their counts grew by %d)", c.added.Load()+c.modified.Load(), c.added.Load(), c.modified.Load(), c.countsAfter-c.countsBefore)
+	if c.errors.Load() > 0 || c.ended.Load() {
+		s += fmt.Sprintf(" [the watch had %d errors, ended early: %v]", c.errors.Load(), c.ended.Load())
+	}
+	return s
+}
+
+// countSum is the sum of every Event's count (at least 1 each): one per
+// report a writer's recorder let through.
+func countSum(ctx context.Context, cs kubernetes.Interface) (int64, error) {
+	l, err := cs.CoreV1().Events("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return 0, fmt.Errorf("list events: %w", err)
+	}
+	var n int64
+	for _, ev := range l.Items {
+		n += int64(max(ev.Count, 1))
+	}
+	return n, nil
 }
 
 // watchChanges counts Event changes in every namespace from now until stop.
 func watchChanges(ctx context.Context, cs kubernetes.Interface) (*changes, func(), error) {
+	c := &changes{}
+	var err error
+	if c.countsBefore, err = countSum(ctx, cs); err != nil {
+		return nil, nil, err
+	}
 	l, err := cs.CoreV1().Events("").List(ctx, metav1.ListOptions{Limit: 1})
 	if err != nil {
 		return nil, nil, fmt.Errorf("list events: %w", err)
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	w, err := cs.CoreV1().Events("").Watch(ctx, metav1.ListOptions{ResourceVersion: l.ResourceVersion})
+	wctx, cancel := context.WithCancel(ctx)
+	w, err := cs.CoreV1().Events("").Watch(wctx, metav1.ListOptions{ResourceVersion: l.ResourceVersion})
 	if err != nil {
 		cancel()
 		return nil, nil, fmt.Errorf("watch events: %w", err)
 	}
-	c := &changes{}
+	var stopping atomic.Bool
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -230,8 +259,17 @@ func watchChanges(ctx context.Context, cs kubernetes.Interface) (*changes, func(
 				c.added.Add(1)
 			case watch.Modified:
 				c.modified.Add(1)
+			case watch.Error:
+				c.errors.Add(1)
 			}
 		}
+		c.ended.Store(!stopping.Load())
 	}()
-	return c, func() { w.Stop(); cancel(); <-done }, nil
+	return c, func() {
+		stopping.Store(true)
+		w.Stop()
+		cancel()
+		<-done
+		c.countsAfter, _ = countSum(ctx, cs) // 0 on error: the difference shows it
+	}, nil
 }
