@@ -18,8 +18,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
 // The side-by-side backlog: the most used standalone exporter,
@@ -156,19 +154,13 @@ func (e *env) exporterRun(ctx context.Context, label, cfgName, keys string, want
 	return nil
 }
 
-// adminKubeconfig writes (once) a kubeconfig with the admin token.
+// adminKubeconfig writes (once) a kubeconfig with the admin credentials.
 func (e *env) adminKubeconfig() (string, error) {
 	path := filepath.Join(e.dir, "admin.kubeconfig")
 	if _, err := os.Stat(path); err == nil {
 		return path, nil
 	}
-	rc := e.cluster.AdminConfig()
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters["bench"] = &clientcmdapi.Cluster{Server: rc.Host, CertificateAuthorityData: rc.CAData, CertificateAuthority: rc.CAFile}
-	kc.AuthInfos["admin"] = &clientcmdapi.AuthInfo{Token: rc.BearerToken, ClientCertificateData: rc.CertData, ClientKeyData: rc.KeyData}
-	kc.Contexts["admin"] = &clientcmdapi.Context{Cluster: "bench", AuthInfo: "admin"}
-	kc.CurrentContext = "admin"
-	return path, clientcmd.WriteToFile(*kc, path)
+	return path, writeKubeconfig(e.cluster.AdminConfig(), "admin", path)
 }
 
 // lineCounter counts the lines of a growing file, reading only what was

@@ -32,6 +32,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
@@ -802,14 +803,19 @@ func buildEventpipe(dir, name string) (binary, error) {
 }
 
 func agentKubeconfig(c *kube.Cluster, dir string) (string, error) {
-	rc := c.AgentConfig()
+	path := filepath.Join(dir, "agent.kubeconfig")
+	return path, writeKubeconfig(c.AgentConfig(), "agent", path)
+}
+
+// writeKubeconfig writes rc's server, CA and credentials as a kubeconfig
+// whose one user is named user.
+func writeKubeconfig(rc *rest.Config, user, path string) error {
 	kc := clientcmdapi.NewConfig()
 	kc.Clusters["bench"] = &clientcmdapi.Cluster{Server: rc.Host, CertificateAuthorityData: rc.CAData, CertificateAuthority: rc.CAFile}
-	kc.AuthInfos["agent"] = &clientcmdapi.AuthInfo{Token: rc.BearerToken}
-	kc.Contexts["agent"] = &clientcmdapi.Context{Cluster: "bench", AuthInfo: "agent"}
-	kc.CurrentContext = "agent"
-	path := filepath.Join(dir, "agent.kubeconfig")
-	return path, clientcmd.WriteToFile(*kc, path)
+	kc.AuthInfos[user] = &clientcmdapi.AuthInfo{Token: rc.BearerToken, ClientCertificateData: rc.CertData, ClientKeyData: rc.KeyData}
+	kc.Contexts[user] = &clientcmdapi.Context{Cluster: "bench", AuthInfo: user}
+	kc.CurrentContext = user
+	return clientcmd.WriteToFile(*kc, path)
 }
 
 func numCPU() int {
