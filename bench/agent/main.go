@@ -3,6 +3,10 @@
 // `eventpipe agent` as a child process with the least-privilege token, so
 // its CPU time and memory are its own. See bench/agent.md.
 //
+// With -hollow-nodes the Events are written by real kubelets, the
+// scheduler and controllers (hollow.go); with -exporter the same backlogs
+// are given to kubernetes-event-exporter beside the agent (exporter.go).
+//
 //	go run ./bench/agent [-backlog 50000] [-sandboxes 10000] [-rate-for 20s]
 package main
 
