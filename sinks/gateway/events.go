@@ -69,16 +69,22 @@ func platformEvent(o *eventpipev1.Occurrence) driverwire.PlatformEvent {
 	set(KeyImageRole, o.GetImageRole())
 	set(KeyRole, o.GetRole())
 	msg := o.GetMessage()
+	// The diagnosis's disposition, attempts and (for an occurrence without
+	// a message) its detail: a pull failure's or another blocker's, never
+	// both (Occurrence.blocker).
+	diagnosis := func(disposition string, attempts uint32, detail string) {
+		set(KeyDisposition, disposition)
+		if attempts > 0 {
+			md[KeyAttempts] = strconv.Itoa(int(attempts))
+		}
+		if msg == "" {
+			msg = detail
+		}
+	}
 	if pf := o.GetPullFailure(); pf != nil {
 		set(KeyImage, pf.GetImage())
 		set(KeyPullCause, pf.GetCategory())
-		set(KeyDisposition, pf.GetDisposition())
-		if pf.GetAttempts() > 0 {
-			md[KeyAttempts] = strconv.Itoa(int(pf.GetAttempts()))
-		}
-		if msg == "" {
-			msg = pf.GetDetail()
-		}
+		diagnosis(pf.GetDisposition(), pf.GetAttempts(), pf.GetDetail())
 	}
 	// What else blocks the sandbox (unschedulable, a volume, a refused
 	// creation, a crashing container): without these keys the gateway has
@@ -88,13 +94,7 @@ func platformEvent(o *eventpipev1.Occurrence) driverwire.PlatformEvent {
 		set(KeyBlockerCause, b.GetCause())
 		set(KeyBlockerObject, b.GetObject())
 		set(KeyContainer, b.GetContainer())
-		set(KeyDisposition, b.GetDisposition())
-		if b.GetAttempts() > 0 {
-			md[KeyAttempts] = strconv.Itoa(int(b.GetAttempts()))
-		}
-		if msg == "" {
-			msg = b.GetDetail()
-		}
+		diagnosis(b.GetDisposition(), b.GetAttempts(), b.GetDetail())
 	}
 	t := o.GetOccurredAt()
 	if t == nil {
