@@ -74,8 +74,10 @@ func TestPullFailureVerifiedByRegistry(t *testing.T) {
 		return len(got) == 2, fmt.Sprintf("%d pull failures", len(got))
 	})
 	text, upd := got[0].GetPullFailure(), got[1].GetPullFailure()
-	if text.GetCategory() != eventpipev1.CategoryNotFoundOrUnauthorized || text.GetDecidedBy() == eventpipev1.DecidedByRegistry {
-		t.Errorf("first: %s decided by %s; want the text rule's not_found_or_unauthorized", text.GetCategory(), text.GetDecidedBy())
+	// The pod names no pull secret: before the registry answers, the
+	// cluster context says the pull went out anonymous.
+	if text.GetCategory() != eventpipev1.CategoryUnauthorized || text.GetDecidedBy() != eventpipev1.DecidedByClusterContext {
+		t.Errorf("first: %s decided by %s; want cluster context's unauthorized", text.GetCategory(), text.GetDecidedBy())
 	}
 	if got[1].GetEventId() != VerifiedEventIDPrefix+got[0].GetEventId() || upd.GetCategory() != eventpipev1.CategoryNotFound ||
 		upd.GetDecidedBy() != eventpipev1.DecidedByRegistry || upd.GetConfidence() != eventpipev1.ConfidenceCertain ||
