@@ -138,7 +138,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 		verifyApplied: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "eventpipe_agent_verify_applied_total",
-			Help: "Pull-failure diagnoses a registry answer upgraded (decided_by registry), by how: cached (in place, on the event path) or update (an update occurrence after the check).",
+			Help: "Pull-failure diagnoses a registry answer upgraded (decided_by registry), by how: cached (a fresh answer, in place, on the event path), kept (the last conclusive answer, in place, while the image is asked again) or update (an update occurrence after the check).",
 		}, []string{"how"}),
 		contextApplied: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "eventpipe_agent_context_applied_total",
@@ -164,7 +164,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, r := range []string{"acked", "resent", "refused"} {
 		m.batches.WithLabelValues(r)
 	}
-	for _, h := range []string{"cached", "update"} {
+	for _, h := range []string{"cached", "kept", "update"} {
 		m.verifyApplied.WithLabelValues(h)
 	}
 	for _, r := range []string{"stored", "duplicate", "rejected"} {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
+	"github.com/eventpipe/eventpipe/enrich/verify"
 	"github.com/eventpipe/eventpipe/enrich/verify/registrytest"
 )
 
@@ -105,5 +107,69 @@ func TestPullFailureVerifiedByRegistry(t *testing.T) {
 	}
 	if n := counter(t, ra.reg, "eventpipe_verify_registry_calls_total", map[string]string{"answer": "tag_not_found"}); n != 1 {
 		t.Errorf("registry calls{tag_not_found} = %v, want 1", n)
+	}
+}
+
+// TestVerifiedAnswerKeptPastExpiry: once the cached registry answer has
+// expired, a new failure of the image is shown with the last verified
+// answer (marked as being asked again), not the text rule's cause, until
+// the new answer replaces it. Before the fix the failure went out with the
+// text cause and the update followed: a flash of the wrong answer.
+func TestVerifiedAnswerKeptPastExpiry(t *testing.T) {
+	defer http.DefaultTransport.(*http.Transport).CloseIdleConnections()
+	reg := registrytest.New(t)
+	reg.Push(t, "acme/app:1.0", registrytest.ImageFor(t, "linux", "amd64"))
+	image := reg.Host + "/acme/app:9.9.9"
+	now := time.Date(2026, 12, 5, 3, 0, 0, 0, time.UTC)
+	cfg := verify.NewDefaultConfig()
+	cfg.InsecureRegistries = []string{reg.Host}
+	v, err := verify.New(cfg, verify.Options{Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := newMetrics(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make(chan *eventpipev1.Occurrence, 4)
+	pv := newPullVerifier(v, VerifyConfig{Queue: 4}, testLogger(t), m, out)
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan error, 1)
+	go func() { stopped <- pv.run(ctx) }()
+	defer func() { cancel(); <-stopped }()
+
+	failure := func(id string) *eventpipev1.Occurrence {
+		return &eventpipev1.Occurrence{EventId: id, PullFailure: &eventpipev1.PullFailure{Image: image,
+			Category: eventpipev1.CategoryNotFoundOrUnauthorized, DecidedBy: eventpipev1.DecidedByTextRule, Confidence: eventpipev1.ConfidenceLikely}}
+	}
+	update := func() *eventpipev1.PullFailure {
+		t.Helper()
+		select {
+		case o := <-out:
+			return o.GetPullFailure()
+		case <-time.After(2 * time.Minute):
+			t.Fatal("no update from the registry check")
+			return nil
+		}
+	}
+	pv.annotate(failure("1"))
+	if pf := update(); pf.GetCategory() != eventpipev1.CategoryNotFound || pf.GetDecidedBy() != eventpipev1.DecidedByRegistry {
+		t.Fatalf("first check: %v", pf)
+	}
+
+	now = now.Add(cfg.CacheTTL + time.Second) // the answer has expired
+	o := failure("2")
+	pv.annotate(o)
+	pf := o.GetPullFailure()
+	if pf.GetCategory() != eventpipev1.CategoryNotFound || pf.GetDecidedBy() != eventpipev1.DecidedByRegistry ||
+		!strings.Contains(pf.GetDetail(), "; the registry's answer of 2026-12-05T03:00:00Z, being asked again") {
+		t.Errorf("after expiry the failure shows %s decided by %s (%q); want the last verified not_found", pf.GetCategory(), pf.GetDecidedBy(), pf.GetDetail())
+	}
+	if pf := update(); pf.GetCategory() != eventpipev1.CategoryNotFound || pf.GetDecidedBy() != eventpipev1.DecidedByRegistry ||
+		strings.Contains(pf.GetDetail(), "being asked again") {
+		t.Errorf("the new answer: %v", pf)
+	}
+	if n := counterValue(t, m.verifyApplied.WithLabelValues("kept")); n != 1 {
+		t.Errorf("applied{how=kept} = %v, want 1", n)
 	}
 }
