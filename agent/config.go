@@ -88,8 +88,9 @@ type SupervisorCheckConfig struct {
 	// --gateway ID` finds them. Empty: gateway_id from the gateway's TOML
 	// file, else "openshell" (the chart's default).
 	GatewayID string `yaml:"gateway_id"`
-	// Interval between reads of the gateway workload (a change of the
-	// supervisor image is seen within it).
+	// Interval between reads of the gateway workload when it cannot be
+	// watched (the watch was refused) or after an error or an inconclusive
+	// answer. Otherwise a change is seen as the watch reports it.
 	Interval time.Duration `yaml:"interval"`
 }
 
