@@ -32,6 +32,13 @@ import (
 // change is seen through the watch on that one StatefulSet: the polling
 // interval is ten minutes, the wait one.
 func TestSupervisorImageCheckBeforeAnySandbox(t *testing.T) {
+	t.Run("watched", func(t *testing.T) { supervisorScenario(t, "openshell-supcheck", []string{"get", "list", "watch"}, 10*time.Minute) })
+	// An older chart's Role grants get only: the watch is refused and the
+	// check reads the workload every interval instead.
+	t.Run("watch refused", func(t *testing.T) { supervisorScenario(t, "openshell-supcheck-get", []string{"get"}, 300*time.Millisecond) })
+}
+
+func supervisorScenario(t *testing.T, ns string, verbs []string, interval time.Duration) {
 	ctx := context.Background()
 	// The registry: go-containerregistry's in-process one (behind token
 	// auth, asked anonymously), holding the supervisor at 0.0.36 only.
@@ -44,7 +51,6 @@ func TestSupervisorImageCheckBeforeAnySandbox(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ns := "openshell-supcheck"
 	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -54,8 +60,8 @@ func TestSupervisorImageCheckBeforeAnySandbox(t *testing.T) {
 	// and its config, by name.
 	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "eventpipe-agent-supervisor-check", Namespace: ns},
 		Rules: []rbacv1.PolicyRule{
-			{APIGroups: []string{"apps"}, Resources: []string{"statefulsets", "deployments"}, ResourceNames: []string{"openshell"}, Verbs: []string{"get", "list", "watch"}},
-			{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{"openshell-config"}, Verbs: []string{"get", "list", "watch"}},
+			{APIGroups: []string{"apps"}, Resources: []string{"statefulsets", "deployments"}, ResourceNames: []string{"openshell"}, Verbs: verbs},
+			{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{"openshell-config"}, Verbs: verbs},
 		}}
 	if _, err := admin.RbacV1().Roles(ns).Create(ctx, role, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -85,7 +91,7 @@ func TestSupervisorImageCheckBeforeAnySandbox(t *testing.T) {
 	cfg := testConfig("supcheck", col.addr())
 	cfg.Verify.Enabled = true
 	cfg.Verify.Supervisor = SupervisorCheckConfig{Namespace: ns, Name: "openshell", Container: "openshell-gateway",
-		GatewayID: "gw-supcheck", Interval: 10 * time.Minute}
+		GatewayID: "gw-supcheck", Interval: interval}
 	ra := startAgent(t, cfg)
 
 	checks := func() []*eventpipev1.Occurrence {
