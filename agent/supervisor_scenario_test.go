@@ -32,10 +32,14 @@ import (
 // change is seen through the watch on that one StatefulSet: the polling
 // interval is ten minutes, the wait one.
 func TestSupervisorImageCheckBeforeAnySandbox(t *testing.T) {
-	t.Run("watched", func(t *testing.T) { supervisorScenario(t, "openshell-supcheck", []string{"get", "list", "watch"}, 10*time.Minute) })
+	t.Run("watched", func(t *testing.T) {
+		supervisorScenario(t, "openshell-supcheck", []string{"get", "list", "watch"}, 10*time.Minute)
+	})
 	// An older chart's Role grants get only: the watch is refused and the
 	// check reads the workload every interval instead.
-	t.Run("watch refused", func(t *testing.T) { supervisorScenario(t, "openshell-supcheck-get", []string{"get"}, 300*time.Millisecond) })
+	t.Run("watch refused", func(t *testing.T) {
+		supervisorScenario(t, "openshell-supcheck-get", []string{"get"}, 300*time.Millisecond)
+	})
 }
 
 func supervisorScenario(t *testing.T, ns string, verbs []string, interval time.Duration) {
