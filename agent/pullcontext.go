@@ -185,12 +185,8 @@ func (c *pullContext) apply(o *eventpipev1.Occurrence, now time.Time) bool {
 		return c.secretsSent(obj.GetNamespace(), obj.GetName(), pf)
 	}
 	pf.Category = eventpipev1.CategoryUnauthorized
-	pf.DecidedBy, pf.Confidence = eventpipev1.DecidedByClusterContext, eventpipev1.ConfidenceLikely
 	words := "the kubelet could not retrieve the pod's image pull secret(s) " + m.names + " (" + reasonMissingPullSecret + ") and pulled without them"
-	if pf.GetDetail() != "" {
-		words = pf.GetDetail() + "; " + words
-	}
-	pf.Detail = words
+	decidedByContext(pf, words)
 	return true
 }
 
@@ -209,13 +205,9 @@ func (c *pullContext) pulledElsewhere(key string, pf *eventpipev1.PullFailure, n
 		on = " on node " + by.node
 	}
 	pf.Category = eventpipev1.CategoryUnauthorized
-	pf.DecidedBy, pf.Confidence = eventpipev1.DecidedByClusterContext, eventpipev1.ConfidenceLikely
 	words := "pod " + by.pod + on + " pulled the same image at " + by.at.UTC().Format(time.RFC3339) +
 		", so it exists: this pod's pull lacks credentials that work (its imagePullSecrets, its service account's, or the node's)"
-	if pf.GetDetail() != "" {
-		words = pf.GetDetail() + "; " + words
-	}
-	pf.Detail = words
+	decidedByContext(pf, words)
 	return true
 }
 
@@ -240,11 +232,7 @@ func (c *pullContext) secretsSent(namespace, name string, pf *eventpipev1.PullFa
 			" and the registry took the login (a refused one reads \"incorrect username or password\"), yet it will not name the repository: " +
 			"it does not exist under this name, or that account has no access to it"
 	}
-	pf.DecidedBy, pf.Confidence = eventpipev1.DecidedByClusterContext, eventpipev1.ConfidenceLikely
-	if pf.GetDetail() != "" {
-		words = pf.GetDetail() + "; " + words
-	}
-	pf.Detail = words
+	decidedByContext(pf, words)
 	return true
 }
 
@@ -289,11 +277,7 @@ func (c *pullContext) nodes(node string, pf *eventpipev1.PullFailure, now time.T
 		words = "the same image fails the same way on " + strconv.Itoa(len(failing)) + " nodes (" + strings.Join(failing, ", ") +
 			") and no node pulled it: the cause is the registry's or on a path every node shares, not one node's"
 	}
-	pf.DecidedBy, pf.Confidence = eventpipev1.DecidedByClusterContext, eventpipev1.ConfidenceLikely
-	if pf.GetDetail() != "" {
-		words = pf.GetDetail() + "; " + words
-	}
-	pf.Detail = words
+	decidedByContext(pf, words)
 	return true
 }
 
@@ -323,4 +307,15 @@ func putNode(m map[string]time.Time, node string, now time.Time) {
 		delete(m, oldest)
 	}
 	m[node] = now
+}
+
+// decidedByContext marks pf decided by cluster context, likely (every
+// context rule leaves another cause possible), and appends the rule's
+// words to the runtime's.
+func decidedByContext(pf *eventpipev1.PullFailure, words string) {
+	pf.DecidedBy, pf.Confidence = eventpipev1.DecidedByClusterContext, eventpipev1.ConfidenceLikely
+	if pf.GetDetail() != "" {
+		words = pf.GetDetail() + "; " + words
+	}
+	pf.Detail = words
 }

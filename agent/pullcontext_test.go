@@ -8,10 +8,12 @@ import (
 
 	"google.golang.org/protobuf/proto"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
+	"github.com/eventpipe/eventpipe/testenv/kube"
 )
 
 const missingSecretMsg = "Unable to retrieve some image pull secrets (regcred); attempting to pull the image may not succeed."
@@ -64,14 +66,8 @@ func TestPullContextMissingSecret(t *testing.T) {
 // too (rule "pulled elsewhere"), naming who pulled it.
 func TestMissingPullSecretOnRealAPIServer(t *testing.T) {
 	ctx := context.Background()
-	admin, err := kubernetes.NewForConfig(cluster.AdminConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
 	ns := "pull-context"
-	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	admin := testNamespace(t, ns)
 	image := "registry.example/acme/private:1.0"
 	pod, err := admin.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "app"},
 		Spec: corev1.PodSpec{ImagePullSecrets: []corev1.LocalObjectReference{{Name: "regcred"}},
@@ -309,5 +305,48 @@ func TestPullContextNodes(t *testing.T) {
 			last.GetConfidence() != eventpipev1.ConfidenceLikely || !strings.Contains(last.GetDetail(), c.says)):
 			t.Errorf("%s: changed %v to %v", c.name, changed, last)
 		}
+	}
+}
+
+// testNamespace creates namespace ns on the test cluster and returns an
+// admin client.
+func testNamespace(t *testing.T, ns string) kubernetes.Interface {
+	t.Helper()
+	admin, err := kubernetes.NewForConfig(cluster.AdminConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return admin
+}
+
+// createPod creates pod in ns and deletes it (no grace) when the test ends.
+func createPod(t *testing.T, admin kubernetes.Interface, ns string, pod *corev1.Pod) *corev1.Pod {
+	t.Helper()
+	ctx := context.Background()
+	p, err := admin.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		zero := int64(0)
+		_ = admin.CoreV1().Pods(ns).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+	})
+	return p
+}
+
+// grantAgent binds the agent's service account to a Role name of rules in ns.
+func grantAgent(t *testing.T, admin kubernetes.Interface, ns, name string, rules []rbacv1.PolicyRule) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := admin.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: rules}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: name},
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "eventpipe-agent", Namespace: kube.AgentNamespace}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -9,7 +9,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
 	"github.com/eventpipe/eventpipe/testenv/kube"
@@ -22,28 +21,13 @@ import (
 // the pod that sent its secret failed with a login the registry took
 // (not_found), both likely, decided by cluster context.
 func TestPullSecretsSentOnRealAPIServer(t *testing.T) {
-	ctx := context.Background()
-	admin, err := kubernetes.NewForConfig(cluster.AdminConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
 	ns := "pull-secrets-sent"
-	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	admin := testNamespace(t, ns)
 	image := "registry.example/acme/private:1.0"
 	pods := map[string]*corev1.Pod{}
 	for name, secrets := range map[string][]corev1.LocalObjectReference{"anon": nil, "sends": {{Name: "regcred"}, {Name: "mirror"}}} {
-		p, err := admin.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name},
-			Spec: corev1.PodSpec{ImagePullSecrets: secrets, Containers: []corev1.Container{{Name: "agent", Image: image}}}}, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		pods[name] = p
-		t.Cleanup(func() {
-			zero := int64(0)
-			_ = admin.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
-		})
+		pods[name] = createPod(t, admin, ns, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: corev1.PodSpec{ImagePullSecrets: secrets, Containers: []corev1.Container{{Name: "agent", Image: image}}}})
 	}
 	col := startCollector(t, t.TempDir())
 	ra := startAgent(t, testConfig("pullsecrets", col.addr()))
@@ -83,10 +67,6 @@ func TestPullSecretsSentOnRealAPIServer(t *testing.T) {
 // context, likely, the detail naming the nodes.
 func TestPullNodesOnHollowNodes(t *testing.T) {
 	ctx := context.Background()
-	admin, err := kubernetes.NewForConfig(cluster.AdminConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
 	local, down := "registry.example/acme/local:1.0", "down.example/acme/app:1.0"
 	nodeRules := map[string][]kube.ImageRule{
 		"pn-a": {{Image: local, Pull: kube.PullDNS}, {Image: down, Pull: kube.PullDNS}},
@@ -102,22 +82,14 @@ func TestPullNodesOnHollowNodes(t *testing.T) {
 		t.Cleanup(func() { _ = cluster.StopNode(n) })
 	}
 	ns := "pull-nodes"
-	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	admin := testNamespace(t, ns)
 	col := startCollector(t, t.TempDir())
 	ra := startAgent(t, testConfig("pullnodes", col.addr()))
 	waitFor(t, 60*time.Second, "agent to sync", func() (bool, string) { return ra.a.synced.Load(), "" })
 	run := func(name, node, image string) {
 		t.Helper()
-		if _, err := admin.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name},
-			Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "agent", Image: image}}}}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			zero := int64(0)
-			_ = admin.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
-		})
+		createPod(t, admin, ns, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "agent", Image: image}}}})
 	}
 	// until waits for an occurrence of pod that satisfies ok.
 	until := func(what, pod string, ok func(*eventpipev1.Occurrence) bool) *eventpipev1.Occurrence {

@@ -10,7 +10,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
 	"github.com/eventpipe/eventpipe/enrich/verify"
@@ -26,30 +25,16 @@ import (
 // registry, certain, naming the tags that exist. The next failure of the
 // image is upgraded in place from the cached answer, with no second call.
 func TestPullFailureVerifiedByRegistry(t *testing.T) {
-	ctx := context.Background()
 	defer http.DefaultTransport.(*http.Transport).CloseIdleConnections()
 	reg := registrytest.New(t)
 	reg.Push(t, "acme/app:1.0", registrytest.ImageFor(t, "linux", "amd64"))
 	reg.Push(t, "acme/app:1.1", registrytest.ImageFor(t, "linux", "amd64"))
 	image := reg.Host + "/acme/app:9.9.9"
 
-	admin, err := kubernetes.NewForConfig(cluster.AdminConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
 	ns := "verify-pull"
-	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	pod, err := admin.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "app"},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "agent", Image: image}}}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		zero := int64(0)
-		_ = admin.CoreV1().Pods(ns).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
-	})
+	admin := testNamespace(t, ns)
+	pod := createPod(t, admin, ns, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "app"},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "agent", Image: image}}}})
 
 	col := startCollector(t, t.TempDir())
 	cfg := testConfig("verifypull", col.addr())

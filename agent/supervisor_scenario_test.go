@@ -12,11 +12,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
 	"github.com/eventpipe/eventpipe/enrich/verify/registrytest"
-	"github.com/eventpipe/eventpipe/testenv/kube"
 )
 
 // TestSupervisorImageCheckBeforeAnySandbox: an OpenShell gateway
@@ -51,31 +49,15 @@ func supervisorScenario(t *testing.T, ns string, verbs []string, interval time.D
 	reg.Push(t, "nvidia/openshell/supervisor:0.0.36", registrytest.ImageFor(t, "linux", "amd64"))
 	repo := reg.Host + "/nvidia/openshell/supervisor"
 
-	admin, err := kubernetes.NewForConfig(cluster.AdminConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	admin := testNamespace(t, ns)
 	t.Cleanup(func() { _ = admin.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}) })
 	// What the chart grants with agent.verify.supervisor set
 	// (templates/agent-rbac.yaml): get, list and watch of that one workload
 	// and its config, by name.
-	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "eventpipe-agent-supervisor-check", Namespace: ns},
-		Rules: []rbacv1.PolicyRule{
-			{APIGroups: []string{"apps"}, Resources: []string{"statefulsets", "deployments"}, ResourceNames: []string{"openshell"}, Verbs: verbs},
-			{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{"openshell-config"}, Verbs: verbs},
-		}}
-	if _, err := admin.RbacV1().Roles(ns).Create(ctx, role, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := admin.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: role.Name, Namespace: ns},
-		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: role.Name},
-		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "eventpipe-agent", Namespace: kube.AgentNamespace}},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	grantAgent(t, admin, ns, "eventpipe-agent-supervisor-check", []rbacv1.PolicyRule{
+		{APIGroups: []string{"apps"}, Resources: []string{"statefulsets", "deployments"}, ResourceNames: []string{"openshell"}, Verbs: verbs},
+		{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{"openshell-config"}, Verbs: verbs},
+	})
 	// The gateway, as OpenShell's chart renders it with
 	// supervisor.image.tag overridden the old way (env).
 	labels := map[string]string{"app.kubernetes.io/name": "openshell"}
@@ -87,7 +69,8 @@ func supervisorScenario(t *testing.T, ns string, verbs []string, interval time.D
 				Args: []string{"--config", "/etc/openshell/gateway.toml"},
 				Env:  []corev1.EnvVar{{Name: "OPENSHELL_SUPERVISOR_IMAGE", Value: bad}},
 			}}}}}}
-	if sts, err = admin.AppsV1().StatefulSets(ns).Create(ctx, sts, metav1.CreateOptions{}); err != nil {
+	sts, err := admin.AppsV1().StatefulSets(ns).Create(ctx, sts, metav1.CreateOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
 
