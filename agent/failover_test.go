@@ -25,7 +25,7 @@ func startKafkaCollector(t testing.TB, brokers []string) *testCollector {
 	cfg.Auth.Insecure = true
 	cfg.Log = collector.LogKafka
 	bc := backbone.NewDefaultConfig()
-	bc.Brokers = brokers
+	bc.Conn.Brokers = brokers
 	bc.CreateTopics = true
 	bc.Partitions = 6
 	bc.ProduceTimeout = 5 * time.Second

@@ -33,7 +33,7 @@ func kafkaBackbone(t *testing.T, parts int32) backbone.Config {
 	}
 	t.Cleanup(c.Close)
 	bb := backbone.NewDefaultConfig()
-	bb.Brokers = c.ListenAddrs()
+	bb.Conn.Brokers = c.ListenAddrs()
 	bb.Topic = kfTopic
 	bb.DedupeWindow = 1024
 	return bb

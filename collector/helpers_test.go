@@ -24,7 +24,18 @@ import (
 	"github.com/eventpipe/eventpipe/sinks/file"
 )
 
+// TestMain runs the package's tests, or, when the kill test started this
+// binary as one of its collector replicas (envKillReplica set), that
+// replica until it is signalled: the helper is dispatched here and not as
+// a test that skips itself in every ordinary run.
 func TestMain(m *testing.M) {
+	if slot := os.Getenv(envKillReplica); slot != "" {
+		if err := runKillReplica(slot); err != nil {
+			fmt.Fprintf(os.Stderr, "kill test replica %s: %v\n", slot, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	goleak.VerifyTestMain(m)
 }
 
@@ -41,7 +52,11 @@ const (
 `
 )
 
-func testLogger(t testing.TB) *slog.Logger {
+func testLogger(testing.TB) *slog.Logger { return envLogger() }
+
+// envLogger discards, unless COLLECTOR_TEST_LOG is set: then it writes
+// debug lines to stderr.
+func envLogger() *slog.Logger {
 	if os.Getenv("COLLECTOR_TEST_LOG") != "" {
 		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
@@ -52,6 +67,16 @@ func testLogger(t testing.TB) *slog.Logger {
 // by tokens, and one file sink.
 func testConfig(t testing.TB, dir string) Config {
 	t.Helper()
+	cfg, err := tokensConfig(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// tokensConfig is testConfig for callers without a testing.TB (the kill
+// test's replica processes).
+func tokensConfig(dir string) (Config, error) {
 	cfg := NewDefaultConfig()
 	cfg.GRPC.Listen = "127.0.0.1:0"
 	cfg.HTTP.Listen = "127.0.0.1:0"
@@ -60,11 +85,11 @@ func testConfig(t testing.TB, dir string) Config {
 	tokens := filepath.Join(dir, "tokens.yaml")
 	if _, err := os.Stat(tokens); err != nil {
 		if err := os.WriteFile(tokens, []byte(tokensFileYML), 0o600); err != nil {
-			t.Fatal(err)
+			return Config{}, err
 		}
 	}
 	cfg.Auth.TokensFile = tokens
-	return cfg
+	return cfg, nil
 }
 
 type running struct {

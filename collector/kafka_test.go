@@ -40,7 +40,7 @@ func kafkaConfig(t *testing.T, kc *kfake.Cluster) Config {
 	cfg.Store = NewDefaultConfig().Store
 	cfg.Log = LogKafka
 	bc := backbone.NewDefaultConfig()
-	bc.Brokers = kc.ListenAddrs()
+	bc.Conn.Brokers = kc.ListenAddrs()
 	bc.CreateTopics = true
 	bc.Partitions = 6
 	bc.ProduceTimeout = 3 * time.Second
@@ -52,7 +52,7 @@ func kafkaConfig(t *testing.T, kc *kfake.Cluster) Config {
 // at least want records or 10 s passed.
 func backboneRecords(t *testing.T, cfg Config, want int) []*kgo.Record {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(cfg.Backbone.Brokers...), kgo.ConsumeTopics(cfg.Backbone.Topic),
+	cl, err := kgo.NewClient(kgo.SeedBrokers(cfg.Backbone.Conn.Brokers...), kgo.ConsumeTopics(cfg.Backbone.Topic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	if err != nil {
 		t.Fatal(err)

@@ -28,7 +28,8 @@ import (
 	"github.com/eventpipe/eventpipe/sinks/kafka/kafkatest"
 )
 
-// Environment of the replica helper process (TestKillReplicaHelper).
+// Environment of a replica process of the kill test (runKillReplica, started
+// by TestMain).
 const (
 	envKillReplica = "EVENTPIPE_KILLTEST_REPLICA" // the replica's slot name
 	envKillBrokers = "EVENTPIPE_KILLTEST_BROKERS"
@@ -47,13 +48,16 @@ const (
 // (each its own consumer group): a Kafka archive topic and a file of its
 // own in dir, named after the slot, so a replica restarted in its slot (a
 // container restarted in its pod) finds the file it wrote before.
-func killReplicaConfig(t testing.TB, brokers []string, txn bool, dir, slot string) Config {
-	cfg := testConfig(t, dir)
+func killReplicaConfig(brokers []string, txn bool, dir, slot string) (Config, error) {
+	cfg, err := tokensConfig(dir)
+	if err != nil {
+		return Config{}, err
+	}
 	cfg.Store = NewDefaultConfig().Store
 	cfg.Log = LogKafka
 	bc := backbone.NewDefaultConfig()
-	bc.Brokers = brokers
-	bc.ClientID = slot
+	bc.Conn.Brokers = brokers
+	bc.Conn.ClientID = slot
 	bc.Topic, bc.CursorTopic = killTopic, "kill.cursors"
 	bc.CreateTopics = true
 	bc.Partitions = killPartitions
@@ -69,7 +73,7 @@ func killReplicaConfig(t testing.TB, brokers []string, txn bool, dir, slot strin
 	cfg.Backbone = &bc
 	fileSc := fileSink("file", filepath.Join(dir, slot+".jsonl"))
 	kc := kafka.NewDefaultConfig()
-	kc.Brokers, kc.Topic = brokers, killArchive
+	kc.Conn.Brokers, kc.Topic = brokers, killArchive
 	d := sinks.NewDefaultRunnerConfig("archive")
 	d.Batch.MaxRecords, d.Batch.MaxWait = 50, 20*time.Millisecond
 	archive := SinkConfig{Name: "archive", Type: SinkKafka, Kafka: &kc, Batch: d.Batch, Retry: d.Retry}
@@ -78,50 +82,49 @@ func killReplicaConfig(t testing.TB, brokers []string, txn bool, dir, slot strin
 	// two seconds' worth of its partitions past its last commit.
 	fileSc.CommitInterval, archive.CommitInterval = 2*time.Second, 2*time.Second
 	cfg.Sinks = []SinkConfig{fileSc, archive}
-	return cfg
+	return cfg, nil
 }
 
-// TestKillReplicaHelper is not a test: run by
-// TestExactlyOnceAtEverySinkThroughReplicaKill as one collector replica in
-// Kafka mode, until it is SIGKILLed (or SIGTERMed at the end). It writes
-// its gRPC and HTTP addresses to <dir>/addr-<slot>.
-func TestKillReplicaHelper(t *testing.T) {
-	slot := os.Getenv(envKillReplica)
-	if slot == "" {
-		t.Skip("helper process of TestExactlyOnceAtEverySinkThroughReplicaKill")
-	}
+// runKillReplica is one collector replica of
+// TestExactlyOnceAtEverySinkThroughReplicaKill, in a process of its own
+// (this test binary, started again with envKillReplica: TestMain), in
+// Kafka mode until it is SIGKILLed (or SIGTERMed at the end). It writes its
+// gRPC and HTTP addresses to <dir>/addr-<slot>.
+func runKillReplica(slot string) error {
 	dir := os.Getenv(envKillDir)
-	cfg := killReplicaConfig(t, strings.Split(os.Getenv(envKillBrokers), ","), os.Getenv(envKillTxn) == "on", dir, slot)
-	c, err := New(cfg, testLogger(t), prometheus.NewRegistry())
+	cfg, err := killReplicaConfig(strings.Split(os.Getenv(envKillBrokers), ","), os.Getenv(envKillTxn) == "on", dir, slot)
 	if err != nil {
-		t.Fatal(err)
+		return err
+	}
+	c, err := New(cfg, envLogger(), prometheus.NewRegistry())
+	if err != nil {
+		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
 	addr := filepath.Join(dir, "addr-"+slot)
 	if err := os.WriteFile(addr+".tmp", []byte(c.GRPCAddr()+" "+c.HTTPAddr()), 0o600); err != nil {
-		t.Fatal(err)
+		return err
 	}
 	if err := os.Rename(addr+".tmp", addr); err != nil {
-		t.Fatal(err)
+		return err
 	}
-	if err := c.Run(ctx); err != nil {
-		t.Error(err)
-	}
+	return c.Run(ctx)
 }
 
-// killReplica is a replica helper process.
+// killReplica is a replica process.
 type killReplica struct {
 	cmd        *exec.Cmd
 	done       chan struct{}
 	grpc, http string
 }
 
-// startKillReplica runs the helper in slot and waits for its addresses.
+// startKillReplica runs a replica in slot and waits for its addresses.
 func startKillReplica(t *testing.T, brokers []string, txn bool, dir, slot string) *killReplica {
 	t.Helper()
 	_ = os.Remove(filepath.Join(dir, "addr-"+slot))
-	cmd := exec.Command(os.Args[0], "-test.run=^TestKillReplicaHelper$", "-test.count=1")
+	// TestMain runs the replica, never a test (-test.run=^$ should it not).
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	on := "off"
 	if txn {
 		on = "on"
@@ -192,7 +195,11 @@ func TestExactlyOnceAtEverySinkThroughReplicaKill(t *testing.T) {
 
 	// The test itself is the ingest side: what Append returns for is
 	// acknowledged.
-	wcfg := *killReplicaConfig(t, brokers, txn, dir, "ingest").Backbone
+	icfg, err := killReplicaConfig(brokers, txn, dir, "ingest")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wcfg := *icfg.Backbone
 	w, err := backbone.NewWriter(wcfg, nil, nil)
 	if err != nil {
 		t.Fatal(err)

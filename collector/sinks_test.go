@@ -43,7 +43,7 @@ func TestCollectorFeedsEverySinkType(t *testing.T) {
 	cfg := testConfig(t, dir)
 	jsonl := filepath.Join(dir, "events.jsonl")
 	kcfg := kafka.NewDefaultConfig()
-	kcfg.Brokers = []string{fmt.Sprintf("127.0.0.1:%d", port)}
+	kcfg.Conn.Brokers = []string{fmt.Sprintf("127.0.0.1:%d", port)}
 	kcfg.Topic = "eventpipe.test"
 	// The topic exists before the first push (no auto-creation race with
 	// the first produce), and a failed push is retried within a second, so
@@ -77,7 +77,7 @@ func TestCollectorFeedsEverySinkType(t *testing.T) {
 	var msgs []*kgo.Record
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		msgs, err = readKafkaTopic(ctx, kcfg.Brokers[0], kcfg.Topic)
+		msgs, err = readKafkaTopic(ctx, kcfg.Conn.Brokers[0], kcfg.Topic)
 		if err == nil && len(msgs) >= total || time.Now().After(deadline) {
 			break
 		}

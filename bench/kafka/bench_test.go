@@ -28,7 +28,7 @@ func BenchmarkWriterAppend(b *testing.B) {
 	}
 	defer c.Close()
 	cfg := backbone.NewDefaultConfig()
-	cfg.Brokers = c.ListenAddrs()
+	cfg.Conn.Brokers = c.ListenAddrs()
 	cfg.CreateTopics = true
 	w, err := backbone.NewWriter(cfg, nil, prometheus.NewRegistry())
 	if err != nil {

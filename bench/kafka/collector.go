@@ -38,7 +38,7 @@ func startCollector(bcfg backbone.Config, o options, i int) (replica, func(), er
 	cfg := collector.NewDefaultConfig()
 	cfg.Log = collector.LogKafka
 	b := bcfg
-	b.ClientID = fmt.Sprintf("bench-collector-%d", i)
+	b.Conn.ClientID = fmt.Sprintf("bench-collector-%d", i)
 	if b.Transactions.Enabled {
 		b.Transactions.ID = fmt.Sprintf("bench-collector-%d", i) // one slot per replica
 	}

@@ -186,7 +186,7 @@ func newEnv(o options, replicas int) (*env, error) {
 	e := &env{cluster: c}
 	e.stop = append(e.stop, c.Close)
 	cfg := backbone.NewDefaultConfig()
-	cfg.Brokers = c.ListenAddrs()
+	cfg.Conn.Brokers = c.ListenAddrs()
 	cfg.CreateTopics = true
 	cfg.Partitions = o.partitions
 	cfg.ReplicationFactor = 3
@@ -439,7 +439,7 @@ func topicTotal(ctx context.Context, cfg backbone.Config) (int64, error) {
 	// Read as a read_committed consumer: with transactions, markers take
 	// offsets too, so the end offsets would overcount.
 	var n int64
-	err := kafkatest.EachRecord(ctx, []kgo.Opt{kgo.SeedBrokers(cfg.Brokers...), kgo.FetchIsolationLevel(kgo.ReadCommitted())},
+	err := kafkatest.EachRecord(ctx, []kgo.Opt{kgo.SeedBrokers(cfg.Conn.Brokers...), kgo.FetchIsolationLevel(kgo.ReadCommitted())},
 		cfg.Topic, func(*kgo.Record) { n++ })
 	return n, err
 }
@@ -572,7 +572,7 @@ func lagRun(o options, replicas, run int) error {
 		if o.sink == "kafka" {
 			// One Kafka sink per replica, as each collector has its own.
 			kc := kafka.NewDefaultConfig()
-			kc.Brokers, kc.Topic = e.cfg.Brokers, "bench.archive"
+			kc.Conn.Brokers, kc.Topic = e.cfg.Conn.Brokers, "bench.archive"
 			kc.CreateTopic.Enabled = true
 			ks, err := kafka.New(kc, nil, reg)
 			if err != nil {
@@ -593,7 +593,7 @@ func lagRun(o options, replicas, run int) error {
 	defer func() { gstop(); gwg.Wait() }()
 	group := e.cfg.GroupName(backbone.SinkConsumer(rc.Name))
 
-	cl, err := kgo.NewClient(kgo.SeedBrokers(e.cfg.Brokers...))
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.cfg.Conn.Brokers...))
 	if err != nil {
 		return err
 	}

@@ -368,7 +368,7 @@ func measure(st *store.Store, vlBin, dir string, o options, batch int, mode stri
 		}
 		addr := br.ListenAddrs()[0]
 		cfg := kafka.NewDefaultConfig()
-		cfg.Brokers = []string{addr}
+		cfg.Conn.Brokers = []string{addr}
 		cfg.Topic = "eventpipe-bench"
 		cfg.Compression = kafka.CompressionSnappy
 		cfg.CreateTopic = kafka.CreateTopicConfig{Enabled: true, Partitions: o.partitions, ReplicationFactor: 1}

@@ -19,10 +19,10 @@ import (
 // of one deployment uses the same values: the topics and the consumer
 // group prefix are what makes them one tier.
 type Config struct {
-	// Brokers are the bootstrap addresses (host:port).
-	Brokers []string `yaml:"brokers" json:"brokers"`
-	// ClientID names this collector to the brokers (quotas, broker logs).
-	ClientID string `yaml:"client_id" json:"client_id"`
+	// Conn is how the collector reaches the brokers (brokers, client_id,
+	// tls, sasl): the Kafka sink's type and keys, standing in this section
+	// itself.
+	Conn kafka.ConnConfig `yaml:",inline" json:"conn"`
 	// Topic is the backbone topic: every ingested occurrence, keyed by
 	// sandbox id (record.go). It takes the place of the local log.
 	Topic string `yaml:"topic" json:"topic"`
@@ -74,9 +74,6 @@ type Config struct {
 	// Transactions make Kafka mode exactly once across a replica kill
 	// (docs/kafka-backbone.md, "Exactly once").
 	Transactions TransactionsConfig `yaml:"transactions" json:"transactions"`
-	// TLS and SASL to the brokers, the same keys as the Kafka sink's.
-	TLS  kafka.TLSConfig  `yaml:"tls" json:"tls"`
-	SASL kafka.SASLConfig `yaml:"sasl" json:"sasl"`
 }
 
 // TransactionsConfig: with Enabled, an ingest batch and its stream's
@@ -135,7 +132,7 @@ const (
 // NewDefaultConfig returns the defaults; Brokers has none and must be set.
 func NewDefaultConfig() Config {
 	return Config{
-		ClientID:          DefaultClientID,
+		Conn:              kafka.ConnConfig{ClientID: DefaultClientID},
 		Topic:             DefaultTopic,
 		CursorTopic:       DefaultCursorTopic,
 		GroupPrefix:       DefaultGroupPrefix,
@@ -195,17 +192,7 @@ func (c Config) Validate() error {
 	add := func(path, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%s: %s", path, fmt.Sprintf(format, args...)))
 	}
-	if len(c.Brokers) == 0 {
-		add("brokers", "at least one broker address is required")
-	}
-	for i, b := range c.Brokers {
-		if err := config.DialAddr(b); err != nil {
-			add(fmt.Sprintf("brokers[%d]", i), "%v", err)
-		}
-	}
-	if c.ClientID == "" {
-		add("client_id", "must be set")
-	}
+	errs = append(errs, c.Conn.Validate())
 	checkTopic := func(path, name string) {
 		switch {
 		case name == "":
@@ -260,38 +247,6 @@ func (c Config) Validate() error {
 	} else if c.Transactions.ID != "" {
 		add("transactions.id", "set, but transactions.enabled is false")
 	}
-	readable := func(path, file string) {
-		if err := config.CheckReadable(file); err != nil {
-			add(path, "%v", err)
-		}
-	}
-	t := c.TLS
-	if !t.Enabled && (t.CAFile != "" || t.CertFile != "" || t.KeyFile != "" || t.ServerName != "" || t.InsecureSkipVerify) {
-		add("tls.enabled", "tls options are set but tls.enabled is false")
-	}
-	if (t.CertFile == "") != (t.KeyFile == "") {
-		add("tls.cert_file", "cert_file and key_file go together")
-	}
-	readable("tls.ca_file", t.CAFile)
-	readable("tls.cert_file", t.CertFile)
-	readable("tls.key_file", t.KeyFile)
-	s := c.SASL
-	switch s.Mechanism {
-	case "":
-		if s.Username != "" || s.Password != "" || s.PasswordFile != "" {
-			add("sasl.mechanism", "credentials are set but no mechanism (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512)")
-		}
-	case kafka.MechanismPlain, kafka.MechanismSCRAMSHA256, kafka.MechanismSCRAMSHA512:
-		if s.Username == "" {
-			add("sasl.username", "must be set for %s", s.Mechanism)
-		}
-		if (s.Password == "") == (s.PasswordFile == "") {
-			add("sasl.password", "set exactly one of password and password_file")
-		}
-		readable("sasl.password_file", s.PasswordFile)
-	default:
-		add("sasl.mechanism", "%q is not one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512", s.Mechanism)
-	}
 	return errors.Join(errs...)
 }
 
@@ -308,7 +263,7 @@ func (c Config) GroupName(part string) string { return c.GroupPrefix + "." + par
 // seed brokers, client id, TLS and SASL. Callers add their own (producer
 // or consumer) options after these.
 func (c Config) ClientOptions() ([]kgo.Opt, error) {
-	opts, err := kafka.ConnOptions(c.Brokers, c.ClientID, c.TLS, c.SASL)
+	opts, err := c.Conn.Options()
 	if err != nil {
 		return nil, fmt.Errorf("backbone %w", err)
 	}

@@ -26,7 +26,7 @@ func TestGoodConfigIsTheDefaults(t *testing.T) {
 		t.Fatalf("good.yaml: %v", err)
 	}
 	d := NewDefaultConfig()
-	d.Brokers = c.Brokers
+	d.Conn.Brokers = c.Conn.Brokers
 	if c.ProduceTimeout != 10*time.Second || c.DedupeWindow != 65536 || c.Topic != d.Topic ||
 		c.CursorTopic != d.CursorTopic || c.Partitions != d.Partitions || c.GroupPrefix != d.GroupPrefix {
 		t.Fatalf("good.yaml (the defaults written out) parsed as %+v, defaults %+v", c, d)
@@ -117,14 +117,14 @@ func TestMinInsync(t *testing.T) {
 
 func TestClientOptions(t *testing.T) {
 	c := NewDefaultConfig()
-	c.Brokers = []string{"127.0.0.1:9092"}
-	c.SASL.Mechanism, c.SASL.Username, c.SASL.Password = "SCRAM-SHA-512", "u", "p"
+	c.Conn.Brokers = []string{"127.0.0.1:9092"}
+	c.Conn.SASL.Mechanism, c.Conn.SASL.Username, c.Conn.SASL.Password = "SCRAM-SHA-512", "u", "p"
 	opts, err := c.ClientOptions()
 	// seed brokers, client id, software name and version, SASL, read_committed
 	if err != nil || len(opts) != 5 {
 		t.Fatalf("opts %d, err %v", len(opts), err)
 	}
-	c.TLS.Enabled, c.TLS.CAFile = true, "/nonexistent/ca.pem"
+	c.Conn.TLS.Enabled, c.Conn.TLS.CAFile = true, "/nonexistent/ca.pem"
 	if _, err := c.ClientOptions(); err == nil || !strings.Contains(err.Error(), "ca_file") {
 		t.Fatalf("missing CA file: %v", err)
 	}
@@ -136,7 +136,7 @@ func TestPartialSectionGetsDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := NewDefaultConfig()
-	want.Brokers = []string{"k:9092"}
+	want.Conn.Brokers = []string{"k:9092"}
 	if c.Topic != want.Topic || c.DedupeWindow != want.DedupeWindow || c.ProduceTimeout != want.ProduceTimeout {
 		t.Fatalf("parsed %+v", c)
 	}

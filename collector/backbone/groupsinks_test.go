@@ -135,7 +135,7 @@ func TestGroupSinksRebalanceDuringLokiOutage(t *testing.T) {
 	}
 	cfg := NewDefaultConfig()
 	cl, _ := kgo.NewClient(opts...)
-	cfg.Brokers = cl.OptValue(kgo.SeedBrokers).([]string)
+	cfg.Conn.Brokers = cl.OptValue(kgo.SeedBrokers).([]string)
 	cl.Close()
 	cfg.Topic = topic
 	cfg.DedupeWindow = minDedupeWindow
@@ -253,7 +253,7 @@ func TestGroupSinksChurnUnderLoad(t *testing.T) {
 	opts := startKfake(t, topic, 6)
 	cfg := NewDefaultConfig()
 	cl, _ := kgo.NewClient(opts...)
-	cfg.Brokers = cl.OptValue(kgo.SeedBrokers).([]string)
+	cfg.Conn.Brokers = cl.OptValue(kgo.SeedBrokers).([]string)
 	cl.Close()
 	cfg.Topic = topic
 	cfg.DedupeWindow = minDedupeWindow
@@ -338,7 +338,7 @@ func TestGroupSinksPartitionMetrics(t *testing.T) {
 	opts := startKfake(t, topic, partitions)
 	cfg := NewDefaultConfig()
 	cl, _ := kgo.NewClient(opts...)
-	cfg.Brokers = cl.OptValue(kgo.SeedBrokers).([]string)
+	cfg.Conn.Brokers = cl.OptValue(kgo.SeedBrokers).([]string)
 	cl.Close()
 	cfg.Topic = topic
 	cfg.DedupeWindow = minDedupeWindow

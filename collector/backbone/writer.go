@@ -207,7 +207,7 @@ func (w *Writer) topics(ctx context.Context) (map[string]topicState, error) {
 	}
 	resp, err := req.RequestWith(ctx, w.prod)
 	if err != nil {
-		return nil, fmt.Errorf("kafka brokers %v unreachable: %w", w.cfg.Brokers, err)
+		return nil, fmt.Errorf("kafka brokers %v unreachable: %w", w.cfg.Conn.Brokers, err)
 	}
 	out := map[string]topicState{}
 	for _, t := range resp.Topics {

@@ -36,7 +36,7 @@ func newWriterCluster(t *testing.T, opts ...kfake.Opt) *kfake.Cluster {
 
 func testConfig(c *kfake.Cluster) Config {
 	cfg := NewDefaultConfig()
-	cfg.Brokers = c.ListenAddrs()
+	cfg.Conn.Brokers = c.ListenAddrs()
 	cfg.CreateTopics = true
 	cfg.Partitions = 6
 	cfg.ProduceTimeout = 2 * time.Second
@@ -118,7 +118,7 @@ func TestAppendIsInKafkaWhenItReturns(t *testing.T) {
 	if res.Stored != 300 || res.Duplicates != 0 {
 		t.Fatalf("result %+v", res)
 	}
-	recs := wreadAll(t, cfg.Brokers, cfg.Topic, 300)
+	recs := wreadAll(t, cfg.Conn.Brokers, cfg.Topic, 300)
 	if len(recs) != 300 {
 		t.Fatalf("%d records in the topic, want 300", len(recs))
 	}
@@ -358,7 +358,7 @@ func TestTopicsMissing(t *testing.T) {
 
 func TestWritableWithoutBrokers(t *testing.T) {
 	cfg := NewDefaultConfig()
-	cfg.Brokers = []string{"127.0.0.1:1"}
+	cfg.Conn.Brokers = []string{"127.0.0.1:1"}
 	cfg.ProduceTimeout = time.Second
 	w, err := NewWriter(cfg, nil, nil)
 	if err != nil {

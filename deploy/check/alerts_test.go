@@ -83,7 +83,7 @@ func buildCatalogue(dir string) (*Catalogue, error) {
 	lc := loki.NewDefaultConfig()
 	lc.URL = "http://127.0.0.1:9/loki/api/v1/push"
 	kc := kafka.NewDefaultConfig()
-	kc.Brokers = []string{"127.0.0.1:9"}
+	kc.Conn.Brokers = []string{"127.0.0.1:9"}
 	kc.Topic = "eventpipe.check"
 	cfg.Sinks = []collector.SinkConfig{
 		{Name: "file", Type: collector.SinkFile, File: &fc, Batch: d.Batch, Retry: d.Retry, CommitInterval: d.CommitInterval},
@@ -104,7 +104,7 @@ func buildCatalogue(dir string) (*Catalogue, error) {
 	// the brokers): the backbone writer (produce, cursor metrics) and the
 	// read side every backbone consumer shares (duplicates, window).
 	bcfg := backbone.NewDefaultConfig()
-	bcfg.Brokers = []string{"127.0.0.1:9"}
+	bcfg.Conn.Brokers = []string{"127.0.0.1:9"}
 	w, err := backbone.NewWriter(bcfg, nil, rec)
 	if err != nil {
 		return nil, fmt.Errorf("backbone writer: %w", err)

@@ -321,7 +321,7 @@ func checkConfigs(t *testing.T, v variant, docs []Doc) {
 			if kafkaMode(v) != cfg.KafkaMode() {
 				t.Errorf("collector.yaml: log %q in the %s variant", cfg.Log, v.name)
 			}
-			if cfg.KafkaMode() && (cfg.Backbone == nil || len(cfg.Backbone.Brokers) == 0) {
+			if cfg.KafkaMode() && (cfg.Backbone == nil || len(cfg.Backbone.Conn.Brokers) == 0) {
 				t.Errorf("collector.yaml in kafka mode has no backbone brokers:\n%s", s)
 			}
 		}
@@ -389,6 +389,8 @@ func TestValuesSchemaRejects(t *testing.T) {
 		{"bad log level", []string{"collector.logLevel=loud"}, "/collector/logLevel"},
 		{"sink filter type", []string{"sinks.file.filter.types={Error}"}, "/sinks/file/filter/types/0"},
 		{"file sink off the volume", []string{"sinks.file.path=/tmp/events.jsonl"}, "/sinks/file/path"},
+		{"file sink resend window of 0", []string{"sinks.file.resendWindow=0"}, "/sinks/file/resendWindow"},
+		{"file sink resend window above the sink's bound", []string{"sinks.file.resendWindow=4194305"}, "/sinks/file/resendWindow"},
 		// The chart's traps (issue 22): each value below installed a chart
 		// that failed at run time.
 		{"placeholder cluster", []string{"cluster=CHANGE-ME"}, "at '/cluster': 'not' failed"},

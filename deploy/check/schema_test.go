@@ -57,12 +57,7 @@ func TestSchemaFollowsConfigStructs(t *testing.T) {
 	}
 	for _, c := range cases {
 		keys := map[string]bool{}
-		for i := 0; i < c.typ.NumField(); i++ {
-			tag, _, _ := strings.Cut(c.typ.Field(i).Tag.Get("yaml"), ",")
-			if tag != "" && tag != "-" {
-				keys[tag] = true
-			}
-		}
+		yamlKeys(c.typ, keys)
 		for _, w := range c.chartWrites {
 			if !keys[w] {
 				t.Errorf("%s: the chart writes %q, which %s does not have", c.name, w, c.typ)
@@ -87,6 +82,21 @@ func TestSchemaFollowsConfigStructs(t *testing.T) {
 		}
 		if len(extra) > 0 {
 			t.Errorf("values.schema.json %s offers %v, which %s does not read", c.name, extra, c.typ)
+		}
+	}
+}
+
+// yamlKeys adds the YAML keys of struct type t to keys, with those of its
+// inlined fields (the Kafka connection settings stand inline in the
+// backbone: section and the Kafka sink's).
+func yamlKeys(t reflect.Type, keys map[string]bool) {
+	for i := 0; i < t.NumField(); i++ {
+		tag, opts, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ",")
+		switch {
+		case strings.Contains(","+opts+",", ",inline,"):
+			yamlKeys(t.Field(i).Type, keys)
+		case tag != "" && tag != "-":
+			keys[tag] = true
 		}
 	}
 }

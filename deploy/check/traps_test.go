@@ -17,6 +17,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
+
+	"github.com/eventpipe/eventpipe/collector"
+	"github.com/eventpipe/eventpipe/sinks/file"
 )
 
 // renderSet renders the chart with the given values files and --set values
@@ -82,6 +85,7 @@ func TestCollectorConfigChecksum(t *testing.T) {
 		{"local: a Loki sink added", nil, local, []string{"sinks.loki.enabled=true", "sinks.loki.url=http://loki:3100/loki/api/v1/push"}, true},
 		{"local: store retention", nil, local, []string{"collector.config.store.retention.max_age=72h"}, true},
 		{"local: the file sink's size", nil, local, []string{"sinks.file.maxFiles=9"}, true},
+		{"local: the file sink's resend window", nil, local, []string{"sinks.file.resendWindow=131072"}, true},
 		{"local: a sink filter (reloaded)", nil, local, []string{"sinks.file.filter.attributed_only=true"}, false},
 		{"local: identities (reloaded)", append(allOn, more), allOnSum, nil, false},
 		{"local: the first identity (client CA on)", nil, local, []string{"collector.identities[0].name=proxy.example", "collector.identities[0].role=reader", "collector.identities[0].workspaces={*}"}, true},
@@ -419,4 +423,46 @@ func TestPostRendererThroughHelm(t *testing.T) {
 	if labels, _, _ := unstructured.NestedStringMap(sts.Object, "spec", "template", "metadata", "labels"); labels["eventpipe.io/driver-proxy"] != "true" {
 		t.Errorf("pod labels %v", labels)
 	}
+}
+
+// TestFileSinkResendWindow: sinks.file.resendWindow reaches the file sink's
+// resend_window in the collector's config, the default being the sink's.
+func TestFileSinkResendWindow(t *testing.T) {
+	for _, c := range []struct {
+		set  []string
+		want int
+	}{
+		{nil, file.DefaultResendWindow},
+		{[]string{"sinks.file.resendWindow=131072"}, 131072},
+	} {
+		s, ok := configMapFile(renderSet(t, nil, c.set...), "collector.yaml")
+		if !ok {
+			t.Fatalf("--set %v: no collector.yaml", c.set)
+		}
+		cfg, err := collector.ParseConfig([]byte(s))
+		if err != nil {
+			t.Fatalf("--set %v: collector.yaml: %v\n%s", c.set, err, s)
+		}
+		var got []int
+		for _, sc := range cfg.Sinks {
+			if sc.File != nil {
+				got = append(got, sc.File.ResendWindow)
+			}
+		}
+		if len(got) != 1 || got[0] != c.want {
+			t.Errorf("--set %v: file sinks' resend_window %v, want [%d]", c.set, got, c.want)
+		}
+	}
+}
+
+// configMapFile is the file name of the first ConfigMap in docs that holds
+// one (agent.yaml, collector.yaml).
+func configMapFile(docs []Doc, name string) (string, bool) {
+	for _, d := range docs {
+		data, _ := d.Object["data"].(map[string]any)
+		if s, ok := data[name].(string); ok && d.Kind == "ConfigMap" {
+			return s, true
+		}
+	}
+	return "", false
 }

@@ -11,12 +11,12 @@ import (
 
 // Config is the Kafka sink's YAML section.
 type Config struct {
-	// Brokers are the bootstrap addresses (host:port).
-	Brokers []string `yaml:"brokers" json:"brokers"`
+	// Conn is how the sink reaches the brokers (brokers, client_id, tls,
+	// sasl): its keys stand in this section itself, as in the collector's
+	// backbone: section, which reads the same type.
+	Conn ConnConfig `yaml:",inline" json:"conn"`
 	// Topic receives every occurrence.
 	Topic string `yaml:"topic" json:"topic"`
-	// ClientID names the producer to the brokers.
-	ClientID string `yaml:"client_id" json:"client_id"`
 	// Compression: none, snappy, lz4, zstd or gzip.
 	Compression string `yaml:"compression" json:"compression"`
 	// ValueFormat: json (the versioned JSON documented in README.md),
@@ -35,9 +35,19 @@ type Config struct {
 	// WriteTimeout bounds one produce request (the runner's push_timeout
 	// bounds the whole push).
 	WriteTimeout time.Duration     `yaml:"write_timeout" json:"write_timeout"`
-	TLS          TLSConfig         `yaml:"tls" json:"tls"`
-	SASL         SASLConfig        `yaml:"sasl" json:"sasl"`
 	CreateTopic  CreateTopicConfig `yaml:"create_topic" json:"create_topic"`
+}
+
+// ConnConfig is how eventpipe reaches Kafka brokers: the Kafka sink and the
+// collector's Kafka backbone (collector/backbone) both read it, inlined, so
+// the two sections spell the connection alike and are checked alike.
+type ConnConfig struct {
+	// Brokers are the bootstrap addresses (host:port).
+	Brokers []string `yaml:"brokers" json:"brokers"`
+	// ClientID names this client to the brokers (quotas, broker logs).
+	ClientID string     `yaml:"client_id" json:"client_id"`
+	TLS      TLSConfig  `yaml:"tls" json:"tls"`
+	SASL     SASLConfig `yaml:"sasl" json:"sasl"`
 }
 
 // TLSConfig enables TLS to the brokers.
@@ -106,8 +116,8 @@ const (
 // NewDefaultConfig returns the defaults; Brokers has none and must be set.
 func NewDefaultConfig() Config {
 	return Config{
+		Conn:            ConnConfig{ClientID: DefaultClientID},
 		Topic:           DefaultTopic,
-		ClientID:        DefaultClientID,
 		Compression:     DefaultCompression,
 		ValueFormat:     DefaultValueFormat,
 		MaxMessageBytes: DefaultMaxMessageBytes,
@@ -124,14 +134,7 @@ func (c Config) Validate() error {
 	add := func(path, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%s: %s", path, fmt.Sprintf(format, args...)))
 	}
-	if len(c.Brokers) == 0 {
-		add("brokers", "at least one broker address is required")
-	}
-	for i, b := range c.Brokers {
-		if err := config.DialAddr(b); err != nil {
-			add(fmt.Sprintf("brokers[%d]", i), "%v", err)
-		}
-	}
+	errs = append(errs, c.Conn.Validate())
 	if c.Topic == "" {
 		add("topic", "must be set")
 	} else if len(c.Topic) > 249 || strings.Trim(c.Topic, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") != "" || c.Topic == "." || c.Topic == ".." {
@@ -155,6 +158,36 @@ func (c Config) Validate() error {
 	}
 	if c.WriteTimeout <= 0 {
 		add("write_timeout", "must be positive, got %s", c.WriteTimeout)
+	}
+	if c.CreateTopic.Enabled {
+		if c.CreateTopic.Partitions < 1 {
+			add("create_topic.partitions", "must be at least 1, got %d", c.CreateTopic.Partitions)
+		}
+		if c.CreateTopic.ReplicationFactor < 1 {
+			add("create_topic.replication_factor", "must be at least 1, got %d", c.CreateTopic.ReplicationFactor)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Validate reports every problem of the connection settings with its YAML
+// path relative to the section that inlines them (brokers[0], tls.ca_file,
+// ...). It checks that the files they name are readable.
+func (c ConnConfig) Validate() error {
+	var errs []error
+	add := func(path, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", path, fmt.Sprintf(format, args...)))
+	}
+	if len(c.Brokers) == 0 {
+		add("brokers", "at least one broker address is required")
+	}
+	for i, b := range c.Brokers {
+		if err := config.DialAddr(b); err != nil {
+			add(fmt.Sprintf("brokers[%d]", i), "%v", err)
+		}
+	}
+	if c.ClientID == "" {
+		add("client_id", "must be set")
 	}
 	readable := func(path, file string) {
 		if err := config.CheckReadable(file); err != nil {
@@ -185,19 +218,8 @@ func (c Config) Validate() error {
 			add("sasl.password", "set exactly one of password and password_file")
 		}
 		readable("sasl.password_file", s.PasswordFile)
-		if !t.Enabled {
-			// Allowed (test brokers, private networks), but worth knowing.
-		}
 	default:
 		add("sasl.mechanism", "%q is not one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512", s.Mechanism)
-	}
-	if c.CreateTopic.Enabled {
-		if c.CreateTopic.Partitions < 1 {
-			add("create_topic.partitions", "must be at least 1, got %d", c.CreateTopic.Partitions)
-		}
-		if c.CreateTopic.ReplicationFactor < 1 {
-			add("create_topic.replication_factor", "must be at least 1, got %d", c.CreateTopic.ReplicationFactor)
-		}
 	}
 	return errors.Join(errs...)
 }

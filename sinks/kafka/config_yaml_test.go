@@ -58,7 +58,7 @@ func TestBadConfigFiles(t *testing.T) {
 	if err := good.Validate(); err != nil {
 		t.Errorf("good.yaml: %v", err)
 	}
-	if good.Compression != CompressionZstd || good.ClientID != DefaultClientID || good.WriteTimeout.Seconds() != 5 {
+	if good.Compression != CompressionZstd || good.Conn.ClientID != DefaultClientID || good.WriteTimeout.Seconds() != 5 {
 		t.Errorf("good.yaml parsed to %+v", good)
 	}
 }

@@ -154,26 +154,27 @@ func TestTruncationKeepsRunesAndMarks(t *testing.T) {
 
 func TestConfigValidate(t *testing.T) {
 	c := NewDefaultConfig()
-	c.Brokers = []string{"kafka-0.kafka:9093"}
+	c.Conn.Brokers = []string{"kafka-0.kafka:9093"}
 	if err := c.Validate(); err != nil {
 		t.Fatalf("defaults + brokers: %v", err)
 	}
-	bad := Config{Brokers: []string{"nohost"}, Topic: "bad topic", Compression: "brotli", ValueFormat: "avro",
+	bad := Config{Topic: "bad topic", Compression: "brotli", ValueFormat: "avro",
 		MaxMessageBytes: 10, WriteTimeout: 0,
-		TLS:         TLSConfig{CAFile: "/nonexistent/ca.pem", CertFile: "x"},
-		SASL:        SASLConfig{Mechanism: "GSSAPI"},
+		Conn: ConnConfig{Brokers: []string{"nohost"},
+			TLS:  TLSConfig{CAFile: "/nonexistent/ca.pem", CertFile: "x"},
+			SASL: SASLConfig{Mechanism: "GSSAPI"}},
 		CreateTopic: CreateTopicConfig{Enabled: true}}
 	err := bad.Validate()
 	for _, want := range []string{"brokers[0]:", "topic:", "compression:", "value_format:", "max_message_bytes:", "source:",
-		"write_timeout:", "tls.enabled:", "tls.cert_file:", "tls.ca_file:", "sasl.mechanism:", "create_topic.partitions:",
+		"write_timeout:", "client_id:", "tls.enabled:", "tls.cert_file:", "tls.ca_file:", "sasl.mechanism:", "create_topic.partitions:",
 		"create_topic.replication_factor:"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("missing %q in:\n%v", want, err)
 		}
 	}
 	s := NewDefaultConfig()
-	s.Brokers = []string{"k:9092"}
-	s.SASL = SASLConfig{Mechanism: MechanismSCRAMSHA512, Password: "a", PasswordFile: "b"}
+	s.Conn.Brokers = []string{"k:9092"}
+	s.Conn.SASL = SASLConfig{Mechanism: MechanismSCRAMSHA512, Password: "a", PasswordFile: "b"}
 	err = s.Validate()
 	for _, want := range []string{"sasl.username:", "sasl.password:"} {
 		if err == nil || !strings.Contains(err.Error(), want) {

@@ -80,14 +80,15 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}, err
 }
 
-// ConnOptions are the franz-go options for reaching brokers as these
-// settings say: seed brokers, client id, TLS and SASL, and the software
-// name and version the client reports to the brokers (KIP-511:
-// "eventpipe" and the build's version, so a broker's client metrics tell
-// which eventpipe builds are connected). The sink and the collector's
+// Options are the franz-go options for reaching the brokers as c says:
+// seed brokers, client id, TLS and SASL, and the software name and
+// version the client reports to the brokers (KIP-511: "eventpipe" and the
+// build's version, so a broker's client metrics tell which eventpipe
+// builds are connected). The sink and the collector's
 // Kafka backbone both start from them, so they speak to brokers alike.
-func ConnOptions(brokers []string, clientID string, t TLSConfig, s SASLConfig) ([]kgo.Opt, error) {
-	opts := []kgo.Opt{kgo.SeedBrokers(brokers...), kgo.ClientID(clientID),
+func (c ConnConfig) Options() ([]kgo.Opt, error) {
+	t, s := c.TLS, c.SASL
+	opts := []kgo.Opt{kgo.SeedBrokers(c.Brokers...), kgo.ClientID(c.ClientID),
 		kgo.SoftwareNameAndVersion(SoftwareName, SoftwareVersion(buildinfo.Version()))}
 	if t.Enabled {
 		tc, err := t.ClientConfig()
@@ -173,7 +174,7 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Sink, err
 	if err != nil {
 		return nil, fmt.Errorf("kafka sink: register metrics: %w", err)
 	}
-	conn, err := ConnOptions(cfg.Brokers, cfg.ClientID, cfg.TLS, cfg.SASL)
+	conn, err := cfg.Conn.Options()
 	if err != nil {
 		return nil, fmt.Errorf("kafka sink: %w", err)
 	}

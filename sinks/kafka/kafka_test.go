@@ -20,7 +20,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func testConfig(addr, topic string) Config {
 	c := NewDefaultConfig()
-	c.Brokers = []string{addr}
+	c.Conn.Brokers = []string{addr}
 	c.Topic = topic
 	c.WriteTimeout = 3 * time.Second
 	c.CreateTopic = CreateTopicConfig{Enabled: true, Partitions: 3, ReplicationFactor: 1}

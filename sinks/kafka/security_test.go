@@ -56,7 +56,7 @@ func TestSASL(t *testing.T) {
 	} {
 		t.Run(tc.mech, func(t *testing.T) {
 			cfg := testConfig(b.addr(), "sasl-"+strings.ToLower(tc.mech))
-			cfg.SASL = SASLConfig{Mechanism: tc.mech, Username: tc.user, Password: tc.pass, PasswordFile: tc.file}
+			cfg.Conn.SASL = SASLConfig{Mechanism: tc.mech, Username: tc.user, Password: tc.pass, PasswordFile: tc.file}
 			s, err := New(cfg, nil, nil)
 			if err != nil {
 				t.Fatal(err)
@@ -65,7 +65,7 @@ func TestSASL(t *testing.T) {
 			if err := pushSome(t, s, tc.mech+"-", 20); err != nil {
 				t.Fatalf("push with %s: %v", tc.mech, err)
 			}
-			mech, err := cfg.SASL.mechanism()
+			mech, err := cfg.Conn.SASL.mechanism()
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -79,7 +79,7 @@ func TestSASL(t *testing.T) {
 			// A wrong password is retryable (the data waits in the log until
 			// an operator fixes it), never a silent drop.
 			bad := cfg
-			bad.SASL.Password, bad.SASL.PasswordFile = "wrong", ""
+			bad.Conn.SASL.Password, bad.Conn.SASL.PasswordFile = "wrong", ""
 			sb, err := New(bad, nil, nil)
 			if err != nil {
 				t.Fatal(err)
@@ -130,7 +130,7 @@ func TestTLSWithCustomCA(t *testing.T) {
 	b := startBroker(t, kfake.TLS(&tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}))
 
 	cfg := testConfig(b.addr(), "tls")
-	cfg.TLS = TLSConfig{Enabled: true, CAFile: caFile}
+	cfg.Conn.TLS = TLSConfig{Enabled: true, CAFile: caFile}
 	s, err := New(cfg, nil, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -143,7 +143,7 @@ func TestTLSWithCustomCA(t *testing.T) {
 	// Without the CA the broker's certificate is refused: the CA file is
 	// really what makes it work.
 	noCA := cfg
-	noCA.TLS.CAFile = ""
+	noCA.Conn.TLS.CAFile = ""
 	s2, err := New(noCA, nil, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -59,7 +59,7 @@ func TestClientReportsSoftwareNameAndVersion(t *testing.T) {
 		}
 		return nil, nil, false
 	})
-	opts, err := ConnOptions(c.ListenAddrs(), DefaultClientID, TLSConfig{}, SASLConfig{})
+	opts, err := ConnConfig{Brokers: c.ListenAddrs(), ClientID: DefaultClientID}.Options()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -164,7 +164,7 @@ func appendMetadata(dst []labelPair, o *eventpipev1.Occurrence, occurred time.Ti
 	}
 	add(MetaEventID, o.GetEventId())
 	if !occurred.IsZero() {
-		add(MetaOccurredAt, occurred.UTC().Format(time.RFC3339Nano))
+		add(MetaOccurredAt, string(jsonenc.AppendTime(nil, occurred)))
 	}
 	add(MetaSandboxID, o.GetSandbox().GetId())
 	add(MetaSandboxName, o.GetSandbox().GetName())

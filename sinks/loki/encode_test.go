@@ -249,6 +249,35 @@ func TestMetadata(t *testing.T) {
 	}
 }
 
+// TestMetadataTimeAsInTheLine: the occurred_at metadata is written as the
+// line writes occurred_at (jsonenc: 0, 3, 6 or 9 fractional digits), so a
+// query can match one against the other; time.RFC3339Nano wrote ".5Z" for
+// the line's ".500Z".
+func TestMetadataTimeAsInTheLine(t *testing.T) {
+	for _, c := range []struct {
+		nanos int
+		want  string
+	}{
+		{0, "2026-10-29T10:10:40Z"},
+		{500_000_000, "2026-10-29T10:10:40.500Z"},
+		{120_000, "2026-10-29T10:10:40.000120Z"},
+		{123_456_780, "2026-10-29T10:10:40.123456780Z"},
+	} {
+		at := time.Date(2026, 10, 29, 10, 10, 40, c.nanos, time.UTC)
+		o := pullFailure("2ff21e26-1a7b-49a2-a640-14ae153f93ea", 1, at)
+		var got string
+		for _, p := range metadata(o, occurredAt(o), nil) {
+			if p.name == MetaOccurredAt {
+				got = p.value
+			}
+		}
+		line := string(appendLine(nil, o, NewDefaultConfig().MaxMessageBytes))
+		if got != c.want || !strings.Contains(line, `"occurred_at":"`+got+`"`) {
+			t.Errorf("%d ns: metadata %q, want %q as in the line", c.nanos, got, c.want)
+		}
+	}
+}
+
 type decodedEntry struct {
 	sec, nanos int64
 	line       string

@@ -17,6 +17,7 @@ import (
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
 	"github.com/eventpipe/eventpipe/sinks"
 	"github.com/eventpipe/eventpipe/sinks/file"
+	"github.com/eventpipe/eventpipe/sinks/internal/jsonenc"
 	"github.com/eventpipe/eventpipe/sinks/sinktest"
 	"github.com/eventpipe/eventpipe/testenv/victorialogs"
 )
@@ -99,7 +100,7 @@ func TestVictoriaLogsFindOneSandbox(t *testing.T) {
 					t.Fatalf("line changed on the way:\n got %v\nwant %s", r["_msg"], line)
 				}
 				if r["sandbox_name"] != o.GetSandbox().GetName() || r["reason"] != o.GetReason() ||
-					r["occurred_at"] != o.GetOccurredAt().AsTime().Format(time.RFC3339Nano) {
+					r["occurred_at"] != string(jsonenc.AppendTime(nil, o.GetOccurredAt().AsTime())) {
 					t.Fatalf("metadata of %s: %v", o.GetEventId(), r)
 				}
 				if pf := o.GetPullFailure(); pf != nil && r["pull_category"] != pf.GetCategory() {

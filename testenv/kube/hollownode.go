@@ -42,7 +42,9 @@ type NodeConfig struct {
 // RuntimeConfig is the behaviour of a node's CRI. It is the JSON file the
 // CRI reads (testenv/build/cri.Config, in the wrapper module, which the
 // main module cannot import); the CRI rejects unknown fields, so a
-// mismatch fails the node's start. See that package for the semantics.
+// mismatch fails the node's start. TestRuntimeConfigForTheCRI here and
+// TestKubeRuntimeConfigInStep there keep the two copies in step. See that
+// package for the semantics.
 type RuntimeConfig struct {
 	// Runtime is "containerd" (containerd 2.x words; the default) or "cri-o".
 	Runtime    string          `json:"runtime,omitempty"`

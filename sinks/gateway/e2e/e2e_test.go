@@ -65,12 +65,66 @@ func run(t *testing.T, what string, fn func(context.Context) error) {
 	})
 }
 
-// stream collects one WatchSandboxes stream.
+// stream collects the gateway's WatchSandboxes streams: one, or with
+// reopen one after another on a single connection.
 type stream struct {
 	mu       sync.Mutex
 	platform []gatewaytest.WatchEvent
 	snaps    map[string]gatewaytest.Sandbox
 	nsnap    map[string]int
+	opened   int                // streams that delivered at least one event
+	cancel   context.CancelFunc // ends the current stream
+}
+
+// read opens one stream and collects it until it ends.
+func (s *stream) read(ctx context.Context, gw *gatewaytest.Client) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	s.mu.Lock()
+	s.cancel = cancel
+	s.mu.Unlock()
+	w, err := gw.Watch(ctx)
+	if err != nil {
+		return err
+	}
+	for first := true; ; first = false {
+		ev, err := w.Recv()
+		if err != nil {
+			return err
+		}
+		s.mu.Lock()
+		if first {
+			s.opened++
+		}
+		switch {
+		case ev.Platform != nil:
+			s.platform = append(s.platform, ev)
+		case ev.Sandbox != nil:
+			s.snaps[ev.Sandbox.ID] = *ev.Sandbox
+			s.nsnap[ev.Sandbox.ID]++
+		}
+		s.mu.Unlock()
+	}
+}
+
+// closeCurrent ends the current stream, as a gateway closing it would.
+func (s *stream) closeCurrent() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cancel != nil {
+		s.cancel()
+	}
+}
+
+// deliveries counts the platform events of each event id.
+func (s *stream) deliveries() map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[string]int{}
+	for _, e := range s.platform {
+		out[e.Platform.Metadata[gateway.KeyEventID]]++
+	}
+	return out
 }
 
 func (s *stream) ofSandbox(id string) []gatewaytest.WatchEvent {
@@ -116,41 +170,125 @@ type played struct {
 	podUID string
 }
 
+// restartable runs a component that can be stopped and started again.
+type restartable struct {
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func startR(fn func(context.Context) error) *restartable {
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &restartable{cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- fn(ctx) }()
+	return r
+}
+
+// stop ends the component (once) and reports its error.
+func (r *restartable) stop(t *testing.T, what string) {
+	t.Helper()
+	if r == nil || r.cancel == nil {
+		return
+	}
+	r.cancel()
+	select {
+	case err := <-r.done:
+		if err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("%s: %v", what, err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Errorf("%s did not stop", what)
+	}
+	r.cancel = nil
+}
+
 // pipeline is the real pipeline from a cluster to a gateway client: the
-// agent, a collector, the proxy in front of the test driver, and one
-// WatchSandboxes stream read into st.
+// agent, a collector, the proxy in front of the test driver, and the
+// gateway's WatchSandboxes stream read into st. The collector and the
+// proxy can be stopped and started again (fault tests).
 type pipeline struct {
-	col *collector.Collector
 	drv *gatewaytest.Driver
 	gw  *gatewaytest.Client
 	st  *stream
+
+	ccfg   collector.Config
+	pcfg   gateway.Config
+	col    *collector.Collector
+	colR   *restartable
+	preg   *prometheus.Registry
+	proxyR *restartable
 }
+
+// pipelineOption changes what startPipeline starts.
+type pipelineOption func(*pipelineOptions)
+
+type pipelineOptions struct{ restarts bool }
+
+// withRestarts readies the pipeline for restarts of its parts: the proxy
+// keeps its Follow position in a state file and redials the collector
+// within a second, and the gateway reopens its stream 200 ms after any
+// error instead of failing the test.
+func withRestarts() pipelineOption { return func(o *pipelineOptions) { o.restarts = true } }
+
+// startCollector starts the collector; after the first start on the
+// address the first one got (retried while the old listener lets go).
+func (p *pipeline) startCollector(t *testing.T) {
+	t.Helper()
+	var err error
+	for range 50 {
+		if p.col, err = collector.New(p.ccfg, nil, prometheus.NewRegistry()); err == nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.ccfg.GRPC.Listen = p.col.GRPCAddr()
+	p.colR = startR(p.col.Run)
+}
+
+func (p *pipeline) stopCollector(t *testing.T) { t.Helper(); p.colR.stop(t, "collector") }
+
+// startProxy starts the proxy and waits until it serves.
+func (p *pipeline) startProxy(t *testing.T) {
+	t.Helper()
+	p.preg = prometheus.NewRegistry()
+	proxy, err := gateway.New(p.pcfg, logger(), p.preg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.proxyR = startR(proxy.Run)
+	<-proxy.Ready()
+}
+
+func (p *pipeline) stopProxy(t *testing.T) { t.Helper(); p.proxyR.stop(t, "proxy") }
 
 // startPipeline starts the pipeline on cluster and returns once the agent
 // is ready, the gateway's stream is open and the proxy follows the
 // collector. Everything stops at the test's cleanup.
-func startPipeline(t *testing.T, cluster *kube.Cluster) *pipeline {
+func startPipeline(t *testing.T, cluster *kube.Cluster, opts ...pipelineOption) *pipeline {
 	t.Helper()
+	var o pipelineOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	dir, err := os.MkdirTemp("/tmp", "gwe2e")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 
-	ccfg := collector.NewDefaultConfig()
-	ccfg.GRPC.Listen, ccfg.HTTP.Listen = "127.0.0.1:0", "127.0.0.1:0"
-	ccfg.GRPC.ShutdownGrace = time.Second
-	ccfg.Auth.Insecure = true
-	ccfg.Store.Dir = filepath.Join(dir, "log")
-	col, err := collector.New(ccfg, nil, prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	run(t, "collector", col.Run)
+	p := &pipeline{ccfg: collector.NewDefaultConfig()}
+	p.ccfg.GRPC.Listen, p.ccfg.HTTP.Listen = "127.0.0.1:0", "127.0.0.1:0"
+	p.ccfg.GRPC.ShutdownGrace = time.Second
+	p.ccfg.Auth.Insecure = true
+	p.ccfg.Store.Dir = filepath.Join(dir, "log")
+	p.startCollector(t)
+	t.Cleanup(func() { p.stopCollector(t) })
 
 	acfg := agent.NewDefaultConfig()
 	acfg.Cluster = "e2e"
-	acfg.Collector.Address = col.GRPCAddr()
+	acfg.Collector.Address = p.col.GRPCAddr()
 	acfg.Collector.Insecure = true
 	acfg.HTTP.Listen = ""
 	acfg.LeaderElection.Enabled = false
@@ -163,63 +301,52 @@ func startPipeline(t *testing.T, cluster *kube.Cluster) *pipeline {
 	}
 	run(t, "agent", ag.Run)
 
-	drv, err := gatewaytest.StartDriver(filepath.Join(dir, "driver", "driver.sock"))
-	if err != nil {
+	if p.drv, err = gatewaytest.StartDriver(filepath.Join(dir, "driver", "driver.sock")); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(drv.Stop)
-	pcfg := gateway.NewDefaultConfig()
-	pcfg.Listen = filepath.Join(dir, "proxy", "proxy.sock")
-	pcfg.Driver = drv.Path
-	pcfg.GatewayID = scenario.DefaultGateway
-	pcfg.Collector.Address = col.GRPCAddr()
-	pcfg.Collector.Insecure = true
-	preg := prometheus.NewRegistry()
-	proxy, err := gateway.New(pcfg, logger(), preg)
-	if err != nil {
-		t.Fatal(err)
+	t.Cleanup(p.drv.Stop)
+	p.pcfg = gateway.NewDefaultConfig()
+	p.pcfg.Listen = filepath.Join(dir, "proxy", "proxy.sock")
+	p.pcfg.Driver = p.drv.Path
+	p.pcfg.GatewayID = scenario.DefaultGateway
+	p.pcfg.Collector.Address = p.col.GRPCAddr()
+	p.pcfg.Collector.Insecure = true
+	if o.restarts {
+		p.pcfg.Follow.BackoffMin, p.pcfg.Follow.BackoffMax = 100*time.Millisecond, time.Second
+		p.pcfg.Follow.StateFile = filepath.Join(dir, "proxy", "state")
 	}
-	run(t, "proxy", proxy.Run)
-	<-proxy.Ready()
+	p.startProxy(t)
+	t.Cleanup(func() { p.stopProxy(t) })
 
-	gw, err := gatewaytest.Dial(pcfg.Listen)
-	if err != nil {
+	if p.gw, err = gatewaytest.Dial(p.pcfg.Listen); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { gw.Close() })
-	st := &stream{snaps: map[string]gatewaytest.Sandbox{}, nsnap: map[string]int{}}
+	t.Cleanup(func() { p.gw.Close() })
+	p.st = &stream{snaps: map[string]gatewaytest.Sandbox{}, nsnap: map[string]int{}}
 	run(t, "gateway stream", func(ctx context.Context) error {
-		w, err := gw.Watch(ctx)
-		if err != nil {
-			return err
-		}
 		for {
-			ev, err := w.Recv()
-			if err != nil {
-				if ctx.Err() != nil {
-					return nil
-				}
+			err := p.st.read(ctx, p.gw)
+			if ctx.Err() != nil {
+				return nil
+			}
+			if !o.restarts {
 				return err
 			}
-			st.mu.Lock()
-			switch {
-			case ev.Platform != nil:
-				st.platform = append(st.platform, ev)
-			case ev.Sandbox != nil:
-				st.snaps[ev.Sandbox.ID] = *ev.Sandbox
-				st.nsnap[ev.Sandbox.ID]++
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(200 * time.Millisecond):
 			}
-			st.mu.Unlock()
 		}
 	})
 	waitFor(t, 60*time.Second, "agent ready", func() (bool, string) { return ag.Ready() == nil, fmt.Sprint(ag.Ready()) })
-	if err := drv.WaitWatchers(context.Background(), 1); err != nil {
+	if err := p.drv.WaitWatchers(context.Background(), 1); err != nil {
 		t.Fatal(err)
 	}
 	// The driver's own kubernetes events are replaced only while the
 	// proxy's Follow stream is live (before, they pass: fail open).
 	waitFor(t, 30*time.Second, "the proxy following the collector", func() (bool, string) {
-		mfs, err := preg.Gather()
+		mfs, err := p.preg.Gather()
 		if err != nil {
 			return false, err.Error()
 		}
@@ -230,8 +357,7 @@ func startPipeline(t *testing.T, cluster *kube.Cluster) *pipeline {
 		}
 		return false, "no follow_connected gauge"
 	})
-
-	return &pipeline{col: col, drv: drv, gw: gw, st: st}
+	return p
 }
 
 // TestEndToEndSeedScenarios: the seed scenarios (workload image missing,

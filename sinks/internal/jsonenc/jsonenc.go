@@ -130,6 +130,19 @@ func AppendTimestamp(b []byte, t *timestamppb.Timestamp) ([]byte, error) {
 		return append(b, `null`...), fmt.Errorf("timestamp out of range: %d s %d ns", s, n)
 	}
 	b = append(b, '"')
+	b = appendTime(b, s, n)
+	return append(b, '"'), nil
+}
+
+// AppendTime appends t unquoted in AppendTimestamp's form (RFC 3339, UTC,
+// 0, 3, 6 or 9 fractional digits), for a time written beside the JSON as
+// text, such as the Loki sink's occurred_at metadata, so that it reads as
+// in the line. t is in protojson's range (years 1 to 9999).
+func AppendTime(b []byte, t time.Time) []byte {
+	return appendTime(b, t.Unix(), int32(t.Nanosecond()))
+}
+
+func appendTime(b []byte, s int64, n int32) []byte {
 	b = time.Unix(s, 0).UTC().AppendFormat(b, "2006-01-02T15:04:05")
 	switch {
 	case n == 0:
@@ -143,7 +156,7 @@ func AppendTimestamp(b []byte, t *timestamppb.Timestamp) ([]byte, error) {
 		b = append(b, '.')
 		b = appendPadded(b, int64(n), 9)
 	}
-	return append(b, 'Z', '"'), nil
+	return append(b, 'Z')
 }
 
 func appendPadded(b []byte, v int64, width int) []byte {

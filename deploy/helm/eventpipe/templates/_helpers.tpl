@@ -187,7 +187,7 @@ podAntiAffinity:
 {{- $sinks := list -}}
 {{- with .Values.sinks.file -}}
 {{- if .enabled -}}
-{{- $s := dict "name" .name "type" "file" "file" (dict "path" .path "max_bytes" (int64 .maxBytes) "max_files" (int .maxFiles)) -}}
+{{- $s := dict "name" .name "type" "file" "file" (dict "path" .path "max_bytes" (int64 .maxBytes) "max_files" (int .maxFiles) "resend_window" (int .resendWindow)) -}}
 {{- include "eventpipe.sinkCommon" (dict "sink" . "out" $s) -}}
 {{- $sinks = append $sinks $s -}}
 {{- end -}}
