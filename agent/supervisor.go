@@ -88,9 +88,8 @@ func (s *supervisorChecker) wait(ctx context.Context) bool {
 		wg.Go(func() {
 			if err := s.watchOne(wctx, tg); err != nil {
 				refused <- err
-				return
 			}
-			cancel() // a change (or the server ended the watch): read again
+			cancel() // a change, the server ended the watch, or it was refused: read again
 		})
 	}
 	wg.Wait()
