@@ -265,7 +265,7 @@ type fuzzFrame struct {
 // (FORMAT.md: "Repair on open") must be counted as lost or torn.
 func FuzzSegmentBytes(f *testing.F) {
 	f.Add([]byte{})
-	f.Add(encodeHeader(formatVersion, 1))
+	f.Add(encodeHeader(formatVersion, 1, false))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		m := newMemFS()
 		m.put(filepath.Join(fuzzDir, segmentName(1)), in)
