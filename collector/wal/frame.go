@@ -25,8 +25,9 @@ const (
 	formatVersion = formatV4
 	// flagGap (header byte 5, version 4 only) marks a gap segment: it holds
 	// no frame, and the offsets from its first to the next segment's first
-	// were skipped on purpose by a repair.
-	flagGap       byte = 1
+	// were skipped on purpose by a repair. 'G' is four bits away from 0, so
+	// a flipped bit never makes or unmakes a gap segment.
+	flagGap       byte = 'G'
 	frameHeaderV1      = 8
 	frameHeaderV2      = 16
 	// flagRoundStart (bit 31 of the length word) marks the first frame a

@@ -466,6 +466,10 @@ func (w *WAL) rewriteSealedLocked(s *segment) error {
 		return fmt.Errorf("rescan rewritten segment %s: %w", name, err)
 	}
 	s.index, s.skips, s.lastFrame, s.frames, s.badHeader = sc.index, nil, sc.lastOff, sc.frames, false
+	// A damaged end was dropped: the segment now ends before the next one
+	// starts, which the next open would take for a lost tail. RewriteDamaged
+	// records the accepted loss as a gap segment.
+	s.short = s.short || s.endsAtNext && !sc.gap && sc.lastOff < s.first+s.dcount-1
 	w.log.Warn("wal: damaged sealed segment rewritten without its damaged bytes (the loss was accepted)", "segment", name)
 	return nil
 }
