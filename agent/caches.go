@@ -36,11 +36,20 @@ type caches struct {
 	// gone receives the Sandbox CRs seen deleted (the processor ships a
 	// deletion occurrence for each).
 	gone chan *enrich.Sandbox
+	// conditions receives the Sandbox CRs whose Ready condition began or
+	// stopped saying that the API server refused their pod (the processor
+	// ships a sandbox condition occurrence for each; see
+	// enrich.DiagnoseSandbox).
+	conditions chan *enrich.Sandbox
 }
 
 // goneQueue bounds the Sandbox deletions waiting for the processor; a
 // workspace deleted at once deletes all its sandboxes.
 const goneQueue = 4096
+
+// conditionQueue bounds the Sandbox conditions waiting for the processor:
+// one quota change can refuse (or admit) every sandbox of a workspace.
+const conditionQueue = 4096
 
 // kindCache is the store, reflector and tombstones of one kind.
 type kindCache struct {
@@ -57,12 +66,38 @@ func (k *kindCache) added(co *cached) {
 	if k.pod {
 		k.c.maybeDiagnose(co)
 	}
+	if co.sb != nil {
+		k.c.maybeCondition(nil, co.sb)
+	}
 }
 
-func (k *kindCache) updated(_, co *cached) {
+func (k *kindCache) updated(old, co *cached) {
 	k.c.signal()
 	if k.pod {
 		k.c.maybeDiagnose(co)
+	}
+	if co.sb != nil {
+		var was *enrich.Sandbox
+		if old != nil {
+			was = old.sb
+		}
+		k.c.maybeCondition(was, co.sb)
+	}
+}
+
+// maybeCondition queues a Sandbox CR whose Ready condition changed what it
+// says about a refused pod (a reason compare for every other CR). The
+// cached value is immutable, so the processor reads the version that
+// changed. A full queue is counted; the CR's next change retries.
+func (c *caches) maybeCondition(old, cur *enrich.Sandbox) {
+	if !enrich.SandboxRefusalChanged(old, cur) {
+		return
+	}
+	select {
+	case c.conditions <- cur:
+	default:
+		c.m.conditionDropped.Inc()
+		c.log.Warn("condition queue full; the refusal this sandbox's Ready condition reports is not shipped", "namespace", cur.Namespace, "name", cur.Name)
 	}
 }
 
@@ -95,6 +130,7 @@ func newCaches(ctx context.Context, cfg Config, kc *kubeClient, log *slog.Logger
 		changed:    make(chan struct{}, 1),
 		diagnose:   make(chan objKey, cfg.Cache.DiagnoseQueue),
 		gone:       make(chan *enrich.Sandbox, goneQueue),
+		conditions: make(chan *enrich.Sandbox, conditionQueue),
 	}
 	c.mo = kwire.MetaOptions{KeepPrefixes: cfg.Cache.KeepPrefixes, Intern: c.in.intern, InternSmall: c.in.internSmall}
 	newKind := func(label string, res apiResource, uidIndex, pod bool, decode func([]byte) (*cached, error)) *kindCache {

@@ -34,6 +34,8 @@ type metrics struct {
 	cacheObjects    *prometheus.GaugeVec // kind
 	diagnoseDropped prometheus.Counter
 	deletionDropped prometheus.Counter
+	// conditionDropped: Sandbox Ready conditions not shipped (queue full)
+	conditionDropped prometheus.Counter
 	// supervisor image check (verify.supervisor)
 	supervisorBad    prometheus.Gauge
 	supervisorErrors prometheus.Counter
@@ -148,6 +150,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "eventpipe_agent_verify_dropped_total",
 			Help: "Pull failures not checked with the registry because verify.queue was full.",
 		}),
+		conditionDropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "eventpipe_agent_condition_dropped_total", Help: "Sandbox Ready conditions reporting a refused pod (or its end) not shipped because the condition queue was full (the CR's next change retries).",
+		}),
 		deletionDropped: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "eventpipe_agent_deletion_dropped_total", Help: "Sandbox deletions not shipped because the deletion queue was full (readers then tell the live sandbox of a reused name by which id appeared last).",
 		}),
@@ -185,7 +190,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		for _, c := range []prometheus.Collector{m.watchEvents, m.occurrences, m.attributed, m.unattributed, m.skipped, m.held,
 			m.lateBound, m.holdExpired, m.holdOverflow, m.relists, m.expired, m.watchErrors, m.apiRequests,
 			m.cursorAge, m.shipLatency, m.batches, m.acked, m.shipErrors, m.queueLength, m.leader,
-			m.cacheObjects, m.diagnoseDropped, m.deletionDropped, m.supervisorBad, m.supervisorErrors, m.verifyApplied, m.verifyDropped, m.contextApplied, m.deadLetters, m.resent} {
+			m.cacheObjects, m.diagnoseDropped, m.deletionDropped, m.conditionDropped, m.supervisorBad, m.supervisorErrors, m.verifyApplied, m.verifyDropped, m.contextApplied, m.deadLetters, m.resent} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("register agent metrics: %w", err)
 			}

@@ -90,9 +90,9 @@ func (p *processor) run(ctx context.Context) error {
 	}
 	var changed <-chan struct{}
 	var diagnose <-chan objKey
-	var gone <-chan *enrich.Sandbox
+	var gone, conditions <-chan *enrich.Sandbox
 	if p.caches != nil {
-		changed, diagnose, gone = p.caches.changed, p.caches.diagnose, p.caches.gone
+		changed, diagnose, gone, conditions = p.caches.changed, p.caches.diagnose, p.caches.gone, p.caches.conditions
 	}
 	for {
 		select {
@@ -120,6 +120,12 @@ func (p *processor) run(ctx context.Context) error {
 		case sb := <-gone:
 			if o := p.enr.SandboxDeleted(sb, p.now()); o != nil {
 				if !p.add(ctx, o, sourceDeletion) || !idleFlush() {
+					return nil
+				}
+			}
+		case sb := <-conditions:
+			if o := p.enr.DiagnoseSandbox(sb, p.now()); o != nil {
+				if !p.add(ctx, o, eventpipev1.PullSourceSandboxCondition) || !idleFlush() {
 					return nil
 				}
 			}

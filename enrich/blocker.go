@@ -502,6 +502,16 @@ func createRefused(msg string) blockerClass {
 				break
 			}
 		}
+	case eventpipev1.BlockerWebhookDenied, eventpipev1.BlockerWebhookFailed:
+		// The API server names the webhook (its name in the
+		// Validating/MutatingWebhookConfiguration): `admission webhook
+		// "x" denied the request: ...`, `failed calling webhook "x": ...`.
+		for _, p := range [...]string{`admission webhook "`, `failed calling webhook "`, `failed calling admission webhook "`, `failed to call webhook "`} {
+			if name, ok := quotedAfter(msg, p); ok {
+				b.object = "AdmissionWebhook/" + name
+				break
+			}
+		}
 	case eventpipev1.BlockerServiceAccountMissing:
 		if name, ok := quotedAfter(msg, `serviceaccount "`); ok {
 			b.object = "ServiceAccount/" + name
@@ -764,7 +774,9 @@ func classifyContainerStatus(waiting, waitingMessage, terminated string, exitCod
 // add, cleaned and bounded.
 func blockerDetail(msg string) string {
 	s := strings.TrimSpace(msg)
-	for _, p := range [...]string{"(combined from similar events): ", "Error creating: ", "Error: "} {
+	// "Error seen: " is the Agent Sandbox controller's, before the API
+	// server's words in its Ready condition.
+	for _, p := range [...]string{"(combined from similar events): ", "Error creating: ", "Error seen: ", "Error: "} {
 		s = strings.TrimPrefix(s, p)
 	}
 	out, _ := truncateUTF8(clean(s), 512)

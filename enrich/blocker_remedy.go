@@ -111,8 +111,14 @@ func BlockerFix(b *eventpipev1.Blocker) string {
 		}
 		return "the namespace's quota" + of(obj) + " refuses the pod: raise the quota, lower the sandbox's requests, or delete unused sandboxes"
 	case eventpipev1.BlockerWebhookDenied:
+		if strings.HasPrefix(obj, "AdmissionWebhook/") {
+			return "the admission webhook " + name + " denies the pod (" + b.GetDetail() + "): change the sandbox to satisfy its policy, or ask the owner of the webhook configuration that has it (kubectl get validatingwebhookconfigurations,mutatingwebhookconfigurations) for an exception"
+		}
 		return "an admission webhook denies the pod (" + b.GetDetail() + "): change the sandbox to satisfy the policy, or ask its owner for an exception"
 	case eventpipev1.BlockerWebhookFailed:
+		if strings.HasPrefix(obj, "AdmissionWebhook/") {
+			return "the admission webhook " + name + " cannot be reached, so pods are refused: check the webhook's service and pods"
+		}
 		return "an admission webhook cannot be reached, so pods are refused: check the webhook's service and pods"
 	case eventpipev1.BlockerPodSecurity:
 		switch d := b.GetDetail(); {
@@ -153,6 +159,9 @@ func BlockerFix(b *eventpipev1.Blocker) string {
 	case eventpipev1.BlockerKindVolume:
 		return "a volume of the pod is not ready: read the claim's and the pod's events"
 	case eventpipev1.BlockerKindCreateRefused:
+		if b.GetSource() == eventpipev1.PullSourceSandboxCondition {
+			return "the API server refuses to create the pod: read the message of the Sandbox's Ready condition"
+		}
 		return "the API server refuses to create the pod: read the controller's FailedCreate message"
 	case eventpipev1.BlockerKindContainer:
 		return "container " + ctr + " cannot run: read its status and logs"

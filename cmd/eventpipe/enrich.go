@@ -104,7 +104,8 @@ Flags:
 
 // enrichSnapshot enriches every Event in time order (so the pull tracker
 // sees failures as they happened), then diagnoses every pod's current
-// waiting states as of the snapshot time, the latest time in the input.
+// waiting states and every Sandbox's refusal in its Ready condition as of
+// the snapshot time, the latest time in the input.
 func enrichSnapshot(e *enrich.Enricher, s *snapshot) []*eventpipev1.Occurrence {
 	var asOf time.Time
 	for _, ev := range s.events {
@@ -130,6 +131,19 @@ func enrichSnapshot(e *enrich.Enricher, s *snapshot) []*eventpipev1.Occurrence {
 	sort.Strings(podKeys)
 	for _, k := range podKeys {
 		out = append(out, e.DiagnosePod(s.pods[k], asOf)...)
+	}
+	// A refused pod is said only in the Sandbox's Ready condition.
+	crKeys := make([]string, 0, len(s.sandboxes))
+	for k, cr := range s.sandboxes {
+		if _, refused := enrich.SandboxRefusal(cr); refused {
+			crKeys = append(crKeys, k)
+		}
+	}
+	sort.Strings(crKeys)
+	for _, k := range crKeys {
+		if o := e.DiagnoseSandbox(s.sandboxes[k], asOf); o != nil {
+			out = append(out, o)
+		}
 	}
 	sort.SliceStable(out, func(i, j int) bool {
 		return out[i].GetOccurredAt().AsTime().Before(out[j].GetOccurredAt().AsTime())

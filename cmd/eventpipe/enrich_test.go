@@ -240,3 +240,21 @@ func FuzzDecodeInput(f *testing.F) {
 		}
 	})
 }
+
+// A dump of a sandbox whose pod the API server refused has no Event of it:
+// the refusal is in the Sandbox's Ready condition, which `eventpipe enrich`
+// reads as the agent does.
+func TestEnrichReadyConditionRefusal(t *testing.T) {
+	in := `{"apiVersion":"agents.x-k8s.io/v1beta1","kind":"Sandbox","metadata":{"name":"quota","namespace":"team-q","uid":"cr-q","resourceVersion":"41","annotations":{"openshell.ai/sandbox-id":"21111111-2222-4333-8444-555555555555","openshell.ai/sandbox-name":"quota","openshell.ai/sandbox-workspace":"team-q"}},"status":{"conditions":[{"type":"Ready","status":"False","reason":"ReconcilerError","message":"Error seen: pods \"quota\" is forbidden: exceeded quota: sandbox-pods, requested: pods=1, used: pods=0, limited: pods=0","lastTransitionTime":"2026-10-29T10:00:00Z"}]}}
+{"apiVersion":"agents.x-k8s.io/v1beta1","kind":"Sandbox","metadata":{"name":"fine","namespace":"team-q","uid":"cr-f","resourceVersion":"42","annotations":{"openshell.ai/sandbox-id":"31111111-2222-4333-8444-555555555555"}},"status":{"conditions":[{"type":"Ready","status":"True","reason":"DependenciesReady","message":"Pod is Ready","lastTransitionTime":"2026-10-29T10:00:00Z"}]}}
+`
+	code, out, stderr := runEnrichCmd(t, in)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if !strings.Contains(out, `"event_id":"sandbox-condition/cr-q/41"`) || !strings.Contains(out, `"kind":"create_refused"`) ||
+		!strings.Contains(out, `"cause":"quota_exceeded"`) || !strings.Contains(out, `"object":"ResourceQuota/sandbox-pods"`) ||
+		strings.Contains(out, "cr-f") || len(parseLines(t, out)) != 1 {
+		t.Errorf("want one create_refused/quota_exceeded occurrence of sandbox quota:\n%s", out)
+	}
+}

@@ -122,6 +122,14 @@ func (s *sandboxState) closeBlockers(o *eventpipev1.Occurrence, at time.Time) bo
 		return kind == "Pod" && k.objKind == "Pod" && k.namespace == ns && k.pod == name
 	}
 	sameObj := func(k blockerKey) bool { return k.objKind == kind && k.namespace == ns && k.pod == name }
+	if eventpipev1.IsSandboxCondition(o) {
+		// The Sandbox's Ready condition no longer says the API server
+		// refuses its pod (the Agent Sandbox controller writes no Event
+		// when the pod goes through).
+		end(func(k blockerKey, _ *Blocker) bool {
+			return k.kind == eventpipev1.BlockerKindCreateRefused && sameObj(k)
+		})
+	}
 	switch reason := o.GetReason(); reason {
 	case "Scheduled":
 		if kind != "Pod" {

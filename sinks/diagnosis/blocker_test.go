@@ -59,6 +59,23 @@ func (f *fixture) controller(s sandbox, reason, msg string, count int32) *eventp
 	return f.objEvent(s, ref, typeOf(reason), reason, msg, count, "sandbox-controller", "")
 }
 
+// readyCondition is the agent's sandbox condition occurrence for the
+// Sandbox's Ready condition as the Agent Sandbox controller writes it (no
+// Event says a refusal).
+func (f *fixture) readyCondition(s sandbox, status, reason, msg string) *eventpipev1.Occurrence {
+	f.t.Helper()
+	f.seq++
+	f.now = f.now.Add(time.Second)
+	cr := *f.lk.sandboxes[s.ns+"/"+s.name]
+	cr.ResourceVersion = fmt.Sprint(f.seq)
+	cr.Conditions = []enrich.Condition{{Type: "Ready", Status: status, Reason: reason, Message: msg}}
+	o := f.en.DiagnoseSandbox(&cr, f.now)
+	if o.GetSandbox().GetId() != s.id {
+		f.t.Fatalf("condition of %s: attributed to %q", s.name, o.GetSandbox().GetId())
+	}
+	return o
+}
+
 func typeOf(reason string) string {
 	switch reason {
 	case "Scheduled", "ProvisioningSucceeded", "PodCreated", "SuccessfulCreate", "Pulling", "Pulled", "Created", "Started", "SuccessfulAttachVolume":
@@ -192,6 +209,22 @@ func TestFoldOtherBlockers(t *testing.T) {
 		stillOpen: func(fx *fixture, s sandbox) []*eventpipev1.Occurrence { return one(fx.scheduled(s, true)) },
 		// A controller that says nothing on success: its pod got scheduled.
 		end: func(fx *fixture, s sandbox) []*eventpipev1.Occurrence { return one(fx.scheduled(s, false)) },
+	}, {
+		// The Agent Sandbox controller writes no Event on a refusal: the
+		// agent reads its Ready condition, and its clearing ends it.
+		name: "quota-ready-condition",
+		open: func(fx *fixture, s sandbox) []*eventpipev1.Occurrence {
+			return one(fx.readyCondition(s, "False", "ReconcilerError", "Error seen: "+strings.TrimPrefix(fmt.Sprintf(quotaMsg, s.name), "Error creating: ")))
+		},
+		want: Blocker{Kind: eventpipev1.BlockerKindCreateRefused, Cause: eventpipev1.BlockerQuotaExceeded,
+			Involved: "Sandbox/quota-ready-condition", Object: "ResourceQuota/compute", Role: eventpipev1.RoleSandbox},
+		wantExit: -1,
+		stillOpen: func(fx *fixture, s sandbox) []*eventpipev1.Occurrence {
+			return append(one(fx.scheduled(s, true)), fx.start(s, true, "supervisor", s.supervisorImage)...)
+		},
+		end: func(fx *fixture, s sandbox) []*eventpipev1.Occurrence {
+			return one(fx.readyCondition(s, "False", "DependenciesNotReady", "Pod exists with phase: Pending"))
+		},
 	}, {
 		name: "oom-crash-loop",
 		open: func(fx *fixture, s sandbox) []*eventpipev1.Occurrence {

@@ -38,7 +38,9 @@
 //     creating or starting a container of it (it mounts the volumes
 //     first);
 //     create_refused: SuccessfulCreate or PodCreated of the same
-//     controller, or Scheduled of the sandbox's workload pod;
+//     controller, the agent's sandbox condition occurrence without a
+//     blocker (the Sandbox's Ready condition no longer says the API
+//     server refuses its pod), or Scheduled of the sandbox's workload pod;
 //     container: Started of that container. For a container that
 //     started and died (crash_loop, oom_killed, exit_error, unknown)
 //     Started is not enough, since the kubelet starts a crash-looping

@@ -276,10 +276,21 @@ func (d *demo) run(ctx context.Context) error {
 	d.printf("  data, logs     %s\n", d.dir)
 	if d.cluster != nil && len(cfg.Scenarios) > 0 {
 		d.printf("  creating       %s as the OpenShell driver would (%s mode); the kubelet, scheduler and controllers write the rest\n", strings.Join(cfg.Scenarios, ", "), cfg.Mode)
+		drv, err := osdriver.New(d.cluster.AdminConfig())
+		if err != nil {
+			return err
+		}
+		// After the view: a scenario's webhook server must answer for as
+		// long as the controller retries.
+		defer func() {
+			if err := drv.Close(); err != nil {
+				d.logger.Warn("stop the scenarios' servers", "err", err)
+			}
+		}()
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			d.createSandboxes(inner)
+			d.createSandboxes(inner, drv)
 		}()
 	}
 	d.printf("  Ctrl-C stops everything.\n\n")

@@ -7,14 +7,9 @@ import (
 	"github.com/eventpipe/eventpipe/testenv/osdriver"
 )
 
-// createSandboxes creates the scenarios' sandboxes as the OpenShell driver
-// would; the writers and the node's kubelet do the rest.
-func (d *demo) createSandboxes(ctx context.Context) {
-	drv, err := osdriver.New(d.cluster.AdminConfig())
-	if err != nil {
-		d.setPlayErr(err)
-		return
-	}
+// createSandboxes creates the scenarios' sandboxes through drv as the
+// OpenShell driver would; the writers and the node's kubelet do the rest.
+func (d *demo) createSandboxes(ctx context.Context, drv *osdriver.Driver) {
 	for _, name := range d.cfg.Scenarios {
 		sc, _, err := osdriver.Build(name, osdriver.Params{Mode: d.cfg.Mode})
 		if err != nil {

@@ -20,18 +20,35 @@ import (
 // writeServingCert writes a self-signed serving certificate for 127.0.0.1
 // and localhost; the certificate doubles as the CA clients trust.
 func writeServingCert(certPath, keyPath string) (certPEM []byte, err error) {
+	certPEM, keyPEM, err := servingCert("eventpipe-testenv-apiserver")
+	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(certPath, certPEM, 0o600); err != nil {
+		return nil, fmt.Errorf("write serving certificate: %w", err)
+	}
+	if err := os.WriteFile(keyPath, keyPEM, 0o600); err != nil {
+		return nil, fmt.Errorf("write serving key: %w", err)
+	}
+	return certPEM, nil
+}
+
+// servingCert returns a self-signed serving certificate for 127.0.0.1 and
+// localhost named cn, and its key, PEM-encoded: a CA of its own, which
+// its clients trust alone.
+func servingCert(cn string) (certPEM, keyPEM []byte, err error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		return nil, fmt.Errorf("generate serving key: %w", err)
+		return nil, nil, fmt.Errorf("generate serving key: %w", err)
 	}
 	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
 	if err != nil {
-		return nil, fmt.Errorf("generate serial: %w", err)
+		return nil, nil, fmt.Errorf("generate serial: %w", err)
 	}
 	now := time.Now()
 	tmpl := &x509.Certificate{
 		SerialNumber:          serial,
-		Subject:               pkix.Name{CommonName: "eventpipe-testenv-apiserver"},
+		Subject:               pkix.Name{CommonName: cn},
 		NotBefore:             now.Add(-time.Hour),
 		NotAfter:              now.Add(7 * 24 * time.Hour),
 		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
@@ -43,20 +60,13 @@ func writeServingCert(certPath, keyPath string) (certPEM []byte, err error) {
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
-		return nil, fmt.Errorf("create serving certificate: %w", err)
+		return nil, nil, fmt.Errorf("create serving certificate: %w", err)
 	}
 	keyDER, err := x509.MarshalECPrivateKey(key)
 	if err != nil {
-		return nil, fmt.Errorf("marshal serving key: %w", err)
+		return nil, nil, fmt.Errorf("marshal serving key: %w", err)
 	}
-	certPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
-	if err := os.WriteFile(certPath, certPEM, 0o600); err != nil {
-		return nil, fmt.Errorf("write serving certificate: %w", err)
-	}
-	if err := os.WriteFile(keyPath, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
-		return nil, fmt.Errorf("write serving key: %w", err)
-	}
-	return certPEM, nil
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), nil
 }
 
 // writeServiceAccountKey writes the RSA key kube-apiserver signs and

@@ -13,7 +13,10 @@
 // writes the CR's conditions, kube-scheduler places (or cannot place) both
 // pods, kube-controller-manager binds claims and enforces quota, and a
 // kubelet, where one runs, pulls the images. Nothing here writes an Event
-// or a status.
+// or a status. Scenario webhook plays a cluster's policy: a validating
+// admission webhook server in this process (kube.DenyWebhook) that the
+// API server calls for the sandbox's workload pod; the Driver owns it
+// until Close.
 //
 // Contract: Create is idempotent per sandbox (objects that exist are left
 // as they are) and retries what the driver's own reconcile loop would

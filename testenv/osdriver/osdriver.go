@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -18,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/eventpipe/eventpipe/testenv/kube"
 	"github.com/eventpipe/eventpipe/testenv/scenario"
 )
 
@@ -48,10 +50,34 @@ type Sandbox struct {
 	StorageClassName *string
 }
 
-// Driver creates sandboxes through an admin client.
+// Driver creates sandboxes through an admin client. It owns what a
+// scenario starts in this process (a webhook server): Close stops it.
 type Driver struct {
 	cs  kubernetes.Interface
 	dyn dynamic.Interface
+
+	mu       sync.Mutex
+	webhooks []*kube.DenyWebhook
+}
+
+// Close stops the webhook servers the scenarios started and removes their
+// configurations from the cluster (best effort: a cluster being stopped
+// may not answer).
+func (d *Driver) Close() error {
+	d.mu.Lock()
+	ws := d.webhooks
+	d.webhooks = nil
+	d.mu.Unlock()
+	var errs []error
+	for _, w := range ws {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = w.Unregister(ctx, d.cs)
+		cancel()
+		if err := w.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("osdriver: %w", err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // New returns a Driver for cfg.

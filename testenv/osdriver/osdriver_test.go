@@ -1,12 +1,14 @@
 package osdriver
 
 import (
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/eventpipe/eventpipe/testenv/kube"
 	"github.com/eventpipe/eventpipe/testenv/scenario"
 )
 
@@ -106,5 +108,44 @@ func TestDriverCR(t *testing.T) {
 	}
 	if _, _, err := Build("quota", Params{Mode: scenario.ModeShared}); err == nil {
 		t.Error("quota in shared mode: no error")
+	}
+}
+
+// The node's runtime ends the agent of crash-loop and oom by the
+// sandbox's image, whatever the pod is called: in shared mode the pod is
+// named "<workspace>--<name>", and a workspace of another name must crash
+// all the same. rule is the first rule that matches (the CRI's order,
+// testenv/build/cri: empty fields match anything, Pod may end in "*").
+func TestNodeRulesFollowTheImage(t *testing.T) {
+	rule := func(ns, pod, container, image string) kube.ContainerRule {
+		for _, r := range Node().Runtime.Containers {
+			if r.Namespace != "" && r.Namespace != ns ||
+				r.Pod != "" && r.Pod != pod && !(strings.HasSuffix(r.Pod, "*") && strings.HasPrefix(pod, strings.TrimSuffix(r.Pod, "*"))) ||
+				r.Container != "" && r.Container != container || r.Image != "" && r.Image != image {
+				continue
+			}
+			return r
+		}
+		return kube.ContainerRule{}
+	}
+	for _, p := range []Params{{Mode: scenario.ModeManaged}, {Mode: scenario.ModeShared}, {Mode: scenario.ModeShared, Workspace: "team-a"}, {Mode: scenario.ModeManaged, Workspace: "team-a"}} {
+		for _, tc := range []struct {
+			scenario string
+			code     int32
+			oom      bool
+		}{{"crash-loop", 1, false}, {"oom", 0, true}, {"healthy", 0, false}} {
+			_, s, err := Build(tc.scenario, p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := rule(s.Namespace(), s.PodName(), scenario.ContainerAgent, s.Image)
+			crashes := r.ExitAfter > 0
+			if crashes != (tc.scenario != "healthy") || r.ExitCode != tc.code || r.OOMKilled != tc.oom {
+				t.Errorf("%s in %s mode, workspace %q (pod %s): the agent's rule %+v", tc.scenario, p.Mode, p.Workspace, s.PodName(), r)
+			}
+			if init := rule(s.Namespace(), s.PodName(), scenario.ContainerWorkspaceInit, s.Image); init.ExitAfter == 0 || init.ExitCode != 0 || init.OOMKilled {
+				t.Errorf("%s: workspace-init (same image) does not finish: %+v", tc.scenario, init)
+			}
+		}
 	}
 }

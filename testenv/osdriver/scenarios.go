@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -27,6 +28,14 @@ const (
 	PoolMissing = "gpu"
 )
 
+// The workload images of scenarios crash-loop (its agent exits with code
+// 1 a second after each start) and oom (OOM-killed a second after each
+// start); Node's runtime keys on them.
+const (
+	ImageCrashLoop = scenario.ImageCrashingAgent
+	ImageOOM       = "ghcr.io/example/memory-hungry-agent:2.0"
+)
+
 // The readiness probe of scenario unready, which the node's runtime
 // answers with a failure.
 var readinessProbe = &corev1.Probe{
@@ -40,9 +49,9 @@ var readinessProbe = &corev1.Probe{
 // for a tag that does not exist. The workload pod's init containers finish
 // after a second, as OpenShell's do once they have copied their files, so
 // that a pod whose images pull goes on to run its agent. The agent of
-// scenario crash-loop exits with code 1 a second after each start, the
-// one of oom is OOM-killed, and every agent fails the readiness probe of
-// scenario unready.
+// image ImageCrashLoop exits with code 1 a second after each start, the
+// one of ImageOOM is OOM-killed, and every other agent fails the
+// readiness probe of scenario unready.
 func Node() kube.NodeConfig {
 	finish := func(name string) kube.ContainerRule {
 		return kube.ContainerRule{Container: name, ExitAfter: kube.Duration(time.Second)}
@@ -60,11 +69,11 @@ func Node() kube.NodeConfig {
 				finish(scenario.ContainerSandboxBootstrap),
 				finish(scenario.ContainerSupervisorInstall),
 				finish(scenario.ContainerWorkspaceInit),
-				// By pod name: the CR's name starts with the scenario's in
-				// both modes (managed "crash-loop", shared with its default
-				// workspace "crash-loop--crash-loop").
-				{Pod: "crash-loop*", Container: scenario.ContainerAgent, ExitAfter: kube.Duration(time.Second), ExitCode: 1},
-				{Pod: "oom*", Container: scenario.ContainerAgent, ExitAfter: kube.Duration(time.Second), OOMKilled: true},
+				// By image, as a real node's program decides how it ends:
+				// pod names depend on the mode and the workspace (shared
+				// "<workspace>--<name>"), the image is the sandbox's own.
+				{Image: ImageCrashLoop, Container: scenario.ContainerAgent, ExitAfter: kube.Duration(time.Second), ExitCode: 1},
+				{Image: ImageOOM, Container: scenario.ContainerAgent, ExitAfter: kube.Duration(time.Second), OOMKilled: true},
 				{Container: scenario.ContainerAgent, Exec: []kube.ExecRule{{Command: readinessProbe.Exec.Command, ExitCode: 1,
 					Stderr: "cat: can't open '/tmp/ready': No such file or directory"}}},
 			},
@@ -193,12 +202,16 @@ func init() {
 	add(Scenario{Name: "crash-loop", Description: "the agent exits with code 1 a second after each start",
 		Writers: "kube-scheduler (Scheduled), kubelet (Started, BackOff; container status), Agent Sandbox controller (Ready)",
 		build: func(p Params) (Sandbox, error) {
-			return p.sandbox("crash-loop"), nil
+			s := p.sandbox("crash-loop")
+			s.Image = ImageCrashLoop
+			return s, nil
 		}, setup: provision})
 	add(Scenario{Name: "oom", Description: "the agent is OOM-killed a second after each start",
 		Writers: "kube-scheduler (Scheduled), kubelet (Started, BackOff; container status OOMKilled), Agent Sandbox controller (Ready)",
 		build: func(p Params) (Sandbox, error) {
-			return p.sandbox("oom"), nil
+			s := p.sandbox("oom")
+			s.Image = ImageOOM
+			return s, nil
 		}, setup: provision})
 	add(Scenario{Name: "unready", Description: "the agent's readiness probe fails",
 		Writers: "kube-scheduler (Scheduled), kubelet (Unhealthy), Agent Sandbox controller (Ready: Pod is Running but not Ready)",
@@ -231,6 +244,67 @@ func init() {
 			}
 			return provision(ctx, d, s)
 		}})
+	add(Scenario{Name: "webhook", Description: "a validating admission webhook denies the sandbox's workload pod",
+		Writers: "kube-apiserver's ValidatingAdmissionWebhook calling a webhook server of ours (HTTPS on 127.0.0.1), through the Agent Sandbox controller (Ready: ReconcilerError)",
+		build:   func(p Params) (Sandbox, error) { return p.sandbox("webhook"), nil },
+		setup: func(ctx context.Context, d *Driver, s Sandbox) error {
+			if err := d.denyWorkloadPod(ctx, s); err != nil {
+				return err
+			}
+			return provision(ctx, d, s)
+		}})
+}
+
+// Scenario webhook's webhook: its name (in the API server's denial) and
+// its reason.
+const (
+	WebhookName    = "sandbox-policy.eventpipe.test"
+	WebhookMessage = "policy sandbox-images: images must come from registry.eventpipe.test"
+)
+
+// denyWorkloadPod starts a webhook server in this process and registers
+// it to deny the workload pod of s: the pods with its sandbox id, except
+// the supervisor pod (the driver's own, which the webhook lets through so
+// that the controller's pod alone is refused). The Driver stops it on
+// Close.
+func (d *Driver) denyWorkloadPod(ctx context.Context, s Sandbox) error {
+	w, err := kube.StartDenyWebhook(kube.DenyWebhookConfig{Name: WebhookName, Message: WebhookMessage,
+		ObjectSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+			{Key: "openshell.ai/sandbox-id", Operator: metav1.LabelSelectorOpIn, Values: []string{s.ID}},
+			{Key: "openshell.ai/component", Operator: metav1.LabelSelectorOpNotIn, Values: []string{"supervisor"}},
+		}}})
+	if err != nil {
+		return fmt.Errorf("osdriver: %w", err)
+	}
+	d.mu.Lock()
+	d.webhooks = append(d.webhooks, w)
+	d.mu.Unlock()
+	if err := w.Register(ctx, d.cs); err != nil {
+		return fmt.Errorf("osdriver: %w", err)
+	}
+	// The API server takes a moment to call a new configuration: wait
+	// until a dry run of a pod like the workload pod is denied, so that
+	// the controller's first try already is.
+	if err := d.EnsureNamespace(ctx, s.Sandbox); err != nil {
+		return err
+	}
+	probe := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "webhook-probe-", Namespace: s.Namespace(), Labels: map[string]string{"openshell.ai/sandbox-id": s.ID}},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: scenario.ContainerAgent, Image: s.Image}}},
+	}
+	wait, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	for {
+		_, err := d.cs.CoreV1().Pods(s.Namespace()).Create(wait, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err != nil && strings.Contains(err.Error(), `admission webhook "`+WebhookName+`" denied`) {
+			return nil
+		}
+		select {
+		case <-wait.Done():
+			return fmt.Errorf("osdriver: webhook %s not called by the API server within a minute (last: %v)", WebhookName, err)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 // noClaim: the scheduling scenarios have no workspace claim. With one, the

@@ -812,7 +812,8 @@ type Blocker struct {
 	// The most specific words of the message, for humans (e.g. the
 	// scheduler's "0/3 nodes are available: ..." summary).
 	Detail string `protobuf:"bytes,9,opt,name=detail,proto3" json:"detail,omitempty"`
-	// "event" or "pod_status", as PullFailure.source.
+	// "event", "pod_status", or "sandbox_condition" (the Sandbox CR's Ready
+	// condition: a refused creation).
 	Source string `protobuf:"bytes,10,opt,name=source,proto3" json:"source,omitempty"`
 	// A short, actionable next step.
 	Fix string `protobuf:"bytes,11,opt,name=fix,proto3" json:"fix,omitempty"`

@@ -146,11 +146,37 @@ const (
 	DispositionPersistent = "persistent"
 )
 
-// Values of PullFailure.source.
+// Values of PullFailure.source and Blocker.source.
 const (
 	PullSourceEvent     = "event"
 	PullSourcePodStatus = "pod_status"
+	// PullSourceSandboxCondition: a blocker read from the Sandbox CR's
+	// Ready condition (see ReasonSandboxConditionCleared).
+	PullSourceSandboxCondition = "sandbox_condition"
 )
+
+// The sandbox condition occurrence: the Agent Sandbox controller writes no
+// Event when the API server refuses the pod it creates (a ResourceQuota,
+// an admission webhook, Pod Security), only the Sandbox's Ready condition:
+// status False, reason ReconcilerError, "Error seen: " and the API
+// server's words. The agent reads that condition from its Sandbox cache
+// and writes an occurrence when it starts saying so (type Warning, the
+// condition's reason and message, a create_refused blocker with source
+// PullSourceSandboxCondition) and when it stops (type Normal, the new
+// Ready reason and message, or ReasonSandboxConditionCleared when the
+// condition is gone, and no blocker: readers end the refusal). It is no
+// Kubernetes Event: involved_object the CR, reporting_component
+// ComponentAgent, event_id "sandbox-condition/<CR uid>/<resourceVersion>".
+const (
+	SandboxConditionEventIDPrefix = "sandbox-condition/"
+	ReasonSandboxConditionCleared = "ReadyConditionRemoved"
+)
+
+// IsSandboxCondition reports whether o is the agent's sandbox condition
+// occurrence.
+func IsSandboxCondition(o *Occurrence) bool {
+	return strings.HasPrefix(o.GetEventId(), SandboxConditionEventIDPrefix) && o.GetReportingComponent() == ComponentAgent
+}
 
 // The deletion occurrence: the agent writes one when it sees a Sandbox CR
 // deleted (by its watch, or by a relisting that no longer has it), so every

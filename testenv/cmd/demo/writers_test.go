@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
+	"github.com/eventpipe/eventpipe/sinks/diagnosis"
 	"github.com/eventpipe/eventpipe/testenv/osdriver"
 	"github.com/eventpipe/eventpipe/testenv/scenario"
 )
@@ -35,7 +36,9 @@ func TestMakeRunWriters(t *testing.T) {
 		scenarios []string
 	}{
 		{scenario.ModeManaged, []string{"no-memory", "no-gpu", "no-secret", "crash-loop", "oom", "unready", "quota", "healthy"}},
-		{scenario.ModeShared, []string{"img-missing", "sup-bad", "pvc-unbound", "no-cpu"}},
+		// webhook in shared mode: its webhook denies the one sandbox's
+		// pod among the others of the namespace.
+		{scenario.ModeShared, []string{"img-missing", "sup-bad", "pvc-unbound", "no-cpu", "webhook"}},
 	} {
 		t.Run(string(tc.mode), func(t *testing.T) {
 			dataDir := shortDataDir(t)
@@ -51,8 +54,13 @@ func TestMakeRunWriters(t *testing.T) {
 // blocker kind and cause a row of the view shows. crash-loop reads first as
 // crash_loop (the kubelet's BackOff); once the pod status carries the last
 // exit code 1 the diagnosis names that (exit_error), and oom's names the
-// OOM kill.
+// OOM kill. unready's is the kubelet's readiness probe failures, once they
+// last (three in a row). quota's and webhook's come from no Event: the
+// agent reads the Agent Sandbox controller's Ready condition.
 var blocked = map[string][2]string{
+	"unready":     {eventpipev1.BlockerKindContainer, eventpipev1.BlockerReadinessProbe},
+	"quota":       {eventpipev1.BlockerKindCreateRefused, eventpipev1.BlockerQuotaExceeded},
+	"webhook":     {eventpipev1.BlockerKindCreateRefused, eventpipev1.BlockerWebhookDenied},
 	"pvc-unbound": {eventpipev1.BlockerKindVolume, eventpipev1.BlockerNoStorageClass},
 	"no-cpu":      {eventpipev1.BlockerKindUnschedulable, eventpipev1.BlockerInsufficientResources},
 	"no-memory":   {eventpipev1.BlockerKindUnschedulable, eventpipev1.BlockerInsufficientResources},
@@ -150,6 +158,9 @@ func checkWriters(t *testing.T, c *child, dataDir string, mode scenario.Mode, sc
 		switch name {
 		case "quota":
 			reason, msg = "ReconcilerError", "exceeded quota: sandbox-pods"
+		case "webhook":
+			// The API server's words for the denial of our webhook.
+			reason, msg = "ReconcilerError", `admission webhook "`+osdriver.WebhookName+`" denied the request: `+osdriver.WebhookMessage
 		case "healthy", "sup-bad":
 			status, reason, msg = "True", "DependenciesReady", "Pod is Ready"
 		case "crash-loop", "oom", "unready":
@@ -283,7 +294,64 @@ func checkWriters(t *testing.T, c *child, dataDir string, mode scenario.Mode, sc
 		if name == "healthy" && code != 0 {
 			t.Errorf("eventpipe diagnose healthy -w %s: exit %d, want 0\n%s", ws, code, o)
 		}
+		if w, ok := blockerSays[name]; ok {
+			checkBlocker(t, name, o, w)
+		}
 	}
+
+	// The refusals no Event reports reach the file sink as the agent's
+	// sandbox condition occurrences, with the controller's words.
+	for name, cr := range sandboxes {
+		b, ok := blocked[name]
+		if !ok || b[0] != eventpipev1.BlockerKindCreateRefused {
+			continue
+		}
+		found := false
+		for _, o := range sink {
+			ev, _ := o["event_id"].(string)
+			bl, _ := o["blocker"].(map[string]any)
+			sb, _ := o["sandbox"].(map[string]any)
+			if strings.HasPrefix(ev, eventpipev1.SandboxConditionEventIDPrefix+string(cr.GetUID())+"/") && bl["cause"] == b[1] &&
+				bl["source"] == eventpipev1.PullSourceSandboxCondition && sb["id"] == cr.GetAnnotations()["openshell.ai/sandbox-id"] &&
+				o["reason"] == "ReconcilerError" && strings.HasPrefix(fmt.Sprint(o["message"]), "Error seen: ") {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("%s: no sandbox condition occurrence with %s in the file sink", name, b[1])
+		}
+	}
+}
+
+// blockerSays is what diagnose's blocker must further say for a
+// scenario: the object it names and words of its detail, read from what
+// the writer wrote (the probe's output as the kubelet reports the
+// runtime's answer, the API server's refusal).
+var blockerSays = map[string]struct{ object, container, detail string }{
+	"unready": {"Pod/unready", scenario.ContainerAgent, "Readiness probe failed: cat: can't open '/tmp/ready'"},
+	"quota":   {"ResourceQuota/sandbox-pods", "", `pods "quota" is forbidden: exceeded quota: sandbox-pods`},
+	"webhook": {"AdmissionWebhook/" + osdriver.WebhookName, "", `admission webhook "` + osdriver.WebhookName + `" denied the request: ` + osdriver.WebhookMessage},
+}
+
+// checkBlocker reads diagnose's JSON answer for a sandbox and checks that
+// its blocker of want's object names the container and carries the words.
+func checkBlocker(t *testing.T, name, out string, want struct{ object, container, detail string }) {
+	t.Helper()
+	var d diagnosis.Diagnosis
+	if err := json.Unmarshal([]byte(out), &d); err != nil {
+		t.Errorf("eventpipe diagnose %s -o json: %v\n%s", name, err, out)
+		return
+	}
+	for _, b := range d.Blockers {
+		if b.Object == want.object || b.Involved == want.object && b.Object == "" {
+			if b.Container != want.container || !strings.Contains(b.Detail, want.detail) || b.Remedy == "" {
+				t.Errorf("eventpipe diagnose %s: blocker %s/%s on %s, container %q, detail %q, fix %q; want container %q and %q in the detail",
+					name, b.Kind, b.Cause, b.Object, b.Container, b.Detail, b.Remedy, want.container, want.detail)
+			}
+			return
+		}
+	}
+	t.Errorf("eventpipe diagnose %s: no blocker on %s in %+v", name, want.object, d.Blockers)
 }
 
 // readSink returns the file sink's occurrences by Event UID.
