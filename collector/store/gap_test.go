@@ -68,22 +68,10 @@ func (p *offsetPusher) Push(_ context.Context, batch []sinks.Record) error {
 //     (data_loss_records_total = the records cut, DataLoss names them);
 //   - accepted, the next start without accepting is clean.
 func TestSealedSegmentCutShortIsCountedForALaterSink(t *testing.T) {
-	dir := t.TempDir()
-	cfg := testConfig(dir)
-	cfg.SegmentBytes = 8 << 10
+	cfg := testConfig(t.TempDir())
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	s := mustOpen(t, cfg, options{})
-	for b := range 20 {
-		if _, err := s.Append(ctx, "c", "events", "", occs(b*10, 10)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	s.Close()
-	segs, _ := filepath.Glob(filepath.Join(dir, "log", "*.seg"))
-	if len(segs) < 4 {
-		t.Fatalf("want several segments, got %d", len(segs))
-	}
+	segs := sealedLog(t, &cfg)
 	from, to := cutAtFrame(t, segs[1], 3)
 	lost := to - from + 1
 
