@@ -125,11 +125,12 @@ Exit status:
      --supervisor: no supervisor image fails to pull)
   1  blocked: at least one blocker of any kind (with --supervisor: a
      supervisor image fails)
-  2  bad flags, or an error of the collector not listed here
+  2  bad flags or connection settings, or an ambiguous name (use the id)
   3  the collector has no events of that sandbox (unknown name or id, or its
      workspace is not granted to the token)
   4  the collector cannot be reached (or did not answer within --timeout)
   5  the collector refused the credentials or the token's grants
+  6  another error of the collector (its log says more), or output not written
 The same statuses for every command: docs/cli.md.
 
 Flags:
@@ -137,10 +138,10 @@ Flags:
 
 // Exit statuses of eventpipe diagnose.
 const (
-	diagnoseClear   = exitOK
-	diagnoseBlocked = exitFailed
-	diagnoseError   = exitUsage
-	diagnoseUnknown = exitNotFound
+	diagnoseClear    = exitOK
+	diagnoseBlocked  = exitFailed
+	diagnoseBadUsage = exitUsage
+	diagnoseUnknown  = exitNotFound
 )
 
 var uuidRE = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
@@ -200,26 +201,26 @@ func runDiagnose(ctx context.Context, args []string, _ io.Reader, stdout, stderr
 	}
 	if len(pos) > 1 {
 		fmt.Fprintf(stderr, "eventpipe diagnose: one sandbox at a time, got %q\n", pos)
-		return diagnoseError
+		return diagnoseBadUsage
 	}
 	if len(pos) == 1 {
 		o.sandbox = pos[0]
 	}
 	if err := o.conn.resolveConn(fs); err != nil {
 		fmt.Fprintf(stderr, "eventpipe diagnose: %v\n", err)
-		return diagnoseError
+		return diagnoseBadUsage
 	}
 	if problems := o.validate(); len(problems) > 0 {
 		for _, p := range problems {
 			fmt.Fprintf(stderr, "eventpipe diagnose: %s\n", p)
 		}
 		fmt.Fprintln(stderr, "run 'eventpipe diagnose --help' for usage")
-		return diagnoseError
+		return diagnoseBadUsage
 	}
 	conn, err := o.conn.dial()
 	if err != nil {
 		fmt.Fprintf(stderr, "eventpipe diagnose: %v\n", err)
-		return diagnoseError
+		return diagnoseBadUsage
 	}
 	defer conn.Close()
 	d := &diagnoser{opts: o, client: eventpipev1.NewFollowClient(conn), stdout: stdout, stderr: stderr, ctx: ctx}
@@ -228,7 +229,7 @@ func runDiagnose(ctx context.Context, args []string, _ io.Reader, stdout, stderr
 		// find them (~/.docker/config.json, credential helpers).
 		if d.verifier, err = verify.New(verify.NewDefaultConfig(), verify.Options{Keychain: authn.DefaultKeychain}); err != nil {
 			fmt.Fprintf(stderr, "eventpipe diagnose: %v\n", err)
-			return diagnoseError
+			return diagnoseBadUsage
 		}
 	}
 	return d.run(ctx)
@@ -345,7 +346,7 @@ func (d *diagnoser) watch(ctx context.Context, req *eventpipev1.FollowRequest) i
 	w, err := diagnosis.NewWatcher(d.client, req, diagnosis.WatchOptions{})
 	if err != nil {
 		fmt.Fprintf(d.stderr, "eventpipe diagnose: %v\n", err)
-		return diagnoseError
+		return exitError
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -495,7 +496,7 @@ func (d *diagnoser) report(all []diagnosis.Diagnosis, req *eventpipev1.FollowReq
 		case 1:
 		default:
 			fmt.Fprintf(d.stderr, "eventpipe diagnose: %s\n", d.ambiguous(matches, req))
-			return diagnoseError, true
+			return diagnoseBadUsage, true
 		}
 		sb := matches[0]
 		if err := d.write(sb, func(w io.Writer) error { return diagnosis.WriteText(w, sb, now) }); err != nil {
@@ -550,7 +551,7 @@ func (d *diagnoser) write(v any, text func(io.Writer) error) error {
 
 func (d *diagnoser) writeFailed(err error) int {
 	fmt.Fprintf(d.stderr, "eventpipe diagnose: write output: %v\n", err)
-	return diagnoseError
+	return exitError
 }
 
 // failed explains a failed read (reusing follow's wording for refusals).
@@ -566,7 +567,7 @@ func (d *diagnoser) failed(err error, req *eventpipev1.FollowRequest) int {
 		fo.sandbox, fo.workspace, fo.gw = req.GetSandboxId(), req.GetWorkspace(), req.GetGatewayId()
 		fmt.Fprintf(d.stderr, "eventpipe diagnose: %s\n", (&follower{opts: fo}).explain(st))
 	}
-	return collectorExit(st.Code(), diagnoseError)
+	return collectorExit(st.Code())
 }
 
 // verifyImages asks the registry of every failing image (--verify) and

@@ -102,7 +102,7 @@ func TestDiagnoseVerify(t *testing.T) {
 	if reg.Calls.Load() != before {
 		t.Error("diagnose without --verify called the registry")
 	}
-	if code, _, errs = runDiagnoseCmd(append(conn, "--platform", "linux/arm64", fSandboxID)...); code != diagnoseError || !strings.Contains(errs, "pass --verify too") {
+	if code, _, errs = runDiagnoseCmd(append(conn, "--platform", "linux/arm64", fSandboxID)...); code != diagnoseBadUsage || !strings.Contains(errs, "pass --verify too") {
 		t.Errorf("--platform alone: exit %d %s", code, errs)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/eventpipe/eventpipe/api/config"
 	"github.com/eventpipe/eventpipe/sinks/gateway/gatewaytest"
 	"github.com/eventpipe/eventpipe/testenv/freeport"
 )
@@ -187,5 +188,50 @@ func TestDriverProxyProcs(t *testing.T) {
 				t.Errorf("proxyProcs(%v, %d, %q) = %d, want %d", tc.flagSet, tc.flag, tc.env, got, tc.want)
 			}
 		})
+	}
+}
+
+// TestDriverProxyCheckConfigOffline: --check-config looks at the files the
+// config names (the proxy itself starts without them: it fails open), and
+// --offline leaves them alone, so CI can check the config the gateway pod
+// mounts its Secrets for, as with the collector and the agent.
+func TestDriverProxyCheckConfigOffline(t *testing.T) {
+	t.Cleanup(func() { config.SetOffline(false) })
+	dir := t.TempDir()
+	rendered := filepath.Join(dir, "proxy.yaml")
+	if err := os.WriteFile(rendered, []byte("listen: /run/eventpipe/proxy.sock\ndriver: /run/openshell/driver.sock\ngateway_id: openshell\n"+
+		"collector:\n  address: collector.eventpipe.svc:7070\n  ca_file: /etc/eventpipe/tls/ca.crt\n  token_file: /etc/eventpipe/reader/token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args     []string
+		code     int
+		want     []string
+		wantNone string
+	}{
+		{[]string{"--check-config"}, 2, []string{"collector.ca_file: stat /etc/eventpipe/tls/ca.crt", "collector.token_file: open /etc/eventpipe/reader/token"}, ""},
+		{[]string{"--check-config", "--offline"}, 0, []string{"is valid (offline: the files it names not checked)"}, "ca_file"},
+		{[]string{"--offline"}, 2, []string{"--offline goes with --check-config"}, ""},
+	} {
+		var stdout, stderr bytes.Buffer
+		code := realMain(append([]string{"driver-proxy", "--config", rendered}, tc.args...), nil, &stdout, &stderr)
+		out := stdout.String() + stderr.String()
+		if code != tc.code {
+			t.Errorf("%v: exit %d, want %d:\n%s", tc.args, code, tc.code, out)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(out, w) {
+				t.Errorf("%v: output lacks %q:\n%s", tc.args, w, out)
+			}
+		}
+		if tc.wantNone != "" && strings.Contains(out, tc.wantNone) {
+			t.Errorf("%v: output names %q:\n%s", tc.args, tc.wantNone, out)
+		}
+	}
+	// Offline still checks everything else.
+	var stdout, stderr bytes.Buffer
+	if code := realMain([]string{"driver-proxy", "--config", rendered, "--check-config", "--offline", "--insecure"}, nil, &stdout, &stderr); code != 2 ||
+		!strings.Contains(stderr.String(), "collector.insecure: plaintext cannot be combined") {
+		t.Errorf("offline with --insecure and a CA: exit %d:\n%s", code, stderr.String())
 	}
 }

@@ -13,6 +13,7 @@ const (
 	exitNotFound    = 3 // diagnose: the collector has no events of that sandbox
 	exitUnreachable = 4 // the collector cannot be reached or did not answer in time
 	exitRefused     = 5 // the collector refused the credentials or the token's grants
+	exitError       = 6 // the collector answered with another error, or the output could not be written
 )
 
 // exitCodes names each status as docs/cli.md does.
@@ -26,19 +27,24 @@ var exitCodes = []struct {
 	{exitNotFound, "not-found"},
 	{exitUnreachable, "unreachable"},
 	{exitRefused, "refused"},
+	{exitError, "error"},
 }
 
 // collectorExit is the status for an error the collector's gRPC API (or the
-// way to it) returned: unreachable and refused are the same for every
-// command; anything else is otherwise (the command's own choice).
-func collectorExit(c codes.Code, otherwise int) int {
+// way to it) returned, the same for every command: unreachable, refused, a
+// request it calls invalid (usage), or any other error of its own (error,
+// never usage: "fix your command line" would send the user the wrong way,
+// and never failed: diagnose's 1 means "blocked").
+func collectorExit(c codes.Code) int {
 	switch c {
 	case codes.Unavailable, codes.DeadlineExceeded:
 		return exitUnreachable
 	case codes.Unauthenticated, codes.PermissionDenied:
 		return exitRefused
-	case codes.InvalidArgument:
+	case codes.InvalidArgument, codes.OutOfRange:
+		// A tail above its maximum; a resume point (--after) beyond the
+		// log: the command line is what to change.
 		return exitUsage
 	}
-	return otherwise
+	return exitError
 }

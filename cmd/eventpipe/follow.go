@@ -80,9 +80,11 @@ workspace shows no events. Ctrl-C stops (exit 0) and prints the cursor (or, from
 collectors in Kafka mode, the position) to resume from. While following, an unreachable collector is retried with backoff;
 with several replicas in --collector (a,b,c) a broken stream resumes on the first of them that answers.
 
-Exit status: 0 done or interrupted, 1 failed, 2 bad flags, 4 the collector
+Exit status: 0 done or interrupted, 1 failed, 2 bad flags (or a --tail or
+--after the collector refuses), 4 the collector
 cannot be reached (--no-follow; following, it is retried), 5 the collector
-refused the credentials or the token's grants (the table: docs/cli.md).
+refused the credentials or the token's grants, 6 another error of the
+collector (the table: docs/cli.md).
 
 Flags:
 `
@@ -356,7 +358,7 @@ func (f *follower) run(ctx context.Context) int {
 		}
 		fmt.Fprintf(f.stderr, "eventpipe follow: %s\n", f.explain(st))
 		f.printResume()
-		return collectorExit(st.Code(), exitFailed)
+		return collectorExit(st.Code())
 	}
 }
 

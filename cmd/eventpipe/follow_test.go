@@ -440,7 +440,7 @@ func TestFollowCommandRefusals(t *testing.T) {
 			[]string{"does not allow these credentials to follow sandbox " + fSandboxID, "needs role reader"}},
 		{"tail above the maximum", []string{"--collector", f.addr, "--insecure", "--token-file", f.token("repro"), "--sandbox", fSandboxID, "--tail", "20000"}, 2,
 			[]string{"the collector refused the request: tail 20000 exceeds the maximum 10000"}},
-		{"resume beyond the log", []string{"--collector", f.addr, "--insecure", "--token-file", f.token("repro"), "--sandbox", fSandboxID, "--after", "99"}, 1,
+		{"resume beyond the log", []string{"--collector", f.addr, "--insecure", "--token-file", f.token("repro"), "--sandbox", fSandboxID, "--after", "99"}, exitUsage,
 			[]string{"cannot resume after cursor 99", "run again without --after"}},
 		{"not reachable", []string{"--collector", dead, "--insecure", "--token-file", f.token("repro"), "--sandbox", fSandboxID, "--no-follow"}, exitUnreachable,
 			[]string{"collector at " + dead + " is not reachable"}},

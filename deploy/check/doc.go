@@ -13,6 +13,10 @@
 //     agent makes (kube-apiserver audit log);
 //   - the PrometheusRule and the Grafana dashboard: every expression parses
 //     and names only metrics eventpipe exports.
+//   - the docs test (TestDocsCommandsRun): the README's by-hand block and
+//     enrich pipe run as printed on the control plane of `make
+//     dev-cluster`, and the chart's NOTES (installed there with helm, TLS on
+//     and off) run as printed, but for the port-forward (see the test);
 //
 // make chart-check builds helm and kubeconform into .bin and runs these
 // tests; docs/contributing.md describes the test infrastructure.

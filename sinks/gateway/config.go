@@ -12,6 +12,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/eventpipe/eventpipe/api/config"
 	"github.com/eventpipe/eventpipe/sinks/gateway/driverwire"
 )
 
@@ -156,6 +157,30 @@ func (c Config) Deprecations() []string {
 		out = append(out, "follow.fail_open_after is ignored: the driver's own kubernetes events pass whenever the Follow stream is not live, without a grace; remove the key")
 	}
 	return out
+}
+
+// CheckFiles reports every file the config names (the collector's CA,
+// client certificate and key, token) that cannot be used, each with its
+// YAML path. It is not part of Validate: the proxy fails open, so at run
+// time a missing file is a counted follow error and driver traffic flows;
+// `driver-proxy --check-config` runs it, and --offline (api/config's
+// switch) skips it for a config whose files are mounted only in the pod.
+func (c Config) CheckFiles() error {
+	var errs []error
+	for _, f := range []struct {
+		path, name string
+		check      func(string) error
+	}{
+		{"collector.ca_file", c.Collector.CAFile, config.CheckFile},
+		{"collector.cert_file", c.Collector.CertFile, config.CheckFile},
+		{"collector.key_file", c.Collector.KeyFile, config.CheckReadable},
+		{"collector.token_file", c.Collector.TokenFile, config.CheckReadable},
+	} {
+		if err := f.check(f.name); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", f.path, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Validate reports every problem, each with its YAML path.

@@ -7,7 +7,8 @@
 #                             binary for the Kubernetes parts tests start beside
 #                             kube-apiserver (`kubeparts kube-scheduler ...`,
 #                             kube-controller-manager, hollow-kubelet with
-#                             eventpipe's CRI)
+#                             eventpipe's CRI, kubectl; DEST_DIR/kubectl is a
+#                             symlink to it)
 #   agent-sandbox-controller  agentsandbox/go.mod, with its CRDs copied from the
 #                             same module version into DEST_DIR/agent-sandbox-crds
 #
@@ -132,6 +133,9 @@ main() {
   # with eventpipe's CRI (cmd/kubeparts, cri): one binary, one link (linking
   # is most of a warm build).
   build kubeparts "$KUBE_VERSION" "$here" ./cmd/kubeparts "$kflags" own
+  # kubectl is a part of kubeparts: the docs test runs the README's and the
+  # chart NOTES' kubectl lines as printed, so `kubectl` is a name on PATH.
+  ln -sfn kubeparts "$dest/kubectl"
 
   local aflags="-s -w"
   for v in gitVersion=$AGENT_SANDBOX_VERSION gitSHA=none buildDate=1970-01-01T00:00:00Z; do
