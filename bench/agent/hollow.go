@@ -5,25 +5,21 @@ import (
 	"flag"
 	"fmt"
 	"path/filepath"
-	"sort"
-	"strings"
-	"sync"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
+	"github.com/eventpipe/eventpipe/bench/hollowload"
 	"github.com/eventpipe/eventpipe/testenv/kube"
-	"github.com/eventpipe/eventpipe/testenv/scenario"
 )
 
 // The load mode: Events written by real kubelets instead of by this
-// harness. Hollow nodes (testenv/kube AddNode: the kubelet v1.37.2 with
-// eventpipe's CRI) fail every pull of the workload image as containerd 2.x
-// does for a tag that does not exist; kube-scheduler spreads the pods over
-// them; their kubelets write Pulling, Failed, BackOff with their own
-// back-off and event correlation (a repeat bumps the count of one Event
-// object), for as long as the pods exist.
+// harness (bench/hollowload: hollow nodes whose runtime fails every pull
+// of the workload image as containerd 2.x does, bare pods with that image
+// placed by kube-scheduler); their kubelets write Pulling, Failed, BackOff
+// with their own back-off and event correlation (a repeat bumps the count
+// of one Event object), for as long as the pods exist.
 var (
 	hollowNodes = flag.Int("hollow-nodes", 0, "load mode: hollow nodes (real kubelets) whose pulls of the workload image fail; 0 skips it")
 	failingPods = flag.Int("failing-pods", 100, "load mode: pods whose image pull fails, placed by kube-scheduler on the hollow nodes")
@@ -31,11 +27,11 @@ var (
 	hollowLive  = flag.Duration("hollow-live", 30*time.Second, "load mode: how long the agent is measured after its backlog, while the kubelets keep writing")
 )
 
-const hollowNS = "load"
-
 // hollowRun runs the load mode on a control plane of its own with every
-// writer: the Events the kubelets wrote during hollowFor are the backlog an
-// agent of each binary starts on; then it keeps running for hollowLive.
+// writer: the Events the writers wrote during hollowFor are the backlog an
+// agent of each binary (and, with -exporter, the exporter) starts on; each
+// then keeps running for hollowLive. The writers go on meanwhile, so each
+// program starts on the backlog of its own start, listed just before.
 func hollowRun(ctx context.Context, dir string, bins []binary) error {
 	e, err := newEnvWith(ctx, filepath.Join(dir, "hollow"), kube.AllWriters)
 	if err != nil {
@@ -44,84 +40,48 @@ func hollowRun(ctx context.Context, dir string, bins []binary) error {
 	defer e.cluster.Stop()
 	e.bins = bins
 	t0 := time.Now()
-	perNode := *failingPods / *hollowNodes + 10
-	for i := 0; i < *hollowNodes; i++ {
-		_, err := e.cluster.AddNode(ctx, kube.NodeConfig{Name: fmt.Sprintf("hollow-%d", i), Pods: perNode,
-			Runtime: kube.RuntimeConfig{Images: []kube.ImageRule{{Image: scenario.ImageMissing, Pull: kube.PullNotFound}}}})
-		if err != nil {
-			return err
-		}
+	if err := hollowload.AddNodes(ctx, e.cluster, *hollowNodes, *failingPods, false); err != nil {
+		return err
 	}
 	fmt.Printf("load mode: %d hollow nodes Ready in %s\n", *hollowNodes, time.Since(t0).Round(time.Millisecond))
-	if err := ensureNS(ctx, e.cs, hollowNS); err != nil {
-		return err
-	}
-	if err := e.cluster.WaitServiceAccount(ctx, hollowNS); err != nil {
-		return err
-	}
-	if err := createFailingPods(ctx, e, *failingPods); err != nil {
+	if err := hollowload.Pods(ctx, e.cluster, e.cs, *failingPods); err != nil {
 		return err
 	}
 	fmt.Printf("load mode: %d pods created; the kubelets write for %s\n", *failingPods, *hollowFor)
 	time.Sleep(*hollowFor)
-	events, err := e.cs.CoreV1().Events(hollowNS).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return err
-	}
-	fmt.Printf("load mode: backlog %s\n", describeEvents(events.Items))
 	for _, b := range e.bins {
-		if err := hollowAgent(ctx, e, b, len(events.Items)); err != nil {
+		listed, err := e.listBacklog(ctx)
+		if err != nil {
+			return err
+		}
+		if err := hollowAgent(ctx, e, b, listed); err != nil {
 			return err
 		}
 	}
-	return nil
+	if *exporterBin == "" {
+		return nil
+	}
+	listed, err := e.listBacklog(ctx)
+	if err != nil {
+		return err
+	}
+	return e.exporterRuns(ctx, "hollow", listed, *hollowLive)
 }
 
-// describeEvents sums Events by writer and reason, with their counts (the
-// kubelet's correlator folds repeats into one object).
-func describeEvents(items []corev1.Event) string {
-	type k struct{ writer, reason string }
-	objects, counts := map[k]int{}, map[k]int32{}
-	for _, ev := range items {
-		w := ev.Source.Component
-		if w == "" {
-			w = ev.ReportingController
-		}
-		objects[k{w, ev.Reason}]++
-		counts[k{w, ev.Reason}] += max(ev.Count, 1)
+// listBacklog lists every Event in the apiserver (every namespace: the
+// agent reads them all, the Node's own Events too), prints what the
+// writers wrote and returns how many objects there are.
+func (e *env) listBacklog(ctx context.Context) (int, error) {
+	events, err := e.cs.CoreV1().Events("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return 0, fmt.Errorf("list events: %w", err)
 	}
-	var parts []string
-	for key, n := range objects {
-		parts = append(parts, fmt.Sprintf("%s %s: %d objects, count %d", key.writer, key.reason, n, counts[key]))
-	}
-	sort.Strings(parts)
-	return fmt.Sprintf("%d Event objects (%s)", len(items), strings.Join(parts, "; "))
-}
-
-func createFailingPods(ctx context.Context, e *env, n int) error {
-	var wg sync.WaitGroup
-	errs := make(chan error, n)
-	sem := make(chan struct{}, 8)
-	for i := 0; i < n; i++ {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("failing-%d", i), Namespace: hollowNS},
-				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "agent", Image: scenario.ImageMissing}}}}
-			if _, err := e.cs.CoreV1().Pods(hollowNS).Create(ctx, p, metav1.CreateOptions{}); err != nil {
-				errs <- fmt.Errorf("create pod %s: %w", p.Name, err)
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	return <-errs // nil when none failed
+	fmt.Printf("load mode: backlog %s\n", hollowload.Describe(events.Items))
+	return len(events.Items), nil
 }
 
 // hollowAgent starts an agent of binary b (fresh collector, no cursor) on
-// the kubelets' backlog of listed Event objects, measures until that many
+// the writers' backlog of listed Event objects, measures until that many
 // occurrences are stored, then for hollowLive while the kubelets go on.
 func hollowAgent(ctx context.Context, e *env, b binary, listed int) error {
 	col, err := startCollector(e.dir, "col-hollow-"+b.name)
@@ -135,18 +95,64 @@ func hollowAgent(ctx context.Context, e *env, b binary, listed int) error {
 		return err
 	}
 	defer a.stop()
-	if err := waitStored(col, listed, 10*time.Minute); err != nil {
-		return err
+	// The backlog is in once as many occurrences made from Events are
+	// stored as there were Event objects (the agent also makes occurrences
+	// from pod statuses; they do not count here).
+	for deadline := time.Now().Add(10 * time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		if n, _, _ := storedBySource(ctx, col, 0, 0); n >= listed {
+			break
+		}
+		if time.Now().After(deadline) {
+			n, _, _ := storedBySource(ctx, col, 0, 0)
+			return fmt.Errorf("hollow backlog: only %d occurrences from Events of %d Event objects stored in 10m", n, listed)
+		}
 	}
 	elapsed := time.Since(start)
 	cpu0, hwm0, _ := a.usage()
 	_, stored0 := col.c.Store().Bounds()
-	fmt.Printf("[%s] hollow backlog: %d Event objects written by the kubelets, scheduler and controllers acknowledged in %s; agent CPU %.2f s; RSS peak %.1f MiB\n",
-		b.name, listed, elapsed.Round(time.Millisecond), cpu0, hwm0)
+	fromEvents, fromStatus, _ := storedBySource(ctx, col, 0, stored0)
+	fmt.Printf("[%s] hollow backlog: %d Event objects written by the kubelets, scheduler and controllers acknowledged in %s (%d occurrences from Events, %d from pod status); agent CPU %.2f s; RSS peak %.1f MiB\n",
+		b.name, listed, elapsed.Round(time.Millisecond), fromEvents, fromStatus, cpu0, hwm0)
+	ch, stop, err := watchChanges(ctx, e.cs)
+	if err != nil {
+		return err
+	}
 	time.Sleep(*hollowLive)
+	stop()
 	cpu1, hwm1, rss1 := a.usage()
 	_, stored1 := col.c.Store().Bounds()
-	fmt.Printf("[%s] hollow live %s: %d more occurrences stored (%.1f/s); agent CPU %.2f s (%.1f%% of one core); RSS peak %.1f MiB, now %.1f MiB\n",
-		b.name, *hollowLive, stored1-stored0, float64(stored1-stored0)/hollowLive.Seconds(), cpu1-cpu0, 100*(cpu1-cpu0)/hollowLive.Seconds(), hwm1, rss1)
+	fromEvents, fromStatus, other := storedBySource(ctx, col, stored0, stored1)
+
+	fmt.Printf("[%s] hollow live %s: the apiserver had %s; %d more occurrences stored (%.1f/s: %d from Events, %d from pod status, %d other); agent CPU %.2f s (%.1f%% of one core); RSS peak %.1f MiB, now %.1f MiB\n",
+		b.name, *hollowLive, ch, stored1-stored0, float64(stored1-stored0)/hollowLive.Seconds(), fromEvents, fromStatus, other, cpu1-cpu0, 100*(cpu1-cpu0)/hollowLive.Seconds(), hwm1, rss1)
 	return nil
+}
+
+// storedBySource counts the occurrences stored after offset from up to
+// offset to (0: all): those
+// made from a Kubernetes Event, and those the agent made from a pod's
+// status (a container waiting in ErrImagePull or ImagePullBackOff, another
+// waiting reason), which no Event change stands behind.
+func storedBySource(ctx context.Context, c *col, from, to uint64) (events, podStatus, other int) {
+	for next := from + 1; ; {
+		recs, _, err := c.c.Store().Read(ctx, next, 4096)
+		if err != nil || len(recs) == 0 {
+			return events, podStatus, other
+		}
+		for _, r := range recs {
+			if to > 0 && r.Offset > to {
+				return events, podStatus, other
+			}
+			o := r.Occurrence
+			switch {
+			case o.GetPullFailure().GetSource() == eventpipev1.PullSourcePodStatus || o.GetBlocker().GetSource() == eventpipev1.PullSourcePodStatus:
+				podStatus++
+			case o.GetEvent().GetUid() != "":
+				events++
+			default:
+				other++
+			}
+			next = r.Offset + 1
+		}
+	}
 }

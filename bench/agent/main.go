@@ -3,6 +3,10 @@
 // `eventpipe agent` as a child process with the least-privilege token, so
 // its CPU time and memory are its own. See bench/agent.md.
 //
+// With -hollow-nodes the Events are written by real kubelets, the
+// scheduler and controllers (hollow.go); with -exporter the same backlogs
+// are given to kubernetes-event-exporter beside the agent (exporter.go).
+//
 //	go run ./bench/agent [-backlog 50000] [-sandboxes 10000] [-rate-for 20s]
 package main
 
@@ -32,6 +36,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
@@ -197,7 +202,7 @@ func (e *env) backlogRun(ctx context.Context, total int) error {
 			return err
 		}
 	}
-	return nil
+	return e.exporterRuns(ctx, fmt.Sprintf("harness-written %d", total), total, 0)
 }
 
 func (e *env) backlogRunWith(ctx context.Context, b binary, total int) error {
@@ -802,14 +807,19 @@ func buildEventpipe(dir, name string) (binary, error) {
 }
 
 func agentKubeconfig(c *kube.Cluster, dir string) (string, error) {
-	rc := c.AgentConfig()
+	path := filepath.Join(dir, "agent.kubeconfig")
+	return path, writeKubeconfig(c.AgentConfig(), "agent", path)
+}
+
+// writeKubeconfig writes rc's server, CA and credentials as a kubeconfig
+// whose one user is named user.
+func writeKubeconfig(rc *rest.Config, user, path string) error {
 	kc := clientcmdapi.NewConfig()
 	kc.Clusters["bench"] = &clientcmdapi.Cluster{Server: rc.Host, CertificateAuthorityData: rc.CAData, CertificateAuthority: rc.CAFile}
-	kc.AuthInfos["agent"] = &clientcmdapi.AuthInfo{Token: rc.BearerToken}
-	kc.Contexts["agent"] = &clientcmdapi.Context{Cluster: "bench", AuthInfo: "agent"}
-	kc.CurrentContext = "agent"
-	path := filepath.Join(dir, "agent.kubeconfig")
-	return path, clientcmd.WriteToFile(*kc, path)
+	kc.AuthInfos[user] = &clientcmdapi.AuthInfo{Token: rc.BearerToken, ClientCertificateData: rc.CertData, ClientKeyData: rc.KeyData}
+	kc.Contexts[user] = &clientcmdapi.Context{Cluster: "bench", AuthInfo: user}
+	kc.CurrentContext = user
+	return clientcmd.WriteToFile(*kc, path)
 }
 
 func numCPU() int {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,12 +26,17 @@ import (
 // them (-workers goroutines), about the pods of 20 healthy sandboxes; the
 // latency is from the create call's return (the Event exists) to the
 // platform event's receipt by the gateway client through agent,
-// collector and proxy.
+// collector and proxy. With -hollow-nodes the Events are written by the
+// components that write them instead (see hollowLoad).
 func (e *env) endToEnd() error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	var kw kube.Writers
+	if *hollowNodes > 0 {
+		kw = kube.AllWriters
+	}
 	cl, err := kube.StartProcess(ctx, kube.Options{Dir: filepath.Join(e.dir, "kube"), StartTimeout: 3 * time.Minute,
-		Logger: slog.New(slog.DiscardHandler)})
+		Logger: slog.New(slog.DiscardHandler), Writers: kw})
 	if err != nil {
 		return fmt.Errorf("start kube-apiserver: %w", err)
 	}
@@ -66,7 +70,11 @@ func (e *env) endToEnd() error {
 	}
 	type pod struct{ ns, name, uid string }
 	var pods []pod
-	for i := range 20 {
+	healthy, creators := 20, *workers
+	if *hollowNodes > 0 {
+		healthy, creators = 0, 0 // the load mode's sandboxes and Events are the writers'
+	}
+	for i := range healthy {
 		s, err := scenario.Build("healthy", scenario.Params{Mode: scenario.ModeManaged, Workspace: fmt.Sprintf("bench%d", i)})
 		if err != nil {
 			return err
@@ -99,8 +107,9 @@ func (e *env) endToEnd() error {
 	if err != nil {
 		return err
 	}
-	// Receipt times by Event UID (the scenarios' own events arrive too and
-	// are ignored: they were not created below).
+	// Receipt times by event_id (Event UID/resourceVersion: one per
+	// occurrence; the scenarios' own events arrive too and are ignored:
+	// they were not created below).
 	var recvMu sync.Mutex
 	recv := map[string]time.Time{}
 	var dups atomic.Int64
@@ -114,12 +123,12 @@ func (e *env) endToEnd() error {
 				continue
 			}
 			now := time.Now()
-			uid, _, _ := strings.Cut(ev.Platform.Metadata["eventpipe.event_id"], "/")
+			id := ev.Platform.Metadata["eventpipe.event_id"]
 			recvMu.Lock()
-			if _, ok := recv[uid]; ok {
+			if _, ok := recv[id]; ok {
 				dups.Add(1)
 			} else {
-				recv[uid] = now
+				recv[id] = now
 			}
 			recvMu.Unlock()
 		}
@@ -149,14 +158,15 @@ func (e *env) endToEnd() error {
 			}
 			now := time.Now()
 			folMu.Lock()
-			uid := m.GetOccurrence().GetEvent().GetUid()
-			fol[uid] = now
-			observed[uid] = m.GetOccurrence().GetObservedAt().AsTime()
+			id := m.GetOccurrence().GetEventId()
+			fol[id] = now
+			observed[id] = m.GetOccurrence().GetObservedAt().AsTime()
 			folMu.Unlock()
 		}
 	}()
 	var createdMu sync.Mutex
-	created := map[string]time.Time{} // Event UID -> create call return
+	created := map[string]time.Time{} // event_id -> create call return (load mode: the harness's watch receipt)
+	what := map[string]string{}       // load mode: event_id -> "writer reason kind"
 
 	kc, err := kubernetes.NewForConfig(cl.AdminConfig())
 	if err != nil {
@@ -165,7 +175,18 @@ func (e *env) endToEnd() error {
 	var total atomic.Int64
 	var wg sync.WaitGroup
 	stop := time.Now().Add(*e2eFor)
-	for wk := range *workers {
+	if *hollowNodes > 0 {
+		if err := hollowLoad(ctx, cl, kc, func(id string, at time.Time, w string) {
+			createdMu.Lock()
+			created[id] = at
+			what[id] = w
+			createdMu.Unlock()
+			total.Add(1)
+		}); err != nil {
+			return err
+		}
+	}
+	for wk := range creators {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -186,7 +207,7 @@ func (e *env) endToEnd() error {
 				}
 				done := time.Now()
 				createdMu.Lock()
-				created[string(out.UID)] = done
+				created[string(out.UID)+"/"+out.ResourceVersion] = done
 				createdMu.Unlock()
 				total.Add(1)
 			}
@@ -213,8 +234,13 @@ func (e *env) endToEnd() error {
 		time.Sleep(200 * time.Millisecond)
 		lat, missing = count()
 	}
-	fmt.Printf("e2e: %d Events created in %s (%.0f/s, %d workers), %d received by the gateway client, %d duplicates\n",
-		total.Load(), *e2eFor, rate, *workers, len(lat), dups.Load())
+	if *hollowNodes > 0 {
+		fmt.Printf("e2e: %d Event changes written by the kubelets, scheduler and controllers in %s (%.0f/s), %d received by the gateway client, %d duplicates\n",
+			total.Load(), *e2eFor, rate, len(lat), dups.Load())
+	} else {
+		fmt.Printf("e2e: %d Events created in %s (%.0f/s, %d workers), %d received by the gateway client, %d duplicates\n",
+			total.Load(), *e2eFor, rate, *workers, len(lat), dups.Load())
+	}
 	if len(missing) > 0 {
 		// Where were they lost: before the collector, or after it?
 		stored := map[string]bool{}
@@ -224,7 +250,7 @@ func (e *env) endToEnd() error {
 				break
 			}
 			for _, r := range recs {
-				stored[r.Occurrence.GetEvent().GetUid()] = true
+				stored[r.Occurrence.GetEventId()] = true
 				from = r.Offset + 1
 			}
 		}
@@ -235,8 +261,28 @@ func (e *env) endToEnd() error {
 			}
 		}
 		fmt.Printf("e2e: %d Events never reached the gateway client (%d of them are in the collector's log), e.g. %s\n", len(missing), atCollector, missing[0])
+		if len(what) > 0 {
+			byWhat := map[string]int{}
+			for _, id := range missing {
+				byWhat[what[id]]++
+			}
+			fmt.Printf("e2e: not at the gateway client, by writer, reason and object: %v\n", byWhat)
+		}
 	}
-	fmt.Printf("e2e latency (Event created -> gateway client): %s\n", summaryMS(lat))
+	from := "Event created"
+	if *hollowNodes > 0 {
+		from = "Event change seen by the harness's watch"
+	}
+	fmt.Printf("e2e latency (%s -> gateway client): %s\n", from, summaryMS(lat))
+	if len(what) > 0 {
+		byWhat := map[string]int{}
+		createdMu.Lock()
+		for _, w := range what {
+			byWhat[w]++
+		}
+		createdMu.Unlock()
+		fmt.Printf("e2e load: Event changes by writer, reason and object: %v\n", byWhat)
+	}
 	var toCol, toAgent, agentToCol, proxyLeg []time.Duration
 	recvMu.Lock()
 	folMu.Lock()
@@ -258,8 +304,8 @@ func (e *env) endToEnd() error {
 	}
 	folMu.Unlock()
 	recvMu.Unlock()
-	fmt.Printf("e2e part 1 (Event created -> collector Follow reader in process): %s\n", summaryMS(toCol))
-	fmt.Printf("e2e part 1a (Event created -> agent's watch receipt, observed_at): %s\n", summaryMS(toAgent))
+	fmt.Printf("e2e part 1 (%s -> collector Follow reader in process): %s\n", from, summaryMS(toCol))
+	fmt.Printf("e2e part 1a (%s -> agent's watch receipt, observed_at): %s\n", from, summaryMS(toAgent))
 	fmt.Printf("e2e part 1b (agent's watch receipt -> collector Follow reader: agent batch, ship, collector fsync, Follow): %s\n", summaryMS(agentToCol))
 	fmt.Printf("e2e part 2 (collector Follow reader -> gateway client, through the proxy): %s\n", summaryMS(proxyLeg))
 	fmt.Printf("e2e latency p99: %.1fms\n", float64(pct(lat, .99))/float64(time.Millisecond))

@@ -13,7 +13,8 @@
 //     RPC answers through it again;
 //   - e2e: Event creation in a real kube-apiserver to the gateway client's
 //     receipt, through the real agent and collector, at the apiserver's full
-//     create rate (-e2e-for; 0 skips it).
+//     create rate (-e2e-for; 0 skips it), or on Events written by hollow
+//     kubelets, kube-scheduler and the controllers (-hollow-nodes, hollow.go).
 //
 // See bench/gateway.md.
 //
