@@ -89,8 +89,12 @@ func New(cfg Config, restCfg *rest.Config, opts Options) (*Agent, error) {
 	}
 	a.ingest = eventpipev1.NewIngestClient(a.conn)
 	if cfg.Verify.Enabled {
-		// Anonymous: the agent reads no Secret, so it asks as anyone may.
-		if a.verifier, err = verify.New(cfg.Verify.Registry, verify.Options{Logger: log, Registerer: opts.Registerer}); err != nil {
+		// Anonymous unless the operator granted pull secrets by name.
+		vo := verify.Options{Logger: log, Registerer: opts.Registerer}
+		if len(cfg.Verify.PullSecrets) > 0 {
+			vo.Keychain = newSecretKeychain(a.kc, cfg.Verify.PullSecrets, log, m)
+		}
+		if a.verifier, err = verify.New(cfg.Verify.Registry, vo); err != nil {
 			return nil, err
 		}
 	}

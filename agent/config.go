@@ -43,8 +43,14 @@ type Config struct {
 type VerifyConfig struct {
 	Enabled bool `yaml:"enabled"`
 	// Registry bounds every check: timeout, cache, per-registry rate.
-	// The agent asks anonymously: it reads no Secret.
+	// The agent asks anonymously unless PullSecrets names Secrets.
 	Registry verify.Config `yaml:"registry"`
+	// PullSecrets are docker-config Secrets the operator granted the agent
+	// get on (the chart's Role names exactly these): a registry with an
+	// entry in one of them is asked with its credentials (the first listed
+	// wins), any other anonymously. Empty (the default): the agent reads
+	// no Secret.
+	PullSecrets []SecretRef `yaml:"pull_secrets"`
 	// PullFailures: every image-pull failure whose cause the registry can
 	// decide (not_found, unauthorized, not_found_or_unauthorized,
 	// rate_limited, platform_mismatch, unknown, unrecognised) is checked
@@ -82,8 +88,9 @@ type SupervisorCheckConfig struct {
 	// --gateway ID` finds them. Empty: gateway_id from the gateway's TOML
 	// file, else "openshell" (the chart's default).
 	GatewayID string `yaml:"gateway_id"`
-	// Interval between reads of the gateway workload (a change of the
-	// supervisor image is seen within it).
+	// Interval between reads of the gateway workload when it cannot be
+	// watched (the watch was refused) or after an error or an inconclusive
+	// answer. Otherwise a change is seen as the watch reports it.
 	Interval time.Duration `yaml:"interval"`
 }
 
@@ -471,11 +478,16 @@ func (c Config) Validate() error {
 			add("verify.platform", "must be os/arch[/variant], got %q", v.Platform)
 		}
 		atLeast("verify.queue", v.Queue, 1)
+		for i, ref := range v.PullSecrets {
+			if ref.Namespace == "" || ref.Name == "" {
+				add(fmt.Sprintf("verify.pull_secrets[%d]", i), "needs namespace and name, got %q/%q", ref.Namespace, ref.Name)
+			}
+		}
 		if !v.PullFailures && sc.Name == "" {
 			add("verify.enabled", "checks nothing: set verify.pull_failures or verify.supervisor.name")
 		}
-	} else if v.Supervisor.Name != "" || v.PullFailures {
-		add("verify.enabled", "must be true for verify.pull_failures or verify.supervisor (they ask registries)")
+	} else if v.Supervisor.Name != "" || v.PullFailures || len(v.PullSecrets) > 0 {
+		add("verify.enabled", "must be true for verify.pull_failures, verify.supervisor or verify.pull_secrets (they ask registries)")
 	}
 
 	ec := c.Enrich

@@ -88,13 +88,19 @@ func newKubeClient(cfg *rest.Config) (*kubeClient, error) {
 type apiResource struct {
 	group, version, resource string
 	json                     bool
+	// namespace narrows the path to one namespace ("" all).
+	namespace string
 }
 
 func (r apiResource) path() string {
-	if r.group == "" {
-		return "/api/" + r.version + "/" + r.resource
+	ns := ""
+	if r.namespace != "" {
+		ns = "/namespaces/" + url.PathEscape(r.namespace)
 	}
-	return "/apis/" + r.group + "/" + r.version + "/" + r.resource
+	if r.group == "" {
+		return "/api/" + r.version + ns + "/" + r.resource
+	}
+	return "/apis/" + r.group + "/" + r.version + ns + "/" + r.resource
 }
 
 func (r apiResource) String() string {
@@ -121,6 +127,9 @@ type listOptions struct {
 	sendInitialEvents    bool
 	allowBookmarks       bool
 	timeoutSeconds       int64
+	// fieldSelector narrows a LIST or WATCH ("metadata.name=x": one
+	// object, which RBAC then authorizes by resourceNames).
+	fieldSelector string
 }
 
 func (o listOptions) query() url.Values {
@@ -148,6 +157,9 @@ func (o listOptions) query() url.Values {
 	}
 	if o.timeoutSeconds > 0 {
 		q.Set("timeoutSeconds", strconv.FormatInt(o.timeoutSeconds, 10))
+	}
+	if o.fieldSelector != "" {
+		q.Set("fieldSelector", o.fieldSelector)
 	}
 	return q
 }

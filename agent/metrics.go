@@ -42,6 +42,8 @@ type metrics struct {
 	// registry checks of pull failures (verify.pull_failures)
 	verifyApplied *prometheus.CounterVec
 	verifyDropped prometheus.Counter
+	// verifyPullSecretErrors: reads of a granted pull secret that failed.
+	verifyPullSecretErrors prometheus.Counter
 	// cluster-context rules (pullcontext.go)
 	contextApplied prometheus.Counter
 	deadLetters    *prometheus.CounterVec // reason
@@ -140,8 +142,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 		verifyApplied: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "eventpipe_agent_verify_applied_total",
-			Help: "Pull-failure diagnoses a registry answer upgraded (decided_by registry), by how: cached (in place, on the event path) or update (an update occurrence after the check).",
+			Help: "Pull-failure diagnoses a registry answer upgraded (decided_by registry), by how: cached (a fresh answer, in place, on the event path), kept (the last conclusive answer, in place, while the image is asked again) or update (an update occurrence after the check).",
 		}, []string{"how"}),
+		verifyPullSecretErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "eventpipe_agent_verify_pull_secret_errors_total",
+			Help: "Reads of a pull secret granted for registry checks (verify.pull_secrets) that failed: forbidden, missing, or not a docker config. The secret's last credentials stay in use.",
+		}),
 		contextApplied: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "eventpipe_agent_context_applied_total",
 			Help: "Pull-failure diagnoses a cluster-context rule changed (decided_by cluster_context), e.g. a pod's missing image pull secret.",
@@ -169,7 +175,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, r := range []string{"acked", "resent", "refused"} {
 		m.batches.WithLabelValues(r)
 	}
-	for _, h := range []string{"cached", "update"} {
+	for _, h := range []string{"cached", "kept", "update"} {
 		m.verifyApplied.WithLabelValues(h)
 	}
 	for _, r := range []string{"stored", "duplicate", "rejected"} {
@@ -190,7 +196,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		for _, c := range []prometheus.Collector{m.watchEvents, m.occurrences, m.attributed, m.unattributed, m.skipped, m.held,
 			m.lateBound, m.holdExpired, m.holdOverflow, m.relists, m.expired, m.watchErrors, m.apiRequests,
 			m.cursorAge, m.shipLatency, m.batches, m.acked, m.shipErrors, m.queueLength, m.leader,
-			m.cacheObjects, m.diagnoseDropped, m.deletionDropped, m.conditionDropped, m.supervisorBad, m.supervisorErrors, m.verifyApplied, m.verifyDropped, m.contextApplied, m.deadLetters, m.resent} {
+			m.cacheObjects, m.diagnoseDropped, m.deletionDropped, m.conditionDropped, m.supervisorBad, m.supervisorErrors, m.verifyApplied, m.verifyDropped, m.verifyPullSecretErrors, m.contextApplied, m.deadLetters, m.resent} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("register agent metrics: %w", err)
 			}

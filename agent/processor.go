@@ -56,7 +56,7 @@ func newProcessor(cfg Config, in *itemQueue, c *caches, enr *enrich.Enricher, sh
 	return &processor{
 		cfg: cfg, in: in, caches: c, enr: enr, shipper: sh, log: log, m: m, now: time.Now,
 		seen:    newFingerprints(cfg.Watch.FingerprintCapacity),
-		context: newPullContext(),
+		context: newPullContext(podPullSecrets(c)),
 		cursor:  cursorTracker{safe: startRV},
 		sentRV:  startRV,
 	}
@@ -257,6 +257,21 @@ func (p *processor) diagnose(ctx context.Context, key objKey) bool {
 		}
 	}
 	return true
+}
+
+// podPullSecrets looks a cached pod's imagePullSecrets names up for the
+// cluster-context rules (nil without caches).
+func podPullSecrets(c *caches) func(namespace, name string) ([]string, bool) {
+	if c == nil {
+		return nil
+	}
+	return func(namespace, name string) ([]string, bool) {
+		co, ok := c.pods.store.get(objKey{namespace, name})
+		if !ok || co.pod == nil {
+			return nil, false
+		}
+		return co.pod.PullSecrets, true
+	}
 }
 
 // sourceDeletion is the occurrences metric's source label of deletion

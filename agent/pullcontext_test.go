@@ -6,11 +6,14 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
+	"github.com/eventpipe/eventpipe/testenv/kube"
 )
 
 const missingSecretMsg = "Unable to retrieve some image pull secrets (regcred); attempting to pull the image may not succeed."
@@ -39,7 +42,7 @@ func TestPullContextMissingSecret(t *testing.T) {
 		{"warning too old", fail("a", eventpipev1.CategoryNotFoundOrUnauthorized, eventpipev1.DecidedByTextRule), pullContextTTL + time.Second, ""},
 	}
 	for _, c := range cases {
-		pc := newPullContext()
+		pc := newPullContext(nil)
 		pc.apply(warn, t0)
 		before := c.o.GetPullFailure().GetCategory()
 		changed := pc.apply(c.o, t0.Add(c.at))
@@ -63,14 +66,8 @@ func TestPullContextMissingSecret(t *testing.T) {
 // too (rule "pulled elsewhere"), naming who pulled it.
 func TestMissingPullSecretOnRealAPIServer(t *testing.T) {
 	ctx := context.Background()
-	admin, err := kubernetes.NewForConfig(cluster.AdminConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
 	ns := "pull-context"
-	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	admin := testNamespace(t, ns)
 	image := "registry.example/acme/private:1.0"
 	pod, err := admin.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "app"},
 		Spec: corev1.PodSpec{ImagePullSecrets: []corev1.LocalObjectReference{{Name: "regcred"}},
@@ -182,7 +179,7 @@ func TestPullContextPulledElsewhere(t *testing.T) {
 		{"pulled too long ago", pulled("other", ok, img), fail("app", eventpipev1.CategoryNotFoundOrUnauthorized), pulledTTL + time.Second, false},
 	}
 	for _, c := range cases {
-		pc := newPullContext()
+		pc := newPullContext(nil)
 		pc.apply(c.before, t0)
 		changed := pc.apply(c.o, t0.Add(c.at))
 		pf := c.o.GetPullFailure()
@@ -213,4 +210,143 @@ func kubeletEvent(t *testing.T, admin kubernetes.Interface, pod *corev1.Pod, nam
 func accessDenied(image string) string {
 	return `Failed to pull image "` + image + `": rpc error: code = Unknown desc = failed to pull and unpack image "` + image +
 		`": failed to resolve reference "` + image + `": pull access denied, repository does not exist or may require authorization: server message: insufficient_scope: authorization failed`
+}
+
+func TestPullContextSecretsSent(t *testing.T) {
+	t0 := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
+	secrets := map[string][]string{"ns/none": nil, "ns/sends": {"regcred", "mirror"}, "ns/missing": {"regcred"}}
+	lookup := func(ns, name string) ([]string, bool) {
+		s, ok := secrets[ns+"/"+name]
+		return s, ok
+	}
+	fail := func(pod, cat, by string) *eventpipev1.Occurrence {
+		return &eventpipev1.Occurrence{Reason: "Failed", InvolvedObject: &eventpipev1.ObjectRef{Kind: "Pod", Namespace: "ns", Name: pod},
+			PullFailure: &eventpipev1.PullFailure{Category: cat, DecidedBy: by, Confidence: eventpipev1.ConfidenceLikely, Detail: "pull access denied"}}
+	}
+	const ambiguous, text = eventpipev1.CategoryNotFoundOrUnauthorized, eventpipev1.DecidedByTextRule
+	cases := []struct {
+		name string
+		o    *eventpipev1.Occurrence
+		want string // category after; "" unchanged
+		says string // in the detail
+	}{
+		{"no pull secret: anonymous", fail("none", ambiguous, text), eventpipev1.CategoryUnauthorized, "names no imagePullSecrets"},
+		{"pull secrets sent", fail("sends", ambiguous, text), eventpipev1.CategoryNotFound, "sent the pod's image pull secret(s) regcred, mirror"},
+		{"a secret the kubelet could not read", fail("missing", ambiguous, text), eventpipev1.CategoryUnauthorized, "could not retrieve the pod's image pull secret(s) regcred"},
+		{"pod not cached", fail("gone", ambiguous, text), "", ""},
+		{"unrecognised stays", fail("none", eventpipev1.CategoryUnrecognised, text), "", ""},
+		{"unknown stays", fail("sends", eventpipev1.CategoryUnknown, text), "", ""},
+		{"words that decide", fail("sends", eventpipev1.CategoryUnauthorized, text), "", ""},
+		{"decided by the registry", fail("none", ambiguous, eventpipev1.DecidedByRegistry), "", ""},
+	}
+	for _, c := range cases {
+		pc := newPullContext(lookup)
+		pc.apply(&eventpipev1.Occurrence{Reason: reasonMissingPullSecret, Message: missingSecretMsg,
+			InvolvedObject: &eventpipev1.ObjectRef{Kind: "Pod", Namespace: "ns", Name: "missing"}}, t0)
+		before := proto.Clone(c.o.GetPullFailure()).(*eventpipev1.PullFailure)
+		changed := pc.apply(c.o, t0.Add(time.Minute))
+		pf := c.o.GetPullFailure()
+		switch {
+		case c.want == "" && (changed || !proto.Equal(pf, before)):
+			t.Errorf("%s: changed to %v", c.name, pf)
+		case c.want != "" && (!changed || pf.GetCategory() != c.want || pf.GetDecidedBy() != eventpipev1.DecidedByClusterContext ||
+			pf.GetConfidence() != eventpipev1.ConfidenceLikely || !strings.Contains(pf.GetDetail(), c.says) || !strings.HasPrefix(pf.GetDetail(), "pull access denied; ")):
+			t.Errorf("%s: changed %v to %v", c.name, changed, pf)
+		}
+	}
+}
+
+func TestPullContextNodes(t *testing.T) {
+	t0 := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
+	img := "registry.example/acme/app:1.0"
+	fail := func(node, cat string) *eventpipev1.Occurrence {
+		return &eventpipev1.Occurrence{Reason: "Failed", ReportingInstance: node, InvolvedObject: &eventpipev1.ObjectRef{Kind: "Pod", Namespace: "ns", Name: "on-" + node},
+			PullFailure: &eventpipev1.PullFailure{Category: cat, Image: img, DecidedBy: eventpipev1.DecidedByTextRule, Confidence: eventpipev1.ConfidenceCertain, Detail: "dial tcp: lookup registry.example: no such host"}}
+	}
+	pulled := func(node string) *eventpipev1.Occurrence {
+		return &eventpipev1.Occurrence{Reason: "Pulled", Image: img, ReportingInstance: node, InvolvedObject: &eventpipev1.ObjectRef{Kind: "Pod", Namespace: "ns", Name: "on-" + node},
+			Message: `Successfully pulled image "` + img + `" in 1.2s (1.2s including waiting). Image size: 1000 bytes.`}
+	}
+	type step struct {
+		o  *eventpipev1.Occurrence
+		at time.Duration
+	}
+	const dns, timeout = eventpipev1.CategoryRegistryUnreachable, eventpipev1.CategoryTimeout
+	cases := []struct {
+		name  string
+		steps []step // the last one is judged
+		says  string // in its detail; "" unchanged
+	}{
+		{"one node, nothing else known", []step{{fail("node-1", dns), 0}}, ""},
+		{"two nodes fail the same way", []step{{fail("node-1", dns), 0}, {fail("node-2", dns), time.Minute}},
+			"fails the same way on 2 nodes (node-1, node-2) and no node pulled it: the cause is the registry's"},
+		{"the same node twice", []step{{fail("node-1", dns), 0}, {fail("node-1", dns), time.Minute}}, ""},
+		{"another node pulled it", []step{{pulled("node-2"), 0}, {fail("node-1", dns), time.Minute}},
+			"node node-2 pulled the same image at 2026-12-04T12:00:00Z, so the registry serves it: the cause is local to node node-1"},
+		{"pulled on the failing node itself", []step{{pulled("node-1"), 0}, {fail("node-1", dns), time.Minute}}, ""},
+		{"pulled elsewhere too long ago", []step{{pulled("node-2"), 0}, {fail("node-1", dns), pulledTTL + time.Second}}, ""},
+		{"another cause on the other node", []step{{fail("node-1", timeout), 0}, {fail("node-2", dns), time.Minute}}, ""},
+		{"the other node's failure too old", []step{{fail("node-1", dns), 0}, {fail("node-2", dns), pullContextTTL + time.Second}}, ""},
+		{"not on the way to the registry", []step{{fail("node-1", eventpipev1.CategoryNotFound), 0}, {fail("node-2", eventpipev1.CategoryNotFound), time.Minute}}, ""},
+		{"unrecognised stays", []step{{fail("node-1", eventpipev1.CategoryUnrecognised), 0}, {fail("node-2", eventpipev1.CategoryUnrecognised), time.Minute}}, ""},
+		{"no node named", []step{{fail("node-1", dns), 0}, {fail("", dns), time.Minute}}, ""},
+	}
+	for _, c := range cases {
+		pc := newPullContext(nil)
+		var changed bool
+		for _, s := range c.steps {
+			changed = pc.apply(s.o, t0.Add(s.at))
+		}
+		last := c.steps[len(c.steps)-1].o.GetPullFailure()
+		switch {
+		case c.says == "" && (changed || last.GetDecidedBy() != eventpipev1.DecidedByTextRule):
+			t.Errorf("%s: changed to %v", c.name, last)
+		case c.says != "" && (!changed || last.GetCategory() != dns || last.GetDecidedBy() != eventpipev1.DecidedByClusterContext ||
+			last.GetConfidence() != eventpipev1.ConfidenceLikely || !strings.Contains(last.GetDetail(), c.says)):
+			t.Errorf("%s: changed %v to %v", c.name, changed, last)
+		}
+	}
+}
+
+// testNamespace creates namespace ns on the test cluster and returns an
+// admin client.
+func testNamespace(t *testing.T, ns string) kubernetes.Interface {
+	t.Helper()
+	admin, err := kubernetes.NewForConfig(cluster.AdminConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return admin
+}
+
+// createPod creates pod in ns and deletes it (no grace) when the test ends.
+func createPod(t *testing.T, admin kubernetes.Interface, ns string, pod *corev1.Pod) *corev1.Pod {
+	t.Helper()
+	ctx := context.Background()
+	p, err := admin.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		zero := int64(0)
+		_ = admin.CoreV1().Pods(ns).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+	})
+	return p
+}
+
+// grantAgent binds the agent's service account to a Role name of rules in ns.
+func grantAgent(t *testing.T, admin kubernetes.Interface, ns, name string, rules []rbacv1.PolicyRule) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := admin.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: rules}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: name},
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "eventpipe-agent", Namespace: kube.AgentNamespace}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 }

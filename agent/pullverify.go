@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"slices"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
@@ -47,8 +48,9 @@ func newPullVerifier(v *verify.Verifier, cfg VerifyConfig, log *slog.Logger, m *
 }
 
 // annotate runs on the processor goroutine and never blocks: a fresh cached
-// answer upgrades o's diagnosis in place; otherwise o's image is queued
-// for a check once (overflow counted).
+// answer upgrades o's diagnosis in place; otherwise the last conclusive
+// answer does (marked as being asked again) and o's image is queued for a
+// check once (overflow counted).
 func (pv *pullVerifier) annotate(o *eventpipev1.Occurrence) {
 	pf := o.GetPullFailure()
 	if pf == nil || pf.GetImage() == "" || pf.GetDecidedBy() == eventpipev1.DecidedByRegistry || !slices.Contains(verifiable, pf.GetCategory()) {
@@ -62,10 +64,18 @@ func (pv *pullVerifier) annotate(o *eventpipev1.Occurrence) {
 			drained = true
 		}
 	}
-	if r, ok := pv.v.Cached(pf.GetImage(), pv.platform); ok {
-		if r.Apply(pf) {
-			pv.m.verifyApplied.WithLabelValues("cached").Inc()
-		}
+	r, fresh := pv.v.Cached(pf.GetImage(), pv.platform)
+	if fresh && r.Apply(pf) {
+		pv.m.verifyApplied.WithLabelValues("cached").Inc()
+		return
+	}
+	// No fresh conclusive answer: the last one stands until a new one
+	// replaces it, rather than the text cause for the moment in between.
+	if last, ok := pv.v.LastVerified(pf.GetImage(), pv.platform); ok && last.Apply(pf) {
+		pf.Detail += "; the registry's answer of " + last.CheckedAt.UTC().Format(time.RFC3339) + ", being asked again"
+		pv.m.verifyApplied.WithLabelValues("kept").Inc()
+	}
+	if fresh {
 		return
 	}
 	if pv.queued[pf.GetImage()] {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"sync"
 	"time"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -16,10 +17,14 @@ import (
 
 // supervisorChecker verifies the OpenShell gateway's supervisor image
 // (verify.supervisor) before a sandbox needs it: it reads the gateway's
-// Deployment or StatefulSet every interval (one GET, and one of its
-// ConfigMap when the image is set in the gateway's TOML file), and asks the
+// Deployment or StatefulSet (one GET, and one of its ConfigMap when the
+// image is set in the gateway's TOML file), then watches exactly those
+// objects (a watch each, fieldSelector metadata.name, from the
+// resourceVersion read) and reads again when one changes. It asks the
 // registry at start, whenever the resolved image changes, and again once
-// the last answer is older than verify.registry.cache_ttl. When the
+// the last answer is older than verify.registry.cache_ttl. After an error,
+// an inconclusive answer or a refused watch it reads again every
+// verify.supervisor.interval instead. When the
 // answer changes it hands the processor a supervisor-check occurrence
 // (eventpipev1.IsSupervisorCheck), and it keeps
 // eventpipe_agent_supervisor_image_bad at 1 while the registry says the
@@ -39,25 +44,98 @@ type supervisorChecker struct {
 	lastAns   string
 	lastAt    time.Time
 	lastErr   string
+	// targets are the objects the last resolve read, watched until one
+	// changes; retry is set when the last round needs another soon (an
+	// error or an inconclusive answer).
+	targets  []watchTarget
+	retry    bool
+	watchErr string
+}
+
+// watchTarget is one object the supervisor image was read from.
+type watchTarget struct {
+	res  apiResource
+	name string
+	rv   string
 }
 
 func (s *supervisorChecker) run(ctx context.Context) error {
-	t := time.NewTicker(s.cfg.Interval)
-	defer t.Stop()
 	for {
-		if !s.once(ctx) {
+		if !s.once(ctx) || !s.wait(ctx) {
 			return nil
 		}
+	}
+}
+
+// wait blocks until the next round is due: a change of a watched object,
+// the last answer's TTL, or verify.supervisor.interval when the round
+// needs a retry or nothing can be watched. false when ctx ended.
+func (s *supervisorChecker) wait(ctx context.Context) bool {
+	d := s.cfg.Interval
+	if !s.retry && !s.lastAt.IsZero() && len(s.targets) > 0 {
+		d = max(s.lastAt.Add(s.ttl).Sub(s.now()), 0)
+	}
+	wctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	if s.retry || len(s.targets) == 0 {
+		<-wctx.Done()
+		return ctx.Err() == nil
+	}
+	start := time.Now()
+	refused := make(chan error, len(s.targets))
+	var wg sync.WaitGroup
+	for _, tg := range s.targets {
+		wg.Go(func() {
+			if err := s.watchOne(wctx, tg); err != nil {
+				refused <- err
+			}
+			cancel() // a change, the server ended the watch, or it was refused: read again
+		})
+	}
+	wg.Wait()
+	close(refused)
+	if err := <-refused; err != nil && ctx.Err() == nil {
+		if msg := err.Error(); msg != s.watchErr {
+			s.watchErr = msg
+			s.log.Warn("supervisor image check: cannot watch the gateway's objects; reading them every verify.supervisor.interval instead", "err", err)
+		}
+		s.retry = true
+	}
+	// At most one round a second, whatever the watches do (a rollout
+	// changes the workload several times in a row).
+	if rest := time.Second - time.Since(start); rest > 0 && ctx.Err() == nil {
+		t := time.NewTimer(rest)
+		defer t.Stop()
 		select {
 		case <-ctx.Done():
-			return nil
 		case <-t.C:
+		}
+	}
+	return ctx.Err() == nil
+}
+
+// watchOne returns nil when tg changed or the server ended the watch (or
+// ctx ended), the error when the watch was refused.
+func (s *supervisorChecker) watchOne(ctx context.Context, tg watchTarget) error {
+	st, err := s.kc.watch(ctx, tg.res, listOptions{resourceVersion: tg.rv, fieldSelector: "metadata.name=" + tg.name})
+	if err != nil {
+		if ctx.Err() != nil || isExpired(err) { // Gone: a new read has a newer resourceVersion
+			return nil
+		}
+		return fmt.Errorf("watch %s %s: %w", tg.res, tg.name, err)
+	}
+	defer st.close()
+	for {
+		typ, _, err := st.next()
+		if err != nil || typ != watchBookmark {
+			return nil
 		}
 	}
 }
 
 // once reads, resolves and (when due) verifies; false when ctx ended.
 func (s *supervisorChecker) once(ctx context.Context) bool {
+	s.retry = true // until this round ends with an answer
 	img, err := s.resolve(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -73,6 +151,7 @@ func (s *supervisorChecker) once(ctx context.Context) bool {
 	s.lastErr = ""
 	now := s.now()
 	if img.Image == s.lastImage && now.Sub(s.lastAt) < s.ttl {
+		s.retry = false
 		return true
 	}
 	r := s.v.Check(ctx, img.Image, s.platform)
@@ -85,6 +164,7 @@ func (s *supervisorChecker) once(ctx context.Context) bool {
 		s.log.Warn("supervisor image check: the registry gave no answer", "image", img.Image, "answer", r.Answer, "detail", r.Detail)
 		return true
 	}
+	s.retry = false
 	bad := r.Conclusive()
 	if bad {
 		s.m.supervisorBad.Set(1)
@@ -118,21 +198,25 @@ func (s *supervisorChecker) resolve(ctx context.Context) (supervisorImage, error
 	}
 	var raw []byte
 	var err error
+	var res apiResource
 	for _, k := range kinds {
-		plural := "statefulsets"
+		res = apiResource{group: "apps", version: "v1", resource: "statefulsets", namespace: s.cfg.Namespace, json: true}
 		if k == "Deployment" {
-			plural = "deployments"
+			res.resource = "deployments"
 		}
-		raw, err = s.kc.getJSON(ctx, "/apis/apps/v1/namespaces/"+url.PathEscape(s.cfg.Namespace)+"/"+plural+"/"+url.PathEscape(s.cfg.Name))
+		raw, err = s.kc.getJSON(ctx, res.path()+"/"+url.PathEscape(s.cfg.Name))
 		if err == nil || !isNotFound(err) {
 			break
 		}
 	}
+	s.targets = s.targets[:0]
 	if err != nil {
 		return supervisorImage{}, fmt.Errorf("read gateway workload %s/%s: %w", s.cfg.Namespace, s.cfg.Name, err)
 	}
-	return resolveSupervisor(raw, s.cfg.Container, func(name string) (map[string]string, error) {
-		b, err := s.kc.getJSON(ctx, "/api/v1/namespaces/"+url.PathEscape(s.cfg.Namespace)+"/configmaps/"+url.PathEscape(name))
+	targets := []watchTarget{{res: res, name: s.cfg.Name, rv: resourceVersionOf(raw)}}
+	img, err := resolveSupervisor(raw, s.cfg.Container, func(name string) (map[string]string, error) {
+		cmRes := apiResource{version: "v1", resource: "configmaps", namespace: s.cfg.Namespace, json: true}
+		b, err := s.kc.getJSON(ctx, cmRes.path()+"/"+url.PathEscape(name))
 		if err != nil {
 			return nil, err
 		}
@@ -142,8 +226,25 @@ func (s *supervisorChecker) resolve(ctx context.Context) (supervisorImage, error
 		if err := json.Unmarshal(b, &cm); err != nil {
 			return nil, fmt.Errorf("decode ConfigMap %s: %w", name, err)
 		}
+		targets = append(targets, watchTarget{res: cmRes, name: name, rv: resourceVersionOf(b)})
 		return cm.Data, nil
 	})
+	if err == nil {
+		s.targets = targets
+	}
+	return img, err
+}
+
+// resourceVersionOf reads metadata.resourceVersion of an object's JSON
+// ("" when absent: the watch then starts from the API server's newest).
+func resourceVersionOf(raw []byte) string {
+	var o struct {
+		Metadata struct {
+			ResourceVersion string `json:"resourceVersion"`
+		} `json:"metadata"`
+	}
+	_ = json.Unmarshal(raw, &o)
+	return o.Metadata.ResourceVersion
 }
 
 // occurrence is the supervisor-check occurrence for one answer.

@@ -12,11 +12,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
 	"github.com/eventpipe/eventpipe/enrich/verify/registrytest"
-	"github.com/eventpipe/eventpipe/testenv/kube"
 )
 
 // TestSupervisorImageCheckBeforeAnySandbox: an OpenShell gateway
@@ -28,8 +26,21 @@ import (
 // by the registry, naming the tags that do exist) and raises
 // eventpipe_agent_supervisor_image_bad. When the operator fixes the tag,
 // the change is seen within verify.supervisor.interval: a
-// SupervisorImageVerified occurrence, and the gauge drops to 0.
+// SupervisorImageVerified occurrence, and the gauge drops to 0. The
+// change is seen through the watch on that one StatefulSet: the polling
+// interval is ten minutes, the wait one.
 func TestSupervisorImageCheckBeforeAnySandbox(t *testing.T) {
+	t.Run("watched", func(t *testing.T) {
+		supervisorScenario(t, "openshell-supcheck", []string{"get", "list", "watch"}, 10*time.Minute)
+	})
+	// An older chart's Role grants get only: the watch is refused and the
+	// check reads the workload every interval instead.
+	t.Run("watch refused", func(t *testing.T) {
+		supervisorScenario(t, "openshell-supcheck-get", []string{"get"}, 300*time.Millisecond)
+	})
+}
+
+func supervisorScenario(t *testing.T, ns string, verbs []string, interval time.Duration) {
 	ctx := context.Background()
 	// The registry: go-containerregistry's in-process one (behind token
 	// auth, asked anonymously), holding the supervisor at 0.0.36 only.
@@ -38,31 +49,15 @@ func TestSupervisorImageCheckBeforeAnySandbox(t *testing.T) {
 	reg.Push(t, "nvidia/openshell/supervisor:0.0.36", registrytest.ImageFor(t, "linux", "amd64"))
 	repo := reg.Host + "/nvidia/openshell/supervisor"
 
-	admin, err := kubernetes.NewForConfig(cluster.AdminConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns := "openshell-supcheck"
-	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	admin := testNamespace(t, ns)
 	t.Cleanup(func() { _ = admin.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}) })
 	// What the chart grants with agent.verify.supervisor set
-	// (templates/agent-rbac.yaml): get of that one workload and its config.
-	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "eventpipe-agent-supervisor-check", Namespace: ns},
-		Rules: []rbacv1.PolicyRule{
-			{APIGroups: []string{"apps"}, Resources: []string{"statefulsets", "deployments"}, ResourceNames: []string{"openshell"}, Verbs: []string{"get"}},
-			{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{"openshell-config"}, Verbs: []string{"get"}},
-		}}
-	if _, err := admin.RbacV1().Roles(ns).Create(ctx, role, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := admin.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: role.Name, Namespace: ns},
-		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: role.Name},
-		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "eventpipe-agent", Namespace: kube.AgentNamespace}},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	// (templates/agent-rbac.yaml): get, list and watch of that one workload
+	// and its config, by name.
+	grantAgent(t, admin, ns, "eventpipe-agent-supervisor-check", []rbacv1.PolicyRule{
+		{APIGroups: []string{"apps"}, Resources: []string{"statefulsets", "deployments"}, ResourceNames: []string{"openshell"}, Verbs: verbs},
+		{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{"openshell-config"}, Verbs: verbs},
+	})
 	// The gateway, as OpenShell's chart renders it with
 	// supervisor.image.tag overridden the old way (env).
 	labels := map[string]string{"app.kubernetes.io/name": "openshell"}
@@ -74,7 +69,8 @@ func TestSupervisorImageCheckBeforeAnySandbox(t *testing.T) {
 				Args: []string{"--config", "/etc/openshell/gateway.toml"},
 				Env:  []corev1.EnvVar{{Name: "OPENSHELL_SUPERVISOR_IMAGE", Value: bad}},
 			}}}}}}
-	if sts, err = admin.AppsV1().StatefulSets(ns).Create(ctx, sts, metav1.CreateOptions{}); err != nil {
+	sts, err := admin.AppsV1().StatefulSets(ns).Create(ctx, sts, metav1.CreateOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
 
@@ -82,7 +78,7 @@ func TestSupervisorImageCheckBeforeAnySandbox(t *testing.T) {
 	cfg := testConfig("supcheck", col.addr())
 	cfg.Verify.Enabled = true
 	cfg.Verify.Supervisor = SupervisorCheckConfig{Namespace: ns, Name: "openshell", Container: "openshell-gateway",
-		GatewayID: "gw-supcheck", Interval: 300 * time.Millisecond}
+		GatewayID: "gw-supcheck", Interval: interval}
 	ra := startAgent(t, cfg)
 
 	checks := func() []*eventpipev1.Occurrence {
@@ -127,8 +123,8 @@ func TestSupervisorImageCheckBeforeAnySandbox(t *testing.T) {
 	if err != nil || len(pods.Items) != 0 {
 		t.Fatalf("the scenario has no sandbox: %d pods, %v", len(pods.Items), err)
 	}
-	// The same answer is not shipped again every interval.
-	time.Sleep(4 * cfg.Verify.Supervisor.Interval)
+	// The same answer is not shipped again.
+	time.Sleep(2 * time.Second)
 	if n := len(checks()); n != 1 {
 		t.Errorf("%d check occurrences for one unchanged answer", n)
 	}

@@ -73,8 +73,9 @@ func TestConfigFiles(t *testing.T) {
 			"verify.supervisor.interval: must be positive, got 0s",
 			`verify.platform: must be os/arch[/variant], got "amd64"`,
 			"verify.queue: must be at least 1, got 0",
+			`verify.pull_secrets[1]: needs namespace and name, got ""/"mirror-cred"`,
 		},
-		"verify-off.bad.yaml": {"verify.enabled: must be true for verify.pull_failures or verify.supervisor (they ask registries)"},
+		"verify-off.bad.yaml": {"verify.enabled: must be true for verify.pull_failures, verify.supervisor or verify.pull_secrets (they ask registries)"},
 		"addresses.bad.yaml": {
 			`collector.address: "256.1.1.1:7070": host "256.1.1.1" is not a valid IPv4 address`,
 			`http.listen: ":99999": port 99999 is out of range 0-65535`,

@@ -306,7 +306,10 @@ var rules = []rule{
 		// GHCR's anonymous refusal as containerd 2 appends it to the status
 		// ("403 Forbidden\ndenied: denied").
 		"denied: denied",
-	}, certain},
+		// likely, not certain: the category is two-sided by definition, so
+		// the words cannot settle which side the user must act on; the
+		// agent's cluster context or a registry check can.
+	}, likely},
 	// A credential the registry was given and refused, and the kubelet's
 	// own check of the pod's credentials: certain.
 	{eventpipev1.CategoryUnauthorized, []string{

@@ -100,6 +100,12 @@ type Pod struct {
 	NodeName   string
 	Phase      string
 	Containers []Container
+	// PullSecrets are the names in spec.imagePullSecrets, the only
+	// credentials the kubelet sends for the pod's pulls besides the node's
+	// own (ServiceAccount admission copies the service account's there when
+	// the pod names none). enrich does not read them; the agent's
+	// cluster-context rules do. nil when the pod names none.
+	PullSecrets []string
 }
 
 // PVC is the subset of a PersistentVolumeClaim enrich reads.

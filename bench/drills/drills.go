@@ -106,12 +106,13 @@ func segments(storeDir string) ([]string, error) {
 	return segs, err
 }
 
-// frames returns the byte position of every frame of a version 2 segment
-// (collector/wal/FORMAT.md: a 16-byte header, then frames of a 16-byte
-// header and a payload whose length is bits 0..30 of the first word).
+// frames returns the byte position of every frame of a version 2 or 4
+// segment (collector/wal/FORMAT.md: a 16-byte header, then frames of a
+// 16-byte header and a payload whose length is bits 0..30 of the first
+// word; version 4 holds the same frames).
 func frames(seg []byte) ([]int, error) {
-	if len(seg) < 16 || string(seg[:4]) != "EPWL" || seg[4] != 2 {
-		return nil, fmt.Errorf("not a version 2 segment")
+	if len(seg) < 16 || string(seg[:4]) != "EPWL" || seg[4] != 2 && seg[4] != 4 {
+		return nil, fmt.Errorf("not a version 2 or 4 segment")
 	}
 	var out []int
 	for pos := 16; pos+16 <= len(seg); {

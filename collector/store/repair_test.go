@@ -244,26 +244,35 @@ func TestCheckpointDoesNotCoverATornRecord(t *testing.T) {
 	}
 }
 
+// sealedLog writes 200 occurrences (offsets 1..200, in batches of 10) into
+// 8 KiB segments of a store configured by cfg (whose SegmentBytes it sets),
+// closes it and returns the segment files, oldest first: several of them,
+// so that all but the last are sealed.
+func sealedLog(t *testing.T, cfg *Config) []string {
+	t.Helper()
+	cfg.SegmentBytes = 8 << 10
+	s := mustOpen(t, *cfg, options{})
+	for b := range 20 {
+		if _, err := s.Append(context.Background(), "c", "events", "", occs(b*10, 10)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.Close()
+	segs, _ := filepath.Glob(filepath.Join(cfg.Dir, "log", "*.seg"))
+	if len(segs) < 4 {
+		t.Fatalf("want several segments, got %d", len(segs))
+	}
+	return segs
+}
+
 // A damaged record in an older (sealed) segment, read while the store
 // opens (the dedupe index is rebuilt from the segments inside the window):
 // the start is refused; accepted, that record only is lost, and the segment
 // is rewritten so the next start (without accepting) is clean.
 func TestSealedSegmentDamageRefusedThenRepairedOnce(t *testing.T) {
-	dir := t.TempDir()
-	cfg := testConfig(dir)
-	cfg.SegmentBytes = 8 << 10
+	cfg := testConfig(t.TempDir())
 	ctx := context.Background()
-	s := mustOpen(t, cfg, options{})
-	for b := range 20 {
-		if _, err := s.Append(ctx, "c", "events", "", occs(b*10, 10)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	s.Close()
-	segs, _ := filepath.Glob(filepath.Join(dir, "log", "*.seg"))
-	if len(segs) < 3 {
-		t.Fatalf("want several segments, got %d", len(segs))
-	}
+	segs := sealedLog(t, &cfg)
 	b, _ := os.ReadFile(segs[0])
 	at := bytes.Index(b, []byte(occ(3).GetEventId()))
 	b[at+2] ^= 0x20

@@ -23,7 +23,14 @@
 //   - Offsets are never handed out twice: offsets a repair dropped, or that
 //     a consumer committed beyond the log's end (Options.AckedThrough), are
 //     skipped (Bounds counts them, readers step over them, LastRecord is the
-//     newest record).
+//     newest record). The skipped offsets are a gap segment of their own
+//     (a header marked as a gap, no frame), written where the repair makes
+//     them.
+//   - Every other sealed segment ends right before the next one starts
+//     (the next segment's format version 4 header promises it). One whose
+//     intact frames end earlier lost its tail (cut at a frame boundary):
+//     acknowledged data lost, the exact records, never a silent step.
+//     Before a version 2 segment the old rule holds (FORMAT.md, limits).
 //   - After a failed write or fsync the WAL refuses every further append with
 //     an error wrapping ErrNotWritable (retryable) until it is closed and
 //     opened again, which repairs whatever the failure left behind. It never

@@ -26,7 +26,7 @@ import (
 func TestPowerCutDuringWritesKeepsEveryAcknowledgedRecord(t *testing.T) {
 	for iter, attempt := 0, 0; iter < 12; attempt++ {
 		if attempt > 100 {
-			t.Fatalf("after %d attempts only %d had writes in flight at the cut", attempt, iter)
+			t.Fatalf("after %d attempts only %d had acknowledged records and writes in flight at the cut", attempt, iter)
 		}
 		rng := rand.New(rand.NewPCG(uint64(attempt), 7))
 		dir := t.TempDir()
@@ -133,10 +133,10 @@ func TestPowerCutDuringWritesKeepsEveryAcknowledgedRecord(t *testing.T) {
 		t.Logf("iteration %d: %d acknowledged, %d unsynced bytes mangled, repair %d torn records %d bytes, next offset after %d",
 			iter, len(acked), mangled, r.Records, r.Bytes, r.Through)
 		w2.Close()
-		if len(acked) == 0 {
-			t.Fatalf("iteration %d: nothing was acknowledged before the cut", iter)
-		}
-		if mangled > 0 { // else nothing was in flight at the cut: again
+		// Nothing acknowledged before the cut (the first fsync outlasted
+		// the sleep on a loaded machine) or nothing in flight at it: again.
+		// A WAL that never acknowledges fails on the attempt bound above.
+		if len(acked) > 0 && mangled > 0 {
 			iter++
 		}
 	}

@@ -11,14 +11,25 @@ import (
 
 // Segment and frame layout (FORMAT.md). Version 2 frames carry their offset
 // and a round-start flag; version 1 segments (offset = position) are still
-// read, never written.
+// read, never written. Version 4 segments hold version 2 frames; their
+// header says that the segment before them ends exactly where they start
+// (a repair's gap of offsets is a gap segment of its own, flagGap), so a
+// sealed segment found shorter than that lost its tail. Version 3 is never
+// used: it is one bit from both 1 and 2, and the header check relies on
+// the versions differing in at least two bits.
 const (
 	headerSize    = 16
 	formatV1      = 1
 	formatV2      = 2
-	formatVersion = formatV2
-	frameHeaderV1 = 8
-	frameHeaderV2 = 16
+	formatV4      = 4
+	formatVersion = formatV4
+	// flagGap (header byte 5, version 4 only) marks a gap segment: it holds
+	// no frame, and the offsets from its first to the next segment's first
+	// were skipped on purpose by a repair. 'G' is four bits away from 0, so
+	// a flipped bit never makes or unmakes a gap segment.
+	flagGap       byte = 'G'
+	frameHeaderV1      = 8
+	frameHeaderV2      = 16
 	// flagRoundStart (bit 31 of the length word) marks the first frame a
 	// write wrote into a segment after the segment's last fsync: every frame
 	// before it was durable before it was written.
@@ -27,6 +38,14 @@ const (
 	// minFrameV2 is the smallest v2 frame (a 1-byte record).
 	minFrameV2 = frameHeaderV2 + 1
 )
+
+// frameVersion is the frame layout a segment of format version ver holds.
+func frameVersion(ver byte) byte {
+	if ver == formatV1 {
+		return formatV1
+	}
+	return formatV2
+}
 
 func frameHeaderSize(ver byte) int {
 	if ver == formatV1 {

@@ -138,7 +138,7 @@ func TestDamagedHeaderOfAnEmptyLastSegmentIsACutCreation(t *testing.T) {
 	w := mustOpen(t, dir, Options{NoSync: true})
 	appendN(t, w, 1, 10, 10)
 	w.Close()
-	hdr := encodeHeader(formatVersion, 11)
+	hdr := encodeHeader(formatVersion, 11, false)
 	hdr[0] ^= 1
 	if err := os.WriteFile(filepath.Join(dir, segmentName(11)), hdr, 0o640); err != nil {
 		t.Fatal(err)

@@ -111,6 +111,8 @@ type scan struct {
 	ver    byte
 	first  uint64
 	header *damaged
+	// gap: an intact header marks a gap segment (and no frame follows it).
+	gap bool
 }
 
 // damaged reports whether the scan found anything to repair.
@@ -121,44 +123,52 @@ func (sc scan) damaged() bool { return len(sc.damage) > 0 || sc.tail != nil || s
 // damaged header does not end the scan: the frames carry their own offsets
 // and checksums.
 func scanFile(f File, first uint64, size int64, maxRec int) (scan, error) {
-	ver, bad, err := headerVersion(f, first, size, maxRec)
+	ver, gap, bad, err := headerVersion(f, first, size, maxRec)
 	if err != nil {
 		return scan{}, fmt.Errorf("read header: %w", err)
 	}
 	sc, err := scanSegment(f, ver, first, size, maxRec)
 	sc.ver, sc.first = ver, first
+	if gap && sc.frames > 0 {
+		// A gap segment holds no frame: the flag contradicts the frames,
+		// as a wrong version would.
+		gap, bad = false, true
+	}
+	sc.gap = gap
 	if bad {
 		sc.header = &damaged{from: 0, to: min(size, headerSize), offFrom: first, offTo: first - 1}
 	}
 	return sc, err
 }
 
-// headerVersion returns the format version to read a segment's frames with
-// and whether its header is damaged. The header holds nothing that is not
-// known elsewhere: the magic and the zero bytes are constants, the first
-// offset is the file name, and the version must agree with the first
-// frame, whose checksum settles it. So every header byte is checked, and
-// when the header is damaged the first frame names the version (version 2,
-// which can be resynchronised, when the first frame is damaged too).
-func headerVersion(f File, first uint64, size int64, maxRec int) (ver byte, bad bool, err error) {
+// headerVersion returns the format version to read a segment's frames with,
+// whether the header marks a gap segment, and whether it is damaged. The
+// header holds nothing that is not known elsewhere: the magic and the zero
+// bytes are constants, the first offset is the file name, the version must
+// agree with the first frame, whose checksum settles it, and the gap flag
+// with the absence of frames (scanFile). So every header byte is checked,
+// and when the header is damaged the first frame names the frame layout
+// (version 2 frames, which can be resynchronised, when the first frame is
+// damaged too; they are rewritten under a version 4 header).
+func headerVersion(f File, first uint64, size int64, maxRec int) (ver byte, gap, bad bool, err error) {
 	var hdr [headerSize]byte
 	n, err := f.ReadAt(hdr[:], 0)
 	if err != nil && !errors.Is(err, io.EOF) {
-		return 0, false, err
+		return 0, false, false, err
 	}
-	hv, ok := parseHeader(hdr, first)
+	hv, gap, ok := parseHeader(hdr, first)
 	ok = ok && n == headerSize
 	fv, err := firstFrameVersion(f, first, size, maxRec)
 	if err != nil {
-		return 0, false, err
+		return 0, false, false, err
 	}
 	switch {
-	case ok && (fv == 0 || fv == hv):
-		return hv, false, nil
-	case fv != 0:
-		return fv, true, nil
+	case ok && (fv == 0 || fv == frameVersion(hv)):
+		return hv, gap, false, nil
+	case fv == formatV1:
+		return formatV1, false, true, nil
 	default:
-		return formatV2, true, nil
+		return formatVersion, false, true, nil
 	}
 }
 
@@ -330,7 +340,7 @@ func (w *WAL) rewriteSegment(f File, path string, sc scan) error {
 	}
 	// A fresh header (the scan checked every byte of the old one against
 	// what it must hold), then the intact frames.
-	err = writeFull(out, encodeHeader(sc.ver, sc.first))
+	err = writeFull(out, encodeHeader(sc.ver, sc.first, sc.gap))
 	pos := int64(headerSize)
 	for _, d := range sc.damage {
 		if err != nil {
@@ -391,19 +401,28 @@ func (w *WAL) Lost() []Loss {
 }
 
 // RewriteDamaged rewrites every sealed segment in which damage was found
-// (readers step over it in memory) without the damaged bytes, so that the
-// next Open does not find, count and refuse the same loss again. The store
-// calls it at open when the operator accepted data loss. It blocks readers
-// while it runs.
+// (readers step over it in memory) without the damaged bytes, and records
+// the missing tail of a sealed segment found short as a gap segment, so
+// that the next Open does not find, count and refuse the same loss again.
+// The store calls it at open when the operator accepted data loss. It
+// blocks readers while it runs.
 func (w *WAL) RewriteDamaged() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed {
 		return ErrClosed
 	}
-	for _, s := range w.segs[:len(w.segs)-1] {
+	sealed := append([]*segment(nil), w.segs[:len(w.segs)-1]...)
+	for _, s := range sealed {
 		s.mu.Lock()
 		err := w.rewriteSealedLocked(s)
+		if err == nil && s.short {
+			err = w.addGap(s, s.first+s.dcount-1)
+			if err == nil {
+				w.log.Warn("wal: the missing tail of a sealed segment is recorded as a gap (the loss was accepted)",
+					"segment", filepath.Base(s.path))
+			}
+		}
 		s.mu.Unlock()
 		if err != nil {
 			return err
@@ -447,6 +466,10 @@ func (w *WAL) rewriteSealedLocked(s *segment) error {
 		return fmt.Errorf("rescan rewritten segment %s: %w", name, err)
 	}
 	s.index, s.skips, s.lastFrame, s.frames, s.badHeader = sc.index, nil, sc.lastOff, sc.frames, false
+	// A damaged end was dropped: the segment now ends before the next one
+	// starts, which the next open would take for a lost tail. RewriteDamaged
+	// records the accepted loss as a gap segment.
+	s.short = s.short || s.endsAtNext && !sc.gap && sc.lastOff < s.first+s.dcount-1
 	w.log.Warn("wal: damaged sealed segment rewritten without its damaged bytes (the loss was accepted)", "segment", name)
 	return nil
 }

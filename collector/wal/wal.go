@@ -110,6 +110,18 @@ type segment struct {
 	// badHeader: the scan found the header damaged (RewriteDamaged
 	// writes it again).
 	badHeader bool
+	// endsAtNext: the next segment was written by a version that keeps
+	// the segment before it dense to its end (format version 4; also when
+	// its header is damaged, so that nothing goes unsaid), so a sealed
+	// segment whose last frame is before the next segment's first offset
+	// lost its tail. Not set before a version 1 or 2 segment: an older
+	// repair left its gap at the end of the repaired segment.
+	endsAtNext bool
+	// gap: a gap segment (no frame; its offsets were skipped by a repair).
+	gap bool
+	// short: the scan found the segment's tail missing (RewriteDamaged
+	// records the accepted loss as a gap segment).
+	short bool
 	// lastFrame is the offset of the last intact frame (first-1: none),
 	// known once indexed.
 	lastFrame uint64
@@ -247,6 +259,11 @@ func (w *WAL) load() error {
 		s := w.segs[i]
 		s.count = w.segs[i+1].first - s.first
 		s.dcount = s.count
+		end, err := w.endsAtNext(w.segs[i+1])
+		if err != nil {
+			return err
+		}
+		s.endsAtNext = end
 	}
 	var sc scan
 	for {
@@ -279,6 +296,24 @@ func (w *WAL) load() error {
 	return w.repairLast(sc)
 }
 
+// endsAtNext reports whether the segment before next must end right before
+// next's first offset: next's header is version 4, or damaged (then
+// checking is the side that cannot hide a loss).
+func (w *WAL) endsAtNext(next *segment) (bool, error) {
+	f, err := w.fs.OpenFile(next.path, os.O_RDONLY, 0)
+	if err != nil {
+		return false, fmt.Errorf("open segment %s: %w", filepath.Base(next.path), err)
+	}
+	defer f.Close()
+	var hdr [headerSize]byte
+	n, err := f.ReadAt(hdr[:], 0)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return false, fmt.Errorf("read header of %s: %w", filepath.Base(next.path), err)
+	}
+	ver, _, ok := parseHeader(hdr, next.first)
+	return !ok || n < headerSize || ver == formatV4, nil
+}
+
 // scanLast checks the header and scans every frame of the last segment. It
 // returns false when the segment is no longer than its header and the
 // header is damaged or short (a creation cut short: drop the file).
@@ -292,10 +327,13 @@ func (w *WAL) scanLast(s *segment, sc *scan) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("scan segment %s: %w", filepath.Base(s.path), err)
 	}
-	if sc.header != nil && s.size <= headerSize {
+	if sc.header != nil && s.size <= headerSize || sc.gap {
 		// Nothing after a damaged or short header: the segment's creation
 		// was cut short (its header is fsynced before any frame is
-		// written), so it never held a record.
+		// written), so it never held a record. A gap segment is never the
+		// last one: the segment after it was not created (its end, the
+		// next segment's first offset, is unknown), so the segment before
+		// it is the active one again.
 		*sc = scan{}
 		return false, nil
 	}
@@ -435,10 +473,13 @@ func (w *WAL) repairLast(sc scan) error {
 	switch {
 	case highest > sc.lastOff:
 		// Offsets up to highest may have been seen (or were burned by the
-		// torn write): start a new segment after them. The repaired
-		// segment ends in a hole readers step over.
-		s.count, s.dcount = highest+1-s.first, highest+1-s.first
+		// torn write): start a new segment after them. The skipped offsets
+		// are a gap segment of their own, so the repaired segment stays
+		// dense to its end, as every sealed segment must.
 		w.repair.Through = highest
+		if err := w.addGap(s, highest); err != nil {
+			return err
+		}
 		if err := w.createSegment(highest + 1); err != nil {
 			return err
 		}
@@ -459,6 +500,47 @@ func (w *WAL) repairLast(sc scan) error {
 	last := w.segs[len(w.segs)-1]
 	w.durable = last.first + last.count - 1
 	return w.findLastRecord()
+}
+
+// addGap records durably that the offsets after the last frame of s (the
+// last segment, or a sealed segment found short whose loss was accepted) up
+// to through hold no record on purpose: a gap segment starting after that
+// frame, holding only a header flagged as a gap; s itself becomes one when
+// it holds no frame. Its end is the first offset of the segment after it,
+// which the caller creates (or which exists). Callers hold writeMu (or are
+// in Open) or w.mu.
+func (w *WAL) addGap(s *segment, through uint64) error {
+	first := s.lastFrame + 1
+	if s.lastFrame < s.first {
+		first = s.first
+	}
+	path := filepath.Join(w.dir, segmentName(first))
+	// rewriteSegment with no frame writes the header to a temporary file
+	// and renames it over path: a crash leaves either the old file or the
+	// whole gap segment.
+	if err := w.rewriteSegment(nil, path, scan{ver: formatVersion, first: first, gap: true, end: headerSize}); err != nil {
+		return err
+	}
+	if first == s.first {
+		s.version, s.gap, s.size, s.dsize, s.frames, s.index = formatVersion, true, headerSize, headerSize, 0, nil
+		s.count, s.dcount, s.skips, s.short = through+1-s.first, through+1-s.first, nil, false
+		if s.rf != nil {
+			s.rf.Close()
+			s.rf = nil
+		}
+		return nil
+	}
+	g := &segment{first: first, version: formatVersion, gap: true, size: headerSize, dsize: headerSize,
+		count: through + 1 - first, dcount: through + 1 - first, modTime: s.modTime, path: path,
+		indexed: true, last: first - 1, lastFrame: first - 1, endsAtNext: true}
+	s.count, s.dcount, s.short, s.endsAtNext = first-s.first, first-s.first, false, true
+	for i, x := range w.segs {
+		if x == s {
+			w.segs = append(w.segs[:i+1], append([]*segment{g}, w.segs[i+1:]...)...)
+			break
+		}
+	}
+	return nil
 }
 
 // findLastRecord sets lastRec: the last frame of the newest segment that
@@ -487,20 +569,26 @@ func (w *WAL) findLastRecord() error {
 	return nil
 }
 
-// parseHeader returns the segment's format version and whether every byte
-// of the header holds its one expected value (see headerVersion).
-func parseHeader(hdr [headerSize]byte, first uint64) (byte, bool) {
-	ok := [4]byte(hdr[0:4]) == magic && (hdr[4] == formatV1 || hdr[4] == formatV2) &&
-		hdr[5]|hdr[6]|hdr[7] == 0 && binary.LittleEndian.Uint64(hdr[8:16]) == first
-	return hdr[4], ok
+// parseHeader returns the segment's format version, whether it is a gap
+// segment and whether every byte of the header holds an expected value (see
+// headerVersion).
+func parseHeader(hdr [headerSize]byte, first uint64) (ver byte, gap, ok bool) {
+	ver, flags := hdr[4], hdr[5]
+	ok = [4]byte(hdr[0:4]) == magic && (ver == formatV1 || ver == formatV2 || ver == formatV4) &&
+		(flags == 0 || ver == formatV4 && flags == flagGap) &&
+		hdr[6]|hdr[7] == 0 && binary.LittleEndian.Uint64(hdr[8:16]) == first
+	return ver, flags == flagGap, ok
 }
 
 // encodeHeader returns the header of a segment of format version ver
-// starting at first.
-func encodeHeader(ver byte, first uint64) []byte {
+// starting at first (a gap segment when gap is set).
+func encodeHeader(ver byte, first uint64, gap bool) []byte {
 	var hdr [headerSize]byte
 	copy(hdr[0:4], magic[:])
 	hdr[4] = ver
+	if gap {
+		hdr[5] = flagGap
+	}
 	binary.LittleEndian.PutUint64(hdr[8:16], first)
 	return hdr[:]
 }
@@ -513,7 +601,7 @@ func (w *WAL) createSegment(first uint64) error {
 	if err != nil {
 		return fmt.Errorf("create segment: %w", err)
 	}
-	if err := writeFull(f, encodeHeader(formatVersion, first)); err != nil {
+	if err := writeFull(f, encodeHeader(formatVersion, first, false)); err != nil {
 		f.Close()
 		return fmt.Errorf("write segment header: %w", err)
 	}
@@ -931,15 +1019,27 @@ func (w *WAL) ensureIndexedLocked(s *segment) error {
 			// No offsets in v1 frames: what follows cannot be placed.
 			return fmt.Errorf("segment %s: %w at offset %d (format version 1 cannot be resynchronised)", name, ErrCorrupt, t.offFrom)
 		}
-		lost = append(lost, Loss{Segment: name, From: t.offFrom, To: last, Bytes: t.to - t.from,
+		to := last
+		if sc.gap {
+			to = t.offFrom - 1 // a gap segment held no record
+		}
+		lost = append(lost, Loss{Segment: name, From: t.offFrom, To: to, Bytes: t.to - t.from,
 			Reason: "damaged end of a sealed segment"})
 		skips = append(skips, *t)
+	} else if s.endsAtNext && !sc.gap && sc.lastOff < last {
+		// Every frame left is intact, but the segment after this one
+		// starts further on and says this one ends right before it (a
+		// repair's gap would be a gap segment): its tail was cut off at a
+		// frame boundary.
+		lost = append(lost, Loss{Segment: name, From: sc.lastOff + 1, To: last,
+			Reason: fmt.Sprintf("sealed segment ends at offset %d but the next segment starts at %d: its tail is missing (the disk or a tool cut fsynced data)", sc.lastOff, last+1)})
+		s.short = true
 	}
 	if sc.lastOff > last {
 		return fmt.Errorf("segment %s: %w: holds offset %d beyond its end %d", name, ErrCorrupt, sc.lastOff, last)
 	}
 	s.index, s.skips, s.lastFrame, s.indexed = sc.index, skips, sc.lastOff, true
-	s.frames, s.badHeader = sc.frames, sc.header != nil
+	s.frames, s.badHeader, s.gap = sc.frames, sc.header != nil, sc.gap
 	w.recordLoss(lost, w.opts.AcceptDataLoss)
 	return nil
 }

@@ -206,9 +206,13 @@ type Verifier struct {
 	now       func() time.Time
 	m         *metrics
 
-	mu       sync.Mutex
-	cache    map[string]Result
-	order    []string // cache keys, oldest first
+	mu    sync.Mutex
+	cache map[string]Result
+	order []string // cache keys, oldest first
+	// verified keeps each cache key's last conclusive answer, however old,
+	// until a newer conclusive answer replaces it or the key is evicted:
+	// what a failure is shown while its image is asked again.
+	verified map[string]Result
 	limiters map[string]*rate.Limiter
 }
 
@@ -222,7 +226,7 @@ func New(cfg Config, opts Options) (*Verifier, error) {
 		return nil, err
 	}
 	v := &Verifier{cfg: cfg, keychain: opts.Keychain, transport: opts.Transport, log: opts.Logger, now: opts.Now, m: m,
-		cache: map[string]Result{}, limiters: map[string]*rate.Limiter{}}
+		cache: map[string]Result{}, verified: map[string]Result{}, limiters: map[string]*rate.Limiter{}}
 	if v.transport == nil {
 		v.transport = http.DefaultTransport
 	}
@@ -282,8 +286,12 @@ func (v *Verifier) Check(ctx context.Context, image, platform string) Result {
 		v.order = append(v.order, key)
 	}
 	v.cache[key] = r
+	if r.Conclusive() {
+		v.verified[key] = r
+	}
 	for len(v.order) > v.cfg.CacheMax {
 		delete(v.cache, v.order[0])
+		delete(v.verified, v.order[0])
 		v.order = v.order[1:]
 	}
 	v.mu.Unlock()
@@ -307,6 +315,25 @@ func (v *Verifier) Cached(image, platform string) (Result, bool) {
 	v.m.cacheHits.Inc()
 	r.Cached = true
 	return r, true
+}
+
+// LastVerified returns the last conclusive answer for image and platform
+// whatever its age (kept until a newer conclusive answer replaces it), so
+// a failure whose fresh answer is not in yet, or was inconclusive (a
+// timeout, a throttled check), is not shown with less than the registry
+// already said. Asks no one.
+func (v *Verifier) LastVerified(image, platform string) (Result, bool) {
+	ref, err := v.parse(image)
+	if err != nil {
+		return Result{}, false
+	}
+	v.mu.Lock()
+	r, ok := v.verified[ref.Name()+"|"+platform]
+	v.mu.Unlock()
+	if ok {
+		r.Cached = true
+	}
+	return r, ok
 }
 
 func (v *Verifier) parse(image string) (name.Reference, error) {

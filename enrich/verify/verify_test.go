@@ -2,6 +2,8 @@ package verify
 
 import (
 	"context"
+	"errors"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -239,5 +241,52 @@ func TestApplyNeverSaysLess(t *testing.T) {
 		if got := anon.Apply(pf); got != c.applied || (got && pf.DecidedBy != eventpipev1.DecidedByRegistry) || (!got && pf.Category != c.have) {
 			t.Errorf("%s: applied %v, now %+v", c.have, got, pf)
 		}
+	}
+}
+
+// failing is a transport that fails every request while down is set.
+type failing struct {
+	base http.RoundTripper
+	down bool
+}
+
+func (f *failing) RoundTrip(req *http.Request) (*http.Response, error) {
+	if f.down {
+		return nil, &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")}
+	}
+	return f.base.RoundTrip(req)
+}
+
+// TestLastVerifiedKept: the last conclusive answer outlives its TTL and an
+// inconclusive answer after it (unreachable), and is replaced only by a
+// newer conclusive one.
+func TestLastVerifiedKept(t *testing.T) {
+	tr := seeded(t)
+	base := http.DefaultTransport.(*http.Transport).Clone()
+	t.Cleanup(base.CloseIdleConnections)
+	ft := &failing{base: base}
+	now := time.Date(2026, 12, 5, 3, 0, 0, 0, time.UTC)
+	cfg := NewDefaultConfig()
+	v, err := New(cfg, Options{Transport: ft, Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	image := tr.Host + "/public/app:9.9.9"
+	if _, ok := v.LastVerified(image, ""); ok {
+		t.Fatal("an answer before any check")
+	}
+	if r := v.Check(context.Background(), image, ""); r.Answer != AnswerTagNotFound {
+		t.Fatalf("first check: %s", r.Answer)
+	}
+	now = now.Add(cfg.CacheTTL + time.Second)
+	ft.down = true
+	if r := v.Check(context.Background(), image, ""); r.Answer != AnswerUnreachable {
+		t.Fatalf("check while down: %s", r.Answer)
+	}
+	if r, ok := v.LastVerified(image, ""); !ok || r.Answer != AnswerTagNotFound || !r.Cached {
+		t.Errorf("after an inconclusive answer: %v %+v; want the tag_not_found kept", ok, r)
+	}
+	if r, fresh := v.Cached(image, ""); !fresh || r.Conclusive() {
+		t.Errorf("Cached: %v %+v; want the fresh unreachable", fresh, r)
 	}
 }

@@ -157,7 +157,8 @@ func podFixtures() map[string]*corev1.Pod {
 				heavySpec(corev1.Container{Name: "openshell-supervisor-network", Image: seedSupImage}),
 			},
 			NodeName: seedNode, ServiceAccountName: "default", RestartPolicy: corev1.RestartPolicyAlways,
-			Tolerations: []corev1.Toleration{{Key: "node.kubernetes.io/not-ready", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute}},
+			ImagePullSecrets: []corev1.LocalObjectReference{{Name: "regcred"}, {Name: ""}, {Name: "mirror-cred"}},
+			Tolerations:      []corev1.Toleration{{Key: "node.kubernetes.io/not-ready", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute}},
 		},
 		Status: corev1.PodStatus{
 			Phase:      corev1.PodPending,

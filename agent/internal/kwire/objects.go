@@ -200,6 +200,7 @@ func DecodeNamespace(raw []byte, o *MetaOptions) (*enrich.Namespace, error) {
 const (
 	specContainers     = 2
 	specNodeName       = 10
+	specPullSecrets    = 15
 	specInitContainers = 20
 	statusPhase        = 1
 	statusContainers   = 8
@@ -258,6 +259,14 @@ func DecodePod(raw []byte, o *MetaOptions) (p *enrich.Pod, waiting bool, err err
 					return nil, false, at(err, "Pod.spec.nodeName")
 				}
 				p.NodeName = o.intern(v)
+			case specPullSecrets:
+				v, err := g.bytesField()
+				if err == nil {
+					err = decodeSecretRef(v, p, o)
+				}
+				if err != nil {
+					return nil, false, at(err, "Pod.spec.imagePullSecrets")
+				}
 			case specContainers, specInitContainers:
 				if g.typ != wireBytes {
 					return nil, false, at(wrongType(&g), "Pod.spec")
@@ -344,6 +353,25 @@ func DecodePod(raw []byte, o *MetaOptions) (p *enrich.Pod, waiting bool, err err
 		}
 	}
 	return p, waiting, nil
+}
+
+// decodeSecretRef appends the name of one LocalObjectReference of
+// spec.imagePullSecrets to p.PullSecrets (an empty name names nothing).
+func decodeSecretRef(b []byte, p *enrich.Pod, o *MetaOptions) error {
+	f := newFields(b)
+	for f.next() {
+		if f.num != 1 {
+			continue
+		}
+		v, err := f.bytesField()
+		if err != nil {
+			return err
+		}
+		if len(v) > 0 {
+			p.PullSecrets = append(p.PullSecrets, o.internSmall(v))
+		}
+	}
+	return f.err
 }
 
 func decodeContainer(b []byte, ct *enrich.Container, o *MetaOptions) error {

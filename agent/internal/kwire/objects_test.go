@@ -126,7 +126,7 @@ func TestDecodePodValues(t *testing.T) {
 }
 
 // Repeated strings go through Intern (shared copies across objects);
-// label values through InternSmall; unique ones are plain copies.
+// label values and pull secret names through InternSmall; unique ones are plain copies.
 func TestDecodePodInterns(t *testing.T) {
 	in := &testInterner{m: map[string]string{}}
 	var small int
@@ -152,8 +152,11 @@ func TestDecodePodInterns(t *testing.T) {
 	if same(p1.UID, p2.UID) || same(p1.Containers[3].WaitingMessage, p2.Containers[3].WaitingMessage) {
 		t.Error("unique strings interned")
 	}
-	if small != 2*4 {
-		t.Errorf("InternSmall called %d times, want 8 (4 kept values per pod)", small)
+	if len(p1.PullSecrets) != 2 || p1.PullSecrets[0] != "regcred" || p1.PullSecrets[1] != "mirror-cred" {
+		t.Errorf("pull secret names %q, want regcred and mirror-cred (the empty name dropped)", p1.PullSecrets)
+	}
+	if small != 2*6 {
+		t.Errorf("InternSmall called %d times, want 12 (4 kept values and 2 pull secret names per pod)", small)
 	}
 }
 

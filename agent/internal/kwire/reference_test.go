@@ -52,6 +52,11 @@ type refConv struct {
 func (c refConv) pod(o *corev1.Pod) (*enrich.Pod, bool) {
 	m := c.enrichMeta(&o.ObjectMeta)
 	p := &enrich.Pod{Meta: m, NodeName: o.Spec.NodeName, Phase: string(o.Status.Phase)}
+	for _, ref := range o.Spec.ImagePullSecrets {
+		if ref.Name != "" {
+			p.PullSecrets = append(p.PullSecrets, ref.Name)
+		}
+	}
 	p.Containers = make([]enrich.Container, 0, len(o.Spec.InitContainers)+len(o.Spec.Containers))
 	waiting := false
 	add := func(specs []corev1.Container, statuses []corev1.ContainerStatus, init bool) {
