@@ -30,6 +30,9 @@ const (
 	KeyPullCause      = "eventpipe.pull_cause"
 	KeyDisposition    = "eventpipe.disposition"
 	KeyAttempts       = "eventpipe.attempts"
+	KeyBlockerKind    = "eventpipe.blocker_kind"
+	KeyBlockerCause   = "eventpipe.blocker_cause"
+	KeyBlockerObject  = "eventpipe.blocker_object"
 	KeyEventID        = "eventpipe.event_id"
 	KeyRole           = "eventpipe.role"
 	ConditionImage    = "ImagePulled"
@@ -66,16 +69,32 @@ func platformEvent(o *eventpipev1.Occurrence) driverwire.PlatformEvent {
 	set(KeyImageRole, o.GetImageRole())
 	set(KeyRole, o.GetRole())
 	msg := o.GetMessage()
+	// The diagnosis's disposition, attempts and (for an occurrence without
+	// a message) its detail: a pull failure's or another blocker's, never
+	// both (Occurrence.blocker).
+	diagnosis := func(disposition string, attempts uint32, detail string) {
+		set(KeyDisposition, disposition)
+		if attempts > 0 {
+			md[KeyAttempts] = strconv.Itoa(int(attempts))
+		}
+		if msg == "" {
+			msg = detail
+		}
+	}
 	if pf := o.GetPullFailure(); pf != nil {
 		set(KeyImage, pf.GetImage())
 		set(KeyPullCause, pf.GetCategory())
-		set(KeyDisposition, pf.GetDisposition())
-		if pf.GetAttempts() > 0 {
-			md[KeyAttempts] = strconv.Itoa(int(pf.GetAttempts()))
-		}
-		if msg == "" {
-			msg = pf.GetDetail()
-		}
+		diagnosis(pf.GetDisposition(), pf.GetAttempts(), pf.GetDetail())
+	}
+	// What else blocks the sandbox (unschedulable, a volume, a refused
+	// creation, a crashing container): without these keys the gateway has
+	// only the writer's words, not the diagnosis.
+	if b := o.GetBlocker(); b != nil {
+		set(KeyBlockerKind, b.GetKind())
+		set(KeyBlockerCause, b.GetCause())
+		set(KeyBlockerObject, b.GetObject())
+		set(KeyContainer, b.GetContainer())
+		diagnosis(b.GetDisposition(), b.GetAttempts(), b.GetDetail())
 	}
 	t := o.GetOccurredAt()
 	if t == nil {

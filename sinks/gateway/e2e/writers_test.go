@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -21,21 +22,34 @@ import (
 	"github.com/eventpipe/eventpipe/testenv/scenario"
 )
 
-// TestEndToEndSeedsOnRealWriters: the seeds (workload image missing,
-// supervisor image with a bad tag) in shared and managed mode on the
-// components that write them: the sandboxes are created as the OpenShell
-// driver creates them (testenv/osdriver), the Agent Sandbox controller
-// makes the workload pod and writes the Sandbox's Ready condition,
-// kube-scheduler places the pods on a hollow node and that node's kubelet
-// fails the pulls. The kubelet's own Failed Event, read back from the
-// apiserver, reaches a gateway client through the agent, the collector and
-// the driver proxy as a platform event with the pull keys; every stored
-// occurrence of the sandbox reaches the stream once; and GetSandbox,
+// TestEndToEndScenariosOnRealWriters: every scenario of testenv/osdriver
+// on one control plane with the components that write it: the sandboxes
+// are created as the OpenShell driver creates them, the Agent Sandbox
+// controller makes the workload pod and writes the Sandbox's Ready
+// condition, kube-scheduler places the pods on a hollow node (or says why
+// it cannot), the PV controller fails the claim and that node's kubelet
+// fails the pulls, the mount, the container and the probe.
+//
+// The seeds (workload image missing, supervisor image with a bad tag, in
+// shared and managed mode): the kubelet's own Failed Event, read back from
+// the apiserver, reaches a gateway client through the agent, the collector
+// and the driver proxy as a platform event with the pull keys; GetSandbox,
 // ListSandboxes and WatchSandboxes carry ImagePulled=False naming the image
 // beside the controller's Ready condition (which the test driver serves as
 // the Rust driver would copy it: the gateway and driver are Rust and are
 // not built here).
-func TestEndToEndSeedsOnRealWriters(t *testing.T) {
+//
+// The other blockers: a platform event with the blocker's kind, cause and
+// object reaches the gateway, and what it says is what its writer wrote:
+// the Event's reason and message as the apiserver stores them (from the
+// scheduler, the PV controller or the kubelet), the controller's Ready
+// message for a refused creation, the pod status's exit for an OOM kill;
+// the sandbox's answers keep the controller's Ready and gain no
+// ImagePulled condition.
+//
+// For every sandbox, every occurrence stored for it reaches the stream
+// once.
+func TestEndToEndScenariosOnRealWriters(t *testing.T) {
 	// A short directory: the hollow node's unix sockets live under it
 	// (t.TempDir() is named after the test).
 	dir, err := os.MkdirTemp("", "gwrw")
@@ -54,6 +68,11 @@ func TestEndToEndSeedsOnRealWriters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		if err := drv.Close(); err != nil {
+			t.Error(err)
+		}
+	})
 	dyn, err := dynamic.NewForConfig(cluster.AdminConfig())
 	if err != nil {
 		t.Fatal(err)
@@ -86,6 +105,16 @@ func TestEndToEndSeedsOnRealWriters(t *testing.T) {
 		}
 		all = append(all, cr)
 	}
+	// The blockers, each in a managed workspace of its own (quota needs
+	// one), created before any is checked so that they run side by side.
+	var blocked []created
+	for _, name := range blockerNames() {
+		s, err := drv.Run(ctx, name, osdriver.Params{Mode: scenario.ModeManaged})
+		if err != nil {
+			t.Fatalf("scenario %s: %v", name, err)
+		}
+		blocked = append(blocked, created{name: name, s: s})
+	}
 
 	for _, c := range all {
 		t.Run(c.name, func(t *testing.T) {
@@ -115,26 +144,7 @@ func TestEndToEndSeedsOnRealWriters(t *testing.T) {
 				}
 				return false, fmt.Sprintf("%d platform events of %s", len(pl.st.ofSandbox(s.ID)), s.ID)
 			})
-
-			// Every occurrence stored for the sandbox reaches the stream
-			// once.
-			waitFor(t, time.Minute, "every stored occurrence at the gateway, once", func() (bool, string) {
-				seen := map[string]int{}
-				for _, e := range pl.st.ofSandbox(s.ID) {
-					seen[e.Platform.Metadata[gateway.KeyEventID]]++
-				}
-				n := 0
-				for _, o := range readAll(t, pl.col) {
-					if o.GetSandbox().GetId() != s.ID {
-						continue
-					}
-					n++
-					if k := seen[o.GetEventId()]; k != 1 {
-						return false, fmt.Sprintf("occurrence %s (%s %q) reached the stream %d times", o.GetEventId(), o.GetReason(), o.GetMessage(), k)
-					}
-				}
-				return n > 0, fmt.Sprintf("%d occurrences stored", n)
-			})
+			checkOnce(t, pl, s.ID)
 
 			checkAnswers(t, pl.st, pl.gw, pl.drv, sb, "ImagePulled=False beside the controller's Ready", func(where string, got gatewaytest.Sandbox) (bool, string) {
 				cond, has := got.Condition(gateway.ConditionImage)
@@ -157,6 +167,180 @@ func TestEndToEndSeedsOnRealWriters(t *testing.T) {
 			})
 		})
 	}
+
+	for _, c := range blocked {
+		t.Run("blocker/"+c.name, func(t *testing.T) {
+			checkBlocker(ctx, t, pl, drv, dyn, c.s, blockers[c.name])
+		})
+	}
+}
+
+// blocker is what a blocker scenario's sandbox must show at the gateway:
+// the blocker's kind, the causes its platform event may carry (crash-loop
+// reads first as crash_loop, from the kubelet's BackOff, then as
+// exit_error once the pod status has the exit code), and the component
+// whose Event says it ("" when no Event does: a refused creation comes
+// from the controller's Ready condition, an OOM kill from the pod status).
+type blocker struct {
+	kind   string
+	causes []string
+	writer string
+}
+
+var blockers = map[string]blocker{
+	"no-cpu":      {eventpipev1.BlockerKindUnschedulable, []string{eventpipev1.BlockerInsufficientResources}, "default-scheduler"},
+	"no-memory":   {eventpipev1.BlockerKindUnschedulable, []string{eventpipev1.BlockerInsufficientResources}, "default-scheduler"},
+	"no-gpu":      {eventpipev1.BlockerKindUnschedulable, []string{eventpipev1.BlockerInsufficientResources}, "default-scheduler"},
+	"taint":       {eventpipev1.BlockerKindUnschedulable, []string{eventpipev1.BlockerUntoleratedTaint}, "default-scheduler"},
+	"selector":    {eventpipev1.BlockerKindUnschedulable, []string{eventpipev1.BlockerNodeSelectorMismatch}, "default-scheduler"},
+	"pvc-unbound": {eventpipev1.BlockerKindVolume, []string{eventpipev1.BlockerNoStorageClass}, "persistentvolume-controller"},
+	"no-secret":   {eventpipev1.BlockerKindVolume, []string{eventpipev1.BlockerSecretNotFound}, "kubelet"},
+	"crash-loop":  {eventpipev1.BlockerKindContainer, []string{eventpipev1.BlockerCrashLoop, eventpipev1.BlockerExitError}, ""},
+	"oom":         {eventpipev1.BlockerKindContainer, []string{eventpipev1.BlockerOOMKilled}, ""},
+	"unready":     {eventpipev1.BlockerKindContainer, []string{eventpipev1.BlockerReadinessProbe}, "kubelet"},
+	"quota":       {eventpipev1.BlockerKindCreateRefused, []string{eventpipev1.BlockerQuotaExceeded}, ""},
+	"webhook":     {eventpipev1.BlockerKindCreateRefused, []string{eventpipev1.BlockerWebhookDenied}, ""},
+}
+
+func blockerNames() []string {
+	var out []string
+	for _, n := range osdriver.Names() {
+		if _, ok := blockers[n]; ok {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// checkBlocker waits for a platform event of s at the gateway that carries
+// the blocker want, and checks it against the collector's occurrence and
+// what the writer wrote: the Event of that UID in the apiserver, the
+// controller's Ready condition, or the pod's container status.
+func checkBlocker(ctx context.Context, t *testing.T, pl *pipeline, drv *osdriver.Driver, dyn dynamic.Interface, s osdriver.Sandbox, want blocker) {
+	t.Helper()
+	ready := waitReady(ctx, t, dyn, s)
+	sb := gatewaytest.Sandbox{ID: s.ID, Name: s.Name, Namespace: s.Namespace(), Workspace: s.Workspace, Conditions: []gatewaytest.Condition{ready}}
+	pl.drv.Put(sb)
+
+	var ev gatewaytest.WatchEvent
+	waitFor(t, 5*time.Minute, "a platform event with blocker "+want.kind+" "+strings.Join(want.causes, "|"), func() (bool, string) {
+		var seen []string
+		for _, e := range pl.st.ofSandbox(s.ID) {
+			md := e.Platform.Metadata
+			if md[gateway.KeyBlockerKind] == want.kind && slices.Contains(want.causes, md[gateway.KeyBlockerCause]) {
+				ev = e
+				return true, ""
+			}
+			seen = append(seen, e.Platform.Reason+" "+md[gateway.KeyBlockerKind]+"/"+md[gateway.KeyBlockerCause])
+		}
+		return false, fmt.Sprintf("platform events %q", seen)
+	})
+	md := ev.Platform.Metadata
+	id := md[gateway.KeyEventID]
+	var occ *eventpipev1.Occurrence
+	for _, o := range readAll(t, pl.col) {
+		if o.GetEventId() == id {
+			occ = o
+		}
+	}
+	b := occ.GetBlocker()
+	if b == nil {
+		t.Fatalf("platform event %s has no blocker in the collector: %v", id, occ)
+	}
+	if md[gateway.KeyBlockerObject] != b.GetObject() || md[gateway.KeyDisposition] != b.GetDisposition() || ev.Platform.Reason != occ.GetReason() {
+		t.Errorf("platform event %+v, the collector holds %v", ev.Platform, occ)
+	}
+	if b.GetObject() == "" {
+		t.Errorf("blocker %s/%s names no object", b.GetKind(), b.GetCause())
+	}
+
+	// What its writer wrote.
+	switch b.GetSource() {
+	case eventpipev1.PullSourceEvent:
+		uid, _, _ := strings.Cut(id, "/")
+		l, err := drv.Clientset().CoreV1().Events(s.Namespace()).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var found *corev1.Event
+		for i := range l.Items {
+			if string(l.Items[i].UID) == uid {
+				found = &l.Items[i]
+			}
+		}
+		switch {
+		case found == nil:
+			t.Errorf("no Event %s in %s", uid, s.Namespace())
+		case ev.Platform.Reason != found.Reason || ev.Platform.Message != found.Message:
+			t.Errorf("platform event %q %q, the apiserver holds %q %q", ev.Platform.Reason, ev.Platform.Message, found.Reason, found.Message)
+		case want.writer != "" && found.Source.Component != want.writer && found.ReportingController != want.writer:
+			t.Errorf("Event %s %q written by %q/%q, want %s", found.Reason, found.Message, found.Source.Component, found.ReportingController, want.writer)
+		case md[gateway.KeyInvolvedKind] != found.InvolvedObject.Kind || md[gateway.KeyInvolvedName] != found.InvolvedObject.Name:
+			t.Errorf("involved %s/%s, the Event is about %s/%s", md[gateway.KeyInvolvedKind], md[gateway.KeyInvolvedName], found.InvolvedObject.Kind, found.InvolvedObject.Name)
+		}
+	case eventpipev1.PullSourceSandboxCondition:
+		// The controller's words, as it wrote them on the Sandbox.
+		if ready.Status != "False" || ready.Reason != "ReconcilerError" || !strings.Contains(ev.Platform.Message, ready.Message) {
+			t.Errorf("platform event message %q, the controller's Ready is %+v", ev.Platform.Message, ready)
+		}
+	case eventpipev1.PullSourcePodStatus:
+		pod, err := drv.Clientset().CoreV1().Pods(s.Namespace()).Get(ctx, s.PodName(), metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var term *corev1.ContainerStateTerminated
+		for _, cs := range pod.Status.ContainerStatuses {
+			// Terminated now, or before its restart.
+			if cs.Name == b.GetContainer() {
+				if term = cs.State.Terminated; term == nil {
+					term = cs.LastTerminationState.Terminated
+				}
+			}
+		}
+		if term == nil || !b.GetHasExitCode() || term.ExitCode != b.GetExitCode() ||
+			(b.GetCause() == eventpipev1.BlockerOOMKilled) != (term.Reason == "OOMKilled") {
+			t.Errorf("blocker %s exit %d (known %v), the kubelet's status of %s: %+v", b.GetCause(), b.GetExitCode(), b.GetHasExitCode(), b.GetContainer(), term)
+		}
+	default:
+		t.Errorf("blocker source %q", b.GetSource())
+	}
+	t.Logf("%s %s/%s object %s from %s: %q", ev.Platform.Reason, b.GetKind(), b.GetCause(), b.GetObject(), b.GetSource(), ev.Platform.Message)
+
+	checkOnce(t, pl, s.ID)
+	// The controller's Ready passes unchanged and no pull condition is
+	// invented for a sandbox whose images pull.
+	checkAnswers(t, pl.st, pl.gw, pl.drv, sb, "the controller's Ready, no ImagePulled", func(where string, got gatewaytest.Sandbox) (bool, string) {
+		if c, has := got.Condition(gateway.ConditionImage); has {
+			return false, fmt.Sprintf("%s: %+v", where, c)
+		}
+		if r, _ := got.Condition("Ready"); r != ready {
+			return false, fmt.Sprintf("%s: Ready %+v, the controller wrote %+v", where, r, ready)
+		}
+		return true, ""
+	})
+}
+
+// checkOnce waits until every occurrence the collector stored for the
+// sandbox id has reached the gateway's stream exactly once.
+func checkOnce(t *testing.T, pl *pipeline, id string) {
+	t.Helper()
+	waitFor(t, time.Minute, "every stored occurrence at the gateway, once", func() (bool, string) {
+		seen := map[string]int{}
+		for _, e := range pl.st.ofSandbox(id) {
+			seen[e.Platform.Metadata[gateway.KeyEventID]]++
+		}
+		n := 0
+		for _, o := range readAll(t, pl.col) {
+			if o.GetSandbox().GetId() != id {
+				continue
+			}
+			n++
+			if k := seen[o.GetEventId()]; k != 1 {
+				return false, fmt.Sprintf("occurrence %s (%s %q) reached the stream %d times", o.GetEventId(), o.GetReason(), o.GetMessage(), k)
+			}
+		}
+		return n > 0, fmt.Sprintf("%d occurrences stored", n)
+	})
 }
 
 // waitPodEvent waits for an Event about the object name in ns with reason
