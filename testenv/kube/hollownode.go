@@ -91,7 +91,9 @@ type ContainerRule struct {
 // ProcessRule runs matching containers (fields as ContainerRule's) as
 // real processes of the host executable Run, which stands for the image's
 // entrypoint: args, env and the kubelet's mounts as the kubelet sends
-// them, on the host's network (one process per port), until the process
+// them, in a network namespace of its own (its ports reached at the pod's
+// IP, 127.88.x.y on the host's loopback, and by port-forward; a Service's
+// ClusterIP is not), until the process
 // ends or the kubelet stops it (SIGTERM, then SIGKILL after the grace
 // period); the node's stop kills what is left.
 type ProcessRule struct {

@@ -20,6 +20,7 @@ import (
 	"github.com/eventpipe/eventpipe/testenv/freeport"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
 // servePart: the test binary, run by the CRI as a process container,
@@ -74,9 +75,10 @@ func serveFile(args []string) int {
 // process the CRI starts with the kubelet's mounts (a Secret volume, set
 // up by the kubelet's own secret plugin, read at its container path), and
 // `kubectl port-forward` reaches it through kube-apiserver, the kubelet's
-// server and the CRI's streaming server; `kubectl logs` reads its output
-// from the log the CRI writes; deleting the pod ends the process with
-// SIGTERM.
+// server and the CRI's streaming server; its network is its own (its port
+// is not the host's), reached at the pod's IP (the kubelet's TCP readiness
+// probe passes); `kubectl logs` reads its output from the log the CRI
+// writes; deleting the pod ends the process with SIGTERM.
 func TestHollowNodePortForward(t *testing.T) {
 	n, cs := hollow(t)
 	ctx := context.Background()
@@ -98,6 +100,10 @@ func TestHollowNodePortForward(t *testing.T) {
 		Containers: []corev1.Container{{Name: "serve", Image: processImage,
 			Args:         []string{servePart, strconv.Itoa(podPort), "/etc/eventpipe-pf/greeting"},
 			Ports:        []corev1.ContainerPort{{Name: "data", ContainerPort: int32(podPort)}},
+			// The kubelet's prober dials the pod's IP: the CRI's proxy
+			// carries it into the process's network namespace.
+			ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromString("data")}},
+				PeriodSeconds: 1},
 			VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/etc/eventpipe-pf", ReadOnly: true}}}},
 		Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: secret}}}},
 	}})
@@ -107,11 +113,11 @@ func TestHollowNodePortForward(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if pod.Status.Phase == corev1.PodRunning {
+		if isReady(pod) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("pod not Running: %+v\nkubelet log:\n%s", pod.Status, n.LogTail(6000))
+			t.Fatalf("pod not Ready: %+v\nkubelet log:\n%s", pod.Status, n.LogTail(6000))
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
@@ -146,11 +152,23 @@ func TestHollowNodePortForward(t *testing.T) {
 		t.Errorf("kubectl logs: %v\n%s", err, logs)
 	}
 
+	// The process has a network of its own: its port is not the host's.
+	if dialable(fmt.Sprintf("127.0.0.1:%d", podPort)) {
+		t.Errorf("the pod's port %d answers on the host's 127.0.0.1", podPort)
+	}
+	pod, err := cs.CoreV1().Pods(ns).Get(ctx, "pf", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	podAddr := fmt.Sprintf("%s:%d", pod.Status.PodIP, podPort)
+	if got, err := dialRead(podAddr); err != nil || got != "through the kubelet" {
+		t.Errorf("at the pod's address %s: %q %v", podAddr, got, err)
+	}
 	if err := cs.CoreV1().Pods(ns).Delete(ctx, "pf", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	deadline = time.Now().Add(2 * time.Minute)
-	for dialable(fmt.Sprintf("127.0.0.1:%d", podPort)) {
+	for dialable(podAddr) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the process still serves after its pod's deletion\nkubelet log:\n%s", n.LogTail(4000))
 		}
@@ -163,6 +181,15 @@ func TestHollowNodePortForward(t *testing.T) {
 			t.Errorf("the process did not end on SIGTERM; its log:\n%s", b)
 		}
 	}
+}
+
+func isReady(pod *corev1.Pod) bool {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+	return false
 }
 
 func ptr[T any](v T) *T { return &v }

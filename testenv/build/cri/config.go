@@ -96,8 +96,10 @@ type ProcessRule struct {
 	// image's entrypoint: the container runs it with the container's args
 	// (and its command after the first word) and environment, the
 	// kubelet's mounts at their container paths (a mount namespace of its
-	// own), on the host's network (so one process per port), as the
-	// runtime's user.
+	// own) and a network namespace of its own (only lo: its ports are
+	// reached at the pod's IP, 127.88.x.y on the host's loopback, and by
+	// port-forward), as the runtime's user (root here, whatever the pod's
+	// securityContext says).
 	Run string `json:"run"`
 }
 

@@ -2,20 +2,25 @@ package cri
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
 // InitPart is the subcommand of the server's own executable that starts a
@@ -40,9 +45,10 @@ type initMount struct {
 
 // process is a container's running process.
 type process struct {
-	cmd  *exec.Cmd
-	log  *criLog
-	done chan struct{} // closed once the process is reaped and its status set
+	cmd     *exec.Cmd
+	log     *criLog
+	proxies []net.Listener // the pod's ports on its address (proxyPorts)
+	done    chan struct{}  // closed once the process is reaped and its status set
 }
 
 // startProcessLocked starts a container whose rule names an executable.
@@ -79,7 +85,10 @@ func (s *Server) startProcessLocked(c *container) error {
 		cmd.Dir = "" // set by the init, once the mounts are in place
 		cmd.Env = append(cmd.Env, "EVENTPIPE_CRI_WORKDIR="+wd)
 	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Cloneflags: syscall.CLONE_NEWNS, Pdeathsig: syscall.SIGKILL}
+	// A network namespace of its own, as a pod has: its ports do not
+	// take the host's (kubectl port-forward binds the same numbers on
+	// 127.0.0.1); the server reaches them through netDial.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWNET, Pdeathsig: syscall.SIGKILL}
 	if os.Getuid() != 0 {
 		// Without root, a user namespace grants the mount namespace.
 		cmd.SysProcAttr.Cloneflags |= syscall.CLONE_NEWUSER
@@ -95,10 +104,16 @@ func (s *Server) startProcessLocked(c *container) error {
 	p := &process{cmd: cmd, log: l, done: make(chan struct{})}
 	c.proc = p
 	id := c.status.Id
+	if sb := s.sandboxes[c.sandboxID]; sb != nil {
+		p.proxies = s.proxyPorts(p, sb)
+	}
 	s.procs.Add(1)
 	go func() {
 		defer s.procs.Done()
 		err := cmd.Wait()
+		for _, px := range p.proxies {
+			px.Close()
+		}
 		l.close()
 		code, reason := exitStatus(err)
 		s.mu.Lock()
@@ -244,6 +259,10 @@ func ContainerInit(args []string) int {
 		fmt.Fprintf(os.Stderr, "%s: bad spec %q: %v\n", InitPart, args[0], err)
 		return 2
 	}
+	if err := loopbackUp(); err != nil {
+		fmt.Fprintln(os.Stderr, InitPart+":", err)
+		return 128
+	}
 	if err := bindMounts(spec.Mounts); err != nil {
 		fmt.Fprintln(os.Stderr, InitPart+":", err)
 		return 128
@@ -264,6 +283,115 @@ func ContainerInit(args []string) int {
 	err = syscall.Exec(path, spec.Argv, env)
 	fmt.Fprintf(os.Stderr, "%s: exec %s: %v\n", InitPart, path, err)
 	return 126
+}
+
+// loopbackUp brings up lo in the process's new network namespace.
+func loopbackUp() error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("loopback: %w", err)
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq("lo")
+	if err != nil {
+		return fmt.Errorf("loopback: %w", err)
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("loopback flags: %w", err)
+	}
+	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
+	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("loopback up: %w", err)
+	}
+	return nil
+}
+
+// netDial connects to addr inside the network namespace of process pid:
+// on a thread of its own that enters the namespace and is discarded after
+// (it stays locked, so the runtime ends it), since a socket belongs to the
+// namespace of the thread that made it.
+func netDial(ctx context.Context, pid int, addr string) (net.Conn, error) {
+	type result struct {
+		c   net.Conn
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread()
+		f, err := os.Open(fmt.Sprintf("/proc/%d/ns/net", pid))
+		if err != nil {
+			ch <- result{err: fmt.Errorf("network namespace of %d: %w", pid, err)}
+			return
+		}
+		defer f.Close()
+		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
+			ch <- result{err: fmt.Errorf("enter network namespace of %d: %w", pid, err)}
+			return
+		}
+		var d net.Dialer
+		c, err := d.DialContext(ctx, "tcp", addr)
+		ch <- result{c, err}
+	}()
+	r := <-ch
+	return r.c, r.err
+}
+
+// proxyPorts listens on the pod's address for each TCP port the pod
+// declares (the sandbox's port mappings) and carries each connection into
+// the process's namespace, so the kubelet's HTTP and TCP probes reach it
+// at the pod's IP as on a node. The caller holds s.mu.
+func (s *Server) proxyPorts(p *process, sb *sandbox) []net.Listener {
+	var out []net.Listener
+	for _, pm := range sb.ports {
+		if pm.GetProtocol() != runtimeapi.Protocol_TCP {
+			continue
+		}
+		port := strconv.Itoa(int(pm.GetContainerPort()))
+		l, err := net.Listen("tcp", net.JoinHostPort(sb.status.Network.GetIp(), port))
+		if err != nil {
+			s.log.Warn("pod port not reachable at the pod's address", "ip", sb.status.Network.GetIp(), "port", port, "err", err)
+			continue
+		}
+		out = append(out, l)
+		s.procs.Add(1)
+		go func() {
+			defer s.procs.Done()
+			for {
+				c, err := l.Accept()
+				if err != nil {
+					return
+				}
+				s.procs.Add(1)
+				go func() {
+					defer s.procs.Done()
+					defer c.Close()
+					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+					in, err := netDial(ctx, p.cmd.Process.Pid, net.JoinHostPort("127.0.0.1", port))
+					cancel()
+					if err != nil {
+						return // refused inside: refused outside
+					}
+					defer in.Close()
+					pipe(c, in, p.done)
+				}()
+			}
+		}()
+	}
+	return out
+}
+
+// pipe copies both ways until either side ends or done closes.
+func pipe(a, b net.Conn, done <-chan struct{}) {
+	ended := make(chan struct{}, 2)
+	go func() { _, _ = io.Copy(a, b); ended <- struct{}{} }()
+	go func() { _, _ = io.Copy(b, a); ended <- struct{}{} }()
+	select {
+	case <-ended:
+	case <-done:
+	}
+	a.Close()
+	b.Close()
+	<-ended
 }
 
 func dropEnv(env []string, key string) []string {

@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -53,6 +54,7 @@ type Server struct {
 type sandbox struct {
 	status *runtimeapi.PodSandboxStatus
 	logDir string
+	ports  []*runtimeapi.PortMapping // the pod's declared ports
 }
 
 type container struct {
@@ -196,7 +198,7 @@ func (s *Server) RunPodSandbox(_ context.Context, req *runtimeapi.RunPodSandboxR
 	defer s.mu.Unlock()
 	s.nextIP++
 	id := newID()
-	s.sandboxes[id] = &sandbox{logDir: cfg.GetLogDirectory(), status: &runtimeapi.PodSandboxStatus{
+	s.sandboxes[id] = &sandbox{logDir: cfg.GetLogDirectory(), ports: cfg.GetPortMappings(), status: &runtimeapi.PodSandboxStatus{
 		Id:        id,
 		Metadata:  cfg.GetMetadata(),
 		State:     runtimeapi.PodSandboxState_SANDBOX_READY,
@@ -359,13 +361,13 @@ func (s *Server) StartContainer(_ context.Context, req *runtimeapi.StartContaine
 		if s.stopped {
 			return nil, status.Error(codes.Unavailable, "runtime is stopping")
 		}
+		// The pod's address becomes one on the host's loopback
+		// (127.88.x.y for 10.88.x.y), where proxyPorts serves its ports.
+		if sb := s.sandboxes[c.sandboxID]; sb != nil {
+			sb.status.Network = &runtimeapi.PodSandboxNetworkStatus{Ip: strings.Replace(sb.status.Network.GetIp(), "10.88.", "127.88.", 1)}
+		}
 		if err := s.startProcessLocked(c); err != nil {
 			return nil, status.Errorf(codes.Unknown, "failed to create containerd task: %v", err)
-		}
-		// The process shares the host's network: its pod's address is
-		// the host's (probes and port-forwards reach it there).
-		if sb := s.sandboxes[c.sandboxID]; sb != nil {
-			sb.status.Network = &runtimeapi.PodSandboxNetworkStatus{Ip: "127.0.0.1"}
 		}
 	}
 	c.status.State = runtimeapi.ContainerState_CONTAINER_RUNNING

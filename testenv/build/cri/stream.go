@@ -85,18 +85,23 @@ func (streamRuntime) Attach(context.Context, string, io.Reader, io.WriteCloser, 
 	return errors.New("eventpipe testenv CRI: attach is not supported")
 }
 
-// PortForward connects the stream to the port on 127.0.0.1: a process
-// container shares the host's network, so its pod's port is the host's.
+// PortForward connects the stream to the port on 127.0.0.1 in the
+// network namespace of the sandbox's running process container, as
+// containerd does in the pod's namespace.
 func (r streamRuntime) PortForward(ctx context.Context, podSandboxID string, port int32, stream io.ReadWriteCloser) error {
 	defer stream.Close()
+	pid := 0
 	r.s.mu.Lock()
-	_, ok := r.s.sandboxes[podSandboxID]
-	r.s.mu.Unlock()
-	if !ok {
-		return fmt.Errorf("sandbox %s not found", podSandboxID)
+	for _, c := range r.s.containers {
+		if c.sandboxID == podSandboxID && c.proc != nil && c.status.State == runtimeapi.ContainerState_CONTAINER_RUNNING {
+			pid = c.proc.cmd.Process.Pid
+		}
 	}
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, "tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(int(port))))
+	r.s.mu.Unlock()
+	if pid == 0 {
+		return fmt.Errorf("sandbox %s has no running process to forward port %d to", podSandboxID, port)
+	}
+	conn, err := netDial(ctx, pid, net.JoinHostPort("127.0.0.1", strconv.Itoa(int(port))))
 	if err != nil {
 		return fmt.Errorf("port-forward to sandbox %s port %d: %w", podSandboxID, port, err)
 	}
