@@ -84,7 +84,7 @@ type ContainerRule struct {
 }
 
 // ProcessRule makes matching containers real processes; its match fields
-// are ContainerRule's. A container a ProcessRule matches ignores the
+// are ContainerRule's (Image may end in "*": a prefix). A container a ProcessRule matches ignores the
 // ContainerRules' exits (it ends when its process does); their Exec
 // answers still apply.
 type ProcessRule struct {
@@ -260,7 +260,21 @@ func matches(rNamespace, rPod, rContainer, rImage, namespace, pod, container, im
 	return true
 }
 
-func sameImage(a, b string) bool {
+// sameImage: a rule's image names a container's reference, as written or
+// normalised; ending in "*" it is a prefix of either
+// (ghcr.io/eventpipe/eventpipe:* for every tag).
+func sameImage(rule, image string) bool {
+	if p, ok := strings.CutSuffix(rule, "*"); ok {
+		if strings.HasPrefix(image, p) {
+			return true
+		}
+		r, err := parseRef(image)
+		return err == nil && strings.HasPrefix(r.normalized(), p)
+	}
+	return sameRef(rule, image)
+}
+
+func sameRef(a, b string) bool {
 	if a == b {
 		return true
 	}

@@ -82,7 +82,7 @@ func alive(pid int) bool { return syscall.Kill(pid, 0) == nil }
 // log format; it exits with its own code, and StopContainer ends it with
 // SIGTERM.
 func TestProcessContainer(t *testing.T) {
-	h := start(t, `{"processes": [{"image": "example.com/shell:1", "run": "/bin/sh"}]}`)
+	h := start(t, `{"processes": [{"image": "example.com/shell:*", "run": "/bin/sh"}]}`)
 	src := t.TempDir()
 	if err := os.WriteFile(filepath.Join(src, "token"), []byte("s3cret"), 0o600); err != nil {
 		t.Fatal(err)
@@ -129,7 +129,7 @@ func TestProcessContainer(t *testing.T) {
 
 // TestStopKillsProcesses: the server's Stop leaves no process behind.
 func TestStopKillsProcesses(t *testing.T) {
-	h := start(t, `{"processes": [{"image": "example.com/shell:1", "run": "/bin/sh"}]}`)
+	h := start(t, `{"processes": [{"image": "example.com/shell:*", "run": "/bin/sh"}]}`)
 	pidFile := filepath.Join(t.TempDir(), "pid")
 	_, _, logPath := h.runProcess(t, "long", []string{"-c", "echo $$ > " + pidFile + "; echo up; exec sleep 600"}, nil)
 	waitFile(t, logPath, "up")
@@ -151,7 +151,7 @@ func TestStopKillsProcesses(t *testing.T) {
 // for a sandbox it has, NotFound for another; the streaming server serves
 // that URL.
 func TestPortForwardURL(t *testing.T) {
-	h := start(t, `{"processes": [{"image": "example.com/shell:1", "run": "/bin/sh"}]}`)
+	h := start(t, `{"processes": [{"image": "example.com/shell:*", "run": "/bin/sh"}]}`)
 	_, sb, _ := h.runProcess(t, "pf", []string{"-c", "exec sleep 600"}, nil)
 	r, err := h.rt.PortForward(context.Background(), &runtimeapi.PortForwardRequest{PodSandboxId: sb, Port: []int32{7070}})
 	if err != nil {
