@@ -98,8 +98,8 @@ func TestHollowNodePortForward(t *testing.T) {
 	createPod(t, cs, ns, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "pf"}, Spec: corev1.PodSpec{
 		TerminationGracePeriodSeconds: ptr(int64(30)),
 		Containers: []corev1.Container{{Name: "serve", Image: processImage,
-			Args:         []string{servePart, strconv.Itoa(podPort), "/etc/eventpipe-pf/greeting"},
-			Ports:        []corev1.ContainerPort{{Name: "data", ContainerPort: int32(podPort)}},
+			Args:  []string{servePart, strconv.Itoa(podPort), "/etc/eventpipe-pf/greeting"},
+			Ports: []corev1.ContainerPort{{Name: "data", ContainerPort: int32(podPort)}},
 			// The kubelet's prober dials the pod's IP: the CRI's proxy
 			// carries it into the process's network namespace.
 			ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromString("data")}},
