@@ -306,10 +306,13 @@ func loopbackUp() error {
 	return nil
 }
 
-// netDial connects to addr inside the network namespace of process pid:
-// on a thread of its own that enters the namespace and is discarded after
-// (it stays locked, so the runtime ends it), since a socket belongs to the
-// namespace of the thread that made it.
+// netDial connects to addr inside the network namespace of process pid,
+// on a locked thread that enters the namespace, dials (a socket belongs to
+// the namespace of the thread that made it) and goes back. The thread must
+// go back rather than end: a process started with Pdeathsig gets its
+// signal when the thread that forked it ends, and that could be this one.
+// Should the way back fail, the thread stays locked and ends with the
+// goroutine, as it must not serve others in the wrong namespace.
 func netDial(ctx context.Context, pid int, addr string) (net.Conn, error) {
 	type result struct {
 		c   net.Conn
@@ -318,18 +321,30 @@ func netDial(ctx context.Context, pid int, addr string) (net.Conn, error) {
 	ch := make(chan result, 1)
 	go func() {
 		runtime.LockOSThread()
+		home, err := os.Open("/proc/thread-self/ns/net")
+		if err != nil {
+			runtime.UnlockOSThread()
+			ch <- result{err: fmt.Errorf("own network namespace: %w", err)}
+			return
+		}
+		defer home.Close()
 		f, err := os.Open(fmt.Sprintf("/proc/%d/ns/net", pid))
 		if err != nil {
+			runtime.UnlockOSThread()
 			ch <- result{err: fmt.Errorf("network namespace of %d: %w", pid, err)}
 			return
 		}
 		defer f.Close()
 		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
+			runtime.UnlockOSThread()
 			ch <- result{err: fmt.Errorf("enter network namespace of %d: %w", pid, err)}
 			return
 		}
 		var d net.Dialer
 		c, err := d.DialContext(ctx, "tcp", addr)
+		if unix.Setns(int(home.Fd()), unix.CLONE_NEWNET) == nil {
+			runtime.UnlockOSThread()
+		}
 		ch <- result{c, err}
 	}()
 	r := <-ch

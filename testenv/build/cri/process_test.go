@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
+	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -20,12 +23,16 @@ import (
 // runProcess creates and starts a container as the kubelet does, with a
 // log directory, the given args and mounts; it returns the container id,
 // its sandbox id and its log file.
-func (h *harness) runProcess(t *testing.T, pod string, args []string, mounts []*runtimeapi.Mount) (string, string, string) {
+func (h *harness) runProcess(t *testing.T, pod string, args []string, mounts []*runtimeapi.Mount, ports ...int32) (string, string, string) {
 	t.Helper()
 	ctx := context.Background()
 	logDir := filepath.Join(h.dir, "logs", pod)
+	var pms []*runtimeapi.PortMapping
+	for _, p := range ports {
+		pms = append(pms, &runtimeapi.PortMapping{Protocol: runtimeapi.Protocol_TCP, ContainerPort: p})
+	}
 	sb, err := h.rt.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: &runtimeapi.PodSandboxConfig{
-		Metadata: &runtimeapi.PodSandboxMetadata{Name: pod, Namespace: "ns", Uid: "u-" + pod}, LogDirectory: logDir}})
+		Metadata: &runtimeapi.PodSandboxMetadata{Name: pod, Namespace: "ns", Uid: "u-" + pod}, LogDirectory: logDir, PortMappings: pms}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,4 +183,84 @@ func TestPortForwardURL(t *testing.T) {
 	if err != nil || !strings.HasPrefix(st.Status.Network.Ip, "127.88.") {
 		t.Errorf("sandbox address %v %v, want 127.88.x.y", st, err)
 	}
+}
+
+// servePart: the test binary as a process container's entrypoint: it
+// answers "hello" on 0.0.0.0:PORT until SIGTERM.
+const servePart = "cri-test-serve"
+
+func serveHello(port string) int {
+	l, err := net.Listen("tcp", "0.0.0.0:"+port)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	fmt.Println("listening")
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = c.Write([]byte("hello"))
+			c.Close()
+		}
+	}()
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM)
+	<-sig
+	return 0
+}
+
+// TestProcessNetwork: a process container has a network of its own: its
+// port is not the host's, and the pod's declared port answers at the
+// pod's IP (the server's proxy dials into the namespace). Many dials leave
+// the process running: the dialing thread goes back to the host's
+// namespace instead of ending (ending it would fire the Pdeathsig of a
+// process it forked).
+func TestProcessNetwork(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := start(t, fmt.Sprintf(`{"processes": [{"image": "example.com/shell:*", "run": %q}]}`, self))
+	ports, err := freePort(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, sb, logPath := h.runProcess(t, "net", []string{servePart, strconv.Itoa(ports)}, nil, int32(ports))
+	waitFile(t, logPath, "listening")
+	st, err := h.rt.PodSandboxStatus(context.Background(), &runtimeapi.PodSandboxStatusRequest{PodSandboxId: sb})
+	if err != nil {
+		t.Fatal(err)
+	}
+	podAddr := net.JoinHostPort(st.Status.Network.Ip, strconv.Itoa(ports))
+	for i := 0; i < 50; i++ {
+		c, err := net.Dial("tcp", podAddr)
+		if err != nil {
+			t.Fatalf("dial %d to the pod's address %s: %v", i, podAddr, err)
+		}
+		b, _ := io.ReadAll(c)
+		c.Close()
+		if string(b) != "hello" {
+			t.Fatalf("dial %d: read %q, want hello", i, b)
+		}
+	}
+	if c, err := net.Dial("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(ports))); err == nil {
+		c.Close()
+		t.Errorf("the process's port answers on the host's 127.0.0.1")
+	}
+	if st := h.status(t, id); st.State != runtimeapi.ContainerState_CONTAINER_RUNNING {
+		t.Errorf("after the dials: %s exit %d, want running", st.State, st.ExitCode)
+	}
+}
+
+// freePort returns a port free on the host's 127.0.0.1 now.
+func freePort(t *testing.T) (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
 }

@@ -20,6 +20,9 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == InitPart { // a process container's start
 		os.Exit(ContainerInit(os.Args[2:]))
 	}
+	if len(os.Args) > 2 && os.Args[1] == servePart { // a process container of TestProcessNetwork
+		os.Exit(serveHello(os.Args[2]))
+	}
 	goleak.VerifyTestMain(m)
 }
 
