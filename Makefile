@@ -26,10 +26,13 @@ all: build
 
 # gobuild OUT,PKG: go build with a line before and after (with how long it
 # took) and a heartbeat every 30 s in between: a cold build of the demo
-# compiles Kubernetes for minutes, and silence looks like a hang.
+# compiles Kubernetes for minutes, and silence looks like a hang. The
+# heartbeat kills its own sleep when stopped: a sleep left running would hold
+# make's stdout open for up to 30 s after the build (a pipe reader waits).
 define gobuild
 	@echo "build: $(1) ($(2)) ..."; start=$$(date +%s); \
-	( while sleep 30; do echo "build: $(notdir $(1)) still compiling, $$(( $$(date +%s) - start ))s"; done ) & hb=$$!; \
+	( trap 'kill $$s 2>/dev/null; exit 0' TERM; \
+	  while :; do sleep 30 & s=$$!; wait $$s; echo "build: $(notdir $(1)) still compiling, $$(( $$(date +%s) - start ))s"; done ) & hb=$$!; \
 	trap 'kill $$hb 2>/dev/null || true' EXIT; \
 	$(GO) build -o $(1) $(2); \
 	echo "build: $(1) built in $$(( $$(date +%s) - start ))s"
