@@ -5,6 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/eventpipe/eventpipe/sinks/gateway/driverwire"
 	"github.com/eventpipe/eventpipe/sinks/gateway/gatewaytest"
 )
 
@@ -69,6 +72,44 @@ func BenchmarkUnaryEdited(b *testing.B) {
 			b.ResetTimer()
 			for b.Loop() {
 				if _, err := c.Unary(ctx, gatewaytest.MethodGet, req); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkPatchPath: the proxy's own work on one GetSandbox answer, without
+// gRPC: the hub's patch lookup and driverwire's edit, for a sandbox with an
+// active blocker (edited) and for one without (passed through).
+func BenchmarkPatchPath(b *testing.B) {
+	const clearID = "3c1d7e0a-8b2f-4e5d-9a6c-0f1e2d3c4b5a"
+	m, err := newMetrics(nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	h := newHub(NewDefaultConfig().Follow, m)
+	h.apply(1, pullFailed(failingID, 3), false)
+	h.apply(2, pulledAgent(clearID), false)
+	for _, tc := range []struct {
+		name   string
+		id     string
+		edited bool
+	}{{"blocked", failingID, true}, {"clear", clearID, false}} {
+		// A GetSandboxResponse: field 1, the DriverSandbox.
+		resp := protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), gatewaytest.EncodeSandbox(testSandbox(tc.id, "web")))
+		b.Run(tc.name, func(b *testing.B) {
+			out, err := driverwire.PatchGetSandboxResponse(resp, h.patchFor)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if edited := len(out) != len(resp); edited != tc.edited {
+				b.Fatalf("edited %v, want %v", edited, tc.edited)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				if _, err := driverwire.PatchGetSandboxResponse(resp, h.patchFor); err != nil {
 					b.Fatal(err)
 				}
 			}
