@@ -34,27 +34,27 @@ func TestActive(t *testing.T) {
 	fx := newFixture(t, s)
 	fd := &feed{f: NewFolder()}
 	fd.add(fx.crashRound(s, 1, "Error", 1))
-	if got := fd.f.Active(s.id, fx.now); len(got) != 1 || got[0].Kind != eventpipev1.BlockerKindContainer {
+	if got, _ := fd.f.Active(s.id, fx.now); len(got) != 1 || got[0].Kind != eventpipev1.BlockerKindContainer {
 		t.Fatalf("crash loop: active %+v", got)
 	}
 	started := fx.kubeletEvent(s, false, "agent", "Normal", "Started", "Started container agent", 2)
 	fd.add(one(started))
 	at := started.GetOccurredAt().AsTime()
-	if got := fd.f.Active(s.id, at.Add(DefaultCrashSettle-time.Second)); len(got) != 1 {
-		t.Errorf("before it settled: active %+v", got)
+	if got, until := fd.f.Active(s.id, at.Add(DefaultCrashSettle-time.Second)); len(got) != 1 || !until.Equal(at.Add(DefaultCrashSettle)) {
+		t.Errorf("before it settled: active %+v until %v", got, until)
 	}
-	if got := fd.f.Active(s.id, at.Add(DefaultCrashSettle)); len(got) != 0 {
+	if got, _ := fd.f.Active(s.id, at.Add(DefaultCrashSettle)); len(got) != 0 {
 		t.Errorf("settled: active %+v", got)
 	}
 	// The read changed nothing: an earlier clock sees it again.
-	if got := fd.f.Active(s.id, at); len(got) != 1 {
+	if got, _ := fd.f.Active(s.id, at); len(got) != 1 {
 		t.Errorf("after a read at a later time: active %+v", got)
 	}
-	if got := fd.f.Active("no-such-id", at); got != nil {
+	if got, _ := fd.f.Active("no-such-id", at); got != nil {
 		t.Errorf("unknown id: %+v", got)
 	}
 	fd.f.Forget(s.id)
-	if got := fd.f.Active(s.id, at); got != nil || fd.f.Len() != 0 {
+	if got, _ := fd.f.Active(s.id, at); got != nil || fd.f.Len() != 0 {
 		t.Errorf("forgotten: active %+v, %d sandboxes", got, fd.f.Len())
 	}
 }
@@ -71,7 +71,7 @@ func TestFoldStartedInTheSecondOfAStatus(t *testing.T) {
 	fd := &feed{f: NewFolder()}
 	status := fx.configStatus(s, time.Second+500*time.Millisecond)
 	fd.add(one(status))
-	if got := fd.f.Active(s.id, fx.now); len(got) != 1 {
+	if got, _ := fd.f.Active(s.id, fx.now); len(got) != 1 {
 		t.Fatalf("key not found: active %+v", got)
 	}
 	started := fx.kubeletEvent(s, false, "agent", "Normal", "Started", "Started container agent", 1)
@@ -79,13 +79,13 @@ func TestFoldStartedInTheSecondOfAStatus(t *testing.T) {
 		t.Fatalf("fixture: the Started (%v) should read earlier than the status (%v)", started.GetOccurredAt().AsTime(), status.GetOccurredAt().AsTime())
 	}
 	fd.add(one(started))
-	if got := fd.f.Active(s.id, fx.now); len(got) != 0 {
+	if got, _ := fd.f.Active(s.id, fx.now); len(got) != 0 {
 		t.Errorf("the container started: active %+v", got)
 	}
 	// A report a second later blocks again.
 	fx.now = fx.now.Add(time.Second)
 	fd.add(one(fx.configStatus(s, 0)))
-	if got := fd.f.Active(s.id, fx.now); len(got) != 1 {
+	if got, _ := fd.f.Active(s.id, fx.now); len(got) != 1 {
 		t.Errorf("a later failure: active %+v", got)
 	}
 }
@@ -101,16 +101,16 @@ func TestFoldAgentPullEndsInitPulls(t *testing.T) {
 	fd.add(fx.pullFailure(s, true, "supervisor", supervisorBad, 1))
 	late := fx.pullFailure(s, false, "workspace-init", imageMissing, 1)
 	fd.add(late[:2])
-	if got := fd.f.Active(s.id, fx.now); len(got) != 2 {
+	if got, _ := fd.f.Active(s.id, fx.now); len(got) != 2 {
 		t.Fatalf("before: active %+v", got)
 	}
 	fd.add(fx.start(s, false, "agent", imageMissing))
-	got := fd.f.Active(s.id, fx.now)
+	got, _ := fd.f.Active(s.id, fx.now)
 	if len(got) != 1 || got[0].ImageRole != eventpipev1.ImageRoleSupervisor {
 		t.Errorf("after the agent's pull: active %+v, want the supervisor image only", got)
 	}
 	fd.add(late[2:])
-	if got := fd.f.Active(s.id, fx.now); len(got) != 1 {
+	if got, _ := fd.f.Active(s.id, fx.now); len(got) != 1 {
 		t.Errorf("late reports of the init container's failure: active %+v", got)
 	}
 }

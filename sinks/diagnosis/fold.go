@@ -238,28 +238,36 @@ func (f *Folder) Forget(id string) { delete(f.sandboxes, id) }
 // Active returns the blockers of sandbox id that are active at now, in the
 // order Diagnosis.Blockers lists them: a crash blocker whose container has
 // stayed up CrashSettle since its Started is over, as the next read of
-// Sandboxes would find. It changes nothing, so readers may share a lock;
-// cheap (one map lookup) for a sandbox without blockers.
-func (f *Folder) Active(id string, now time.Time) []Blocker {
+// Sandboxes would find. until is the earliest time one of them settles that
+// way (zero when none can without another occurrence): the answer holds
+// until then. It changes nothing, so readers may share a lock; cheap (one
+// map lookup) for a sandbox without blockers.
+func (f *Folder) Active(id string, now time.Time) (bs []Blocker, until time.Time) {
 	s := f.sandboxes[id]
 	if s == nil || len(s.blockers) == 0 || s.d.DeletedAt != nil {
-		return nil
+		return nil, time.Time{}
 	}
 	settle := f.CrashSettle
 	if settle <= 0 {
 		settle = DefaultCrashSettle
 	}
-	out := make([]Blocker, 0, len(s.blockers))
+	bs = make([]Blocker, 0, len(s.blockers))
 	for k, b := range s.blockers {
-		if t, ok := s.started[k]; ok && now.Sub(t) >= settle {
-			continue
+		if t, ok := s.started[k]; ok {
+			end := t.Add(settle)
+			if !now.Before(end) {
+				continue
+			}
+			if until.IsZero() || end.Before(until) {
+				until = end
+			}
 		}
-		out = append(out, *b)
+		bs = append(bs, *b)
 	}
-	if len(out) > 1 {
-		sortBlockers(out)
+	if len(bs) > 1 {
+		sortBlockers(bs)
 	}
-	return out
+	return bs, until
 }
 
 // Add folds one occurrence read at cursor. It reports whether what a reader

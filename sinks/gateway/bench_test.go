@@ -48,7 +48,7 @@ func BenchmarkUnaryEdited(b *testing.B) {
 	rp := startProxy(b, proxyConfig(dir, drv.Path, col.addr))
 	col.ship(b, pullFailed(failingID, 2))
 	waitFor(b, 10*time.Second, "the failure known to the proxy", func() (bool, string) {
-		return rp.p.hub.anyFailures(), ""
+		return rp.p.hub.anyBlocked(), ""
 	})
 	req := reqWithUnknown(failingID)
 	for _, tc := range []struct {
