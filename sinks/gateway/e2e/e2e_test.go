@@ -582,7 +582,10 @@ func checkAnswersWithin(t *testing.T, d time.Duration, st *stream, gw *gatewayte
 		if err != nil {
 			return false, err.Error()
 		}
-		got, _ := gatewaytest.DecodeSandboxes(r.Bodies[0])
+		got, err := gatewaytest.DecodeSandboxes(r.Bodies[0])
+		if err != nil || len(got) != 1 {
+			return false, fmt.Sprintf("GetSandbox answer %x: %d sandboxes (%v)", r.Bodies[0], len(got), err)
+		}
 		if ok, why := check("GetSandbox", got[0]); !ok {
 			return false, why
 		}
