@@ -82,6 +82,11 @@ func TestFoldStartedInTheSecondOfAStatus(t *testing.T) {
 	if got, _ := fd.f.Active(s.id, fx.now); len(got) != 0 {
 		t.Errorf("the container started: active %+v", got)
 	}
+	// Read after the Started, a report from its second stays ended.
+	fd.add(one(fx.configStatus(s, 700*time.Millisecond)))
+	if got, _ := fd.f.Active(s.id, fx.now); len(got) != 0 {
+		t.Errorf("a report in the Started's second, read after it: active %+v", got)
+	}
 	// A report a second later blocks again.
 	fx.now = fx.now.Add(time.Second)
 	fd.add(one(fx.configStatus(s, 0)))

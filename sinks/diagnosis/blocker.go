@@ -20,8 +20,8 @@ func (s *sandboxState) openBlocker(cursor uint64, o *eventpipev1.Occurrence, bl 
 	if t := bl.GetLastSeen(); t != nil {
 		last = t.AsTime()
 	}
-	if t, ok := s.ended[key]; ok && !last.After(t) {
-		return false
+	if t, ok := s.ended[key]; ok && notBefore(t, last) {
+		return false // not later than the event that ended it, to the second
 	}
 	b := s.blockers[key]
 	if b == nil {
@@ -70,8 +70,9 @@ func (s *sandboxState) openBlocker(cursor uint64, o *eventpipev1.Occurrence, bl 
 	}
 	b.EventID = o.GetEventId()
 	b.Cursor = cursor
-	// A crash reported after the container's last Started keeps it blocked.
-	if t, ok := s.started[key]; ok && !last.Before(t) {
+	// A crash reported after the container's last Started (to the second)
+	// keeps it blocked.
+	if t, ok := s.started[key]; ok && !notBefore(t, last) {
 		delete(s.started, key)
 	}
 	return !sameBlocker(old, *b)
