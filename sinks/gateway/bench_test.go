@@ -7,6 +7,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protowire"
 
+	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
 	"github.com/eventpipe/eventpipe/sinks/gateway/driverwire"
 	"github.com/eventpipe/eventpipe/sinks/gateway/gatewaytest"
 )
@@ -114,5 +115,27 @@ func BenchmarkPatchPath(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkApply: one occurrence from the Follow stream into the hub (the
+// blockers folded, the patch computed, the platform event encoded), for a
+// sandbox whose pull keeps failing: the per-occurrence cost of the state
+// the conditions come from.
+func BenchmarkApply(b *testing.B) {
+	m, err := newMetrics(nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	h := newHub(NewDefaultConfig().Follow, m)
+	occs := make([]*eventpipev1.Occurrence, 64)
+	for i := range occs {
+		occs[i] = pullFailed(failingID, uint32(i+1))
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		i++
+		h.apply(uint64(i), occs[i%len(occs)], false)
 	}
 }
