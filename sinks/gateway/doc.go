@@ -62,7 +62,7 @@
 //   - Several at once: one condition per kind, the first of its kind in
 //     the folder's order (a supervisor image first, then by stage:
 //     creation, claims, scheduling, volumes, pulls, containers, then
-//     oldest first); the earliest stage leads the Ready suffix.
+//     oldest first), which also leads the Ready suffix.
 //   - Replacement: blockers are kept by sandbox id; a sandbox seen deleted
 //     (the agent's deletion occurrence, the driver's WatchSandboxes
 //     deletion) or evicted is forgotten with them, so a new sandbox under
@@ -74,9 +74,10 @@
 //     finds the collector reachable again.
 //   - Bounded: at most follow.max_sandboxes sandboxes (with their
 //     blockers, at most 32 each: more are counted, not kept) and
-//     follow.max_events events are kept. Streams read a ring of the last max_events events
-//     at their own pace; one that falls further behind catches up from the
-//     tails (the sent set keeps it exact). Every drop is counted.
+//     follow.max_events events are kept. Streams read a ring of the last
+//     max_events events at their own pace; one that falls further behind
+//     catches up from the tails (the sent set keeps it exact). Every drop
+//     is counted.
 //   - Socket: only the proxy's uid may write to its directory (created
 //     0700 when missing; an existing one is never chmodded, and refused
 //     when another uid owns it or others may write to it); the socket is
