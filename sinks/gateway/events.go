@@ -228,8 +228,8 @@ func shown(b *diagnosis.Blocker) bool {
 // order: a supervisor image first, then by stage, creation, claims,
 // scheduling, volumes, pulls, containers, then oldest first): one
 // condition per type, the first blocker of its kind; the Ready=False
-// message gets every condition's message appended, the earliest stage
-// (what to fix first) leading. nil when no blocker is shown.
+// message gets every condition's message appended in that order. nil when
+// no blocker is shown.
 func patchOf(bs []diagnosis.Blocker) *blockerPatch {
 	var bp *blockerPatch
 	for i := range bs {
