@@ -37,8 +37,9 @@ const driverProxyUsage = `Usage:
 
 Listens on the Unix socket the OpenShell gateway dials
 (OPENSHELL_COMPUTE_DRIVER_SOCKET) and forwards every RPC to the real
-openshell-driver-kubernetes socket, adding eventpipe's platform events and an
-ImagePulled=False condition while an image cannot be pulled. Flags override
+openshell-driver-kubernetes socket, adding eventpipe's platform events and a
+condition while something blocks a sandbox (ImagePulled, PodScheduled,
+VolumesReady, PodCreated or ContainersRunning =False). Flags override
 the config file. The collector being down never stops driver traffic.
 
 Example (all three containers of the gateway pod run as the same uid):

@@ -156,3 +156,55 @@ func TestSealedSegmentCutShortIsCountedForALaterSink(t *testing.T) {
 		t.Fatalf("after the accepted loss: %d records, loss %v, %v", len(recs), s4.DataLoss(), err)
 	}
 }
+
+// Retention counts the records it removes (retention_removed_records_total),
+// not the offsets: the gap segment an accepted loss leaves holds none, and
+// its offsets were counted as data loss already.
+func TestRetentionCountsRecordsNotGapOffsets(t *testing.T) {
+	cfg := testConfig(t.TempDir())
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	segs := sealedLog(t, &cfg)
+	from, to := cutAtFrame(t, segs[1], 3)
+	accept := cfg
+	accept.AcceptDataLoss = true
+	s, err := openWith(accept, nil, nil, options{}) // the cut offsets become a gap segment
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	files, _ := filepath.Glob(filepath.Join(cfg.Dir, "log", "*.seg"))
+	old := time.Now().Add(-time.Hour)
+	for _, p := range files {
+		if err := os.Chtimes(p, old, old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg.Retention.MaxAge = 10 * time.Minute // every sealed segment is older
+	cfg.DedupeWindow = time.Minute
+	reg := prometheus.NewRegistry()
+	s2, err := openWith(cfg, nil, reg, options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	before, _, err := s2.Read(ctx, 1, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := s2.ApplyRetention()
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, skipped, err := s2.Read(ctx, 1, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := uint64(len(before) - len(after))
+	if n != want || skipped != want {
+		t.Fatalf("retention removed %d records (%d before, %d after) but reported %d, a reader from 1 skipped %d; the gap %d..%d holds none", want, len(before), len(after), n, skipped, from, to)
+	}
+	if got := gathered(t, reg, "eventpipe_collector_log_retention_removed_records_total"); got != float64(want) {
+		t.Fatalf("retention_removed_records_total = %v, want %d", got, want)
+	}
+}

@@ -929,6 +929,12 @@ func (s *Store) ApplyRetention() (uint64, error) {
 	s.walMu.RUnlock()
 	var total uint64
 	for _, seg := range removed {
+		if seg.Gap {
+			// Its offsets never held a record: their loss was counted
+			// when the repair skipped them, not again here.
+			s.log.Info("retention removed a gap segment", "segment", seg.Name, "first", seg.First, "last", seg.Last)
+			continue
+		}
 		if seg.Last < seg.First {
 			continue
 		}

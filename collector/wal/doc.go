@@ -41,6 +41,8 @@
 //     when a Sync covering them returned nil.
 //   - Read returns records by offset and may run concurrently with Append.
 //   - Retention removes whole segments (never the active one), oldest first.
+//     A gap segment it removes held no record: Retain marks it (SegmentInfo.Gap)
+//     and ReadSkip leaves its offsets out of the records a reader missed.
 //   - Every file access goes through FS so tests can inject short writes,
 //     failed writes and failed fsyncs.
 //

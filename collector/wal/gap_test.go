@@ -273,3 +273,55 @@ func TestGapSegmentWithoutSuccessorIsDropped(t *testing.T) {
 		t.Fatalf("the gap segment without a successor is still there: %v", err)
 	}
 }
+
+// Retention removing a gap segment removes no record: Retain marks it, and
+// a reader behind it is told the records removed, not the gap's offsets
+// (their loss was counted once, by the repair).
+func TestRetentionOfAGapSegmentRemovesNoRecord(t *testing.T) {
+	dir := t.TempDir()
+	w := mustOpen(t, dir, Options{})
+	appendN(t, w, 1, 10, 3)
+	w.Close()
+	p := lastSeg(t, dir)
+	_, pos := frameStarts(t, p)
+	if err := os.Truncate(p, pos[len(pos)-1]+5); err != nil { // a torn record 10: offsets 10..10 skipped
+		t.Fatal(err)
+	}
+	w2 := mustOpen(t, dir, Options{SegmentBytes: 256})
+	defer w2.Close()
+	through := w2.Repaired().Through
+	if through != 10 {
+		t.Fatalf("repair skipped through %d, want 10", through)
+	}
+	appendN(t, w2, int(through)+1, 40, 4)
+	removed, err := w2.Retain(1, 0) // every segment but the active one
+	if err != nil {
+		t.Fatal(err)
+	}
+	var gaps, records uint64
+	for _, s := range removed {
+		switch {
+		case s.Gap:
+			gaps += s.Last - s.First + 1
+		case s.Last >= s.First:
+			records += s.Last - s.First + 1
+		}
+	}
+	if gaps != 1 {
+		t.Fatalf("removed %+v: want the gap segment of offset 10 among them, marked", removed)
+	}
+	first := removed[len(removed)-1].Last + 1
+	if records != first-1-gaps {
+		t.Fatalf("removed %d records and %d gap offsets before offset %d", records, gaps, first)
+	}
+	_, skipped, err := w2.ReadSkip(1, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if skipped != records {
+		t.Fatalf("ReadSkip from 1 reports %d records removed, want %d (offsets 1..%d less the gap's %d)", skipped, records, first-1, gaps)
+	}
+	if _, skipped, _ = w2.ReadSkip(11, 1); skipped != records-9 {
+		t.Fatalf("ReadSkip from 11 (after the gap) reports %d records removed, want %d", skipped, records-9)
+	}
+}

@@ -88,6 +88,9 @@ type SegmentInfo struct {
 	First, Last uint64 // Last < First when the segment is empty
 	Bytes       int64
 	ModTime     time.Time
+	// Gap: a gap segment. Its offsets held no record (their loss was
+	// counted when the repair skipped them), so removing it removes none.
+	Gap bool
 }
 
 type segment struct {
@@ -152,11 +155,17 @@ type WAL struct {
 
 	// mu guards the segment list and the durable boundary. Readers hold it
 	// shared while they read; writers take it exclusively only to publish.
-	mu      sync.RWMutex
-	segs    []*segment
-	durable uint64 // last durable offset (skipped offsets included)
-	lastRec uint64 // offset of the newest durable record
-	closed  bool
+	mu   sync.RWMutex
+	segs []*segment
+	// removedGaps: the offset ranges of gap segments retention removed
+	// since the WAL was opened (the newest maxRemovedGaps), so ReadSkip
+	// does not report their offsets as records removed: they never held
+	// one. Not kept across a restart: a reader that far behind may then
+	// count them once more (never fewer).
+	removedGaps []offRange
+	durable     uint64 // last durable offset (skipped offsets included)
+	lastRec     uint64 // offset of the newest durable record
+	closed      bool
 
 	lossMu sync.Mutex
 	lost   []Loss
@@ -874,6 +883,13 @@ func (w *WAL) Bounds() (first, last uint64) {
 	return w.segs[0].first, w.durable
 }
 
+// offRange is a range of offsets, first through last.
+type offRange struct{ first, last uint64 }
+
+// maxRemovedGaps bounds WAL.removedGaps: each gap is one repair of a
+// damaged log, so even a few are rare.
+const maxRemovedGaps = 64
+
 // Segments describes the segment files, oldest first.
 func (w *WAL) Segments() []SegmentInfo {
 	w.mu.RLock()
@@ -881,7 +897,7 @@ func (w *WAL) Segments() []SegmentInfo {
 	out := make([]SegmentInfo, 0, len(w.segs))
 	for _, s := range w.segs {
 		out = append(out, SegmentInfo{Name: filepath.Base(s.path), First: s.first,
-			Last: s.first + s.dcount - 1, Bytes: s.dsize, ModTime: s.modTime})
+			Last: s.first + s.dcount - 1, Bytes: s.dsize, ModTime: s.modTime, Gap: s.gap})
 	}
 	return out
 }
@@ -906,7 +922,13 @@ func (w *WAL) ReadSkip(from uint64, limit int) ([]Entry, uint64, error) {
 	}
 	var skipped uint64
 	if first := w.segs[0].first; from < first {
-		skipped = first - max(from, 1)
+		from = max(from, 1)
+		skipped = first - from
+		for _, g := range w.removedGaps {
+			if lo, hi := max(g.first, from), min(g.last, first-1); lo <= hi {
+				skipped -= hi - lo + 1
+			}
+		}
 		from = first
 	}
 	if limit <= 0 || from > w.durable {
@@ -1079,7 +1101,13 @@ func (w *WAL) Retain(maxBytes int64, maxAge time.Duration) ([]SegmentInfo, error
 		}
 		total -= s.dsize
 		removed = append(removed, SegmentInfo{Name: filepath.Base(s.path), First: s.first,
-			Last: s.first + s.dcount - 1, Bytes: s.dsize, ModTime: s.modTime})
+			Last: s.first + s.dcount - 1, Bytes: s.dsize, ModTime: s.modTime, Gap: s.gap})
+		if s.gap && s.dcount > 0 {
+			if len(w.removedGaps) == maxRemovedGaps {
+				w.removedGaps = w.removedGaps[1:]
+			}
+			w.removedGaps = append(w.removedGaps, offRange{s.first, s.first + s.dcount - 1})
+		}
 		w.segs = w.segs[1:]
 	}
 	if len(removed) > 0 {

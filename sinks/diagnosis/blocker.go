@@ -20,8 +20,8 @@ func (s *sandboxState) openBlocker(cursor uint64, o *eventpipev1.Occurrence, bl 
 	if t := bl.GetLastSeen(); t != nil {
 		last = t.AsTime()
 	}
-	if t, ok := s.ended[key]; ok && !last.After(t) {
-		return false
+	if t, ok := s.ended[key]; ok && notBefore(t, last) {
+		return false // not later than the event that ended it, to the second
 	}
 	b := s.blockers[key]
 	if b == nil {
@@ -70,8 +70,9 @@ func (s *sandboxState) openBlocker(cursor uint64, o *eventpipev1.Occurrence, bl 
 	}
 	b.EventID = o.GetEventId()
 	b.Cursor = cursor
-	// A crash reported after the container's last Started keeps it blocked.
-	if t, ok := s.started[key]; ok && !last.Before(t) {
+	// A crash reported after the container's last Started (to the second)
+	// keeps it blocked.
+	if t, ok := s.started[key]; ok && !notBefore(t, last) {
 		delete(s.started, key)
 	}
 	return !sameBlocker(old, *b)
@@ -100,14 +101,19 @@ func crashed(cause string) bool {
 }
 
 // closeBlockers ends the non-image blockers o shows are over (see doc.go);
-// only blockers last seen no later than o end.
+// only blockers last seen no later than o end, to the second: a kubelet
+// Event's time has whole seconds while a pod status is stamped with the
+// agent's clock, so a status observed in the second of the Started that
+// followed it cannot be ordered against it, and the Started wins the tie (as
+// a Pulled does for pulls). A crash after it is reported again (the
+// kubelet's BackOff, the next status) and blocks again.
 func (s *sandboxState) closeBlockers(o *eventpipev1.Occurrence, at time.Time) bool {
 	obj := o.GetInvolvedObject()
 	ns, kind, name := obj.GetNamespace(), obj.GetKind(), obj.GetName()
 	closed := false
 	end := func(match func(k blockerKey, b *Blocker) bool) {
 		for k, b := range s.blockers {
-			if k.kind != KindImagePull && match(k, b) && !at.Before(b.LastSeen) {
+			if k.kind != KindImagePull && match(k, b) && notBefore(at, b.LastSeen) {
 				delete(s.blockers, k)
 				delete(s.started, k)
 				if len(s.ended) >= maxBlockersPerSandbox {
@@ -178,7 +184,7 @@ func (s *sandboxState) closeBlockers(o *eventpipev1.Occurrence, at time.Time) bo
 			return k.kind == eventpipev1.BlockerKindContainer && samePod(k) && k.container == c && !crashed(b.Cause)
 		})
 		for k, b := range s.blockers {
-			if k.kind == eventpipev1.BlockerKindContainer && samePod(k) && k.container == c && !at.Before(b.LastSeen) {
+			if k.kind == eventpipev1.BlockerKindContainer && samePod(k) && k.container == c && notBefore(at, b.LastSeen) {
 				s.started[k] = at
 			}
 		}

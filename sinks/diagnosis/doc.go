@@ -21,8 +21,11 @@
 //     that container's blocker (the latest occurrence's cause, disposition
 //     and attempts win: the agent's enricher already accumulates them); a
 //     Pulled, Created or Started event of the same container that is not
-//     older than the failure closes it. A container that pulls another
-//     image replaces its blocker. Occurrences without a sandbox id are
+//     older than the failure closes it; one of the workload pod's agent
+//     container closes the pull blockers of its init containers too (they
+//     run before it), and a report of theirs not later than it does not
+//     open one again. A container that pulls another image replaces its
+//     blocker. Occurrences without a sandbox id are
 //     ignored (the collector never sends them).
 //   - An occurrence with a blocker opens or updates the blocker of its
 //     (kind, involved object, container), with the occurrence's
@@ -47,9 +50,13 @@
 //     container again and again: the blocker ends once the container
 //     has stayed up Folder.CrashSettle (a minute) after Started with no
 //     later crash reported. It is judged by Folder.Now when the
-//     diagnosis is read. A report of an ended blocker observed no later
-//     than the event that ended it (the scheduler's late series update of
-//     a FailedScheduling after the pod started) does not open it again.
+//     diagnosis is read (Folder.Active: by the clock the reader passes,
+//     changing nothing). Times are compared to the second, the ending
+//     event winning a tie: kubelet stamps its Events to the second, the
+//     agent a pod status to the nanosecond. A report of an ended blocker
+//     observed no later than the event that ended it (the scheduler's late
+//     series update of a FailedScheduling after the pod started) does not
+//     open it again.
 //   - Several blockers of a sandbox are all shown: a supervisor image first
 //     (it blocks every sandbox of the gateway), then by stage: creation,
 //     the pod's claims bound, scheduling, volumes attached and mounted,
@@ -66,8 +73,10 @@
 //     the new one.
 //   - Memory is bounded: at most MaxSandboxes sandboxes and
 //     maxBlockersPerSandbox blockers per sandbox are kept; what does not
-//     fit is counted (Folder.Dropped) and reported by the renderers, never
-//     silently left out.
+//     fit is counted (Folder.Dropped, Folder.DroppedBlockers) and reported
+//     by the renderers, never silently left out. A reader that bounds the
+//     sandboxes itself (the gateway proxy: MaxSandboxes 0) drops them with
+//     Folder.Forget.
 //   - Read replays a selection once (tail, no follow). Watcher follows it
 //     live, resuming by cursor after a broken stream with backoff, and
 //     reports a refusal (bad token, workspace not granted, bad request) as

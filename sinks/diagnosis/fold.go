@@ -197,7 +197,8 @@ type sandboxState struct {
 // Folder folds occurrences into one Diagnosis per sandbox. Not safe for
 // concurrent use (Watcher guards its own).
 type Folder struct {
-	// MaxSandboxes bounds the sandboxes kept (default DefaultMaxSandboxes).
+	// MaxSandboxes bounds the sandboxes kept (default DefaultMaxSandboxes;
+	// 0: no bound, the caller bounds them with Forget).
 	MaxSandboxes int
 	// CrashSettle: a container that crashed ends its blocker once it has
 	// been up this long after Started with no later crash (default
@@ -207,7 +208,10 @@ type Folder struct {
 	Now       func() time.Time
 	sandboxes map[string]*sandboxState
 	dropped   int
-	checks    map[string]SupervisorCheck // by gateway id
+	// droppedBlockers: blockers not kept over maxBlockersPerSandbox, summed
+	// over every sandbox ever folded (Forget does not lower it).
+	droppedBlockers int
+	checks          map[string]SupervisorCheck // by gateway id
 }
 
 // NewFolder returns an empty Folder.
@@ -221,6 +225,50 @@ func (f *Folder) Dropped() int { return f.dropped }
 
 // Len is the number of sandboxes seen.
 func (f *Folder) Len() int { return len(f.sandboxes) }
+
+// DroppedBlockers is how many blockers were not kept because their sandbox
+// held maxBlockersPerSandbox already, over all sandboxes.
+func (f *Folder) DroppedBlockers() int { return f.droppedBlockers }
+
+// Forget drops everything folded about sandbox id: a reader that bounds its
+// sandboxes itself (the gateway proxy) forgets a deleted or evicted one, and
+// an occurrence of it folded later starts afresh.
+func (f *Folder) Forget(id string) { delete(f.sandboxes, id) }
+
+// Active returns the blockers of sandbox id that are active at now, in the
+// order Diagnosis.Blockers lists them: a crash blocker whose container has
+// stayed up CrashSettle since its Started is over, as the next read of
+// Sandboxes would find. until is the earliest time one of them settles that
+// way (zero when none can without another occurrence): the answer holds
+// until then. It changes nothing, so readers may share a lock; cheap (one
+// map lookup) for a sandbox without blockers.
+func (f *Folder) Active(id string, now time.Time) (bs []Blocker, until time.Time) {
+	s := f.sandboxes[id]
+	if s == nil || len(s.blockers) == 0 || s.d.DeletedAt != nil {
+		return nil, time.Time{}
+	}
+	settle := f.CrashSettle
+	if settle <= 0 {
+		settle = DefaultCrashSettle
+	}
+	bs = make([]Blocker, 0, len(s.blockers))
+	for k, b := range s.blockers {
+		if t, ok := s.started[k]; ok {
+			end := t.Add(settle)
+			if !now.Before(end) {
+				continue
+			}
+			if until.IsZero() || end.Before(until) {
+				until = end
+			}
+		}
+		bs = append(bs, *b)
+	}
+	if len(bs) > 1 {
+		sortBlockers(bs)
+	}
+	return bs, until
+}
 
 // Add folds one occurrence read at cursor. It reports whether what a reader
 // is shown changed: a new sandbox, its progress step, or its blockers (one
@@ -282,6 +330,8 @@ func (f *Folder) Add(cursor uint64, o *eventpipev1.Occurrence) bool {
 	obj := o.GetInvolvedObject()
 	key := blockerKey{KindImagePull, obj.GetNamespace(), "Pod", obj.GetName(), o.GetContainer()}
 	changed := false
+	dropped := s.d.DroppedBlockers
+	defer func() { f.droppedBlockers += s.d.DroppedBlockers - dropped }()
 	switch {
 	case o.GetPullFailure() != nil:
 		changed = s.openPull(key, cursor, o, o.GetPullFailure())
@@ -301,6 +351,9 @@ func (f *Folder) Add(cursor uint64, o *eventpipev1.Occurrence) bool {
 					clear(s.pulled) // bounded; forgetting only loses the tie-break
 				}
 				s.pulled[key] = at
+			}
+			if o.GetRole() == eventpipev1.RoleWorkload && o.GetContainer() == workloadContainer {
+				changed = s.closeWorkloadPulls(key, at) || changed
 			}
 		}
 		changed = s.closeBlockers(o, at) || changed
@@ -333,6 +386,40 @@ func notBefore(a, b time.Time) bool {
 	return !a.Truncate(time.Second).Before(b.Truncate(time.Second))
 }
 
+// workloadContainer is the sandbox's own container in OpenShell's workload
+// pod; its init containers run before it.
+const workloadContainer = "agent"
+
+// podPulls is the pulled key that stands for every container of a workload
+// pod (no container name contains "*").
+func podPulls(k blockerKey) blockerKey {
+	k.container = "*"
+	return k
+}
+
+// closeWorkloadPulls: the workload pod's agent container has its image
+// (agent is its key), so its init containers, which run first, had theirs:
+// their pull blockers not later than at (to the second) end, and a failure
+// of theirs not later than at, read late, does not open again. The
+// supervisor pod is another pod with its own images.
+func (s *sandboxState) closeWorkloadPulls(agent blockerKey, at time.Time) bool {
+	pod := podPulls(agent)
+	if p, ok := s.pulled[pod]; !ok || at.After(p) {
+		if !ok && len(s.pulled) >= maxBlockersPerSandbox {
+			clear(s.pulled) // bounded; forgetting only loses the tie-break
+		}
+		s.pulled[pod] = at
+	}
+	closed := false
+	for k, b := range s.blockers {
+		if k.kind == KindImagePull && podPulls(k) == pod && b.Role == eventpipev1.RoleWorkload && notBefore(at, b.LastSeen) {
+			delete(s.blockers, k)
+			closed = true
+		}
+	}
+	return closed
+}
+
 // closesPull: the container has its image (Pulled, also "already present"),
 // or got past it.
 func closesPull(reason string) bool {
@@ -342,6 +429,9 @@ func closesPull(reason string) bool {
 func (s *sandboxState) openPull(key blockerKey, cursor uint64, o *eventpipev1.Occurrence, pf *eventpipev1.PullFailure) bool {
 	if p, ok := s.pulled[key]; ok && s.blockers[key] == nil && notBefore(p, o.GetOccurredAt().AsTime()) {
 		return false // seen no later than the pull that ended it (to the second)
+	}
+	if p, ok := s.pulled[podPulls(key)]; ok && o.GetRole() == eventpipev1.RoleWorkload && s.blockers[key] == nil && notBefore(p, o.GetOccurredAt().AsTime()) {
+		return false // seen no later than the agent container's pull
 	}
 	image := pf.GetImage()
 	if image == "" {

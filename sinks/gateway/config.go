@@ -77,8 +77,7 @@ type FollowConfig struct {
 	// tails, counted).
 	MaxEvents int `yaml:"max_events"`
 	// StartTail is how many of this gateway's most recent occurrences the
-	// proxy reads at start to rebuild the tails and the active pull
-	// failures.
+	// proxy reads at start to rebuild the tails and the active blockers.
 	StartTail int `yaml:"start_tail"`
 	// DedupeWindow is how many event ids per gateway connection are
 	// remembered as sent.

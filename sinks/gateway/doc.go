@@ -35,24 +35,49 @@
 //     restart the cursor up to which events were sent is written ahead of
 //     sending to follow.state_file: the first connection after the restart
 //     (the gateway that kept running) is not sent those again.
-//   - Conditions: while a pull failure is active for a sandbox (the latest
-//     failure of a container not superseded by a Pulled of that container,
-//     or of the workload's agent container for the workload pod), every
-//     DriverSandbox the gateway receives carries ImagePulled=False with the
-//     cause as reason (CamelCase) and a message naming the image and its
-//     role, the disposition, the attempts and the runtime's words; the
-//     driver's Ready=False message gets the same diagnosis appended, its
+//   - Conditions: while a blocker is active for a sandbox, every
+//     DriverSandbox the gateway receives (WatchSandboxes snapshots,
+//     GetSandbox, ListSandboxes) carries one condition per kind, status
+//     False: ImagePulled (a pull failure), PodScheduled (unschedulable),
+//     VolumesReady (volume), PodCreated (create_refused) and
+//     ContainersRunning (container); the cause in CamelCase as reason; a
+//     message naming what is blocked (the image and its role, the pod, the
+//     claim or the Sandbox), the cause and how sure it is, the
+//     disposition, the attempts, the object the cause names (Secret/x,
+//     ResourceQuota/y), the container, the exit code and the runtime's or
+//     Kubernetes' words (the scheduler's node summary). The driver's
+//     Ready=False message gets each condition's message appended, its
 //     reason untouched. The phase is never changed and no condition type or
 //     reason the gateway acts on is used.
+//   - Blockers and their end are diagnosis.Folder's, the fold `eventpipe
+//     diagnose` reads (one implementation; its doc lists the events that
+//     end each kind: Pulled, Scheduled, the kubelet going on, the agent's
+//     Sandbox condition occurrence without a refusal, Started, a crashed
+//     container staying up a minute by the proxy's clock). The patch of a
+//     sandbox is computed when an occurrence changes its blockers, and
+//     again once a crash blocker in it may have settled, never per answer.
+//     Probe failures (readiness, liveness, startup) get no condition: a
+//     probe that passes again writes no Event and the agent reports no
+//     status for a running container, so no signal would end it.
+//   - Several at once: one condition per kind, the first of its kind in
+//     the folder's order (a supervisor image first, then by stage:
+//     creation, claims, scheduling, volumes, pulls, containers, then
+//     oldest first), which also leads the Ready suffix.
+//   - Replacement: blockers are kept by sandbox id; a sandbox seen deleted
+//     (the agent's deletion occurrence, the driver's WatchSandboxes
+//     deletion) or evicted is forgotten with them, so a new sandbox under
+//     its name (a new id) starts with nothing.
 //   - Fail-open: the collector down, slow or refusing, or a driver message
 //     driverwire cannot parse, never blocks or alters driver traffic; the
 //     message goes through unchanged (counted, logged) and the Follow
 //     stream is retried with backoff from its cursor, at once when a probe
 //     finds the collector reachable again.
-//   - Bounded: at most follow.max_sandboxes sandboxes and follow.max_events
-//     events are kept. Streams read a ring of the last max_events events
-//     at their own pace; one that falls further behind catches up from the
-//     tails (the sent set keeps it exact). Every drop is counted.
+//   - Bounded: at most follow.max_sandboxes sandboxes (with their
+//     blockers, at most 32 each: more are counted, not kept) and
+//     follow.max_events events are kept. Streams read a ring of the last
+//     max_events events at their own pace; one that falls further behind
+//     catches up from the tails (the sent set keeps it exact). Every drop
+//     is counted.
 //   - Socket: only the proxy's uid may write to its directory (created
 //     0700 when missing; an existing one is never chmodded, and refused
 //     when another uid owns it or others may write to it); the socket is

@@ -2,11 +2,13 @@ package gateway
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
+	"github.com/eventpipe/eventpipe/sinks/diagnosis"
 	"github.com/eventpipe/eventpipe/sinks/gateway/driverwire"
 )
 
@@ -110,9 +112,32 @@ func platformEvent(o *eventpipev1.Occurrence) driverwire.PlatformEvent {
 	}
 }
 
-// reasons maps a pull-failure category to the condition reason. None of
-// them is a reason the gateway gives meaning to (ContainerExited,
-// ContainerStopped, PodTerminating, PodNotTerminated, or the Ready reasons).
+// The condition of each kind of blocker: its type (status False while the
+// blocker is active) and what the message says the subject cannot do. None
+// of the types is one the gateway acts on (Ready decides the phase;
+// Suspended, ConfigurationReady, DesiredConfigurationReady and
+// Bootstrapping have meanings of their own), and none of the reasons is
+// ContainerExited or ContainerStopped, which mark any condition as
+// "stopped".
+const (
+	ConditionScheduled  = "PodScheduled"
+	ConditionVolumes    = "VolumesReady"
+	ConditionCreated    = "PodCreated"
+	ConditionContainers = "ContainersRunning"
+)
+
+var kindConditions = map[string]struct{ typ, cannot string }{
+	diagnosis.KindImagePull:              {ConditionImage, "cannot be pulled"},
+	eventpipev1.BlockerKindUnschedulable: {ConditionScheduled, "cannot be scheduled"},
+	eventpipev1.BlockerKindVolume:        {ConditionVolumes, "cannot get its volumes"},
+	eventpipev1.BlockerKindCreateRefused: {ConditionCreated, "cannot be created"},
+	eventpipev1.BlockerKindContainer:     {ConditionContainers, "does not run"},
+}
+
+// reasons maps a pull-failure category or a blocker cause to the condition
+// reason. None of them is a reason the gateway gives meaning to
+// (ContainerExited, ContainerStopped, PodTerminating, PodNotTerminated, or
+// the Ready reasons).
 var reasons = map[string]string{
 	eventpipev1.CategoryNotFound:               "NotFound",
 	eventpipev1.CategoryUnauthorized:           "Unauthorized",
@@ -131,73 +156,167 @@ var reasons = map[string]string{
 	eventpipev1.CategoryUnsupportedFormat:      "UnsupportedFormat",
 	eventpipev1.CategoryUnknown:                "Unknown",
 	eventpipev1.CategoryUnrecognised:           "Unrecognised",
+
+	eventpipev1.BlockerInsufficientResources: "InsufficientResources",
+	eventpipev1.BlockerUntoleratedTaint:      "UntoleratedTaint",
+	eventpipev1.BlockerNodeSelectorMismatch:  "NodeSelectorMismatch",
+	eventpipev1.BlockerPodAffinity:           "PodAffinity",
+	eventpipev1.BlockerUnboundPVC:            "UnboundPVC",
+	eventpipev1.BlockerVolumeNodeAffinity:    "VolumeNodeAffinity",
+	eventpipev1.BlockerNodesUnavailable:      "NodesUnavailable",
+	eventpipev1.BlockerTopologySpread:        "TopologySpread",
+	eventpipev1.BlockerNoStorageClass:        "NoStorageClass",
+	eventpipev1.BlockerStorageClassNotFound:  "StorageClassNotFound",
+	eventpipev1.BlockerProvisioningFailed:    "ProvisioningFailed",
+	eventpipev1.BlockerAttachFailed:          "AttachFailed",
+	eventpipev1.BlockerMountTimeout:          "MountTimeout",
+	eventpipev1.BlockerMountFailed:           "MountFailed",
+	eventpipev1.BlockerSecretNotFound:        "SecretNotFound",
+	eventpipev1.BlockerConfigMapNotFound:     "ConfigMapNotFound",
+	eventpipev1.BlockerQuotaExceeded:         "QuotaExceeded",
+	eventpipev1.BlockerWebhookDenied:         "WebhookDenied",
+	eventpipev1.BlockerWebhookFailed:         "WebhookFailed",
+	eventpipev1.BlockerPodSecurity:           "PodSecurity",
+	eventpipev1.BlockerLimitRange:            "LimitRange",
+	eventpipev1.BlockerServiceAccountMissing: "ServiceAccountMissing",
+	eventpipev1.BlockerNamespaceTerminating:  "NamespaceTerminating",
+	eventpipev1.BlockerCrashLoop:             "CrashLoop",
+	eventpipev1.BlockerOOMKilled:             "OOMKilled",
+	eventpipev1.BlockerExitError:             "ExitError",
+	eventpipev1.BlockerStartFailed:           "StartFailed",
+	eventpipev1.BlockerKeyNotFound:           "KeyNotFound",
+	eventpipev1.BlockerProvisionerWaiting:    "ProvisionerWaiting",
 }
 
-// reason is the CamelCase condition reason of a category; a category this
-// build does not know is converted word by word, prefixed with "Pull" so it
-// can never spell a reason the gateway acts on.
-func reason(category string) string {
-	if r, ok := reasons[category]; ok {
+// reason is the CamelCase condition reason of a category or cause; one this
+// build does not know is converted word by word, prefixed with "Pull" (an
+// image) or "Blocked" (any other kind) so it can never spell a reason the
+// gateway acts on.
+func reason(kind, cause string) string {
+	if r, ok := reasons[cause]; ok {
 		return r
 	}
+	prefix := "Blocked"
+	if kind == diagnosis.KindImagePull {
+		prefix = "Pull"
+	}
 	var b strings.Builder
-	b.WriteString("Pull")
-	for _, w := range strings.FieldsFunc(category, func(r rune) bool { return r == '_' || r == '-' || r == ' ' }) {
+	b.WriteString(prefix)
+	for _, w := range strings.FieldsFunc(cause, func(r rune) bool { return r == '_' || r == '-' || r == ' ' }) {
 		b.WriteString(strings.ToUpper(w[:1]) + w[1:])
 	}
-	if b.Len() == 4 {
-		return "PullUnknown"
+	if b.Len() == len(prefix) {
+		b.WriteString("Unknown")
 	}
 	return b.String()
 }
 
-// condition is the ImagePulled=False condition for the active failure.
-func condition(o *eventpipev1.Occurrence) driverwire.Condition {
-	pf := o.GetPullFailure()
-	role := o.GetImageRole()
-	if role == "" || role == eventpipev1.ImageRoleUnknown {
-		role = o.GetRole()
+// shown reports whether a blocker becomes a condition. Probe failures do
+// not: a probe that passes again writes no Event and the agent reports no
+// status for a running container, so nothing would ever end the condition
+// (they still reach the gateway as platform events).
+func shown(b *diagnosis.Blocker) bool {
+	switch b.Cause {
+	case eventpipev1.BlockerReadinessProbe, eventpipev1.BlockerLivenessProbe, eventpipev1.BlockerStartupProbe:
+		return false
 	}
-	img := pf.GetImage()
-	if img == "" {
-		img = o.GetImage()
+	_, ok := kindConditions[b.Kind]
+	return ok
+}
+
+// patchOf is the patch of a sandbox's active blockers (in the folder's
+// order: a supervisor image first, then by stage, creation, claims,
+// scheduling, volumes, pulls, containers, then oldest first): one
+// condition per type, the first blocker of its kind; the Ready=False
+// message gets every condition's message appended in that order. nil when
+// no blocker is shown.
+func patchOf(bs []diagnosis.Blocker) *blockerPatch {
+	var bp *blockerPatch
+	for i := range bs {
+		b := &bs[i]
+		if !shown(b) {
+			continue
+		}
+		c := condition(b)
+		if bp == nil {
+			bp = &blockerPatch{}
+		} else if slices.ContainsFunc(bp.p.Add, func(o driverwire.Condition) bool { return o.Type == c.Type }) {
+			continue
+		}
+		bp.p.Add = append(bp.p.Add, c)
+		bp.pull = bp.pull || b.Kind == diagnosis.KindImagePull
+		if bp.p.ReadySuffix != "" {
+			bp.p.ReadySuffix += " "
+		}
+		bp.p.ReadySuffix += readySuffix(c)
 	}
-	disp := pf.GetDisposition()
-	if disp == eventpipev1.DispositionPersistent {
-		disp = "persistent: retrying will not fix it"
-	}
+	return bp
+}
+
+// condition is the condition of one active blocker: False, the cause as
+// reason, and a message naming what is blocked (the image and its role, or
+// the pod, claim or Sandbox), the cause and how sure it is, the
+// disposition, the attempts, the object the cause names, the container,
+// and the runtime's or Kubernetes' own words.
+func condition(bl *diagnosis.Blocker) driverwire.Condition {
+	kc := kindConditions[bl.Kind]
 	var b strings.Builder
-	switch c := pf.GetCategory(); {
-	case c == eventpipev1.CategoryUnrecognised:
-		// No category, so no guess: the runtime's words follow.
-		fmt.Fprintf(&b, "%s image %s cannot be pulled for a reason eventpipe does not recognise", role, img)
-	case pf.GetConfidence() == eventpipev1.ConfidenceLikely:
-		fmt.Fprintf(&b, "%s image %s cannot be pulled: %s (likely)", role, img, c)
+	role := bl.Role
+	switch {
+	case bl.Kind == diagnosis.KindImagePull:
+		if bl.ImageRole != "" && bl.ImageRole != eventpipev1.ImageRoleUnknown {
+			role = bl.ImageRole
+		}
+		fmt.Fprintf(&b, "%s image %s", role, bl.Image)
+	case bl.Kind == eventpipev1.BlockerKindContainer && bl.Pod != "":
+		fmt.Fprintf(&b, "container %s of %s pod %s", bl.Container, role, bl.Pod)
+	case bl.Pod != "":
+		fmt.Fprintf(&b, "%s pod %s", role, bl.Pod)
 	default:
-		fmt.Fprintf(&b, "%s image %s cannot be pulled: %s", role, img, c)
+		b.WriteString(bl.Involved)
 	}
-	if disp != "" {
+	unrecognised := bl.Cause == eventpipev1.CategoryUnrecognised || bl.Cause == eventpipev1.BlockerUnrecognised
+	switch {
+	case unrecognised:
+		// No cause, so no guess: the runtime's words follow.
+		fmt.Fprintf(&b, " %s for a reason eventpipe does not recognise", kc.cannot)
+	case bl.Confidence == eventpipev1.ConfidenceLikely:
+		fmt.Fprintf(&b, " %s: %s (likely)", kc.cannot, bl.Cause)
+	default:
+		fmt.Fprintf(&b, " %s: %s", kc.cannot, bl.Cause)
+	}
+	switch disp := bl.Disposition; disp {
+	case "":
+	case eventpipev1.DispositionPersistent:
+		b.WriteString(" (persistent: retrying will not fix it)")
+	default:
 		fmt.Fprintf(&b, " (%s)", disp)
 	}
-	if n := pf.GetAttempts(); n > 0 {
+	if n := bl.Attempts; n > 0 {
 		fmt.Fprintf(&b, ", %d attempts", n)
 	}
-	if c := o.GetContainer(); c != "" {
+	if o := bl.Object; o != "" && o != "Pod/"+bl.Pod && o != bl.Involved {
+		fmt.Fprintf(&b, ", %s", o)
+	}
+	if bl.ExitCode != nil {
+		fmt.Fprintf(&b, ", exit code %d", *bl.ExitCode)
+	}
+	if c := bl.Container; c != "" && bl.Kind != eventpipev1.BlockerKindContainer {
 		fmt.Fprintf(&b, ", container %s", c)
 	}
-	if d := pf.GetDetail(); d != "" {
-		fmt.Fprintf(&b, "; runtime: %s", d)
-	}
-	since := pf.GetFirstSeen()
-	if since == nil {
-		since = o.GetOccurredAt()
+	if d := bl.Detail; d != "" {
+		if bl.Kind == diagnosis.KindImagePull {
+			fmt.Fprintf(&b, "; runtime: %s", d)
+		} else {
+			fmt.Fprintf(&b, "; kubernetes: %s", d)
+		}
 	}
 	return driverwire.Condition{
-		Type:               ConditionImage,
+		Type:               kc.typ,
 		Status:             conditionFalse,
-		Reason:             reason(pf.GetCategory()),
+		Reason:             reason(bl.Kind, bl.Cause),
 		Message:            b.String(),
-		LastTransitionTime: since.AsTime().UTC().Format(time.RFC3339),
+		LastTransitionTime: bl.Since.UTC().Format(time.RFC3339),
 	}
 }
 

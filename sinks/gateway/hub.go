@@ -8,7 +8,10 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
+	"github.com/eventpipe/eventpipe/sinks/diagnosis"
 	"github.com/eventpipe/eventpipe/sinks/gateway/driverwire"
 )
 
@@ -29,18 +32,25 @@ type entry struct {
 }
 
 // sandbox is what the proxy keeps per live sandbox: the recent events (a
-// ring of at most TailPerSandbox) and the active pull failures by
-// role/container.
+// ring of at most TailPerSandbox) and the patch its active blockers make
+// (the blockers themselves are the hub's Folder's).
 type sandbox struct {
-	id       string
-	tail     []*entry
-	failures map[string]*eventpipev1.Occurrence
-	// pulled is when a container (role/container) or, for the key
-	// "workload/", the whole workload pod was last reported pulled: a
-	// failure that happened before it (an occurrence read late, a pod
-	// status written before the pull) does not come back.
-	pulled map[string]time.Time
-	lru    *list.Element
+	id   string
+	tail []*entry
+	// patch: nil while nothing blocks the sandbox.
+	patch *blockerPatch
+	lru   *list.Element
+}
+
+// blockerPatch is what every DriverSandbox of a blocked sandbox gets,
+// computed once when an occurrence changes its blockers, not per answer.
+type blockerPatch struct {
+	p    driverwire.Patch
+	pull bool // an ImagePulled condition is in it
+	// until: a crash blocker in it may have settled from then on (the
+	// container stayed up; diagnosis.Folder.Active), so it is computed
+	// again; zero: it holds until the next occurrence.
+	until time.Time
 }
 
 // gwConn is one gateway connection (a gateway process, until it or the
@@ -79,13 +89,20 @@ type hub struct {
 	mu        sync.RWMutex
 	sandboxes map[string]*sandbox
 	lru       *list.List // of *sandbox, most recently active at the front
-	failing   int        // sandboxes with at least one active failure
-	conns     map[uint64]*gwConn
-	connLRU   *list.List
-	subs      map[*subscriber]struct{}
-	restored  delivered // what the previous run delivered
-	anyConn   bool      // a connection was seen since start
-	events    int       // entries in all tails, at most cfg.MaxEvents
+	// folder keeps every live sandbox's blockers (pull failures and the
+	// others) and decides when each ends: the same fold `eventpipe
+	// diagnose` reads, bounded here by the hub (MaxSandboxes 0, Forget).
+	folder          *diagnosis.Folder
+	droppedBlockers int // folder.DroppedBlockers() already counted
+	now             func() time.Time
+	pulling         int // sandboxes with an ImagePulled condition
+	blocked         int // sandboxes with any blocker condition
+	conns           map[uint64]*gwConn
+	connLRU         *list.List
+	subs            map[*subscriber]struct{}
+	restored        delivered // what the previous run delivered
+	anyConn         bool      // a connection was seen since start
+	events          int       // entries in all tails, at most cfg.MaxEvents
 	// log is a ring of the last len(log) events in arrival order; event
 	// number seq is at log[seq%len(log)], for seq in [logNext-logLen, logNext).
 	log     []*entry
@@ -115,9 +132,12 @@ func (h *hub) replacing() bool {
 }
 
 func newHub(cfg FollowConfig, m *metrics) *hub {
+	folder := diagnosis.NewFolder()
+	folder.MaxSandboxes = 0 // bounded by the hub: MaxSandboxes, Forget
 	return &hub{
 		cfg: cfg, m: m,
 		sandboxes: map[string]*sandbox{}, lru: list.New(),
+		folder: folder, now: time.Now,
 		conns: map[uint64]*gwConn{}, connLRU: list.New(),
 		subs: map[*subscriber]struct{}{},
 		log:  make([]*entry, max(cfg.MaxEvents, 1)),
@@ -196,14 +216,12 @@ func (h *hub) get(id string) *sandbox {
 }
 
 func (h *hub) drop(s *sandbox) {
-	if len(s.failures) > 0 {
-		h.failing--
-	}
+	h.setPatch(s, nil)
+	h.folder.Forget(s.id)
 	h.events -= len(s.tail)
 	h.lru.Remove(s.lru)
 	delete(h.sandboxes, sandboxKey(s.id))
 	h.m.sandboxes.Set(float64(len(h.sandboxes)))
-	h.m.failing.Set(float64(h.failing))
 }
 
 // forget drops a sandbox the driver reported deleted.
@@ -216,7 +234,7 @@ func (h *hub) forget(id string) {
 }
 
 // apply takes one occurrence from the Follow stream: it updates the
-// sandbox's pull-failure state, keeps the event in the sandbox's tail and
+// sandbox's blockers, keeps the event in the sandbox's tail and
 // hands it to every open stream. restored marks occurrences the previous
 // run already delivered.
 func (h *hub) apply(cursor uint64, o *eventpipev1.Occurrence, restored bool) {
@@ -242,7 +260,7 @@ func (h *hub) applyAt(partition int32, cursor uint64, o *eventpipev1.Occurrence,
 		return
 	}
 	s := h.get(id)
-	h.updateFailures(s, o)
+	h.fold(s, cursor, o)
 	for _, e := range s.tail {
 		if e.eventID == o.GetEventId() {
 			h.m.duplicates.Inc() // the same occurrence stored twice (at-least-once ingest) or read again
@@ -289,88 +307,93 @@ func (h *hub) trim(keep *sandbox) {
 	h.m.events.Set(float64(h.events))
 }
 
-// updateFailures: a pull failure becomes the active failure of its
-// role/container; a Pulled clears that container, and a Pulled of the
-// workload's agent container clears every failure of the workload pod
-// (its init containers ran before it, with the same or earlier images).
-//
-// Times are compared to the second: kubelet's Event times (lastTimestamp)
-// have one-second resolution while a pod-status observation has the agent's
-// clock to the nanosecond, so a waiting status observed in the same second
-// as a Pulled cannot be ordered against it; the Pulled wins the tie.
-func (h *hub) updateFailures(s *sandbox, o *eventpipev1.Occurrence) {
-	had := len(s.failures) > 0
-	key := o.GetRole() + "/" + o.GetContainer()
-	at := o.GetOccurredAt().AsTime()
-	switch {
-	case o.GetPullFailure() != nil:
-		if p, ok := s.pulled[key]; ok && notAfter(at, p) {
-			break
-		}
-		if p, ok := s.pulled[o.GetRole()+"/"]; ok && notAfter(at, p) {
-			break
-		}
-		if prev, ok := s.failures[key]; ok && prev.GetOccurredAt().AsTime().After(at) {
-			break // an older occurrence arriving late
-		}
-		if s.failures == nil {
-			s.failures = map[string]*eventpipev1.Occurrence{}
-		}
-		s.failures[key] = o
-	case o.GetReason() == "Pulled":
-		if s.pulled == nil {
-			s.pulled = map[string]time.Time{}
-		}
-		s.pulled[key] = at
-		delete(s.failures, key)
-		if o.GetContainer() == "agent" && o.GetRole() == eventpipev1.RoleWorkload {
-			s.pulled[eventpipev1.RoleWorkload+"/"] = at
-			for k, f := range s.failures {
-				if f.GetRole() == eventpipev1.RoleWorkload && notAfter(f.GetOccurredAt().AsTime(), at) {
-					delete(s.failures, k)
-				}
-			}
-		}
+// fold hands the occurrence to the folder and, when the sandbox's blockers
+// changed or it is blocked, computes its patch again. Called with h.mu held.
+func (h *hub) fold(s *sandbox, cursor uint64, o *eventpipev1.Occurrence) {
+	if o.GetSandbox().GetId() != s.id {
+		// The same id in other letter case (the hub's key is lower case):
+		// fold it under the spelling the sandbox was first seen with.
+		o = proto.Clone(o).(*eventpipev1.Occurrence)
+		o.Sandbox.Id = s.id
 	}
-	switch has := len(s.failures) > 0; {
-	case has && !had:
-		h.failing++
-	case !has && had:
-		h.failing--
+	changed := h.folder.Add(cursor, o)
+	if d := h.folder.DroppedBlockers(); d > h.droppedBlockers {
+		h.m.blockersDropped.Add(float64(d - h.droppedBlockers))
+		h.droppedBlockers = d
 	}
-	h.m.failing.Set(float64(h.failing))
+	// A blocked sandbox's patch is computed again on every occurrence: a
+	// Started changes nothing shown yet but starts a crash blocker's
+	// settling (the patch's until).
+	if changed || s.patch != nil {
+		h.refresh(s)
+	}
 }
 
-// notAfter reports whether a is not later than b, to the second.
-func notAfter(a, b time.Time) bool {
-	return !a.Truncate(time.Second).After(b.Truncate(time.Second))
+// refresh computes the sandbox's patch from its active blockers. Called
+// with h.mu held.
+func (h *hub) refresh(s *sandbox) {
+	bs, until := h.folder.Active(s.id, h.now())
+	bp := patchOf(bs)
+	if bp != nil {
+		bp.until = until
+	}
+	h.setPatch(s, bp)
 }
 
-func (h *hub) anyFailures() bool {
+// setPatch replaces the sandbox's patch and keeps the gauges. Called with
+// h.mu held.
+func (h *hub) setPatch(s *sandbox, bp *blockerPatch) {
+	count := func(p *blockerPatch, sign int) {
+		if p == nil {
+			return
+		}
+		h.blocked += sign
+		if p.pull {
+			h.pulling += sign
+		}
+	}
+	count(s.patch, -1)
+	count(bp, 1)
+	s.patch = bp
+	h.m.failing.Set(float64(h.pulling))
+	h.m.blocked.Set(float64(h.blocked))
+}
+
+// anyBlocked: some sandbox has a patch (the edit path's fast exit).
+func (h *hub) anyBlocked() bool {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
-	return h.failing > 0
+	return h.blocked > 0
 }
 
-// patchFor is the driverwire.PatchFunc of the proxy: the ImagePulled
-// condition and the Ready suffix while a pull failure is active.
+// patchFor is the driverwire.PatchFunc of the proxy: the sandbox's
+// conditions and Ready suffix while a blocker is active. It reads the patch
+// computed when the blockers last changed; only once a crash blocker in it
+// may have settled is it computed again.
 func (h *hub) patchFor(id string) (driverwire.Patch, bool) {
+	k := sandboxKey(id)
 	h.mu.RLock()
-	s, ok := h.sandboxes[sandboxKey(id)]
-	var cur *eventpipev1.Occurrence
+	s, ok := h.sandboxes[k]
+	var bp *blockerPatch
 	if ok {
-		for _, f := range s.failures {
-			if cur == nil || f.GetOccurredAt().AsTime().After(cur.GetOccurredAt().AsTime()) {
-				cur = f
-			}
-		}
+		bp = s.patch
 	}
 	h.mu.RUnlock()
-	if cur == nil {
+	if bp == nil {
 		return driverwire.Patch{}, false
 	}
-	c := condition(cur)
-	return driverwire.Patch{Add: []driverwire.Condition{c}, ReadySuffix: readySuffix(c)}, true
+	if !bp.until.IsZero() && !h.now().Before(bp.until) {
+		h.mu.Lock()
+		if cur, ok := h.sandboxes[k]; ok && cur == s && s.patch == bp {
+			h.refresh(s)
+		}
+		bp = s.patch
+		h.mu.Unlock()
+		if bp == nil {
+			return driverwire.Patch{}, false
+		}
+	}
+	return bp.p, true
 }
 
 // conn returns the state of a gateway connection. Called with h.mu held.

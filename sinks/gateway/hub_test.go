@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
+	"github.com/eventpipe/eventpipe/sinks/diagnosis"
 )
 
 func testHub(t *testing.T, mod func(*FollowConfig)) *hub {
@@ -24,8 +25,16 @@ func testHub(t *testing.T, mod func(*FollowConfig)) *hub {
 	return newHub(cfg, m)
 }
 
+// at sets the occurrence's time, and its diagnosis's first and last
+// sighting with it (the enricher's last sighting is the occurrence's own).
 func at(o *eventpipev1.Occurrence, d time.Duration) *eventpipev1.Occurrence {
 	o.OccurredAt = timestamppb.New(time.Unix(1_790_000_000, 0).Add(d))
+	if pf := o.GetPullFailure(); pf != nil {
+		pf.FirstSeen, pf.LastSeen = o.OccurredAt, o.OccurredAt
+	}
+	if b := o.GetBlocker(); b != nil {
+		b.FirstSeen, b.LastSeen = o.OccurredAt, o.OccurredAt
+	}
 	return o
 }
 
@@ -88,7 +97,7 @@ func TestFailureState(t *testing.T) {
 			}
 			p, ok := h.patchFor(id)
 			if tc.wantRole == "" {
-				if ok || h.anyFailures() {
+				if ok || h.anyBlocked() {
 					t.Errorf("condition %+v, want none", p.Add)
 				}
 				return
@@ -108,25 +117,37 @@ func TestFailureState(t *testing.T) {
 }
 
 func TestReason(t *testing.T) {
-	for cat, want := range map[string]string{
-		eventpipev1.CategoryNotFound: "NotFound", eventpipev1.CategoryTLSError: "TLSError",
-		eventpipev1.CategoryNotFoundOrUnauthorized: "NotFoundOrUnauthorized",
-		"container_exited":                         "PullContainerExited", "": "PullUnknown", "quota-exceeded": "PullQuotaExceeded",
+	for _, tc := range []struct{ kind, cause, want string }{
+		{diagnosis.KindImagePull, eventpipev1.CategoryNotFound, "NotFound"},
+		{diagnosis.KindImagePull, eventpipev1.CategoryTLSError, "TLSError"},
+		{diagnosis.KindImagePull, eventpipev1.CategoryNotFoundOrUnauthorized, "NotFoundOrUnauthorized"},
+		{diagnosis.KindImagePull, "container_exited", "PullContainerExited"},
+		{diagnosis.KindImagePull, "", "PullUnknown"},
+		{diagnosis.KindImagePull, "quota-exceeded", "PullQuotaExceeded"},
+		{eventpipev1.BlockerKindContainer, eventpipev1.BlockerOOMKilled, "OOMKilled"},
+		{eventpipev1.BlockerKindCreateRefused, eventpipev1.BlockerQuotaExceeded, "QuotaExceeded"},
+		{eventpipev1.BlockerKindContainer, "container_stopped", "BlockedContainerStopped"},
+		{eventpipev1.BlockerKindVolume, "", "BlockedUnknown"},
 	} {
-		if got := reason(cat); got != want {
-			t.Errorf("reason(%q) = %q, want %q", cat, got, want)
+		if got := reason(tc.kind, tc.cause); got != tc.want {
+			t.Errorf("reason(%q, %q) = %q, want %q", tc.kind, tc.cause, got, tc.want)
 		}
 	}
-	// Every category this build writes has a reason of its own (not the
-	// word-by-word fallback meant for categories of a newer agent).
+	// Every category and every shown cause this build writes has a reason
+	// of its own (not the word-by-word fallback meant for a newer agent).
 	for _, cat := range eventpipev1.PullCategories {
 		if _, ok := reasons[cat]; !ok {
-			t.Errorf("category %s has no condition reason (falls back to %s)", cat, reason(cat))
+			t.Errorf("category %s has no condition reason (falls back to %s)", cat, reason(diagnosis.KindImagePull, cat))
 		}
 	}
-	// No category maps to a reason the gateway acts on.
+	for _, cause := range eventpipev1.BlockerCauses {
+		if _, ok := reasons[cause]; !ok && shown(&diagnosis.Blocker{Kind: eventpipev1.BlockerKindContainer, Cause: cause}) {
+			t.Errorf("cause %s has no condition reason (falls back to %s)", cause, reason(eventpipev1.BlockerKindContainer, cause))
+		}
+	}
+	// No category or cause maps to a reason the gateway acts on.
 	for cat := range reasons {
-		switch r := reason(cat); r {
+		switch r := reason("", cat); r {
 		case "ContainerExited", "ContainerStopped", "PodTerminating", "PodNotTerminated", "ReconcilerError",
 			"DependenciesNotReady", "SupervisorNotConnected", "Starting", "ContainerStarting", "ContainerCreated",
 			"HealthCheckStarting", "InspectFailed":
@@ -154,8 +175,8 @@ func TestHubBounds(t *testing.T) {
 	if total > 250 || total != h.events {
 		t.Errorf("%d events kept (counter %d), want at most 250", total, h.events)
 	}
-	if h.failing != 100 {
-		t.Errorf("failing = %d, want 100", h.failing)
+	if h.pulling != 100 || h.blocked != 100 || h.folder.Len() != 100 {
+		t.Errorf("pulling = %d, blocked = %d, folded %d, want 100", h.pulling, h.blocked, h.folder.Len())
 	}
 }
 
@@ -215,7 +236,13 @@ func TestConditionSaysHowSure(t *testing.T) {
 	} {
 		o := pullFailed("00000000-0000-4000-8000-000000000001", 3)
 		o.PullFailure.Category, o.PullFailure.Confidence, o.PullFailure.Detail = tc.category, tc.confidence, tc.detail
-		c := condition(o)
+		h := testHub(t, nil)
+		h.apply(1, o, false)
+		p, _ := h.patchFor(o.GetSandbox().GetId())
+		if len(p.Add) != 1 {
+			t.Fatalf("%s: conditions %+v", tc.name, p.Add)
+		}
+		c := p.Add[0]
 		if !strings.HasPrefix(c.Message, tc.wantPrefix) || !strings.HasSuffix(c.Message, "; runtime: "+tc.detail) || c.Reason != tc.wantReason {
 			t.Errorf("%s: reason %s message %q, want reason %s and %q ... %q", tc.name, c.Reason, c.Message, tc.wantReason, tc.wantPrefix, "; runtime: "+tc.detail)
 		}

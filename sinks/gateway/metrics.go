@@ -22,6 +22,8 @@ type metrics struct {
 	connected           prometheus.Gauge
 	sandboxes           prometheus.Gauge
 	failing             prometheus.Gauge
+	blocked             prometheus.Gauge
+	blockersDropped     prometheus.Counter
 	events              prometheus.Gauge
 	evicted             prometheus.Counter
 	trimmed             prometheus.Counter
@@ -60,6 +62,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Sandboxes the proxy keeps state for."}),
 		failing: prometheus.NewGauge(prometheus.GaugeOpts{Name: ns + "pull_failures_active",
 			Help: "Sandboxes with an active image-pull failure (ImagePulled=False)."}),
+		blocked: prometheus.NewGauge(prometheus.GaugeOpts{Name: ns + "blocked_sandboxes",
+			Help: "Sandboxes with an active blocker of any kind, each shown as a condition (ImagePulled=False included)."}),
+		blockersDropped: prometheus.NewCounter(prometheus.CounterOpts{Name: ns + "blockers_dropped_total",
+			Help: "Blockers not kept because their sandbox had 32 already (the ones kept are still shown)."}),
 		events: prometheus.NewGauge(prometheus.GaugeOpts{Name: ns + "tail_events",
 			Help: "Platform events kept in the per-sandbox tails."}),
 		evicted: prometheus.NewCounter(prometheus.CounterOpts{Name: ns + "sandboxes_evicted_total",
@@ -72,7 +78,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.rpcs, m.rpcSeconds, m.streams, m.spliced, m.duplicates, m.droppedDriverEvents,
 			m.lagged, m.malformed, m.peerRejected, m.occurrences, m.followErrors, m.connected,
-			m.sandboxes, m.failing, m.events, m.evicted, m.trimmed, m.stateErrors} {
+			m.sandboxes, m.failing, m.blocked, m.blockersDropped, m.events, m.evicted, m.trimmed, m.stateErrors} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("register driver-proxy metrics: %w", err)
 			}

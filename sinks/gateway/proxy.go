@@ -434,16 +434,16 @@ func (p *Proxy) unary(ctx context.Context, ss grpc.ServerStream, method string, 
 	return ss.SendMsg(&resp)
 }
 
-// editResponse applies the pull-failure patches to a GetSandbox or
+// editResponse applies the blocker patches to a GetSandbox or
 // ListSandboxes answer; any other message is left as received.
 func (p *Proxy) editResponse(method string, f *frame) {
 	switch method {
 	case driverwire.MethodGetSandbox:
-		if p.hub.anyFailures() {
+		if p.hub.anyBlocked() {
 			f.b = p.edit(f.bytes(), driverwire.PatchGetSandboxResponse)
 		}
 	case driverwire.MethodListSandboxes:
-		if p.hub.anyFailures() {
+		if p.hub.anyBlocked() {
 			f.b = p.edit(f.bytes(), driverwire.PatchListSandboxesResponse)
 		}
 	}
@@ -466,10 +466,10 @@ func (p *Proxy) relay(ss grpc.ServerStream, up grpc.ClientStream, method string)
 	}
 }
 
-// edit applies the active pull-failure patches; a message driverwire cannot
+// edit applies the active blocker patches; a message driverwire cannot
 // parse is forwarded unchanged (fail-open), counted and logged.
 func (p *Proxy) edit(b []byte, fn func([]byte, driverwire.PatchFunc) ([]byte, error)) []byte {
-	if !p.hub.anyFailures() {
+	if !p.hub.anyBlocked() {
 		return b
 	}
 	nb, err := fn(b, p.hub.patchFor)

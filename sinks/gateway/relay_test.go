@@ -57,7 +57,7 @@ func failingSetup(t *testing.T, extra int, opts ...grpc.ServerOption) (*gatewayt
 	rp := startProxy(t, proxyConfig(dir, drv.Path, col.addr))
 	col.ship(t, pullFailed(failingID, 2))
 	waitFor(t, 10*time.Second, "the failure known to the proxy", func() (bool, string) {
-		return rp.p.hub.anyFailures(), ""
+		return rp.p.hub.anyBlocked(), ""
 	})
 	return drv, rp
 }

@@ -305,3 +305,18 @@ const (
 	// fragment): detail holds the runtime's words and fix is empty.
 	BlockerUnrecognised = "unrecognised"
 )
+
+// BlockerCauses lists every value of Blocker.cause this build writes, so
+// that each consumer (the gateway's condition reasons) can test that it
+// covers all of them.
+var BlockerCauses = []string{
+	BlockerInsufficientResources, BlockerUntoleratedTaint, BlockerNodeSelectorMismatch, BlockerPodAffinity,
+	BlockerUnboundPVC, BlockerVolumeNodeAffinity, BlockerNodesUnavailable, BlockerTopologySpread,
+	BlockerNoStorageClass, BlockerStorageClassNotFound, BlockerProvisioningFailed, BlockerAttachFailed,
+	BlockerMountTimeout, BlockerMountFailed, BlockerSecretNotFound, BlockerConfigMapNotFound,
+	BlockerQuotaExceeded, BlockerWebhookDenied, BlockerWebhookFailed, BlockerPodSecurity,
+	BlockerLimitRange, BlockerServiceAccountMissing, BlockerNamespaceTerminating,
+	BlockerCrashLoop, BlockerOOMKilled, BlockerExitError, BlockerStartFailed, BlockerKeyNotFound,
+	BlockerReadinessProbe, BlockerLivenessProbe, BlockerStartupProbe,
+	BlockerProvisionerWaiting, BlockerUnknown, BlockerUnrecognised,
+}

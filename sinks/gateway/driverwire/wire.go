@@ -3,6 +3,7 @@ package driverwire
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -200,7 +201,9 @@ func PatchSandbox(sandbox []byte, p Patch) ([]byte, error) {
 			return sandbox, err
 		}
 		if i == last {
-			st = appendConditions(st, p.Add)
+			// st may be f.value itself, a window into sandbox: clipped, the
+			// append copies instead of writing over the bytes after it.
+			st = appendConditions(slices.Clip(st), p.Add)
 		}
 		out = protowire.AppendTag(out, sandboxStatus, protowire.BytesType)
 		out = protowire.AppendBytes(out, st)

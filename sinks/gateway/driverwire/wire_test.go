@@ -68,6 +68,15 @@ func TestPatchSandbox(t *testing.T) {
 			p:    patch,
 		},
 		{
+			// The status's bytes are a window into the input: appending the
+			// condition to them in place wrote over the workspace field
+			// after it (in the caller's buffer, and so in the output too).
+			name: "Ready=True with a field after the status: the input is not written to",
+			in:   cat(s(1, "id-1"), m(5, m(5, s(1, "Ready"), s(2, "True"), s(4, "ok"))), s(6, "workspace-after-the-status")),
+			out:  cat(s(1, "id-1"), m(5, m(5, s(1, "Ready"), s(2, "True"), s(4, "ok")), addedBytes()), s(6, "workspace-after-the-status")),
+			p:    patch,
+		},
+		{
 			name: "Ready=False without a message gets the suffix alone",
 			in:   cat(s(1, "id-1"), m(5, m(5, s(1, "Ready"), s(2, "False"), s(3, "Starting")))),
 			out:  cat(s(1, "id-1"), m(5, m(5, s(1, "Ready"), s(2, "False"), s(3, "Starting"), s(4, patch.ReadySuffix)), addedBytes())),
@@ -80,12 +89,19 @@ func TestPatchSandbox(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := PatchSandbox(tc.in, tc.p)
+			// The input as a window of a larger buffer, as a gRPC frame's
+			// message is: room after it that an append could write into.
+			buf := append(append([]byte(nil), tc.in...), bytes.Repeat([]byte{0xee}, 256)...)
+			in := buf[:len(tc.in)]
+			got, err := PatchSandbox(in, tc.p)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if !bytes.Equal(got, tc.out) {
 				t.Errorf("got  %x\nwant %x", got, tc.out)
+			}
+			if !bytes.Equal(buf[:len(tc.in)], tc.in) || !bytes.Equal(buf[len(tc.in):], bytes.Repeat([]byte{0xee}, 256)) {
+				t.Errorf("the input buffer was written to")
 			}
 		})
 	}

@@ -566,15 +566,26 @@ func checkFailure(t *testing.T, p *played, st *stream, gw *gatewaytest.Client, d
 func checkAnswers(t *testing.T, st *stream, gw *gatewaytest.Client, drv *gatewaytest.Driver, sb gatewaytest.Sandbox, what string,
 	check func(where string, s gatewaytest.Sandbox) (bool, string)) {
 	t.Helper()
+	checkAnswersWithin(t, 20*time.Second, st, gw, drv, sb, what, check)
+}
+
+// checkAnswersWithin is checkAnswers waiting up to d (for a cluster that
+// has to act first).
+func checkAnswersWithin(t *testing.T, d time.Duration, st *stream, gw *gatewaytest.Client, drv *gatewaytest.Driver, sb gatewaytest.Sandbox, what string,
+	check func(where string, s gatewaytest.Sandbox) (bool, string)) {
+	t.Helper()
 	id := sb.ID
-	waitFor(t, 20*time.Second, what+" on Get, List and a snapshot", func() (bool, string) {
+	waitFor(t, d, what+" on Get, List and a snapshot", func() (bool, string) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		r, err := gw.Unary(ctx, gatewaytest.MethodGet, protoString(1, id))
 		if err != nil {
 			return false, err.Error()
 		}
-		got, _ := gatewaytest.DecodeSandboxes(r.Bodies[0])
+		got, err := gatewaytest.DecodeSandboxes(r.Bodies[0])
+		if err != nil || len(got) != 1 {
+			return false, fmt.Sprintf("GetSandbox answer %x: %d sandboxes (%v)", r.Bodies[0], len(got), err)
+		}
 		if ok, why := check("GetSandbox", got[0]); !ok {
 			return false, why
 		}

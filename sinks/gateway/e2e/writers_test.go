@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
@@ -44,8 +45,14 @@ import (
 // the Event's reason and message as the apiserver stores them (from the
 // scheduler, the PV controller or the kubelet), the controller's Ready
 // message for a refused creation, the pod status's exit for an OOM kill;
-// the sandbox's answers keep the controller's Ready and gain no
-// ImagePulled condition.
+// the sandbox's answers gain the blocker's condition (PodScheduled,
+// VolumesReady, PodCreated or ContainersRunning =False, the cause as
+// reason, the object in the message) and the controller's Ready message
+// gains the diagnosis, no ImagePulled condition. A failing readiness probe
+// gains none (nothing would end it). Where the scenario can be fixed as a
+// user would (the node's taint removed, the missing Secret created, the
+// quota deleted, the crashing image replaced), the condition and the
+// suffix go away once the cluster has gone on.
 //
 // For every sandbox, every occurrence stored for it reaches the stream
 // once.
@@ -58,7 +65,7 @@ func TestEndToEndScenariosOnRealWriters(t *testing.T) {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	cluster := kube.Start(t, kube.WithWriters(kube.AllWriters), kube.WithDir(dir))
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
 	if _, err := osdriver.StartNode(ctx, cluster); err != nil {
 		t.Fatal(err)
@@ -185,21 +192,23 @@ type blocker struct {
 	kind   string
 	causes []string
 	writer string
+	// fix, when set, removes the cause as a user would.
+	fix func(ctx context.Context, t *testing.T, drv *osdriver.Driver, dyn dynamic.Interface, s osdriver.Sandbox)
 }
 
 var blockers = map[string]blocker{
-	"no-cpu":      {eventpipev1.BlockerKindUnschedulable, []string{eventpipev1.BlockerInsufficientResources}, "default-scheduler"},
-	"no-memory":   {eventpipev1.BlockerKindUnschedulable, []string{eventpipev1.BlockerInsufficientResources}, "default-scheduler"},
-	"no-gpu":      {eventpipev1.BlockerKindUnschedulable, []string{eventpipev1.BlockerInsufficientResources}, "default-scheduler"},
-	"taint":       {eventpipev1.BlockerKindUnschedulable, []string{eventpipev1.BlockerUntoleratedTaint}, "default-scheduler"},
-	"selector":    {eventpipev1.BlockerKindUnschedulable, []string{eventpipev1.BlockerNodeSelectorMismatch}, "default-scheduler"},
-	"pvc-unbound": {eventpipev1.BlockerKindVolume, []string{eventpipev1.BlockerNoStorageClass}, "persistentvolume-controller"},
-	"no-secret":   {eventpipev1.BlockerKindVolume, []string{eventpipev1.BlockerSecretNotFound}, "kubelet"},
-	"crash-loop":  {eventpipev1.BlockerKindContainer, []string{eventpipev1.BlockerCrashLoop, eventpipev1.BlockerExitError}, ""},
-	"oom":         {eventpipev1.BlockerKindContainer, []string{eventpipev1.BlockerOOMKilled}, ""},
-	"unready":     {eventpipev1.BlockerKindContainer, []string{eventpipev1.BlockerReadinessProbe}, "kubelet"},
-	"quota":       {eventpipev1.BlockerKindCreateRefused, []string{eventpipev1.BlockerQuotaExceeded}, ""},
-	"webhook":     {eventpipev1.BlockerKindCreateRefused, []string{eventpipev1.BlockerWebhookDenied}, ""},
+	"no-cpu":      {eventpipev1.BlockerKindUnschedulable, []string{eventpipev1.BlockerInsufficientResources}, "default-scheduler", nil},
+	"no-memory":   {eventpipev1.BlockerKindUnschedulable, []string{eventpipev1.BlockerInsufficientResources}, "default-scheduler", nil},
+	"no-gpu":      {eventpipev1.BlockerKindUnschedulable, []string{eventpipev1.BlockerInsufficientResources}, "default-scheduler", nil},
+	"taint":       {eventpipev1.BlockerKindUnschedulable, []string{eventpipev1.BlockerUntoleratedTaint}, "default-scheduler", removeTaint},
+	"selector":    {eventpipev1.BlockerKindUnschedulable, []string{eventpipev1.BlockerNodeSelectorMismatch}, "default-scheduler", nil},
+	"pvc-unbound": {eventpipev1.BlockerKindVolume, []string{eventpipev1.BlockerNoStorageClass}, "persistentvolume-controller", nil},
+	"no-secret":   {eventpipev1.BlockerKindVolume, []string{eventpipev1.BlockerSecretNotFound}, "kubelet", createSecret},
+	"crash-loop":  {eventpipev1.BlockerKindContainer, []string{eventpipev1.BlockerCrashLoop, eventpipev1.BlockerExitError}, "", replaceImage},
+	"oom":         {eventpipev1.BlockerKindContainer, []string{eventpipev1.BlockerOOMKilled}, "", nil},
+	"unready":     {eventpipev1.BlockerKindContainer, []string{eventpipev1.BlockerReadinessProbe}, "kubelet", nil},
+	"quota":       {eventpipev1.BlockerKindCreateRefused, []string{eventpipev1.BlockerQuotaExceeded}, "", deleteQuota},
+	"webhook":     {eventpipev1.BlockerKindCreateRefused, []string{eventpipev1.BlockerWebhookDenied}, "", nil},
 }
 
 func blockerNames() []string {
@@ -307,10 +316,53 @@ func checkBlocker(ctx context.Context, t *testing.T, pl *pipeline, drv *osdriver
 	t.Logf("%s %s/%s object %s from %s: %q", ev.Platform.Reason, b.GetKind(), b.GetCause(), b.GetObject(), b.GetSource(), ev.Platform.Message)
 
 	checkOnce(t, pl, s.ID)
-	// The controller's Ready passes unchanged and no pull condition is
-	// invented for a sandbox whose images pull.
-	checkAnswers(t, pl.st, pl.gw, pl.drv, sb, "the controller's Ready, no ImagePulled", func(where string, got gatewaytest.Sandbox) (bool, string) {
+	// The blocker's condition beside the controller's Ready, which carries
+	// the diagnosis; no pull condition is invented for a sandbox whose
+	// images pull. A readiness probe's blocker has no condition.
+	typ := blockerCondition[want.kind]
+	shown := b.GetCause() != eventpipev1.BlockerReadinessProbe
+	what := typ + "=False beside the controller's Ready"
+	if !shown {
+		what = "the controller's Ready alone"
+	}
+	checkAnswers(t, pl.st, pl.gw, pl.drv, sb, what, func(where string, got gatewaytest.Sandbox) (bool, string) {
 		if c, has := got.Condition(gateway.ConditionImage); has {
+			return false, fmt.Sprintf("%s: %+v", where, c)
+		}
+		r, _ := got.Condition("Ready")
+		if !shown {
+			if c, has := got.Condition(typ); has || r != ready {
+				return false, fmt.Sprintf("%s: %s %+v (has %v), Ready %+v, the controller wrote %+v", where, typ, c, has, r, ready)
+			}
+			return true, ""
+		}
+		cond, has := got.Condition(typ)
+		if !has || cond.Status != "False" || !slices.Contains(reasonsOf(want.causes), cond.Reason) {
+			return false, fmt.Sprintf("%s: condition %s %+v (has %v), want a reason of %v", where, typ, cond, has, want.causes)
+		}
+		if !strings.Contains(cond.Message, b.GetObject()) && !strings.Contains(cond.Message, strings.TrimPrefix(b.GetObject(), "Pod/")) {
+			return false, fmt.Sprintf("%s: message %q does not name %s", where, cond.Message, b.GetObject())
+		}
+		if c := b.GetContainer(); c != "" && !strings.Contains(cond.Message, "container "+c) {
+			return false, fmt.Sprintf("%s: message %q does not name container %s", where, cond.Message, c)
+		}
+		if r.Status != ready.Status || r.Reason != ready.Reason || !strings.HasPrefix(r.Message, ready.Message) {
+			return false, fmt.Sprintf("%s: Ready %+v, the controller wrote %+v", where, r, ready)
+		}
+		if ready.Status == "False" && !strings.Contains(r.Message, "[eventpipe] "+cond.Message) {
+			return false, fmt.Sprintf("%s: Ready message %q does not carry the cause", where, r.Message)
+		}
+		return true, ""
+	})
+	if want.fix == nil {
+		return
+	}
+	want.fix(ctx, t, drv, dyn, s)
+	// The cluster goes on (the kubelet's mount retry, the controller's
+	// retry, the scheduler's, a crash-looping container that must stay up
+	// a minute): minutes, on a loaded machine.
+	checkAnswersWithin(t, 8*time.Minute, pl.st, pl.gw, pl.drv, sb, "no "+typ+" once fixed", func(where string, got gatewaytest.Sandbox) (bool, string) {
+		if c, has := got.Condition(typ); has {
 			return false, fmt.Sprintf("%s: %+v", where, c)
 		}
 		if r, _ := got.Condition("Ready"); r != ready {
@@ -318,6 +370,87 @@ func checkBlocker(ctx context.Context, t *testing.T, pl *pipeline, drv *osdriver
 		}
 		return true, ""
 	})
+}
+
+// blockerCondition is the condition type of each blocker kind.
+var blockerCondition = map[string]string{
+	eventpipev1.BlockerKindUnschedulable: gateway.ConditionScheduled,
+	eventpipev1.BlockerKindVolume:        gateway.ConditionVolumes,
+	eventpipev1.BlockerKindCreateRefused: gateway.ConditionCreated,
+	eventpipev1.BlockerKindContainer:     gateway.ConditionContainers,
+}
+
+// reasonsOf: the condition reasons of causes (CamelCase; OOMKilled as
+// Kubernetes spells it).
+func reasonsOf(causes []string) []string {
+	var out []string
+	for _, c := range causes {
+		var b strings.Builder
+		for _, w := range strings.Split(c, "_") {
+			b.WriteString(strings.ToUpper(w[:1]) + w[1:])
+		}
+		out = append(out, strings.Replace(b.String(), "OomKilled", "OOMKilled", 1))
+	}
+	return out
+}
+
+// removeTaint takes the taint off the node (only scenario taint does not
+// tolerate it).
+func removeTaint(ctx context.Context, t *testing.T, drv *osdriver.Driver, _ dynamic.Interface, _ osdriver.Sandbox) {
+	t.Helper()
+	nodes := drv.Clientset().CoreV1().Nodes()
+	n, err := nodes.Get(ctx, osdriver.NodeName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(tn corev1.Taint) bool { return tn.Key == osdriver.TaintKey })
+	if _, err := nodes.Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// createSecret creates the Secret the pod mounts.
+func createSecret(ctx context.Context, t *testing.T, drv *osdriver.Driver, _ dynamic.Interface, s osdriver.Sandbox) {
+	t.Helper()
+	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "sandbox-credentials", Namespace: s.Namespace()},
+		StringData: map[string]string{"token": "e2e"}}
+	if _, err := drv.Clientset().CoreV1().Secrets(s.Namespace()).Create(ctx, sec, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// deleteQuota deletes the quota and touches the Sandbox, as the
+// controller's own retry would come back to it: its back-off has grown to
+// minutes by the time this subtest runs.
+func deleteQuota(ctx context.Context, t *testing.T, drv *osdriver.Driver, dyn dynamic.Interface, s osdriver.Sandbox) {
+	t.Helper()
+	if err := drv.Clientset().CoreV1().ResourceQuotas(s.Namespace()).Delete(ctx, "sandbox-pods", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	patch := []byte(`{"metadata":{"annotations":{"eventpipe.test/quota-lifted":"true"}}}`)
+	if _, err := dyn.Resource(osdriver.SandboxGVR).Namespace(s.Namespace()).Patch(ctx, s.CRName(), types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// replaceImage gives the crashing agent container an image that runs (a
+// pod's container image may be changed in place; the kubelet restarts the
+// container with it).
+func replaceImage(ctx context.Context, t *testing.T, drv *osdriver.Driver, _ dynamic.Interface, s osdriver.Sandbox) {
+	t.Helper()
+	pods := drv.Clientset().CoreV1().Pods(s.Namespace())
+	pod, err := pods.Get(ctx, s.PodName(), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range pod.Spec.Containers {
+		if pod.Spec.Containers[i].Name == scenario.ContainerAgent {
+			pod.Spec.Containers[i].Image = scenario.DefaultWorkloadImage
+		}
+	}
+	if _, err := pods.Update(ctx, pod, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // checkOnce waits until every occurrence the collector stored for the
