@@ -108,8 +108,10 @@ proto-tools:
 	GOBIN=$(BIN) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
 	GOBIN=$(BIN) $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
 
-## dev-cluster: start etcd + kube-apiserver on loopback and print a kubeconfig.
-dev-cluster: kube-tools
+## dev-cluster: a control plane on loopback (etcd, kube-apiserver, kube-scheduler,
+## kube-controller-manager) and a hollow node that runs the chart's collector as
+## $(BIN)/eventpipe; prints a kubeconfig.
+dev-cluster: kube-tools build
 	$(GO) run ./testenv/cmd/dev-cluster $(ARGS)
 
 ## bench: run the Go benchmarks (see bench/README.md for the harnesses).

@@ -16,7 +16,9 @@
 //   - the docs test (TestDocsCommandsRun): the README's by-hand block and
 //     enrich pipe run as printed on the control plane of `make
 //     dev-cluster`, and the chart's NOTES (installed there with helm, TLS on
-//     and off) run as printed, but for the port-forward (see the test);
+//     and off) run as printed, the port-forward to the chart's collector
+//     pod among them (its container a real process on the dev-cluster's
+//     hollow node; see the test);
 //
 // make chart-check builds helm and kubeconform into .bin and runs these
 // tests; docs/contributing.md describes the test infrastructure.

@@ -47,17 +47,20 @@ import (
 //     The NOTES helm prints are read from its output and every kubectl,
 //     helm and eventpipe line runs as printed (WS and SANDBOX filled in).
 //
-// Not run on the cluster: NOTES' `kubectl port-forward svc/...`. `make
-// dev-cluster` is etcd + kube-apiserver only (no controller makes the
-// chart's pods, no kubelet runs them), and the hollow node of `make run`
-// runs no process for a container (its CRI answers the kubelet and
-// streams nothing), so no pod could answer a port-forward. In its place
-// the test starts `eventpipe collector` from the chart's rendered config,
-// read back from the cluster (its ConfigMap, its tokens and TLS Secrets as
-// files where the pod mounts them), on 127.0.0.1:7070, where the
-// port-forward puts it, and an agent shipping the dev-cluster's Events to
-// it with the chart's agent token; the NOTES' follow, context and
-// diagnose lines then run against it as printed.
+// The NOTES' `kubectl port-forward svc/...` runs as printed, in the
+// background as a user keeps it: `make dev-cluster` runs kube-scheduler,
+// kube-controller-manager (the StatefulSet and volume controllers) and a
+// hollow node whose real kubelet sets up the collector pod's volumes (the
+// ConfigMap, the Secrets, a hostPath volume bound to its claim) and whose
+// CRI runs its container as a real `eventpipe collector` process (in a
+// network namespace of its own); the port-forward reaches it through
+// kube-apiserver, the kubelet's server and the CRI's streaming server
+// (the test checks the pod's log, read through the kubelet, says it
+// started), and the NOTES' follow, context and diagnose lines run through
+// it. The chart's agent DaemonSet does not run (no DaemonSet controller;
+// an agent pod would need the in-cluster kube-apiserver Service, which a
+// hollow node's pods cannot reach): the test starts an agent with the
+// chart's agent token and CA, shipping through the port-forward.
 func TestDocsCommandsRun(t *testing.T) {
 	d := newDocsRun(t)
 	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
@@ -558,8 +561,22 @@ func (d *docsRun) chartNotes(nc notesCase) {
 		line := notesPlaceholders.Replace(m[1] + m[2] + m[3])
 		switch {
 		case strings.Contains(line, " port-forward "):
-			t.Logf("NOTES line %q NOT RUN on the cluster (no pod can answer it: see the test's doc); the collector from the chart's rendered config serves 127.0.0.1:7070 in its place", line)
-			d.chartCollector(ctx, cs, nc, dir, host)
+			// To the chart's collector pod, through kube-apiserver, the
+			// node's kubelet and its CRI; kept running for what follows.
+			b := d.start("notes-port-forward", line, dir)
+			if err := b.waitReady(d, func(_ *docsRun, out string) (bool, string) {
+				return strings.Contains(out, "Forwarding from 127.0.0.1:7070") && dialable("127.0.0.1:7070"), "waiting for it to forward 127.0.0.1:7070"
+			}, 2*time.Minute); err != nil {
+				t.Fatalf("NOTES line %q (release %s): %v", line, nc.release, err)
+			}
+			// What answers is the pod's process: its log (the CRI's, read
+			// through the kubelet) says it started from the chart's config.
+			logs := d.command(ctx, "kubectl -n "+nc.namespace+" logs statefulset/"+nc.release+"-eventpipe-collector", dir)
+			if out, err := logs.CombinedOutput(); err != nil || !strings.Contains(string(out), "collector started") {
+				t.Fatalf("release %s: the collector pod's log: %v\n%s", nc.release, err, tailString(string(out), 2000))
+			}
+			t.Logf("NOTES line %q: forwarding to the chart's collector pod, as the NOTES say", line)
+			d.chartAgent(ctx, cs, nc, dir, host)
 			ran["port-forward"] = true
 		case strings.HasPrefix(line, "eventpipe follow "):
 			b := d.start("notes-follow", line, dir)
@@ -593,70 +610,45 @@ func (d *docsRun) chartNotes(nc notesCase) {
 			t.Errorf("release %s: NOTES have no %s line:\n%s", nc.release, k, notes)
 		}
 	}
-	d.stopAll("chart-collector", "chart-agent")
+	d.stopAll("chart-agent", "notes-port-forward")
 }
 
-// chartCollector starts, in place of the port-forward, `eventpipe
-// collector` with the config the chart rendered (its ConfigMap, read back),
-// its Secrets' keys as files where the pod mounts them, listening on
-// 127.0.0.1 where the port-forward would; and an agent shipping the
-// control plane's Events to it with the chart's agent token.
-func (d *docsRun) chartCollector(ctx context.Context, cs kubernetes.Interface, nc notesCase, dir, host string) {
+// chartAgent starts an agent shipping the control plane's Events through
+// the NOTES' port-forward to the chart's collector, with the chart's agent
+// token and CA (read from its Secrets). The chart's own agent is a
+// DaemonSet whose pods this cluster does not run (no DaemonSet controller,
+// and an agent pod would need the in-cluster kube-apiserver Service, which
+// a hollow node's pods cannot reach).
+func (d *docsRun) chartAgent(ctx context.Context, cs kubernetes.Interface, nc notesCase, dir, host string) {
 	t := d.t
 	t.Helper()
-	name := nc.release + "-eventpipe-collector"
-	cm, err := cs.CoreV1().ConfigMaps(nc.namespace).Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
+	secrets := filepath.Join(dir, "agent")
+	if err := os.MkdirAll(secrets, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	mounts := filepath.Join(dir, "pod")
-	secrets := map[string]string{"tokens": nc.release + "-eventpipe-tokens"}
-	if nc.tls {
-		secrets["tls"] = nc.release + "-tls"
-	}
-	for sub, secret := range secrets {
+	read := func(secret, key string) string {
 		s, err := cs.CoreV1().Secrets(nc.namespace).Get(ctx, secret, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := os.MkdirAll(filepath.Join(mounts, sub), 0o700); err != nil {
+		path := filepath.Join(secrets, key)
+		if err := os.WriteFile(path, s.Data[key], 0o600); err != nil {
 			t.Fatal(err)
 		}
-		for k, v := range s.Data {
-			if err := os.WriteFile(filepath.Join(mounts, sub, k), v, 0o600); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	conf := strings.NewReplacer(
-		"/var/run/secrets/eventpipe/", mounts+"/",
-		"/var/lib/eventpipe", filepath.Join(dir, "data"),
-		"0.0.0.0:7070", "127.0.0.1:7070",
-		"0.0.0.0:7071", "127.0.0.1:7071",
-	).Replace(cm.Data["collector.yaml"])
-	if strings.Contains(conf, "0.0.0.0") || strings.Contains(conf, " /var/") {
-		t.Fatalf("the chart's collector config has a listener or path this test does not map:\n%s", conf)
-	}
-	path := filepath.Join(dir, "collector.yaml")
-	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	c := d.start("chart-collector", filepath.Join(d.bin, "eventpipe")+" collector --config "+path, dir)
-	if err := c.waitReady(d, func(*docsRun, string) (bool, string) { return dialable("127.0.0.1:7070"), "waiting for 127.0.0.1:7070" }, 2*time.Minute); err != nil {
-		t.Fatalf("the chart's collector: %v", err)
+		return path
 	}
 	conn := "--insecure"
 	if nc.tls {
-		conn = "--ca " + filepath.Join(mounts, "tls", "ca.crt") + " --server-name " + host
+		conn = "--ca " + read(nc.release+"-tls", "ca.crt") + " --server-name " + host
 	}
 	a := d.start("chart-agent", fmt.Sprintf("%s agent --collector 127.0.0.1:7070 %s --token-file %s --cluster %s --leader-elect=false --listen 127.0.0.1:0",
-		filepath.Join(d.bin, "eventpipe"), conn, filepath.Join(mounts, "tokens", "agent.token"), docsCluster), dir)
+		filepath.Join(d.bin, "eventpipe"), conn, read(nc.release+"-eventpipe-tokens", "agent.token"), docsCluster), dir)
 	// What it ships is seen by the NOTES' follow line (with TLS off the
 	// chart's values here have no file sink to look at).
 	if err := a.waitReady(d, func(_ *docsRun, out string) (bool, string) {
 		return strings.Contains(out, "resuming event watch"), "waiting for it to watch"
 	}, 3*time.Minute); err != nil {
-		t.Fatalf("an agent with the chart's token: %v\ncollector:\n%s", err, tailString(c.out.String(), 2000))
+		t.Fatalf("an agent with the chart's token: %v", err)
 	}
 }
 

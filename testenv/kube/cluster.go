@@ -291,6 +291,9 @@ func (c *Cluster) start(ctx context.Context) error {
 		"--token-auth-file=" + tokenFile,
 		admission,
 		"--endpoint-reconciler-type=none",
+		// Hollow kubelets serve on 127.0.0.1, their InternalIP; their
+		// Hostname (the node name) resolves nowhere.
+		"--kubelet-preferred-address-types=InternalIP,Hostname",
 		"--allow-privileged=true",
 		"--v=1",
 	}, c.opts.APIServerArgs...)
@@ -472,6 +475,10 @@ func (c *Cluster) EtcdURL() string { return c.etcdURL }
 
 // Dir is the directory holding this cluster's state and logs.
 func (c *Cluster) Dir() string { return c.dir }
+
+// BinDir is the directory of the binaries the cluster runs (kubectl among
+// them, kubeparts' own).
+func (c *Cluster) BinDir() string { return c.binDir }
 
 // AdminConfig returns a rest.Config for a system:masters user.
 func (c *Cluster) AdminConfig() *rest.Config { return c.config(c.adminToken) }

@@ -21,7 +21,8 @@
 //   - WithWriters (opt-in: most tests need only the apiserver) also starts
 //     the components that write Events and statuses: kube-scheduler,
 //     kube-controller-manager (ControllerManagerControllers: volume binding,
-//     namespaces, quota, garbage collection, service accounts and tokens;
+//     namespaces, quota, garbage collection, service accounts and tokens,
+//     StatefulSets;
 //     with it ServiceAccount admission is on; the node lifecycle controller
 //     lifts a hollow node's not-ready taint once its kubelet reports Ready,
 //     and taints a node whose kubelet stopped) and the Agent Sandbox
@@ -42,8 +43,14 @@
 //     behind its socket, because no container runtime, registry or network
 //     exists here; the CRI answers in containerd 2.x's (or CRI-O's) words for
 //     the pull outcomes and container behaviours the node's RuntimeConfig
-//     names. The node is Ready when AddNode returns and stops with the
-//     cluster. Node.SetRuntime changes the behaviour of a running node.
+//     names; containers a ProcessRule names run as real processes (see the
+//     cri package). The kubelet serves (HTTPS, self-signed, no client
+//     authentication or authorization: test-only, on 127.0.0.1) on a port of
+//     its own and the Node's InternalIP is 127.0.0.1, which kube-apiserver
+//     prefers (--kubelet-preferred-address-types), so `kubectl logs` and
+//     `kubectl port-forward` reach it. The node is Ready when AddNode
+//     returns and stops with the cluster (its CRI kills the processes it
+//     started). Node.SetRuntime changes the behaviour of a running node.
 //   - Cluster methods are safe for concurrent use, except that
 //     RestartAPIServer and Stop must not race each other.
 package kube

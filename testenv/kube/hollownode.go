@@ -50,6 +50,7 @@ type RuntimeConfig struct {
 	Runtime    string          `json:"runtime,omitempty"`
 	Images     []ImageRule     `json:"images,omitempty"`
 	Containers []ContainerRule `json:"containers,omitempty"`
+	Processes  []ProcessRule   `json:"processes,omitempty"`
 }
 
 // Pull outcomes of an ImageRule.
@@ -85,6 +86,22 @@ type ContainerRule struct {
 	ExitCode  int32      `json:"exitCode,omitempty"`
 	OOMKilled bool       `json:"oomKilled,omitempty"`
 	Exec      []ExecRule `json:"exec,omitempty"`
+}
+
+// ProcessRule runs matching containers (fields as ContainerRule's) as
+// real processes of the host executable Run, which stands for the image's
+// entrypoint: args, env and the kubelet's mounts as the kubelet sends
+// them, in a network namespace of its own (its ports reached at the pod's
+// IP, 127.88.x.y on the host's loopback, and by port-forward; a Service's
+// ClusterIP is not), until the process
+// ends or the kubelet stops it (SIGTERM, then SIGKILL after the grace
+// period); the node's stop kills what is left.
+type ProcessRule struct {
+	Namespace string `json:"namespace,omitempty"`
+	Pod       string `json:"pod,omitempty"`
+	Container string `json:"container,omitempty"`
+	Image     string `json:"image,omitempty"`
+	Run       string `json:"run"`
 }
 
 // ExecRule answers an exec (probe) whose command starts with Command.
@@ -181,8 +198,14 @@ func (c *Cluster) AddNode(ctx context.Context, nc NodeConfig) (*Node, error) {
 	if err := c.writeNodeKubeconfig(kubeconfig); err != nil {
 		return nil, fmt.Errorf("add node %s: %w", nc.Name, err)
 	}
+	// The kubelet's server (container logs, port-forward) on a port of
+	// its own: nodes share the host's loopback, which is their address.
+	port, err := freePorts(1)
+	if err != nil {
+		return nil, fmt.Errorf("add node %s: %w", nc.Name, err)
+	}
 	args := []string{"hollow-kubelet", "--name=" + nc.Name, "--kubeconfig=" + kubeconfig, "--dir=" + dir,
-		"--runtime-config=" + n.runtimePath, "--v=2"}
+		"--runtime-config=" + n.runtimePath, "--port=" + strconv.Itoa(port[0]), "--v=2"}
 	if nc.CPU != "" {
 		args = append(args, "--cpu="+nc.CPU)
 	}

@@ -16,7 +16,12 @@ import (
 // per package keeps CI fast); tests run sequentially and leave it usable.
 var cluster *kube.Cluster
 
-func TestMain(m *testing.M) { os.Exit(run(m)) }
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == servePart { // a process container of TestHollowNodePortForward
+		os.Exit(serveFile(os.Args[2:]))
+	}
+	os.Exit(run(m))
+}
 
 func run(m *testing.M) int {
 	dir, err := os.MkdirTemp("", "kube-test-")

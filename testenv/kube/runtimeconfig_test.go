@@ -32,6 +32,8 @@ func fullRuntimeConfig() RuntimeConfig {
 		Containers: []ContainerRule{{Namespace: "ns", Pod: "agent-*", Container: "agent", Image: "busybox:1",
 			ExitAfter: Duration(2 * time.Second), ExitCode: 137, OOMKilled: true,
 			Exec: []ExecRule{{Command: []string{"cat", "/ready"}, ExitCode: 1, Stdout: "out", Stderr: "err"}}}},
+		Processes: []ProcessRule{{Namespace: "eventpipe", Pod: "ep-*", Container: "collector", Image: "ghcr.io/eventpipe/eventpipe:0.1.0",
+			Run: "/usr/local/bin/eventpipe"}},
 	}
 	for _, p := range []string{PullOK, PullNotFound, PullUnauthorized, PullRateLimited, PullTLS, PullDNS,
 		PullConnectionRefused, PullPlatformMismatch} { // PullIOTimeout above

@@ -63,6 +63,8 @@ var ControllerManagerControllers = []string{
 	"serviceaccount-controller",
 	"serviceaccount-token-controller",
 	"root-ca-certificate-publisher-controller",
+	// The chart's collector on make dev-cluster is a StatefulSet.
+	"statefulset-controller",
 }
 
 // Binary and part names (see testenv/build/build.sh): kube-scheduler and

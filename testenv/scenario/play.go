@@ -171,7 +171,7 @@ func (p *player) step(ctx context.Context, st step) error {
 		if st.kind == stepSupervisorPod {
 			pod, target = sb.SupervisorPod(crUID), TargetSupervisorPod
 		}
-		obj, err := p.c.Kube.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
+		obj, err := createPod(ctx, p.c.Kube, pod)
 		if err != nil {
 			return err
 		}
@@ -440,4 +440,23 @@ func (p *player) delete(ctx context.Context, k objKey, sb Sandbox) error {
 		return fmt.Errorf("cannot delete kind %s", k.kind)
 	}
 	return err
+}
+
+// createPod creates pod, waiting out ServiceAccount admission (on when the
+// cluster runs a controller-manager, as make dev-cluster's does): it
+// refuses a pod of a new namespace until the service account controller
+// made the namespace's default account, as kubectl users see too.
+func createPod(ctx context.Context, cs kubernetes.Interface, pod *corev1.Pod) (*corev1.Pod, error) {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		obj, err := cs.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{})
+		if err == nil || !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "service account") || time.Now().After(deadline) {
+			return obj, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }

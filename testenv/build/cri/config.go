@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 )
@@ -41,6 +42,8 @@ type Config struct {
 	Images []ImageRule `json:"images,omitempty"`
 	// Containers says how matching containers behave once started.
 	Containers []ContainerRule `json:"containers,omitempty"`
+	// Processes says which containers run as real processes.
+	Processes []ProcessRule `json:"processes,omitempty"`
 }
 
 // ImageRule matches a pull by its reference, as the pod spec writes it or
@@ -78,6 +81,26 @@ type ContainerRule struct {
 	OOMKilled bool `json:"oomKilled,omitempty"`
 	// Exec answers commands run in the container (exec probes).
 	Exec []ExecRule `json:"exec,omitempty"`
+}
+
+// ProcessRule makes matching containers real processes; its match fields
+// are ContainerRule's (Image may end in "*": a prefix). A container a ProcessRule matches ignores the
+// ContainerRules' exits (it ends when its process does); their Exec
+// answers still apply.
+type ProcessRule struct {
+	Namespace string `json:"namespace,omitempty"`
+	Pod       string `json:"pod,omitempty"`
+	Container string `json:"container,omitempty"`
+	Image     string `json:"image,omitempty"`
+	// Run is a host executable (absolute path) that stands for the
+	// image's entrypoint: the container runs it with the container's args
+	// (and its command after the first word) and environment, the
+	// kubelet's mounts at their container paths (a mount namespace of its
+	// own) and a network namespace of its own (only lo: its ports are
+	// reached at the pod's IP, 127.88.x.y on the host's loopback, and by
+	// port-forward), as the runtime's user (root here, whatever the pod's
+	// securityContext says).
+	Run string `json:"run"`
 }
 
 // ExecRule answers an exec whose command starts with Command.
@@ -161,6 +184,11 @@ func (c *Config) Validate() error {
 			}
 		}
 	}
+	for i, r := range c.Processes {
+		if !filepath.IsAbs(r.Run) {
+			errs = append(errs, fmt.Errorf("processes[%d].run: %q is not an absolute path", i, r.Run))
+		}
+	}
 	return errors.Join(errs...)
 }
 
@@ -201,24 +229,52 @@ func (c *Config) imageRule(ref string) (ImageRule, bool) {
 // containerRule returns the first rule matching a container.
 func (c *Config) containerRule(namespace, pod, container, image string) (ContainerRule, bool) {
 	for _, r := range c.Containers {
-		if r.Namespace != "" && r.Namespace != namespace {
-			continue
+		if matches(r.Namespace, r.Pod, r.Container, r.Image, namespace, pod, container, image) {
+			return r, true
 		}
-		if r.Pod != "" && !(r.Pod == pod || strings.HasSuffix(r.Pod, "*") && strings.HasPrefix(pod, strings.TrimSuffix(r.Pod, "*"))) {
-			continue
-		}
-		if r.Container != "" && r.Container != container {
-			continue
-		}
-		if r.Image != "" && !sameImage(r.Image, image) {
-			continue
-		}
-		return r, true
 	}
 	return ContainerRule{}, false
 }
 
-func sameImage(a, b string) bool {
+// processRun returns the executable of the first ProcessRule matching a
+// container, "" if none does.
+func (c *Config) processRun(namespace, pod, container, image string) string {
+	for _, r := range c.Processes {
+		if matches(r.Namespace, r.Pod, r.Container, r.Image, namespace, pod, container, image) {
+			return r.Run
+		}
+	}
+	return ""
+}
+
+// matches: a rule's fields (empty: any; pod ending in "*": a prefix)
+// against a container.
+func matches(rNamespace, rPod, rContainer, rImage, namespace, pod, container, image string) bool {
+	switch {
+	case rNamespace != "" && rNamespace != namespace,
+		rPod != "" && !(rPod == pod || strings.HasSuffix(rPod, "*") && strings.HasPrefix(pod, strings.TrimSuffix(rPod, "*"))),
+		rContainer != "" && rContainer != container,
+		rImage != "" && !sameImage(rImage, image):
+		return false
+	}
+	return true
+}
+
+// sameImage: a rule's image names a container's reference, as written or
+// normalised; ending in "*" it is a prefix of either
+// (ghcr.io/eventpipe/eventpipe:* for every tag).
+func sameImage(rule, image string) bool {
+	if p, ok := strings.CutSuffix(rule, "*"); ok {
+		if strings.HasPrefix(image, p) {
+			return true
+		}
+		r, err := parseRef(image)
+		return err == nil && strings.HasPrefix(r.normalized(), p)
+	}
+	return sameRef(rule, image)
+}
+
+func sameRef(a, b string) bool {
 	if a == b {
 		return true
 	}

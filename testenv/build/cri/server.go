@@ -11,7 +11,9 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"google.golang.org/grpc"
@@ -40,8 +42,10 @@ type Server struct {
 	stopped    bool
 	timers     map[string]*time.Timer // container id -> its exit
 
-	grpc *grpc.Server
-	wg   sync.WaitGroup
+	grpc   *grpc.Server
+	wg     sync.WaitGroup
+	procs  sync.WaitGroup // container processes' reapers
+	stream *streamServer  // port-forward (Serve starts it)
 
 	runtimeapi.UnimplementedRuntimeServiceServer
 	runtimeapi.UnimplementedImageServiceServer
@@ -50,13 +54,17 @@ type Server struct {
 type sandbox struct {
 	status *runtimeapi.PodSandboxStatus
 	logDir string
+	ports  []*runtimeapi.PortMapping // the pod's declared ports
 }
 
 type container struct {
 	status    *runtimeapi.ContainerStatus
+	config    *runtimeapi.ContainerConfig
 	sandboxID string
 	rule      ContainerRule
 	hasRule   bool
+	run       string   // a ProcessRule's executable: a real process
+	proc      *process // that process, once started
 }
 
 // New returns a Server reading its behaviour from configPath. The file is
@@ -88,6 +96,14 @@ func (s *Server) Serve(socketPath string) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", socketPath, err)
 	}
+	stream, err := startStreamServer(s, &s.wg, s.log)
+	if err != nil {
+		l.Close()
+		return err
+	}
+	s.mu.Lock()
+	s.stream = stream
+	s.mu.Unlock()
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
@@ -98,7 +114,9 @@ func (s *Server) Serve(socketPath string) error {
 	return nil
 }
 
-// Stop ends the gRPC server and every pending container exit.
+// Stop ends the gRPC and streaming servers, every pending container exit
+// and every container process (SIGKILL), and returns once they are
+// reaped.
 func (s *Server) Stop() {
 	s.mu.Lock()
 	s.stopped = true
@@ -106,8 +124,22 @@ func (s *Server) Stop() {
 		t.Stop()
 		delete(s.timers, id)
 	}
+	var procs []*process
+	for _, c := range s.containers {
+		if c.proc != nil {
+			procs = append(procs, c.proc)
+		}
+	}
+	stream := s.stream
 	s.mu.Unlock()
+	for _, p := range procs {
+		p.stop(0)
+	}
+	s.procs.Wait()
 	s.grpc.Stop()
+	if stream != nil {
+		stream.stop()
+	}
 	s.wg.Wait()
 }
 
@@ -166,7 +198,7 @@ func (s *Server) RunPodSandbox(_ context.Context, req *runtimeapi.RunPodSandboxR
 	defer s.mu.Unlock()
 	s.nextIP++
 	id := newID()
-	s.sandboxes[id] = &sandbox{logDir: cfg.GetLogDirectory(), status: &runtimeapi.PodSandboxStatus{
+	s.sandboxes[id] = &sandbox{logDir: cfg.GetLogDirectory(), ports: cfg.GetPortMappings(), status: &runtimeapi.PodSandboxStatus{
 		Id:        id,
 		Metadata:  cfg.GetMetadata(),
 		State:     runtimeapi.PodSandboxState_SANDBOX_READY,
@@ -186,23 +218,37 @@ func (s *Server) RunPodSandbox(_ context.Context, req *runtimeapi.RunPodSandboxR
 // StopPodSandbox stops the sandbox and every container in it.
 func (s *Server) StopPodSandbox(_ context.Context, req *runtimeapi.StopPodSandboxRequest) (*runtimeapi.StopPodSandboxResponse, error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	sb, ok := s.sandboxes[req.GetPodSandboxId()]
 	if !ok {
+		s.mu.Unlock()
 		// Both runtimes answer a stop of an unknown sandbox with success.
 		return &runtimeapi.StopPodSandboxResponse{}, nil
 	}
+	var procs []*process
 	for id, c := range s.containers {
 		if c.sandboxID == sb.status.Id && c.status.State == runtimeapi.ContainerState_CONTAINER_RUNNING {
+			if c.proc != nil {
+				procs = append(procs, c.proc)
+				continue
+			}
 			s.exitLocked(id, 137, "Error")
 		}
 	}
 	sb.status.State = runtimeapi.PodSandboxState_SANDBOX_NOTREADY
+	s.mu.Unlock()
+	// The kubelet stopped the containers with their grace period first;
+	// what still runs now is killed, as a runtime kills the pod's cgroup.
+	for _, p := range procs {
+		p.stop(0)
+	}
 	return &runtimeapi.StopPodSandboxResponse{}, nil
 }
 
 // RemovePodSandbox removes the sandbox and its containers.
-func (s *Server) RemovePodSandbox(_ context.Context, req *runtimeapi.RemovePodSandboxRequest) (*runtimeapi.RemovePodSandboxResponse, error) {
+func (s *Server) RemovePodSandbox(ctx context.Context, req *runtimeapi.RemovePodSandboxRequest) (*runtimeapi.RemovePodSandboxResponse, error) {
+	if _, err := s.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: req.GetPodSandboxId()}); err != nil {
+		return nil, err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for id, c := range s.containers {
@@ -272,6 +318,7 @@ func (s *Server) CreateContainer(_ context.Context, req *runtimeapi.CreateContai
 		image = cfg.GetImage().GetImage()
 	}
 	rule, has := s.config().containerRule(meta.GetNamespace(), meta.GetName(), cfg.GetMetadata().GetName(), image)
+	run := s.config().processRun(meta.GetNamespace(), meta.GetName(), cfg.GetMetadata().GetName(), image)
 	var logPath string
 	if sb.logDir != "" && cfg.GetLogPath() != "" {
 		logPath = filepath.Join(sb.logDir, cfg.GetLogPath())
@@ -283,7 +330,7 @@ func (s *Server) CreateContainer(_ context.Context, req *runtimeapi.CreateContai
 			}
 		}
 	}
-	s.containers[id] = &container{sandboxID: sb.status.Id, rule: rule, hasRule: has, status: &runtimeapi.ContainerStatus{
+	s.containers[id] = &container{sandboxID: sb.status.Id, config: cfg, run: run, rule: rule, hasRule: has, status: &runtimeapi.ContainerStatus{
 		Id:          id,
 		Metadata:    cfg.GetMetadata(),
 		Image:       cfg.GetImage(),
@@ -310,9 +357,22 @@ func (s *Server) StartContainer(_ context.Context, req *runtimeapi.StartContaine
 	if c.status.State != runtimeapi.ContainerState_CONTAINER_CREATED {
 		return nil, status.Errorf(codes.Unknown, "container %q is in %s state", c.status.Id, c.status.State)
 	}
+	if c.run != "" {
+		if s.stopped {
+			return nil, status.Error(codes.Unavailable, "runtime is stopping")
+		}
+		// The pod's address becomes one on the host's loopback
+		// (127.88.x.y for 10.88.x.y), where proxyPorts serves its ports.
+		if sb := s.sandboxes[c.sandboxID]; sb != nil {
+			sb.status.Network = &runtimeapi.PodSandboxNetworkStatus{Ip: strings.Replace(sb.status.Network.GetIp(), "10.88.", "127.88.", 1)}
+		}
+		if err := s.startProcessLocked(c); err != nil {
+			return nil, status.Errorf(codes.Unknown, "failed to create containerd task: %v", err)
+		}
+	}
 	c.status.State = runtimeapi.ContainerState_CONTAINER_RUNNING
 	c.status.StartedAt = time.Now().UnixNano()
-	if c.hasRule && c.rule.ExitAfter.Duration > 0 && !s.stopped {
+	if c.run == "" && c.hasRule && c.rule.ExitAfter.Duration > 0 && !s.stopped {
 		id, code, reason := c.status.Id, c.rule.ExitCode, "Error"
 		switch {
 		case c.rule.OOMKilled:
@@ -346,16 +406,25 @@ func (s *Server) exitLocked(id string, code int32, reason string) {
 	c.status.Reason = reason
 }
 
-// StopContainer stops a running container. Its process is killed: exit
-// code 137 (a shell or sleep as PID 1 ignores SIGTERM until the grace
+// StopContainer stops a running container. A real process (a rule's Run)
+// gets SIGTERM, then SIGKILL when the request's timeout (the pod's grace
+// period) passes, and ends with its own status. An imitated one is killed:
+// exit code 137 (a shell or sleep as PID 1 ignores SIGTERM until the grace
 // period ends), reason Error.
 func (s *Server) StopContainer(_ context.Context, req *runtimeapi.StopContainerRequest) (*runtimeapi.StopContainerResponse, error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, ok := s.containers[req.GetContainerId()]; !ok {
+	c, ok := s.containers[req.GetContainerId()]
+	if !ok {
+		s.mu.Unlock()
 		return nil, status.Errorf(codes.NotFound, "an error occurred when try to find container %q: not found", req.GetContainerId())
 	}
+	if p := c.proc; p != nil && c.status.State == runtimeapi.ContainerState_CONTAINER_RUNNING {
+		s.mu.Unlock()
+		p.stop(time.Duration(req.GetTimeout()) * time.Second)
+		return &runtimeapi.StopContainerResponse{}, nil
+	}
 	s.exitLocked(req.GetContainerId(), 137, "Error")
+	s.mu.Unlock()
 	return &runtimeapi.StopContainerResponse{}, nil
 }
 
@@ -368,6 +437,10 @@ func (s *Server) RemoveContainer(_ context.Context, req *runtimeapi.RemoveContai
 }
 
 func (s *Server) removeContainerLocked(id string) {
+	if c := s.containers[id]; c != nil && c.proc != nil && c.status.State == runtimeapi.ContainerState_CONTAINER_RUNNING {
+		// Removing a running container kills it (its reaper still runs).
+		_ = syscall.Kill(-c.proc.cmd.Process.Pid, syscall.SIGKILL)
+	}
 	if t := s.timers[id]; t != nil {
 		t.Stop()
 		delete(s.timers, id)

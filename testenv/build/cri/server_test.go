@@ -16,9 +16,19 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == InitPart { // a process container's start
+		os.Exit(ContainerInit(os.Args[2:]))
+	}
+	if len(os.Args) > 2 && os.Args[1] == servePart { // a process container of TestProcessNetwork
+		os.Exit(serveHello(os.Args[2]))
+	}
+	goleak.VerifyTestMain(m)
+}
 
 type harness struct {
+	srv     *Server
+	dir     string
 	cfgPath string
 	rt      runtimeapi.RuntimeServiceClient
 	img     runtimeapi.ImageServiceClient
@@ -29,7 +39,7 @@ type harness struct {
 func start(t *testing.T, config string) *harness {
 	t.Helper()
 	dir := t.TempDir()
-	h := &harness{cfgPath: filepath.Join(dir, "runtime.json")}
+	h := &harness{dir: dir, cfgPath: filepath.Join(dir, "runtime.json")}
 	h.write(t, config)
 	s, err := New(h.cfgPath, nil)
 	if err != nil {
@@ -39,6 +49,7 @@ func start(t *testing.T, config string) *harness {
 	if err := s.Serve(sock); err != nil {
 		t.Fatal(err)
 	}
+	h.srv = s
 	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)

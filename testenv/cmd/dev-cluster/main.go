@@ -1,6 +1,12 @@
-// Command dev-cluster starts the test control plane (etcd + kube-apiserver
-// with the agent's RBAC and the Agent Sandbox CRDs) for humans, optionally
-// plays scenarios into it, prints a kubeconfig path and waits for Ctrl-C.
+// Command dev-cluster starts the test control plane for humans: etcd +
+// kube-apiserver with the agent's RBAC and the Agent Sandbox CRDs,
+// kube-scheduler, kube-controller-manager (testenv/kube's Writers, without
+// the Agent Sandbox controller: the played scenarios write what it would)
+// and one hollow node whose CRI runs the eventpipe image's collector
+// container as BIN/eventpipe (so the chart installs and runs, and `kubectl
+// port-forward` reaches it), with a default StorageClass and hostPath
+// volumes for its claim. It optionally plays scenarios into it, prints a
+// kubeconfig path and waits for Ctrl-C.
 //
 //	go run ./testenv/cmd/dev-cluster --scenario img-missing --mode managed
 //	go run ./testenv/cmd/dev-cluster --scenario all --mode all --load 200 --rate 500
@@ -15,9 +21,16 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/eventpipe/eventpipe/testenv/kube"
 	"github.com/eventpipe/eventpipe/testenv/scenario"
@@ -121,7 +134,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready fun
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	start := time.Now()
-	cl, err := kube.StartProcess(ctx, kube.Options{Dir: dir, Logger: logger})
+	cl, err := kube.StartProcess(ctx, kube.Options{Dir: dir, Logger: logger,
+		Writers: kube.Writers{Scheduler: true, ControllerManager: true}})
 	if err != nil {
 		fmt.Fprintln(stderr, "dev-cluster:", err)
 		return 1
@@ -131,7 +145,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready fun
 			fmt.Fprintln(stderr, "dev-cluster: stop:", err)
 		}
 	}()
-	fmt.Fprintf(stdout, "control plane ready in %v: kube-apiserver %s, etcd %s\n", time.Since(start).Round(time.Millisecond), cl.URL(), cl.EtcdURL())
+	fmt.Fprintf(stdout, "control plane ready in %v: kube-apiserver %s, etcd %s, kube-scheduler, kube-controller-manager\n",
+		time.Since(start).Round(time.Millisecond), cl.URL(), cl.EtcdURL())
+	start = time.Now()
+	node, err := startNode(ctx, cl, stdout)
+	if err != nil {
+		fmt.Fprintln(stderr, "dev-cluster:", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "node %s Ready in %v: a real kubelet with eventpipe's CRI; containers of %s named %s run as %s\n",
+		node.Name(), time.Since(start).Round(time.Millisecond), eventpipeImage, collectorContainer, filepath.Join(cl.BinDir(), "eventpipe"))
+	if err := devStorage(ctx, cl, stdout); err != nil {
+		fmt.Fprintln(stderr, "dev-cluster:", err)
+		return 1
+	}
 	if err := play(ctx, cl, c, stdout); err != nil {
 		fmt.Fprintln(stderr, "dev-cluster:", err)
 		return 1
@@ -147,6 +174,79 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready fun
 	fmt.Fprintln(stdout, "stopping")
 	return 0
 }
+
+// The chart's collector container: its image (any tag) runs as
+// BIN/eventpipe on the hollow node. Its other containers (the agent's
+// DaemonSet has no controller here) are not run as processes.
+const (
+	eventpipeImage     = "ghcr.io/eventpipe/eventpipe:*"
+	collectorContainer = "collector"
+	// devNode is not the scenarios' node (kind-control-plane): their pods
+	// are bound there by name and never run.
+	devNode = "dev-node"
+)
+
+func startNode(ctx context.Context, cl *kube.Cluster, stdout io.Writer) (*kube.Node, error) {
+	bin := filepath.Join(cl.BinDir(), "eventpipe")
+	if _, err := os.Stat(bin); err != nil {
+		// make dev-cluster builds it first; without it the collector's
+		// container fails to start (RunContainerError), visibly.
+		fmt.Fprintf(stdout, "note: %s missing (make build): the chart's collector container cannot start\n", bin)
+	}
+	return cl.AddNode(ctx, kube.NodeConfig{Name: devNode, Runtime: kube.RuntimeConfig{
+		Processes: []kube.ProcessRule{{Container: collectorContainer, Image: eventpipeImage, Run: bin}},
+	}})
+}
+
+// devStorage is the storage a dev cluster has: a default StorageClass
+// (no provisioner, bound when the pod is scheduled) and hostPath volumes
+// under the cluster's directory, each the chart's default size, so the
+// collector's claim binds (one volume per release: claims are kept on
+// uninstall).
+func devStorage(ctx context.Context, cl *kube.Cluster, stdout io.Writer) error {
+	cs, err := kubernetes.NewForConfig(cl.AdminConfig())
+	if err != nil {
+		return err
+	}
+	wait := storagev1.VolumeBindingWaitForFirstConsumer
+	class := &storagev1.StorageClass{
+		ObjectMeta: metav1.ObjectMeta{Name: storageClass,
+			Annotations: map[string]string{"storageclass.kubernetes.io/is-default-class": "true"}},
+		Provisioner:       "kubernetes.io/no-provisioner",
+		VolumeBindingMode: &wait,
+	}
+	if _, err := cs.StorageV1().StorageClasses().Create(ctx, class, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("storage class: %w", err)
+	}
+	for i := 1; i <= volumes; i++ {
+		path := filepath.Join(cl.Dir(), "volumes", fmt.Sprintf("pv-%d", i))
+		if err := os.MkdirAll(path, 0o755); err != nil {
+			return err
+		}
+		pv := &corev1.PersistentVolume{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("dev-pv-%d", i)},
+			Spec: corev1.PersistentVolumeSpec{
+				StorageClassName:              storageClass,
+				Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse(volumeSize)},
+				AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
+				PersistentVolumeSource:        corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: path}},
+			},
+		}
+		if _, err := cs.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("volume %s: %w", pv.Name, err)
+		}
+	}
+	fmt.Fprintf(stdout, "storage: default StorageClass %s, %d hostPath volumes of %s under %s\n",
+		storageClass, volumes, volumeSize, filepath.Join(cl.Dir(), "volumes"))
+	return nil
+}
+
+const (
+	storageClass = "dev-hostpath"
+	volumes      = 3
+	volumeSize   = "10Gi" // the chart's collector.persistence.size
+)
 
 func play(ctx context.Context, cl *kube.Cluster, c config, stdout io.Writer) error {
 	if len(c.scenarios) == 0 && c.load == 0 {

@@ -76,7 +76,8 @@ func TestDevClusterPlaysAndStops(t *testing.T) {
 	}
 	out := stdout.String()
 	i := strings.Index(out, "export KUBECONFIG=")
-	if i < 0 || !strings.Contains(out, "played img-missing") || !strings.Contains(out, "load: 5 sandboxes, 40 events") {
+	if i < 0 || !strings.Contains(out, "played img-missing") || !strings.Contains(out, "load: 5 sandboxes, 40 events") ||
+		!strings.Contains(out, "node dev-node Ready") || !strings.Contains(out, "storage: default StorageClass dev-hostpath, 3 hostPath volumes") {
 		t.Fatalf("output:\n%s", out)
 	}
 	path := strings.TrimSpace(strings.SplitN(out[i+len("export KUBECONFIG="):], "\n", 2)[0])

@@ -16,10 +16,12 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -34,6 +36,7 @@ import (
 	clientset "k8s.io/client-go/kubernetes"
 	v1core "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/clientcmd"
+	certutil "k8s.io/client-go/util/cert"
 	remote "k8s.io/cri-client/pkg"
 	"k8s.io/klog/v2"
 	kubeletapp "k8s.io/kubernetes/cmd/kubelet/app"
@@ -43,6 +46,7 @@ import (
 	cadvisortest "k8s.io/kubernetes/pkg/kubelet/cadvisor/testing"
 	"k8s.io/kubernetes/pkg/kubelet/cm"
 	containertest "k8s.io/kubernetes/pkg/kubelet/container/testing"
+	"k8s.io/kubernetes/pkg/kubelet/server"
 	kubeletutil "k8s.io/kubernetes/pkg/kubelet/util"
 	"k8s.io/kubernetes/pkg/util/oom"
 	"k8s.io/kubernetes/pkg/volume"
@@ -63,13 +67,18 @@ import (
 	cadvisorapi "github.com/google/cadvisor/lib/model"
 )
 
-func init() { register("hollow-kubelet", runHollowKubelet) }
+func init() {
+	register("hollow-kubelet", runHollowKubelet)
+	// The CRI starts a process container through this part (a new mount
+	// namespace needs a fresh process; see cri.InitPart).
+	register(cri.InitPart, cri.ContainerInit)
+}
 
 // nodeFlags is one hollow node's identity and shape, fixed at start.
 type nodeFlags struct {
 	name, kubeconfig, dir, runtimeConfig string
 	cpu, memory                          string
-	pods                                 int
+	pods, port                           int
 	labels, taints, extended             string
 }
 
@@ -83,6 +92,7 @@ func runHollowKubelet(args []string) int {
 	fs.StringVar(&nf.cpu, "cpu", "4", "CPU capacity")
 	fs.StringVar(&nf.memory, "memory", "8Gi", "memory capacity")
 	fs.IntVar(&nf.pods, "pods", 110, "pod capacity")
+	fs.IntVar(&nf.port, "port", 0, "the kubelet's HTTPS port on 127.0.0.1 (logs, port-forward); 0: no server")
 	fs.StringVar(&nf.labels, "labels", "", "extra node labels k=v,k2=v2")
 	fs.StringVar(&nf.taints, "taints", "", "taints to register with, key=value:Effect,...")
 	fs.StringVar(&nf.extended, "extended-resources", "", "device-plugin resources name=quantity,... (nvidia.com/gpu=1)")
@@ -172,6 +182,13 @@ func hollowKubelet(ctx context.Context, nf nodeFlags) error {
 	if err != nil {
 		return err
 	}
+	var tlsOptions *server.TLSOptions
+	if nf.port > 0 {
+		if tlsOptions, err = kubeletServing(dir); err != nil {
+			return err
+		}
+		c.EnableServer, c.Port = true, int32(nf.port)
+	}
 	hb := *restConfig
 	hb.QPS = -1
 	hb.Timeout = c.NodeStatusUpdateFrequency.Duration
@@ -217,6 +234,8 @@ func hollowKubelet(ctx context.Context, nf nodeFlags) error {
 		PodStartupLatencyTracker:  kubeletutil.NewPodStartupLatencyTracker(),
 		NodeStartupLatencyTracker: kubeletutil.NewNodeStartupLatencyTracker(klog.FromContext(ctx)),
 		TracerProvider:            noopoteltrace.NewTracerProvider(),
+		TLSOptions:                tlsOptions,
+		// Auth stays nil: the server checks no client (see kubeletServing).
 		// Recorder and ProbeManager stay nil: RunKubelet then makes the
 		// real event recorder (to EventClient) and NewMainKubelet the real
 		// prober.
@@ -224,13 +243,65 @@ func hollowKubelet(ctx context.Context, nf nodeFlags) error {
 	if err := kubeletapp.RunKubelet(ctx, &options.KubeletServer{KubeletFlags: *f, KubeletConfiguration: *c}, deps); err != nil {
 		return fmt.Errorf("run kubelet: %w", err)
 	}
+	if nf.port > 0 {
+		go nodeAddress(ctx, client, nf.name)
+	}
 	<-ctx.Done()
 	return nil
 }
 
+// nodeAddress gives the Node its address, 127.0.0.1 (InternalIP), where
+// the kubelet's server listens, as a cloud controller manager gives a
+// node its addresses. The kubelet refuses a loopback --node-ip ("nodeIP
+// can't be loopback address", logged on every status update) and then
+// leaves the addresses alone; without --node-ip it would publish the
+// host's interface address, where nothing of the test listens.
+func nodeAddress(ctx context.Context, client clientset.Interface, name string) {
+	patch := []byte(`{"status":{"addresses":[{"type":"InternalIP","address":"127.0.0.1"},{"type":"Hostname","address":"` + name + `"}]}}`)
+	for {
+		_, err := client.CoreV1().Nodes().PatchStatus(ctx, name, patch)
+		if err == nil {
+			return
+		}
+		klog.FromContext(ctx).V(2).Info("node address not set yet", "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// kubeletServing is the kubelet server's TLS: a self-signed certificate
+// for 127.0.0.1, made at start as the kubelet does without --tls-cert-file
+// (the apiserver, started without --kubelet-certificate-authority, does
+// not verify it). The server gets no authenticator or authorizer
+// (Dependencies.Auth nil: every request is served): test-only, and it
+// listens on 127.0.0.1 only, where everything is the test's.
+func kubeletServing(dir string) (*server.TLSOptions, error) {
+	crt, key, err := certutil.GenerateSelfSignedCertKey("127.0.0.1", []net.IP{net.ParseIP("127.0.0.1")}, nil)
+	if err != nil {
+		return nil, fmt.Errorf("kubelet serving certificate: %w", err)
+	}
+	certs := filepath.Join(dir, "serving")
+	if err := os.MkdirAll(certs, 0o700); err != nil {
+		return nil, err
+	}
+	o := &server.TLSOptions{CertFile: filepath.Join(certs, "kubelet.crt"), KeyFile: filepath.Join(certs, "kubelet.key"), MinVersion: tls.VersionTLS12}
+	if err := os.WriteFile(o.CertFile, crt, 0o600); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(o.KeyFile, key, 0o600); err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
 // kubeletConfig is pkg/kubemark's hollow kubelet configuration (the
-// kubelet's defaults with its overrides), kept in dir, with no listening
-// port (nodes share one host), the cluster DNS a real cluster has (without
+// kubelet's defaults with its overrides), kept in dir, serving (when
+// hollowKubelet turns it on with a port of the node's own: nodes share
+// one host) on 127.0.0.1, its node address, with the debugging handlers
+// (container logs, port-forward) on; the cluster DNS a real cluster has (without
 // it the kubelet warns MissingClusterDNS on every pod) and the CRI socket.
 func kubeletConfig(name, dir, endpoint string, pods int, labels map[string]string, taints []v1.Taint) (*options.KubeletFlags, *kubeletconfig.KubeletConfiguration, error) {
 	f := options.NewKubeletFlags()
@@ -240,6 +311,9 @@ func kubeletConfig(name, dir, endpoint string, pods int, labels map[string]strin
 	f.MaxContainerCount = 100
 	f.MaxPerPodContainerCount = 2
 	f.NodeLabels = labels
+	// The apiserver reaches the kubelet at its InternalIP
+	// (--kubelet-preferred-address-types): the host's loopback.
+	f.NodeIP = "127.0.0.1"
 
 	c, err := options.NewKubeletConfiguration()
 	if err != nil {
@@ -249,6 +323,7 @@ func kubeletConfig(name, dir, endpoint string, pods int, labels map[string]strin
 	c.ImageServiceEndpoint = endpoint
 	c.StaticPodURL = ""
 	c.EnableServer = false
+	c.Address = "127.0.0.1"
 	c.ReadOnlyPort = 0
 	c.StaticPodPath = filepath.Join(dir, "static-pods")
 	c.PodLogsDir = filepath.Join(dir, "pod-logs")
@@ -269,7 +344,7 @@ func kubeletConfig(name, dir, endpoint string, pods int, labels map[string]strin
 	c.CgroupRoot = ""
 	c.CPUCFSQuota = true
 	c.EnableControllerAttachDetach = false
-	c.EnableDebuggingHandlers = false
+	c.EnableDebuggingHandlers = true
 	c.CgroupsPerQOS = false
 	c.HairpinMode = kubeletconfig.HairpinVeth
 	c.MaxOpenFiles = 1024
