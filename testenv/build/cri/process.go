@@ -97,21 +97,27 @@ func (s *Server) startProcessLocked(c *container) error {
 	}
 	l := openCRILog(c.status.LogPath)
 	cmd.Stdout, cmd.Stderr = l.stream("stdout"), l.stream("stderr")
-	if err := cmd.Start(); err != nil {
-		l.close()
-		return fmt.Errorf("start %s: %w", c.run, err)
-	}
 	p := &process{cmd: cmd, log: l, done: make(chan struct{})}
-	c.proc = p
 	id := c.status.Id
-	if sb := s.sandboxes[c.sandboxID]; sb != nil {
-		p.proxies = s.proxyPorts(p, sb)
-	}
+	// Pdeathsig is sent when the thread that forked the process ends,
+	// not the server: the process is started from a thread locked to this
+	// goroutine, which lives until the process has ended (a locked thread
+	// serves no other goroutine, and no other goroutine's exit can end it).
+	started := make(chan error, 1)
 	s.procs.Add(1)
 	go func() {
 		defer s.procs.Done()
+		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine, after the process
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
 		err := cmd.Wait()
-		for _, px := range p.proxies {
+		s.mu.Lock()
+		proxies := p.proxies
+		s.mu.Unlock()
+		for _, px := range proxies {
 			px.Close()
 		}
 		l.close()
@@ -121,6 +127,14 @@ func (s *Server) startProcessLocked(c *container) error {
 		s.mu.Unlock()
 		close(p.done)
 	}()
+	if err := <-started; err != nil {
+		l.close()
+		return fmt.Errorf("start %s: %w", c.run, err)
+	}
+	c.proc = p
+	if sb := s.sandboxes[c.sandboxID]; sb != nil {
+		p.proxies = s.proxyPorts(p, sb)
+	}
 	return nil
 }
 

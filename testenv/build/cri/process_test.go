@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -24,6 +25,16 @@ import (
 // log directory, the given args and mounts; it returns the container id,
 // its sandbox id and its log file.
 func (h *harness) runProcess(t *testing.T, pod string, args []string, mounts []*runtimeapi.Mount, ports ...int32) (string, string, string) {
+	t.Helper()
+	id, sb, log := h.createProcess(t, pod, args, mounts, ports...)
+	if _, err := h.rt.StartContainer(context.Background(), &runtimeapi.StartContainerRequest{ContainerId: id}); err != nil {
+		t.Fatal(err)
+	}
+	return id, sb, log
+}
+
+// createProcess creates (not starts) the container runProcess runs.
+func (h *harness) createProcess(t *testing.T, pod string, args []string, mounts []*runtimeapi.Mount, ports ...int32) (string, string, string) {
 	t.Helper()
 	ctx := context.Background()
 	logDir := filepath.Join(h.dir, "logs", pod)
@@ -42,9 +53,6 @@ func (h *harness) runProcess(t *testing.T, pod string, args []string, mounts []*
 			Command: []string{"/entrypoint"}, Args: args, Mounts: mounts, LogPath: "main/0.log",
 			Envs: []*runtimeapi.KeyValue{{Key: "GREETING", Value: []byte("hello from env")}}}})
 	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := h.rt.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: c.ContainerId}); err != nil {
 		t.Fatal(err)
 	}
 	return c.ContainerId, sb.PodSandboxId, filepath.Join(logDir, "main", "0.log")
@@ -263,4 +271,40 @@ func freePort(t *testing.T) (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// A process container outlives the server thread that started it. Pdeathsig
+// is sent when the forking thread ends, and Go ends a thread when a
+// goroutine locked to it returns (netDial's way out when it cannot go back
+// to its namespace, or any library's). Here StartContainer runs on such a
+// goroutine, as a gRPC handler could share a thread with one later.
+func TestProcessOutlivesTheThreadThatStartedIt(t *testing.T) {
+	h := start(t, `{"processes": [{"image": "example.com/shell:*", "run": "/bin/sh"}]}`)
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	id, _, logPath := h.createProcess(t, "long", []string{"-c", "echo $$ > " + pidFile + "; echo up; exec sleep 600"}, nil)
+	started := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // returning locked ends this thread
+		_, err := h.srv.StartContainer(context.Background(), &runtimeapi.StartContainerRequest{ContainerId: id})
+		started <- err
+	}()
+	if err := <-started; err != nil {
+		t.Fatal(err)
+	}
+	waitFile(t, logPath, "up")
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pid int
+	if _, err := fmt.Sscan(string(b), &pid); err != nil {
+		t.Fatalf("pid file %q: %v", b, err)
+	}
+	time.Sleep(300 * time.Millisecond) // the thread has ended; a Pdeathsig SIGKILL lands at once
+	if !alive(pid) {
+		t.Fatalf("process %d was killed when the thread that started it ended", pid)
+	}
+	if st := h.status(t, id); st.GetState() != runtimeapi.ContainerState_CONTAINER_RUNNING {
+		t.Fatalf("container %s: %v", id, st.GetState())
+	}
 }
