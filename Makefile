@@ -54,17 +54,17 @@ run: build
 	$(BIN)/eventpipe-demo --cli $(BIN)/eventpipe $(ARGS)
 
 ## test: build every test server, then run all tests (what .ci/run calls).
-## The steps that do not depend on each other run side by side (make -j): on
-## 2 cores a cold run spends most of its time compiling, and one build's
-## link or serial tail leaves a core idle that another build can use. go test
-## runs with -vet=off because `vet` has just run every vet check on the
-## same packages (go test's own vet is a subset of them).
-test:
+## test: build every test server, then run all tests (what .ci/run calls).
+## The steps run one after another: on 2 cores a cold run is CPU-bound, and
+## running the builds side by side (make -j3) made it slower, not faster
+## (bench/build.md). go test runs with -vet=off because `vet` has just run
+## every vet check on the same packages (go test's own vet is a subset).
+test: tools chart-tools
 	test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
-	$(MAKE) -j3 --no-print-directory tools chart-tools vet
+	$(MAKE) --no-print-directory vet
 	$(GO) test $(GOTEST_FLAGS) $(TOOLGC) -vet=off ./...
 	cd testenv/build && $(GO) test $(GOTEST_FLAGS) $(TOOLGC) -vet=off ./cri   # the hollow node's CRI (wrapper module)
-	$(MAKE) -j2 --no-print-directory chart-check image-check
+	$(MAKE) --no-print-directory chart-check image-check
 
 ## vet: go vet on every module of the repository (and the slim agent build).
 vet:
