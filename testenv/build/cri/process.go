@@ -277,6 +277,19 @@ func ContainerInit(args []string) int {
 		fmt.Fprintln(os.Stderr, InitPart+":", err)
 		return 128
 	}
+	// The executable is found and opened before the mounts: a mount may
+	// hide it (the chart mounts an emptyDir at /tmp, and a clone under /tmp
+	// keeps .bin/eventpipe there). It runs from the open file.
+	path, err := exec.LookPath(spec.Argv[0])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, InitPart+":", err)
+		return 127
+	}
+	bin, err := os.Open(path)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, InitPart+":", err)
+		return 127
+	}
 	if err := bindMounts(spec.Mounts); err != nil {
 		fmt.Fprintln(os.Stderr, InitPart+":", err)
 		return 128
@@ -289,12 +302,7 @@ func ContainerInit(args []string) int {
 		}
 		env = dropEnv(env, "EVENTPIPE_CRI_WORKDIR")
 	}
-	path, err := exec.LookPath(spec.Argv[0])
-	if err != nil {
-		fmt.Fprintln(os.Stderr, InitPart+":", err)
-		return 127
-	}
-	err = syscall.Exec(path, spec.Argv, env)
+	err = syscall.Exec(fmt.Sprintf("/proc/self/fd/%d", bin.Fd()), spec.Argv, env)
 	fmt.Fprintf(os.Stderr, "%s: exec %s: %v\n", InitPart, path, err)
 	return 126
 }

@@ -308,3 +308,29 @@ func TestProcessOutlivesTheThreadThatStartedIt(t *testing.T) {
 		t.Fatalf("container %s: %v", id, st.GetState())
 	}
 }
+
+// The executable runs even when a mount hides the directory it is in, as
+// the chart's emptyDir at /tmp hides .bin/eventpipe of a clone under /tmp:
+// the init opens it before the mounts.
+func TestProcessExecutableUnderAMount(t *testing.T) {
+	dir := t.TempDir()
+	hidden := filepath.Join(dir, "hidden")
+	if err := os.MkdirAll(hidden, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sh, err := os.ReadFile("/bin/sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(hidden, "sh"), sh, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	h := start(t, `{"processes": [{"image": "example.com/shell:*", "run": "`+filepath.Join(hidden, "sh")+`"}]}`)
+	empty := t.TempDir()
+	_, _, logPath := h.runProcess(t, "hidden", []string{"-c", "echo up; ls " + hidden + "; echo listed; exec sleep 600"},
+		[]*runtimeapi.Mount{{HostPath: empty, ContainerPath: hidden}})
+	out := waitFile(t, logPath, "listed")
+	if !strings.Contains(out, "up") || strings.Contains(out, " sh\n") {
+		t.Fatalf("want the process running with its directory hidden by the mount; log:\n%s", out)
+	}
+}
