@@ -54,7 +54,6 @@ run: build
 	$(BIN)/eventpipe-demo --cli $(BIN)/eventpipe $(ARGS)
 
 ## test: build every test server, then run all tests (what .ci/run calls).
-## test: build every test server, then run all tests (what .ci/run calls).
 ## The steps run one after another: on 2 cores a cold run is CPU-bound, and
 ## running the builds side by side (make -j3) made it slower, not faster
 ## (bench/build.md). go test runs with -vet=off because `vet` has just run
