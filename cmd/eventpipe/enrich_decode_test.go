@@ -33,16 +33,8 @@ func TestDecodePodExitCodes(t *testing.T) {
 			{Name: "fresh", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}},
 		}},
 	}
-	raw, err := json.Marshal(pod)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := decodeInput(strings.NewReader(string(raw)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := s.pods["openshell-openshell-repro/crash-loop"]
-	if p == nil || len(p.Containers) != 4 {
+	s, p := decodedPod(t, pod)
+	if len(p.Containers) != 4 {
 		t.Fatalf("pod: %+v", p)
 	}
 	for i, want := range []struct {
@@ -90,6 +82,20 @@ func TestDecodePodReadiness(t *testing.T) {
 			{Name: "live", Ready: true},
 		}},
 	}
+	_, p := decodedPod(t, pod)
+	if len(p.Containers) != 3 {
+		t.Fatalf("pod: %+v", p)
+	}
+	for i, want := range []struct{ probed, ready, started bool }{{true, true, true}, {true, false, false}, {false, true, false}} {
+		if c := p.Containers[i]; c.Probed != want.probed || c.Ready != want.ready || c.Started != want.started {
+			t.Errorf("%s: probed %v ready %v started %v, want %+v", c.Name, c.Probed, c.Ready, c.Started, want)
+		}
+	}
+}
+
+// decodedPod is pod as `eventpipe enrich` reads it from kubectl's JSON.
+func decodedPod(t *testing.T, pod corev1.Pod) (*snapshot, *enrich.Pod) {
+	t.Helper()
 	raw, err := json.Marshal(pod)
 	if err != nil {
 		t.Fatal(err)
@@ -98,13 +104,9 @@ func TestDecodePodReadiness(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := s.pods["openshell-openshell-repro/unready"]
-	if p == nil || len(p.Containers) != 3 {
-		t.Fatalf("pod: %+v", p)
+	p := s.pods[pod.Namespace+"/"+pod.Name]
+	if p == nil {
+		t.Fatalf("pod %s/%s not decoded", pod.Namespace, pod.Name)
 	}
-	for i, want := range []struct{ probed, ready, started bool }{{true, true, true}, {true, false, false}, {false, true, false}} {
-		if c := p.Containers[i]; c.Probed != want.probed || c.Ready != want.ready || c.Started != want.started {
-			t.Errorf("%s: probed %v ready %v started %v, want %+v", c.Name, c.Probed, c.Ready, c.Started, want)
-		}
-	}
+	return s, p
 }
