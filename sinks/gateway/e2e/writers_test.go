@@ -395,6 +395,8 @@ func checkBlocker(ctx context.Context, t *testing.T, pl *pipeline, drv *osdriver
 	for _, o := range readAll(t, pl.col) {
 		if eventpipev1.IsContainerReady(o) && o.GetSandbox().GetId() == s.ID && o.GetContainer() == b.GetContainer() {
 			found = true
+			t.Logf("ended by %s %s at %s (the blocker last seen %s)", o.GetReason(), o.GetEventId(),
+				o.GetOccurredAt().AsTime().Format(time.RFC3339Nano), b.GetLastSeen().AsTime().Format(time.RFC3339))
 		}
 	}
 	if !found {
