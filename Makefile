@@ -57,7 +57,10 @@ run: build
 ## The steps run one after another: on 2 cores a cold run is CPU-bound, and
 ## running the builds side by side (make -j3) made it slower, not faster
 ## (bench/build.md). go test runs with -vet=off because `vet` has just run
-## every vet check on the same packages (go test's own vet is a subset).
+## every vet check on the same packages (go test's own vet is a subset), and
+## vet builds with the flags go test uses next (-race, $(TOOLGC)) so that the
+## packages it compiles for its checks are the ones the tests link: a cold run
+## compiles each package once, not once for vet and again for the tests.
 test: tools chart-tools
 	test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	$(MAKE) --no-print-directory vet
@@ -65,11 +68,12 @@ test: tools chart-tools
 	cd testenv/build && $(GO) test $(GOTEST_FLAGS) $(TOOLGC) -vet=off ./cri   # the hollow node's CRI (wrapper module)
 	$(MAKE) --no-print-directory chart-check image-check
 
-## vet: go vet on every module of the repository (and the slim agent build).
+## vet: go vet on every module of the repository (and the slim agent build),
+## each with the build flags its tests use (see test).
 vet:
-	$(GO) vet $(TOOLGC) ./...
-	$(GO) vet $(TOOLGC) -tags agentonly ./cmd/eventpipe   # the slim agent build (and its tests) stays buildable
-	cd testenv/build && $(GO) vet $(TOOLGC) ./cri
+	$(GO) vet -race $(TOOLGC) ./...
+	$(GO) vet -race $(TOOLGC) -tags agentonly ./cmd/eventpipe   # the slim agent build (and its tests) stays buildable
+	cd testenv/build && $(GO) vet -race $(TOOLGC) ./cri
 	cd deploy/check && $(GO) vet $(TOOLGC) ./...
 	cd deploy/image && $(GO) vet $(TOOLGC) ./...
 
@@ -185,7 +189,7 @@ $(BIN)/kubeconform:
 ## generated manifests up to date, agent RBAC = its requests, alert and
 ## dashboard queries name exported metrics (deploy/check, its own module).
 chart-check: chart-tools kube-tools
-	cd deploy/check && $(GO) vet ./... && $(GO) test -count=1 -timeout 20m ./...
+	cd deploy/check && $(GO) vet $(TOOLGC) ./... && $(GO) test $(TOOLGC) -count=1 -timeout 20m ./...
 
 ## manifests: render deploy/agent/*.yaml and deploy/collector/*.yaml from the chart.
 manifests: $(BIN)/helm
@@ -205,7 +209,7 @@ image:
 ## the chart) is pushed to a registry on loopback and pulled back
 ## (deploy/image, its own module; helm from chart-tools).
 image-check: $(BIN)/helm
-	cd deploy/image && $(GO) vet ./... && HELM=$(BIN)/helm $(GO) test -count=1 -timeout 30m ./...   # a cold linux/arm64 build takes minutes
+	cd deploy/image && $(GO) vet $(TOOLGC) ./... && HELM=$(BIN)/helm $(GO) test $(TOOLGC) -count=1 -timeout 30m ./...   # a cold linux/arm64 build takes minutes
 
 ## version: set VERSION (x.y.z) as the chart's version and appVersion and the
 ## kustomization's image tag, and re-render the raw manifests; then write its

@@ -87,10 +87,14 @@ func TestHollowNodePortForward(t *testing.T) {
 		t.Fatal(err)
 	}
 	podPort, localPort := ports[0], ports[1]
-	const ns, secret = "process", "pf-data"
-	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+	const secret = "pf-data"
+	// A generated namespace name, so the test can run again on the same
+	// cluster (-count=2).
+	nsObj, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "process-"}}, metav1.CreateOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
+	ns := nsObj.Name
 	if _, err := cs.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: secret},
 		Data: map[string][]byte{"greeting": []byte("through the kubelet")}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
