@@ -41,7 +41,18 @@ type caches struct {
 	// ships a sandbox condition occurrence for each; see
 	// enrich.DiagnoseSandbox).
 	conditions chan *enrich.Sandbox
+	// ready receives the pods in which a container with a readiness or
+	// startup probe became ready (the processor ships a container
+	// readiness occurrence for each of a sandbox's; see
+	// enrich.ContainersReady). The pods of the first listing are not sent:
+	// the processor sweeps the synced store once instead.
+	ready chan readyChange
 }
+
+// readyChange is a pod version in which a probed container became ready,
+// and the version before it (nil at first sight). Both are the cached,
+// immutable values.
+type readyChange struct{ old, cur *enrich.Pod }
 
 // goneQueue bounds the Sandbox deletions waiting for the processor; a
 // workspace deleted at once deletes all its sandboxes.
@@ -50,6 +61,11 @@ const goneQueue = 4096
 // conditionQueue bounds the Sandbox conditions waiting for the processor:
 // one quota change can refuse (or admit) every sandbox of a workspace.
 const conditionQueue = 4096
+
+// readyQueue bounds the pods whose containers became ready, waiting for
+// the processor: a node coming back makes every probed container on it
+// ready again at once.
+const readyQueue = 4096
 
 // kindCache is the store, reflector and tombstones of one kind.
 type kindCache struct {
@@ -65,6 +81,11 @@ func (k *kindCache) added(co *cached) {
 	k.c.signal()
 	if k.pod {
 		k.c.maybeDiagnose(co)
+		if k.refl == nil || k.refl.hasSynced() {
+			// A pod created since the listing (the listing's pods are
+			// swept by the processor once the caches synced).
+			k.c.maybeReady(nil, co)
+		}
 	}
 	if co.sb != nil {
 		k.c.maybeCondition(nil, co.sb)
@@ -75,6 +96,7 @@ func (k *kindCache) updated(old, co *cached) {
 	k.c.signal()
 	if k.pod {
 		k.c.maybeDiagnose(co)
+		k.c.maybeReady(old, co)
 	}
 	if co.sb != nil {
 		var was *enrich.Sandbox
@@ -98,6 +120,27 @@ func (c *caches) maybeCondition(old, cur *enrich.Sandbox) {
 	default:
 		c.m.conditionDropped.Inc()
 		c.log.Warn("condition queue full; the refusal this sandbox's Ready condition reports is not shipped", "namespace", cur.Namespace, "name", cur.Name)
+	}
+}
+
+// maybeReady queues a pod version in which a container with a readiness
+// or startup probe became ready (a loop over its containers for every
+// other update). A full queue is counted and logged: that end is not
+// shipped, and the container's blocker stays open for readers until it
+// fails and recovers again or the agent restarts (its sweep).
+func (c *caches) maybeReady(old, cur *cached) {
+	var was *enrich.Pod
+	if old != nil {
+		was = old.pod
+	}
+	if cur.pod == nil || !enrich.BecameReady(was, cur.pod) {
+		return
+	}
+	select {
+	case c.ready <- readyChange{was, cur.pod}:
+	default:
+		c.m.readyDropped.Inc()
+		c.log.Warn("ready queue full; the end of this pod's probe blockers is not shipped", "namespace", cur.pod.Namespace, "name", cur.pod.Name)
 	}
 }
 
@@ -131,6 +174,7 @@ func newCaches(ctx context.Context, cfg Config, kc *kubeClient, log *slog.Logger
 		diagnose:   make(chan objKey, cfg.Cache.DiagnoseQueue),
 		gone:       make(chan *enrich.Sandbox, goneQueue),
 		conditions: make(chan *enrich.Sandbox, conditionQueue),
+		ready:      make(chan readyChange, readyQueue),
 	}
 	c.mo = kwire.MetaOptions{KeepPrefixes: cfg.Cache.KeepPrefixes, Intern: c.in.intern, InternSmall: c.in.internSmall}
 	newKind := func(label string, res apiResource, uidIndex, pod bool, decode func([]byte) (*cached, error)) *kindCache {

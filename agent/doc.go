@@ -59,10 +59,20 @@
 //     (hold.fresh_within): an old one's owner is gone, not late.
 //   - Caches keep compact enrich values decoded from the wire (owner
 //     references, the OpenShell labels/annotations, container names,
-//     images, waiting/terminated states, phase, node), never the API objects.
+//     images, probes set, waiting/terminated states, ready, started, phase,
+//     node), never the API objects.
 //     Deleted objects are remembered (cache.tombstone_ttl/tombstone_max).
 //     Handlers only signal; pods with a waiting container are queued for a
 //     pod-status diagnosis (enrich.DiagnosePod), shipped like Events.
+//   - A container with a readiness or startup probe that the pod cache
+//     shows ready and did not before (a pod update that makes it ready, a
+//     pod created later first seen ready, and once per term every ready
+//     one of the pods listed at the term's start: the processor sweeps the
+//     synced store) is shipped as a container readiness occurrence for a
+//     sandbox's pod (enrich.ContainersReady): the only end of a probe
+//     blocker, since a probe that passes again writes no Event. Never one
+//     per pod update; the queue is bounded and overflow is counted
+//     (eventpipe_agent_ready_dropped_total) and logged.
 //   - An Event is attributed through a cached object only when the uids
 //     agree: after a sandbox was deleted and created again under its name,
 //     Events of the old pod (named by uid) go to the old id through the

@@ -36,6 +36,8 @@ type metrics struct {
 	deletionDropped prometheus.Counter
 	// conditionDropped: Sandbox Ready conditions not shipped (queue full)
 	conditionDropped prometheus.Counter
+	// readyDropped: container readiness changes not shipped (queue full)
+	readyDropped prometheus.Counter
 	// supervisor image check (verify.supervisor)
 	supervisorBad    prometheus.Gauge
 	supervisorErrors prometheus.Counter
@@ -69,7 +71,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "eventpipe_agent_watch_events_total", Help: "Event watch notifications received, by watch type.",
 		}, []string{"type"}),
 		occurrences: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "eventpipe_agent_occurrences_total", Help: "Occurrences handed to the shipper, by source (event, pod_status, deletion: a Sandbox CR seen deleted, registry_check: a supervisor-image check or a pull failure updated by the registry).",
+			Name: "eventpipe_agent_occurrences_total", Help: "Occurrences handed to the shipper, by source (event, pod_status, deletion: a Sandbox CR seen deleted, sandbox_condition: its Ready condition, container_ready: a probed container of a sandbox became ready, registry_check: a supervisor-image check or a pull failure updated by the registry).",
 		}, []string{"source"}),
 		attributed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "eventpipe_agent_attributed_total", Help: "Occurrences attributed to a sandbox, by the rule that matched.",
@@ -159,6 +161,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		conditionDropped: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "eventpipe_agent_condition_dropped_total", Help: "Sandbox Ready conditions reporting a refused pod (or its end) not shipped because the condition queue was full (the CR's next change retries).",
 		}),
+		readyDropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "eventpipe_agent_ready_dropped_total", Help: "Pods whose probed containers became ready not shipped as container readiness occurrences because the ready queue was full (readers keep those containers' probe blockers open).",
+		}),
 		deletionDropped: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "eventpipe_agent_deletion_dropped_total", Help: "Sandbox deletions not shipped because the deletion queue was full (readers then tell the live sandbox of a reused name by which id appeared last).",
 		}),
@@ -196,7 +201,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		for _, c := range []prometheus.Collector{m.watchEvents, m.occurrences, m.attributed, m.unattributed, m.skipped, m.held,
 			m.lateBound, m.holdExpired, m.holdOverflow, m.relists, m.expired, m.watchErrors, m.apiRequests,
 			m.cursorAge, m.shipLatency, m.batches, m.acked, m.shipErrors, m.queueLength, m.leader,
-			m.cacheObjects, m.diagnoseDropped, m.deletionDropped, m.conditionDropped, m.supervisorBad, m.supervisorErrors, m.verifyApplied, m.verifyDropped, m.verifyPullSecretErrors, m.contextApplied, m.deadLetters, m.resent} {
+			m.cacheObjects, m.diagnoseDropped, m.deletionDropped, m.conditionDropped, m.readyDropped, m.supervisorBad, m.supervisorErrors, m.verifyApplied, m.verifyDropped, m.verifyPullSecretErrors, m.contextApplied, m.deadLetters, m.resent} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("register agent metrics: %w", err)
 			}

@@ -91,8 +91,12 @@ func (p *processor) run(ctx context.Context) error {
 	var changed <-chan struct{}
 	var diagnose <-chan objKey
 	var gone, conditions <-chan *enrich.Sandbox
+	var ready <-chan readyChange
 	if p.caches != nil {
-		changed, diagnose, gone, conditions = p.caches.changed, p.caches.diagnose, p.caches.gone, p.caches.conditions
+		changed, diagnose, gone, conditions, ready = p.caches.changed, p.caches.diagnose, p.caches.gone, p.caches.conditions, p.caches.ready
+		if !p.sweepReady(ctx) {
+			return nil
+		}
 	}
 	for {
 		select {
@@ -122,6 +126,10 @@ func (p *processor) run(ctx context.Context) error {
 				if !p.add(ctx, o, sourceDeletion) || !idleFlush() {
 					return nil
 				}
+			}
+		case rc := <-ready:
+			if !p.containersReady(ctx, rc.old, rc.cur) || !idleFlush() {
+				return nil
 			}
 		case sb := <-conditions:
 			if o := p.enr.DiagnoseSandbox(sb, p.now()); o != nil {
@@ -259,6 +267,35 @@ func (p *processor) diagnose(ctx context.Context, key objKey) bool {
 	return true
 }
 
+// sweepReady writes the container readiness occurrences of the pods the
+// caches listed before this term began: what an earlier term (or another
+// replica) reported about them is unknown here, so a probe blocker that
+// ended while no agent watched would otherwise stay open for readers. One
+// occurrence per ready container with a readiness or startup probe of a
+// sandbox's pod, once per term; its event_id is the pod version's, so the
+// collector de-duplicates it against the one a term that saw the same
+// version wrote. false when ctx ended.
+func (p *processor) sweepReady(ctx context.Context) bool {
+	pods := p.caches.pods.store.matching(func(c *cached) bool { return c.pod != nil && enrich.BecameReady(nil, c.pod) })
+	for _, c := range pods {
+		if !p.containersReady(ctx, nil, c.pod) {
+			return false
+		}
+	}
+	return true
+}
+
+// containersReady ships the container readiness occurrences of cur (see
+// enrich.ContainersReady); false when ctx ended.
+func (p *processor) containersReady(ctx context.Context, old, cur *enrich.Pod) bool {
+	for _, o := range p.enr.ContainersReady(old, cur, p.now()) {
+		if !p.add(ctx, o, sourceContainerReady) {
+			return false
+		}
+	}
+	return true
+}
+
 // podPullSecrets looks a cached pod's imagePullSecrets names up for the
 // cluster-context rules (nil without caches).
 func podPullSecrets(c *caches) func(namespace, name string) ([]string, bool) {
@@ -277,6 +314,10 @@ func podPullSecrets(c *caches) func(namespace, name string) ([]string, bool) {
 // sourceDeletion is the occurrences metric's source label of deletion
 // occurrences (enrich.SandboxDeleted).
 const sourceDeletion = "deletion"
+
+// sourceContainerReady is the source label of container readiness
+// occurrences (enrich.ContainersReady).
+const sourceContainerReady = "container_ready"
 
 // sourceRegistryCheck is the source label of the occurrences registry
 // checks make (verify: supervisor-image checks, pull-failure updates).

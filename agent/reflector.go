@@ -102,6 +102,21 @@ func (s *objStore) remove(k objKey, uid string) (*cached, bool) {
 	return c, true
 }
 
+// matching returns the stored objects keep accepts; keep runs under the
+// read lock and must not use the store. The caller reads the result
+// without the lock, so it may look other objects up meanwhile.
+func (s *objStore) matching(keep func(*cached) bool) []*cached {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var out []*cached
+	for _, c := range s.items {
+		if keep(c) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
 // stale removes and returns the objects not stamped with gen: those a
 // completed relisting did not contain (deleted while the watch was down).
 func (s *objStore) stale(gen uint32) []*cached {

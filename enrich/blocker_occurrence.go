@@ -34,6 +34,9 @@ func (e *Enricher) blocker(ev *Event, pod *Pod, container string, at time.Time, 
 		if bc, ok = classifyLasting(ev.Reason, msg); !ok {
 			return nil
 		}
+		if pastProbe(bc.cause, pod, container) { // containerready.go
+			return nil
+		}
 	}
 	return e.recordBlocker(ev, pod, container, bc, blockerSignal{
 		class: bc, at: at, first: firstFailure(ev, at), eventUID: ev.UID, count: max(ev.Count, 1),

@@ -17,7 +17,10 @@
 // a terminated container nothing restarts), from Events and, through
 // DiagnosePod, from pod statuses. Probe failures and an external
 // provisioner's wait are blockers only once they last (ClassifyLasting),
-// for a sandbox's objects. Every pull failure and blocker carries
+// for a sandbox's objects, and a readiness or startup failure only while
+// the cached pod does not show its container ready (or started); the end
+// of one is ContainersReady's occurrence, since a probe that passes again
+// writes no Event. Every pull failure and blocker carries
 // decided_by (text_rule here) and a confidence (certain, likely, weak);
 // words the rules do not decide are unrecognised, with the runtime's words
 // and no fix (classify.go: rule strengths and the precedence table). Each blocker

@@ -92,6 +92,15 @@ type Container struct {
 	// that failed, the moment before a back-off).
 	Terminated   bool
 	RestartCount int32
+	// From spec: the container has a readiness or a startup probe, the
+	// only probes whose failures can block it without restarting it.
+	Probed bool
+	// From status: ready (its readiness probe passes, or it has none and
+	// runs) and started (its startup probe passed, or it has none and
+	// runs). A probe that passes again writes no Event: these are how its
+	// blocker is seen to end (ContainersReady).
+	Ready   bool
+	Started bool
 }
 
 // Pod is the subset of a Pod enrich reads.

@@ -308,6 +308,9 @@ func (s *snapshot) addEvent(raw json.RawMessage, apiVersion string) error {
 type containerSpec struct {
 	Name  string `json:"name"`
 	Image string `json:"image"`
+	// Only whether they are set (enrich.Container.Probed).
+	ReadinessProbe json.RawMessage `json:"readinessProbe"`
+	StartupProbe   json.RawMessage `json:"startupProbe"`
 }
 
 type containerStatus struct {
@@ -323,6 +326,8 @@ type containerStatus struct {
 		Terminated *terminatedState `json:"terminated"`
 	} `json:"lastState"`
 	RestartCount int32 `json:"restartCount"`
+	Ready        bool  `json:"ready"`
+	Started      *bool `json:"started"`
 }
 
 // terminatedState is a container's ContainerStateTerminated.
@@ -353,7 +358,8 @@ func (s *snapshot) addPod(raw json.RawMessage) error {
 	p := &enrich.Pod{Meta: k.Metadata.meta(), NodeName: k.Spec.NodeName, Phase: k.Status.Phase}
 	add := func(specs []containerSpec, statuses []containerStatus, init bool) {
 		for _, c := range specs {
-			ct := enrich.Container{Name: c.Name, Image: c.Image, Init: init}
+			ct := enrich.Container{Name: c.Name, Image: c.Image, Init: init,
+				Probed: isSet(c.ReadinessProbe) || isSet(c.StartupProbe)}
 			for _, st := range statuses {
 				if st.Name != c.Name {
 					continue
@@ -368,6 +374,7 @@ func (s *snapshot) addPod(raw json.RawMessage) error {
 					ct.TerminatedReason, ct.TerminatedExitCode = t.Reason, t.ExitCode
 				}
 				ct.RestartCount = st.RestartCount
+				ct.Ready, ct.Started = st.Ready, st.Started != nil && *st.Started
 			}
 			p.Containers = append(p.Containers, ct)
 		}
@@ -377,6 +384,9 @@ func (s *snapshot) addPod(raw json.RawMessage) error {
 	s.pods[p.Namespace+"/"+p.Name] = p
 	return nil
 }
+
+// isSet reports whether a JSON field was present with a value (not null).
+func isSet(raw json.RawMessage) bool { return len(raw) > 0 && string(raw) != "null" }
 
 func (s *snapshot) addPVC(raw json.RawMessage) error {
 	var k struct {

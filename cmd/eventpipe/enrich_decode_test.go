@@ -33,16 +33,8 @@ func TestDecodePodExitCodes(t *testing.T) {
 			{Name: "fresh", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}},
 		}},
 	}
-	raw, err := json.Marshal(pod)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := decodeInput(strings.NewReader(string(raw)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := s.pods["openshell-openshell-repro/crash-loop"]
-	if p == nil || len(p.Containers) != 4 {
+	s, p := decodedPod(t, pod)
+	if len(p.Containers) != 4 {
 		t.Fatalf("pod: %+v", p)
 	}
 	for i, want := range []struct {
@@ -69,4 +61,52 @@ func TestDecodePodExitCodes(t *testing.T) {
 	if b == nil || b.GetCause() != eventpipev1.BlockerOOMKilled || !b.GetHasExitCode() || b.GetExitCode() != 137 {
 		t.Errorf("crash blocker %v, want oom_killed with exit code 137", b)
 	}
+}
+
+// Whether a readiness or startup probe is set, and ready and started, as
+// the agent's decoder takes them: the enricher reads them to tell a probe
+// failure that keeps a container unready from one that does not.
+func TestDecodePodReadiness(t *testing.T) {
+	yes, no := true, false
+	exec := corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"cat", "/tmp/ready"}}}
+	pod := corev1.Pod{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: "openshell-openshell-repro", Name: "unready", UID: "9a8b7c6d-0000-4000-8000-000000000001", ResourceVersion: "78"},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{
+			{Name: "agent", Image: "i", ReadinessProbe: &corev1.Probe{ProbeHandler: exec}},
+			{Name: "slow", Image: "i", StartupProbe: &corev1.Probe{ProbeHandler: exec}},
+			{Name: "live", Image: "i", LivenessProbe: &corev1.Probe{ProbeHandler: exec}}}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{
+			{Name: "agent", Ready: true, Started: &yes},
+			{Name: "slow", Started: &no},
+			{Name: "live", Ready: true},
+		}},
+	}
+	_, p := decodedPod(t, pod)
+	if len(p.Containers) != 3 {
+		t.Fatalf("pod: %+v", p)
+	}
+	for i, want := range []struct{ probed, ready, started bool }{{true, true, true}, {true, false, false}, {false, true, false}} {
+		if c := p.Containers[i]; c.Probed != want.probed || c.Ready != want.ready || c.Started != want.started {
+			t.Errorf("%s: probed %v ready %v started %v, want %+v", c.Name, c.Probed, c.Ready, c.Started, want)
+		}
+	}
+}
+
+// decodedPod is pod as `eventpipe enrich` reads it from kubectl's JSON.
+func decodedPod(t *testing.T, pod corev1.Pod) (*snapshot, *enrich.Pod) {
+	t.Helper()
+	raw, err := json.Marshal(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := decodeInput(strings.NewReader(string(raw)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := s.pods[pod.Namespace+"/"+pod.Name]
+	if p == nil {
+		t.Fatalf("pod %s/%s not decoded", pod.Namespace, pod.Name)
+	}
+	return s, p
 }

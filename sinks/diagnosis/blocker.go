@@ -100,6 +100,14 @@ func crashed(cause string) bool {
 	return false
 }
 
+// endsWithReady: causes the agent's container readiness occurrence ends.
+// A ready container passes its readiness probe and has passed its startup
+// probe; a liveness failure is not ended by readiness (the container may
+// be ready and still fail it), only by the restart it causes.
+func endsWithReady(cause string) bool {
+	return cause == eventpipev1.BlockerReadinessProbe || cause == eventpipev1.BlockerStartupProbe
+}
+
 // closeBlockers ends the non-image blockers o shows are over (see doc.go);
 // only blockers last seen no later than o end, to the second: a kubelet
 // Event's time has whole seconds while a pod status is stamped with the
@@ -135,6 +143,17 @@ func (s *sandboxState) closeBlockers(o *eventpipev1.Occurrence, at time.Time) bo
 		end(func(k blockerKey, _ *Blocker) bool {
 			return k.kind == eventpipev1.BlockerKindCreateRefused && sameObj(k)
 		})
+	}
+	if eventpipev1.IsContainerReady(o) {
+		// The container's readiness (or startup) probe passes again: no
+		// Event says so and nothing restarts, so the agent's occurrence
+		// is the only end. Liveness failures restart the container and
+		// end with its Started.
+		c := o.GetContainer()
+		end(func(k blockerKey, b *Blocker) bool {
+			return k.kind == eventpipev1.BlockerKindContainer && samePod(k) && k.container == c && endsWithReady(b.Cause)
+		})
+		return closed
 	}
 	switch reason := o.GetReason(); reason {
 	case "Scheduled":

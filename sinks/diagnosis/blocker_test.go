@@ -226,6 +226,21 @@ func TestFoldOtherBlockers(t *testing.T) {
 			return one(fx.readyCondition(s, "False", "DependenciesNotReady", "Pod exists with phase: Pending"))
 		},
 	}, {
+		// A readiness probe that passes again writes no Event: the agent's
+		// container readiness occurrence ends it.
+		name: "readiness-probe",
+		open: func(fx *fixture, s sandbox) []*eventpipev1.Occurrence {
+			return one(fx.kubeletEvent(s, false, "agent", "Warning", "Unhealthy", readinessFailed, 3))
+		},
+		want: Blocker{Kind: eventpipev1.BlockerKindContainer, Cause: eventpipev1.BlockerReadinessProbe, Pod: "readiness-probe",
+			Container: "agent", Object: "Pod/readiness-probe", Role: eventpipev1.RoleWorkload, Node: nodeName},
+		wantExit: -1,
+		// Another container of the pod ready, the supervisor pod's start.
+		stillOpen: func(fx *fixture, s sandbox) []*eventpipev1.Occurrence {
+			return append(one(fx.containerReady(s, "workspace-init")), fx.start(s, true, "supervisor", s.supervisorImage)...)
+		},
+		end: func(fx *fixture, s sandbox) []*eventpipev1.Occurrence { return one(fx.containerReady(s, "agent")) },
+	}, {
 		name: "oom-crash-loop",
 		open: func(fx *fixture, s sandbox) []*eventpipev1.Occurrence {
 			return append(fx.crashRound(s, 1, "OOMKilled", 137), fx.crashRound(s, 2, "OOMKilled", 137)...)
@@ -389,4 +404,102 @@ func TestFoldImageAndOtherBlockers(t *testing.T) {
 	if got, want := kinds(mustSandbox(t, f, b.id)), "volume/secret_not_found container/exit_error"; got != want {
 		t.Errorf("after Pulled: %s, want %s", got, want)
 	}
+}
+
+const (
+	readinessFailed = "Readiness probe failed: cat: can't open '/tmp/ready': No such file or directory"
+	startupFailed   = "Startup probe failed: cat: can't open '/tmp/started': No such file or directory"
+	livenessFailed  = "Liveness probe failed: HTTP probe failed with statuscode: 503"
+)
+
+// containerReady is the agent's container readiness occurrence for
+// container of s's workload pod (a readiness or startup probe, ready now),
+// as the agent writes it at this moment.
+func (f *fixture) containerReady(s sandbox, container string) *eventpipev1.Occurrence {
+	f.t.Helper()
+	f.seq++
+	p := *f.lk.pods[s.ns+"/"+s.name]
+	p.ResourceVersion = fmt.Sprint(2000 + f.seq)
+	p.Containers = append([]enrich.Container(nil), p.Containers...)
+	for i := range p.Containers {
+		if p.Containers[i].Name == container {
+			p.Containers[i].Probed, p.Containers[i].Ready, p.Containers[i].Started = true, true, true
+		}
+	}
+	os := f.en.ContainersReady(nil, &p, f.now)
+	if len(os) != 1 || os[0].GetSandbox().GetId() != s.id || !eventpipev1.IsContainerReady(os[0]) {
+		f.t.Fatalf("container readiness of %s: %v", container, os)
+	}
+	return os[0]
+}
+
+// TestFoldProbeEnds: when a probe blocker ends. The agent's container
+// readiness occurrence ends the readiness and startup blockers of that
+// container, not older than their last failure to the second (in a tie
+// the end wins, and a report of that failure read later does not open it
+// again); a failure after it opens it again. A liveness blocker is not
+// ended by it (a ready container can still fail its liveness probe): the
+// Started of the restart it causes ends it, as before. A Kubernetes Event
+// that happens to say ContainerReady ends nothing.
+func TestFoldProbeEnds(t *testing.T) {
+	s := newSandbox(0x70, "probes", workloadImage, supervisorGood)
+	fx := newFixture(t, s)
+	f := NewFolder()
+	f.Now = func() time.Time { return fx.now }
+	fd := &feed{f: f}
+	causes := func() []string {
+		var out []string
+		for _, b := range mustSandbox(t, f, s.id).Blockers {
+			out = append(out, b.Cause)
+		}
+		return out
+	}
+	expect := func(when string, want ...string) {
+		t.Helper()
+		if got := causes(); strings.Join(got, " ") != strings.Join(want, " ") {
+			t.Fatalf("%s: blockers %q, want %q", when, got, want)
+		}
+	}
+
+	failed := fx.kubeletEvent(s, false, "agent", "Warning", "Unhealthy", readinessFailed, 3)
+	fd.add(one(failed))
+	expect("after three failures", eventpipev1.BlockerReadinessProbe)
+	// Ready in the second of the last failure: the end wins the tie.
+	fd.add(one(fx.containerReady(s, "agent")))
+	expect("ready in the second of the last failure")
+	// The failure's report read again (a relisting, a late update of the
+	// same second) does not open it again.
+	fd.add(one(failed))
+	late := fx.kubeletEvent(s, false, "agent", "Warning", "Unhealthy", readinessFailed, 3)
+	late.GetBlocker().LastSeen = failed.GetBlocker().GetLastSeen()
+	fd.add(one(late))
+	expect("a failure not later than the end")
+	// A failure after it: blocked again, until the next readiness.
+	fd.add(one(fx.kubeletEvent(s, false, "agent", "Warning", "Unhealthy", readinessFailed, 4)))
+	expect("a later failure", eventpipev1.BlockerReadinessProbe)
+	// Another writer's Event with the reason is no end, nor is another
+	// container's readiness.
+	fd.add(one(fx.kubeletEvent(s, false, "agent", "Normal", eventpipev1.ReasonContainerReady, "container agent is ready", 1)))
+	fx.now = fx.now.Add(time.Second)
+	fd.add(one(fx.containerReady(s, "workspace-init")))
+	expect("a kubelet Event named ContainerReady, another container ready", eventpipev1.BlockerReadinessProbe)
+	fd.add(one(fx.containerReady(s, "agent")))
+	expect("ready again")
+
+	// Startup: the same end (a ready container passed its startup probe).
+	fd.add(one(fx.kubeletEvent(s, false, "agent", "Warning", "Unhealthy", startupFailed, 3)))
+	expect("startup failures", eventpipev1.BlockerStartupProbe)
+	fx.now = fx.now.Add(time.Second)
+	fd.add(one(fx.containerReady(s, "agent")))
+	expect("started and ready")
+
+	// Liveness: readiness ends nothing; the restart's Started does.
+	fd.add(one(fx.kubeletEvent(s, false, "agent", "Warning", "Unhealthy", livenessFailed, 3)))
+	expect("liveness failures", eventpipev1.BlockerLivenessProbe)
+	fx.now = fx.now.Add(time.Second)
+	fd.add(one(fx.containerReady(s, "agent")))
+	expect("ready, liveness still failing", eventpipev1.BlockerLivenessProbe)
+	fd.add(one(fx.kubeletEvent(s, false, "agent", "Normal", "Killing", "Container agent failed liveness probe, will be restarted", 1)))
+	fd.add(one(fx.kubeletEvent(s, false, "agent", "Normal", "Started", "Started container agent", 2)))
+	expect("restarted")
 }

@@ -44,7 +44,13 @@
 //     controller, the agent's sandbox condition occurrence without a
 //     blocker (the Sandbox's Ready condition no longer says the API
 //     server refuses its pod), or Scheduled of the sandbox's workload pod;
-//     container: Started of that container. For a container that
+//     container: Started of that container; a readiness or startup
+//     probe failure also ends on the agent's container readiness
+//     occurrence of that container (eventpipev1.IsContainerReady: it
+//     became ready, so its readiness probe passes and its startup probe
+//     passed; no Event says so and nothing restarts). A liveness failure
+//     does not end on it (a ready container can still fail its liveness
+//     probe): the restart it causes ends it with Started. For a container that
 //     started and died (crash_loop, oom_killed, exit_error, unknown)
 //     Started is not enough, since the kubelet starts a crash-looping
 //     container again and again: the blocker ends once the container

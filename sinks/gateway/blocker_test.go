@@ -96,6 +96,21 @@ func unhealthy() *eventpipev1.Occurrence {
 	return o
 }
 
+func livenessFailed() *eventpipev1.Occurrence {
+	o := unhealthy()
+	o.Message = "Liveness probe failed: HTTP probe failed with statuscode: 503"
+	o.Blocker.Cause, o.Blocker.Detail = eventpipev1.BlockerLivenessProbe, o.Message
+	return o
+}
+
+// containerReady is the agent's container readiness occurrence of a
+// container of the workload pod pod.
+func containerReady(pod, container string) *eventpipev1.Occurrence {
+	o := podOcc(pod, eventpipev1.ReasonContainerReady, "container "+container+" is ready", eventpipev1.ComponentAgent, container)
+	o.EventId = eventpipev1.ContainerReadyEventIDPrefix + "p-" + pod + "/7/" + container
+	return o
+}
+
 // supervisorPullFailed: the supervisor pod of the sandbox cannot pull its
 // image.
 func supervisorPullFailed() *eventpipev1.Occurrence {
@@ -149,7 +164,16 @@ func TestBlockerConditions(t *testing.T) {
 		{"crash loop, started and stayed up", []step{{crashStatus(1), 0}, {kubelet("crash", "Started", "agent"), 10 * time.Second}}, 10*time.Second + settle, nil},
 		{"crash loop, started and crashed again", []step{{crashStatus(1), 0}, {kubelet("crash", "Started", "agent"), 10 * time.Second}, {crashStatus(2), 12 * time.Second}},
 			10*time.Second + 2*settle, []want{{ConditionContainers, "CrashLoop", nil}}},
-		{"readiness probe: no end signal, no condition", []step{{unhealthy(), 0}}, time.Minute, nil},
+		{"readiness probe", []step{{unhealthy(), 0}}, time.Minute,
+			[]want{{ConditionContainers, "ReadinessProbeFailed", []string{"container agent of workload pod unready is not ready: readiness_probe_failed (retrying), 3 attempts;",
+				"kubernetes: Readiness probe failed: cat: can't open '/tmp/ready'"}}}},
+		{"readiness probe passes again: the agent's container readiness", []step{{unhealthy(), 0}, {containerReady("unready", "agent"), 20 * time.Second}}, time.Minute, nil},
+		{"ready in the second of the last failure", []step{{unhealthy(), 0}, {containerReady("unready", "agent"), 0}}, time.Minute, nil},
+		{"readiness probe fails again after it", []step{{unhealthy(), 0}, {containerReady("unready", "agent"), 20 * time.Second}, {unhealthy(), 30 * time.Second}}, time.Minute,
+			[]want{{ConditionContainers, "ReadinessProbeFailed", nil}}},
+		{"another container ready", []step{{unhealthy(), 0}, {containerReady("unready", "sidecar"), 20 * time.Second}}, time.Minute,
+			[]want{{ConditionContainers, "ReadinessProbeFailed", nil}}},
+		{"liveness probe: no condition (its restart shows as a crash loop)", []step{{livenessFailed(), 0}}, time.Minute, nil},
 		{"supervisor image and unschedulable workload pod", []step{{failedScheduling(), 0}, {supervisorPullFailed(), time.Second}}, time.Minute,
 			[]want{{ConditionImage, "NotFound", []string{"supervisor image ghcr.io/nvidia/openshell/supervisor:0.0.0-does-not-exist cannot be pulled"}},
 				{ConditionScheduled, "InsufficientResources", nil}}},

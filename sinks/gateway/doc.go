@@ -52,13 +52,18 @@
 //   - Blockers and their end are diagnosis.Folder's, the fold `eventpipe
 //     diagnose` reads (one implementation; its doc lists the events that
 //     end each kind: Pulled, Scheduled, the kubelet going on, the agent's
-//     Sandbox condition occurrence without a refusal, Started, a crashed
-//     container staying up a minute by the proxy's clock). The patch of a
+//     Sandbox condition occurrence without a refusal, Started, the
+//     agent's container readiness occurrence, a crashed container staying
+//     up a minute by the proxy's clock). The patch of a
 //     sandbox is computed when an occurrence changes its blockers, and
 //     again once a crash blocker in it may have settled, never per answer.
-//     Probe failures (readiness, liveness, startup) get no condition: a
-//     probe that passes again writes no Event and the agent reports no
-//     status for a running container, so no signal would end it.
+//     Readiness and startup probe failures get their condition
+//     (ContainersRunning, ReadinessProbeFailed or StartupProbeFailed),
+//     ended by the agent's container readiness occurrence once the
+//     container is ready again. Liveness failures get none: one below the
+//     failureThreshold restarts nothing, so no Started would end it, and a
+//     liveness probe that keeps failing shows as the crash loop the
+//     kubelet's restarts make of it.
 //   - Several at once: one condition per kind, the first of its kind in
 //     the folder's order (a supervisor image first, then by stage:
 //     creation, claims, scheduling, volumes, pulls, containers, then

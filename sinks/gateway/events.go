@@ -185,6 +185,9 @@ var reasons = map[string]string{
 	eventpipev1.BlockerExitError:             "ExitError",
 	eventpipev1.BlockerStartFailed:           "StartFailed",
 	eventpipev1.BlockerKeyNotFound:           "KeyNotFound",
+	eventpipev1.BlockerReadinessProbe:        "ReadinessProbeFailed",
+	eventpipev1.BlockerStartupProbe:          "StartupProbeFailed",
+	eventpipev1.BlockerLivenessProbe:         "LivenessProbeFailed",
 	eventpipev1.BlockerProvisionerWaiting:    "ProvisionerWaiting",
 }
 
@@ -211,13 +214,16 @@ func reason(kind, cause string) string {
 	return b.String()
 }
 
-// shown reports whether a blocker becomes a condition. Probe failures do
-// not: a probe that passes again writes no Event and the agent reports no
-// status for a running container, so nothing would ever end the condition
-// (they still reach the gateway as platform events).
+// shown reports whether a blocker becomes a condition. Readiness and
+// startup probe failures do: the agent's container readiness occurrence
+// ends them when the probe passes again. Liveness failures do not: one
+// below the failureThreshold restarts nothing, so no Started would end its
+// condition, while a liveness probe that keeps failing makes the kubelet
+// restart the container into a back-off, which the pod status reports as
+// a crash loop with its own condition (the liveness blocker still reaches
+// the gateway as a platform event and `eventpipe diagnose`).
 func shown(b *diagnosis.Blocker) bool {
-	switch b.Cause {
-	case eventpipev1.BlockerReadinessProbe, eventpipev1.BlockerLivenessProbe, eventpipev1.BlockerStartupProbe:
+	if b.Cause == eventpipev1.BlockerLivenessProbe {
 		return false
 	}
 	_, ok := kindConditions[b.Kind]
@@ -275,15 +281,19 @@ func condition(bl *diagnosis.Blocker) driverwire.Condition {
 	default:
 		b.WriteString(bl.Involved)
 	}
+	cannot := kc.cannot
+	if bl.Cause == eventpipev1.BlockerReadinessProbe || bl.Cause == eventpipev1.BlockerStartupProbe {
+		cannot = "is not ready" // it may well run
+	}
 	unrecognised := bl.Cause == eventpipev1.CategoryUnrecognised || bl.Cause == eventpipev1.BlockerUnrecognised
 	switch {
 	case unrecognised:
 		// No cause, so no guess: the runtime's words follow.
-		fmt.Fprintf(&b, " %s for a reason eventpipe does not recognise", kc.cannot)
+		fmt.Fprintf(&b, " %s for a reason eventpipe does not recognise", cannot)
 	case bl.Confidence == eventpipev1.ConfidenceLikely:
-		fmt.Fprintf(&b, " %s: %s (likely)", kc.cannot, bl.Cause)
+		fmt.Fprintf(&b, " %s: %s (likely)", cannot, bl.Cause)
 	default:
-		fmt.Fprintf(&b, " %s: %s", kc.cannot, bl.Cause)
+		fmt.Fprintf(&b, " %s: %s", cannot, bl.Cause)
 	}
 	switch disp := bl.Disposition; disp {
 	case "":

@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
 // Object shapes from the image-pull seed (/work/shared/seeds: OpenShell
@@ -33,6 +34,7 @@ var (
 	tNanos     = time.Date(2026, 10, 29, 10, 11, 2, 123456789, time.UTC)
 	keepPrefix = []string{"openshell.ai/", "openshell.io/", "agents.x-k8s.io/"}
 	yes, no    = true, false
+	always     = corev1.ContainerRestartPolicyAlways
 )
 
 func crOwner(controller *bool) []metav1.OwnerReference {
@@ -240,6 +242,29 @@ func podFixtures() map[string]*corev1.Pod {
 					LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 137, Reason: "OOMKilled"}}},
 				{Name: "big", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}},
 					LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 255, Reason: "Error"}}}}},
+		},
+		"probed": {
+			// Readiness, startup and liveness probes; a sidecar init
+			// container with a readiness probe; started unset (nil) on
+			// one status, false on another.
+			ObjectMeta: podMeta("p", "p-uid", "7", nil, nil, nil),
+			Spec: corev1.PodSpec{
+				InitContainers: []corev1.Container{{Name: "proxy", Image: "i", RestartPolicy: &always,
+					ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(15021)}}}}},
+				Containers: []corev1.Container{
+					{Name: "web", Image: "i", ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/ready", Port: intstr.FromString("http")}}}},
+					{Name: "slow", Image: "i", StartupProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"cat", "/tmp/started"}}}, FailureThreshold: 30}},
+					{Name: "live", Image: "i", LivenessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"cat", "/tmp/healthy"}}}}},
+				},
+			},
+			Status: corev1.PodStatus{Phase: corev1.PodRunning,
+				InitContainerStatuses: []corev1.ContainerStatus{{Name: "proxy", Ready: true, Started: &yes,
+					State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(t0)}}}},
+				ContainerStatuses: []corev1.ContainerStatus{
+					{Name: "web", Ready: true, Started: &yes, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(t0)}}},
+					{Name: "slow", Started: &no, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(t0)}}},
+					{Name: "live", Ready: true, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(t0)}}},
+				}},
 		},
 		"no-status": {
 			ObjectMeta: podMeta("n", "n-uid", "4", map[string]string{"openshell.ai/sandbox-id": ""}, nil, nil),

@@ -209,7 +209,8 @@ const (
 
 // DecodePod decodes a core/v1 Pod message into what enrich reads: metadata,
 // node, phase, and the init containers then the containers (spec order)
-// with image and, from the status of the same name, restart count, waiting
+// with image and whether a readiness or startup probe is set and, from the
+// status of the same name, restart count, ready, started, waiting
 // reason/message and the terminated reason (else the last state's).
 // waiting reports whether some container waits with a non-empty reason, or
 // is terminated other than Completed with exit code 0 (the pod wants a
@@ -374,10 +375,22 @@ func decodeSecretRef(b []byte, p *enrich.Pod, o *MetaOptions) error {
 	return f.err
 }
 
+// Container fields besides name (1) and image (2): the probes whose
+// presence Container.Probed records.
+const (
+	containerReadinessProbe = 11
+	containerStartupProbe   = 22
+)
+
 func decodeContainer(b []byte, ct *enrich.Container, o *MetaOptions) error {
 	f := newFields(b)
 	for f.next() {
 		switch f.num {
+		case containerReadinessProbe, containerStartupProbe:
+			if _, err := f.bytesField(); err != nil {
+				return err
+			}
+			ct.Probed = true
 		case 1, 2:
 			v, err := f.bytesField()
 			if err != nil {
@@ -398,6 +411,7 @@ func decodeContainer(b []byte, ct *enrich.Container, o *MetaOptions) error {
 // from an absent one, like the generated code's nil pointers.
 type containerStatus struct {
 	restartCount                     int32
+	ready, started                   bool
 	setWaiting, setTerm, setLastTerm bool
 	waitReason, waitMsg, termReason  []byte
 	lastTermReason                   []byte
@@ -452,12 +466,26 @@ func applyStatus(b []byte, ct *enrich.Container, o *MetaOptions) (bool, error) {
 				return false, at(err, "restartCount")
 			}
 			st.restartCount = int32(v)
+		case 4, 9:
+			v, err := f.varintField()
+			if err != nil {
+				if f.num == 4 {
+					return false, at(err, "ready")
+				}
+				return false, at(err, "started")
+			}
+			if f.num == 4 {
+				st.ready = v != 0
+			} else {
+				st.started = v != 0
+			}
 		}
 	}
 	if f.err != nil {
 		return false, f.err
 	}
 	ct.RestartCount = st.restartCount
+	ct.Ready, ct.Started = st.ready, st.started
 	waiting := false
 	if st.setWaiting {
 		ct.WaitingReason, ct.WaitingMessage = o.intern(st.waitReason), string(st.waitMsg)

@@ -115,6 +115,21 @@ func TestDecodePodValues(t *testing.T) {
 	if p.Labels != nil || p.Annotations != nil || len(p.Owners) != 2 || p.Owners[1].Controller {
 		t.Errorf("crashloop meta %+v", p.Meta)
 	}
+	// Probed: a readiness or startup probe (not liveness); ready and
+	// started from the status, started unset reading as false.
+	if p, _, err := DecodePod(marshal(t, fx["probed"]), o); err != nil {
+		t.Fatal(err)
+	} else {
+		var got []string
+		for _, c := range p.Containers {
+			got = append(got, fmt.Sprintf("%s probed=%v ready=%v started=%v", c.Name, c.Probed, c.Ready, c.Started))
+		}
+		want := []string{"proxy probed=true ready=true started=true", "web probed=true ready=true started=true",
+			"slow probed=true ready=false started=false", "live probed=false ready=true started=false"}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("probed pod:\n got %q\nwant %q", got, want)
+		}
+	}
 	p, waiting, err = DecodePod(marshal(t, fx["waiting-no-reason"]), o)
 	if err != nil || waiting || p.Containers[0].WaitingMessage != "no reason given" {
 		t.Errorf("waiting without reason: %+v %v %v", p, waiting, err)

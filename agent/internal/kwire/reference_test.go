@@ -61,13 +61,16 @@ func (c refConv) pod(o *corev1.Pod) (*enrich.Pod, bool) {
 	waiting := false
 	add := func(specs []corev1.Container, statuses []corev1.ContainerStatus, init bool) {
 		for i := range specs {
-			ct := enrich.Container{Name: specs[i].Name, Image: specs[i].Image, Init: init}
+			// Probed, Ready and Started were added after that commit.
+			ct := enrich.Container{Name: specs[i].Name, Image: specs[i].Image, Init: init,
+				Probed: specs[i].ReadinessProbe != nil || specs[i].StartupProbe != nil}
 			for j := range statuses {
 				st := &statuses[j]
 				if st.Name != ct.Name {
 					continue
 				}
 				ct.RestartCount = st.RestartCount
+				ct.Ready, ct.Started = st.Ready, st.Started != nil && *st.Started
 				if w := st.State.Waiting; w != nil {
 					ct.WaitingReason, ct.WaitingMessage = w.Reason, w.Message
 					waiting = waiting || w.Reason != ""

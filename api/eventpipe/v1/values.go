@@ -198,6 +198,34 @@ func IsSandboxDeletion(o *Occurrence) bool {
 		o.GetSandbox().GetDeletedAt() != nil
 }
 
+// The container readiness occurrence: a readiness or startup probe that
+// passes again writes no Event and restarts nothing, so no Started follows
+// and nothing else says that the probe's blocker is over. The agent reads
+// the container's ready flag from its pod cache and writes one of these
+// for a container that has a readiness or startup probe, of a pod
+// attributed to a sandbox, when it sees the container ready and did not
+// before: ready in a version of the pod after one where it was not, ready
+// in a pod it sees for the first time after it started watching (a new
+// pod, or every pod of its first listing, since what it reported before
+// its start is unknown to it). Never once per pod update. It is no
+// Kubernetes Event: type Normal, reason ReasonContainerReady,
+// reporting_component ComponentAgent, involved_object the pod with the
+// container's field path, attributed like an Event about that container,
+// event_id "container-ready/<pod uid>/<pod resourceVersion>/<container>"
+// (the same pod version seen twice is the same occurrence). Readers end
+// that container's readiness and startup probe blockers with it.
+const (
+	ReasonContainerReady        = "ContainerReady"
+	ContainerReadyEventIDPrefix = "container-ready/"
+)
+
+// IsContainerReady reports whether o is the agent's container readiness
+// occurrence (not a Kubernetes Event that happens to use the reason).
+func IsContainerReady(o *Occurrence) bool {
+	return strings.HasPrefix(o.GetEventId(), ContainerReadyEventIDPrefix) && o.GetReportingComponent() == ComponentAgent &&
+		o.GetReason() == ReasonContainerReady
+}
+
 // The supervisor-image check occurrence: the agent (verify.supervisor)
 // writes one when the answer about the OpenShell gateway's supervisor image
 // changes: at start, when the image setting changes, when the registry

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -16,6 +18,7 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
+	"github.com/eventpipe/eventpipe/sinks/diagnosis"
 	"github.com/eventpipe/eventpipe/sinks/gateway"
 	"github.com/eventpipe/eventpipe/sinks/gateway/gatewaytest"
 	"github.com/eventpipe/eventpipe/testenv/kube"
@@ -48,11 +51,15 @@ import (
 // the sandbox's answers gain the blocker's condition (PodScheduled,
 // VolumesReady, PodCreated or ContainersRunning =False, the cause as
 // reason, the object in the message) and the controller's Ready message
-// gains the diagnosis, no ImagePulled condition. A failing readiness probe
-// gains none (nothing would end it). Where the scenario can be fixed as a
-// user would (the node's taint removed, the missing Secret created, the
-// quota deleted, the crashing image replaced), the condition and the
-// suffix go away once the cluster has gone on.
+// gains the diagnosis, no ImagePulled condition. Where the scenario can be
+// fixed as a user would (the node's taint removed, the missing Secret
+// created, the quota deleted, the crashing image replaced, the readiness
+// probe made to pass), the condition and the suffix go away once the
+// cluster has gone on. A readiness probe that passes again writes no
+// Event: its end is the agent's container readiness occurrence, read from
+// the kubelet's pod status, and `eventpipe diagnose`'s view (the
+// collector's Follow stream folded by sinks/diagnosis) shows the sandbox
+// blocked by the probe before and clear after.
 //
 // For every sandbox, every occurrence stored for it reaches the stream
 // once.
@@ -67,7 +74,8 @@ func TestEndToEndScenariosOnRealWriters(t *testing.T) {
 	cluster := kube.Start(t, kube.WithWriters(kube.AllWriters), kube.WithDir(dir))
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
-	if _, err := osdriver.StartNode(ctx, cluster); err != nil {
+	node, err := osdriver.StartNode(ctx, cluster)
+	if err != nil {
 		t.Fatal(err)
 	}
 	pl := startPipeline(t, cluster)
@@ -177,7 +185,7 @@ func TestEndToEndScenariosOnRealWriters(t *testing.T) {
 
 	for _, c := range blocked {
 		t.Run("blocker/"+c.name, func(t *testing.T) {
-			checkBlocker(ctx, t, pl, drv, dyn, c.s, blockers[c.name])
+			checkBlocker(ctx, t, pl, drv, dyn, node, c.s, blockers[c.name])
 		})
 	}
 }
@@ -193,7 +201,15 @@ type blocker struct {
 	causes []string
 	writer string
 	// fix, when set, removes the cause as a user would.
-	fix func(ctx context.Context, t *testing.T, drv *osdriver.Driver, dyn dynamic.Interface, s osdriver.Sandbox)
+	fix func(ctx context.Context, t *testing.T, f fixer, s osdriver.Sandbox)
+}
+
+// fixer is what a fix may change: the cluster's objects and the hollow
+// node's runtime.
+type fixer struct {
+	drv  *osdriver.Driver
+	dyn  dynamic.Interface
+	node *kube.Node
 }
 
 var blockers = map[string]blocker{
@@ -206,7 +222,7 @@ var blockers = map[string]blocker{
 	"no-secret":   {eventpipev1.BlockerKindVolume, []string{eventpipev1.BlockerSecretNotFound}, "kubelet", createSecret},
 	"crash-loop":  {eventpipev1.BlockerKindContainer, []string{eventpipev1.BlockerCrashLoop, eventpipev1.BlockerExitError}, "", replaceImage},
 	"oom":         {eventpipev1.BlockerKindContainer, []string{eventpipev1.BlockerOOMKilled}, "", nil},
-	"unready":     {eventpipev1.BlockerKindContainer, []string{eventpipev1.BlockerReadinessProbe}, "kubelet", nil},
+	"unready":     {eventpipev1.BlockerKindContainer, []string{eventpipev1.BlockerReadinessProbe}, "kubelet", passReadiness},
 	"quota":       {eventpipev1.BlockerKindCreateRefused, []string{eventpipev1.BlockerQuotaExceeded}, "", deleteQuota},
 	"webhook":     {eventpipev1.BlockerKindCreateRefused, []string{eventpipev1.BlockerWebhookDenied}, "", nil},
 }
@@ -225,7 +241,7 @@ func blockerNames() []string {
 // the blocker want, and checks it against the collector's occurrence and
 // what the writer wrote: the Event of that UID in the apiserver, the
 // controller's Ready condition, or the pod's container status.
-func checkBlocker(ctx context.Context, t *testing.T, pl *pipeline, drv *osdriver.Driver, dyn dynamic.Interface, s osdriver.Sandbox, want blocker) {
+func checkBlocker(ctx context.Context, t *testing.T, pl *pipeline, drv *osdriver.Driver, dyn dynamic.Interface, node *kube.Node, s osdriver.Sandbox, want blocker) {
 	t.Helper()
 	ready := waitReady(ctx, t, dyn, s)
 	sb := gatewaytest.Sandbox{ID: s.ID, Name: s.Name, Namespace: s.Namespace(), Workspace: s.Workspace, Conditions: []gatewaytest.Condition{ready}}
@@ -318,24 +334,13 @@ func checkBlocker(ctx context.Context, t *testing.T, pl *pipeline, drv *osdriver
 	checkOnce(t, pl, s.ID)
 	// The blocker's condition beside the controller's Ready, which carries
 	// the diagnosis; no pull condition is invented for a sandbox whose
-	// images pull. A readiness probe's blocker has no condition.
+	// images pull.
 	typ := blockerCondition[want.kind]
-	shown := b.GetCause() != eventpipev1.BlockerReadinessProbe
-	what := typ + "=False beside the controller's Ready"
-	if !shown {
-		what = "the controller's Ready alone"
-	}
-	checkAnswers(t, pl.st, pl.gw, pl.drv, sb, what, func(where string, got gatewaytest.Sandbox) (bool, string) {
+	checkAnswers(t, pl.st, pl.gw, pl.drv, sb, typ+"=False beside the controller's Ready", func(where string, got gatewaytest.Sandbox) (bool, string) {
 		if c, has := got.Condition(gateway.ConditionImage); has {
 			return false, fmt.Sprintf("%s: %+v", where, c)
 		}
 		r, _ := got.Condition("Ready")
-		if !shown {
-			if c, has := got.Condition(typ); has || r != ready {
-				return false, fmt.Sprintf("%s: %s %+v (has %v), Ready %+v, the controller wrote %+v", where, typ, c, has, r, ready)
-			}
-			return true, ""
-		}
 		cond, has := got.Condition(typ)
 		if !has || cond.Status != "False" || !slices.Contains(reasonsOf(want.causes), cond.Reason) {
 			return false, fmt.Sprintf("%s: condition %s %+v (has %v), want a reason of %v", where, typ, cond, has, want.causes)
@@ -354,10 +359,21 @@ func checkBlocker(ctx context.Context, t *testing.T, pl *pipeline, drv *osdriver
 		}
 		return true, ""
 	})
+	probe := b.GetCause() == eventpipev1.BlockerReadinessProbe
+	if probe {
+		checkDiagnosis(ctx, t, pl, s, func(d diagnosis.Diagnosis) (bool, string) {
+			for _, bl := range d.Blockers {
+				if bl.Cause == eventpipev1.BlockerReadinessProbe && bl.Container == b.GetContainer() {
+					return true, ""
+				}
+			}
+			return false, fmt.Sprintf("state %s, blockers %+v", d.State, d.Blockers)
+		})
+	}
 	if want.fix == nil {
 		return
 	}
-	want.fix(ctx, t, drv, dyn, s)
+	want.fix(ctx, t, fixer{drv, dyn, node}, s)
 	// The cluster goes on (the kubelet's mount retry, the controller's
 	// retry, the scheduler's, a crash-looping container that must stay up
 	// a minute): minutes, on a loaded machine.
@@ -369,6 +385,50 @@ func checkBlocker(ctx context.Context, t *testing.T, pl *pipeline, drv *osdriver
 			return false, fmt.Sprintf("%s: Ready %+v, the controller wrote %+v", where, r, ready)
 		}
 		return true, ""
+	})
+	if !probe {
+		return
+	}
+	// What ended it: the agent's report that the container is ready, from
+	// the kubelet's pod status; and what `eventpipe diagnose` reads.
+	found := false
+	for _, o := range readAll(t, pl.col) {
+		if eventpipev1.IsContainerReady(o) && o.GetSandbox().GetId() == s.ID && o.GetContainer() == b.GetContainer() {
+			found = true
+			t.Logf("ended by %s %s at %s (the blocker last seen %s)", o.GetReason(), o.GetEventId(),
+				o.GetOccurredAt().AsTime().Format(time.RFC3339Nano), b.GetLastSeen().AsTime().Format(time.RFC3339))
+		}
+	}
+	if !found {
+		t.Errorf("no container readiness occurrence of container %s of %s at the collector", b.GetContainer(), s.ID)
+	}
+	checkDiagnosis(ctx, t, pl, s, func(d diagnosis.Diagnosis) (bool, string) {
+		return !d.Blocked(), fmt.Sprintf("state %s, blockers %+v", d.State, d.Blockers)
+	})
+}
+
+// checkDiagnosis waits until `eventpipe diagnose`'s view of s (the
+// collector's Follow stream replayed into a sinks/diagnosis Folder) passes
+// check.
+func checkDiagnosis(ctx context.Context, t *testing.T, pl *pipeline, s osdriver.Sandbox, check func(diagnosis.Diagnosis) (bool, string)) {
+	t.Helper()
+	conn, err := grpc.NewClient(pl.col.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	waitFor(t, 2*time.Minute, "the diagnosis of "+s.Name, func() (bool, string) {
+		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		f, _, err := diagnosis.Read(rctx, eventpipev1.NewFollowClient(conn), &eventpipev1.FollowRequest{SandboxId: s.ID, Tail: 10000})
+		if err != nil {
+			return false, err.Error()
+		}
+		d, ok := f.Sandbox(s.ID)
+		if !ok {
+			return false, "no diagnosis"
+		}
+		return check(d)
 	})
 }
 
@@ -396,9 +456,9 @@ func reasonsOf(causes []string) []string {
 
 // removeTaint takes the taint off the node (only scenario taint does not
 // tolerate it).
-func removeTaint(ctx context.Context, t *testing.T, drv *osdriver.Driver, _ dynamic.Interface, _ osdriver.Sandbox) {
+func removeTaint(ctx context.Context, t *testing.T, f fixer, _ osdriver.Sandbox) {
 	t.Helper()
-	nodes := drv.Clientset().CoreV1().Nodes()
+	nodes := f.drv.Clientset().CoreV1().Nodes()
 	n, err := nodes.Get(ctx, osdriver.NodeName, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -410,11 +470,11 @@ func removeTaint(ctx context.Context, t *testing.T, drv *osdriver.Driver, _ dyna
 }
 
 // createSecret creates the Secret the pod mounts.
-func createSecret(ctx context.Context, t *testing.T, drv *osdriver.Driver, _ dynamic.Interface, s osdriver.Sandbox) {
+func createSecret(ctx context.Context, t *testing.T, f fixer, s osdriver.Sandbox) {
 	t.Helper()
 	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "sandbox-credentials", Namespace: s.Namespace()},
 		StringData: map[string]string{"token": "e2e"}}
-	if _, err := drv.Clientset().CoreV1().Secrets(s.Namespace()).Create(ctx, sec, metav1.CreateOptions{}); err != nil {
+	if _, err := f.drv.Clientset().CoreV1().Secrets(s.Namespace()).Create(ctx, sec, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -422,13 +482,13 @@ func createSecret(ctx context.Context, t *testing.T, drv *osdriver.Driver, _ dyn
 // deleteQuota deletes the quota and touches the Sandbox, as the
 // controller's own retry would come back to it: its back-off has grown to
 // minutes by the time this subtest runs.
-func deleteQuota(ctx context.Context, t *testing.T, drv *osdriver.Driver, dyn dynamic.Interface, s osdriver.Sandbox) {
+func deleteQuota(ctx context.Context, t *testing.T, f fixer, s osdriver.Sandbox) {
 	t.Helper()
-	if err := drv.Clientset().CoreV1().ResourceQuotas(s.Namespace()).Delete(ctx, "sandbox-pods", metav1.DeleteOptions{}); err != nil {
+	if err := f.drv.Clientset().CoreV1().ResourceQuotas(s.Namespace()).Delete(ctx, "sandbox-pods", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	patch := []byte(`{"metadata":{"annotations":{"eventpipe.test/quota-lifted":"true"}}}`)
-	if _, err := dyn.Resource(osdriver.SandboxGVR).Namespace(s.Namespace()).Patch(ctx, s.CRName(), types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+	if _, err := f.dyn.Resource(osdriver.SandboxGVR).Namespace(s.Namespace()).Patch(ctx, s.CRName(), types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -436,9 +496,9 @@ func deleteQuota(ctx context.Context, t *testing.T, drv *osdriver.Driver, dyn dy
 // replaceImage gives the crashing agent container an image that runs (a
 // pod's container image may be changed in place; the kubelet restarts the
 // container with it).
-func replaceImage(ctx context.Context, t *testing.T, drv *osdriver.Driver, _ dynamic.Interface, s osdriver.Sandbox) {
+func replaceImage(ctx context.Context, t *testing.T, f fixer, s osdriver.Sandbox) {
 	t.Helper()
-	pods := drv.Clientset().CoreV1().Pods(s.Namespace())
+	pods := f.drv.Clientset().CoreV1().Pods(s.Namespace())
 	pod, err := pods.Get(ctx, s.PodName(), metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -449,6 +509,15 @@ func replaceImage(ctx context.Context, t *testing.T, drv *osdriver.Driver, _ dyn
 		}
 	}
 	if _, err := pods.Update(ctx, pod, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// passReadiness makes the readiness probe pass (the file it reads now
+// exists): the kubelet marks the container ready and writes no Event.
+func passReadiness(_ context.Context, t *testing.T, f fixer, _ osdriver.Sandbox) {
+	t.Helper()
+	if err := osdriver.PassReadiness(f.node); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -21,7 +21,10 @@
 //     CRI client strips, as with the real runtimes) unless the runtime
 //     returns another (containerd's NotFound).
 //   - A container with no matching ContainerRule runs until stopped; exec
-//     commands (exec probes) with no matching ExecRule exit 0.
+//     commands (exec probes) with no matching ExecRule exit 0. How a
+//     container ends is its rule's when it was created; exec commands are
+//     answered by the current config, so a probe can start to pass while
+//     the container runs.
 //   - A container a ProcessRule matches is a real process: the rule's host
 //     executable stands for the image's entrypoint and gets the container's
 //     args (and command after its first word) and env. It starts through

@@ -311,12 +311,7 @@ func (s *Server) CreateContainer(_ context.Context, req *runtimeapi.CreateContai
 	}
 	id := newID()
 	meta := sb.status.Metadata
-	// The kubelet names the image by the id its pull returned; the
-	// reference the pod spec wrote, which rules name, comes beside it.
-	image := cfg.GetImage().GetUserSpecifiedImage()
-	if image == "" {
-		image = cfg.GetImage().GetImage()
-	}
+	image := specImage(cfg)
 	rule, has := s.config().containerRule(meta.GetNamespace(), meta.GetName(), cfg.GetMetadata().GetName(), image)
 	run := s.config().processRun(meta.GetNamespace(), meta.GetName(), cfg.GetMetadata().GetName(), image)
 	var logPath string
@@ -343,6 +338,16 @@ func (s *Server) CreateContainer(_ context.Context, req *runtimeapi.CreateContai
 		Mounts:      cfg.GetMounts(),
 	}}
 	return &runtimeapi.CreateContainerResponse{ContainerId: id}, nil
+}
+
+// specImage is the image a container's rules name: the kubelet names the
+// image by the id its pull returned; the reference the pod spec wrote comes
+// beside it.
+func specImage(cfg *runtimeapi.ContainerConfig) string {
+	if image := cfg.GetImage().GetUserSpecifiedImage(); image != "" {
+		return image
+	}
+	return cfg.GetImage().GetImage()
 }
 
 // StartContainer runs the container and, when its rule says so, schedules
@@ -490,7 +495,11 @@ func (s *Server) ReopenContainerLog(context.Context, *runtimeapi.ReopenContainer
 }
 
 // ExecSync answers a command run in a running container (exec probes)
-// from the container's ExecRules; other commands exit 0.
+// from the ExecRules of the container's rule in the current config (read
+// again if it changed), so a probe's answer can change while the container
+// runs, as a real program's does when the file it checks appears; how the
+// container ends stays what its rule said when it was created. Other
+// commands exit 0.
 func (s *Server) ExecSync(_ context.Context, req *runtimeapi.ExecSyncRequest) (*runtimeapi.ExecSyncResponse, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -501,7 +510,12 @@ func (s *Server) ExecSync(_ context.Context, req *runtimeapi.ExecSyncRequest) (*
 	if c.status.State != runtimeapi.ContainerState_CONTAINER_RUNNING {
 		return nil, status.Errorf(codes.Unknown, "container %q is in %s state", c.status.Id, c.status.State)
 	}
-	e, _ := c.rule.execRule(req.GetCmd())
+	rule := c.rule
+	if sb, ok := s.sandboxes[c.sandboxID]; ok {
+		meta := sb.status.Metadata
+		rule, _ = s.config().containerRule(meta.GetNamespace(), meta.GetName(), c.config.GetMetadata().GetName(), specImage(c.config))
+	}
+	e, _ := rule.execRule(req.GetCmd())
 	return &runtimeapi.ExecSyncResponse{Stdout: []byte(e.Stdout), Stderr: []byte(e.Stderr), ExitCode: e.ExitCode}, nil
 }
 

@@ -206,6 +206,13 @@ func TestContainerExits(t *testing.T) {
 	if err != nil || ex.ExitCode != 0 {
 		t.Errorf("unmatched exec: %v %v", ex, err)
 	}
+	// The probe passes once the config says so, in the running container
+	// (a user's fix: the file it reads now exists).
+	h.write(t, `{"containers": [{"container": "probed", "exec": [{"command": ["cat", "/tmp/ready"], "stdout": "ok"}]}]}`)
+	ex, err = h.rt.ExecSync(context.Background(), &runtimeapi.ExecSyncRequest{ContainerId: ids["probed"], Cmd: []string{"cat", "/tmp/ready"}})
+	if err != nil || ex.ExitCode != 0 || string(ex.Stdout) != "ok" {
+		t.Errorf("exec probe after the config changed: %v %v", ex, err)
+	}
 	if _, err := h.rt.StopContainer(context.Background(), &runtimeapi.StopContainerRequest{ContainerId: ids["other"]}); err != nil {
 		t.Fatal(err)
 	}
