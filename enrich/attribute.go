@@ -259,7 +259,11 @@ func (e *Enricher) attributePVC(a *attribution, ns, name, uid string) {
 			ownerMissing = true
 		}
 	}
-	if cr == nil && e.rules.PVCPrefix != "" && strings.HasPrefix(name, e.rules.PVCPrefix) {
+	// The name rule only for a claim no Sandbox owns: a claim whose owning
+	// Sandbox is not cached yet (created again under its name, its CR not
+	// seen) would otherwise go to the old CR of that name; it waits for its
+	// owner instead (missing).
+	if cr == nil && !ownerMissing && e.rules.PVCPrefix != "" && strings.HasPrefix(name, e.rules.PVCPrefix) {
 		if c := e.sandboxCR(ns, strings.TrimPrefix(name, e.rules.PVCPrefix)); c != nil {
 			cr, rule = c, eventpipev1.AttributionPVCName
 		}

@@ -156,6 +156,15 @@ func TestAttribution(t *testing.T) {
 			return m
 		}, ObjectRef{Kind: "PersistentVolumeClaim", Name: "workspace-img-missing"},
 			want{eventpipev1.AttributionPVCName, eventpipev1.RoleVolume, seedID, "img-missing", "repro", "openshell", false}},
+		{"PVC of a re-created sandbox whose CR is not cached yet", func() *maps {
+			// The old CR of the name is still cached; the claim's owner is
+			// the new one: no name rule, the event waits for its owner.
+			m := seedWorld()
+			m.addPVC(&PVC{Meta: Meta{Namespace: seedNS, Name: "workspace-img-missing", UID: "new-claim",
+				Owners: []Owner{{APIVersion: "agents.x-k8s.io/v1beta1", Kind: "Sandbox", Name: "img-missing", UID: "new-cr", Controller: true}}}})
+			return m
+		}, ObjectRef{Kind: "PersistentVolumeClaim", Name: "workspace-img-missing", UID: "new-claim"},
+			want{eventpipev1.AttributionNone, eventpipev1.RoleNone, "", "", "", "", true}},
 		{"PVC of nothing", seedWorld, ObjectRef{Kind: "PersistentVolumeClaim", Name: "data-postgres-0"},
 			want{eventpipev1.AttributionNone, eventpipev1.RoleNone, "", "", "", "", true}},
 		// 4. Workspace modes.
