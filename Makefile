@@ -26,7 +26,10 @@ all: build
 
 # gobuild OUT,PKG: go build with a line before and after (with how long it
 # took) and a heartbeat every 30 s in between: a cold build of the demo
-# compiles Kubernetes for minutes, and silence looks like a hang. The
+# compiles Kubernetes for minutes, and silence looks like a hang. It builds
+# with the release image's flags (no cgo, -trimpath), as testenv/evbin does
+# for the tests: the binary is the kind that ships, and one compile serves
+# this build, the tests' and the image's. The
 # heartbeat kills its own sleep when stopped: a sleep left running would hold
 # make's stdout open for up to 30 s after the build (a pipe reader waits).
 define gobuild
@@ -34,7 +37,7 @@ define gobuild
 	( trap 'kill $$s 2>/dev/null; exit 0' TERM; \
 	  while :; do sleep 30 & s=$$!; wait $$s; echo "build: $(notdir $(1)) still compiling, $$(( $$(date +%s) - start ))s"; done ) & hb=$$!; \
 	trap 'kill $$hb 2>/dev/null || true' EXIT; \
-	$(GO) build -o $(1) $(2); \
+	CGO_ENABLED=0 $(GO) build -trimpath -o $(1) $(2); \
 	echo "build: $(1) built in $$(( $$(date +%s) - start ))s"
 endef
 
@@ -74,7 +77,7 @@ vet:
 	$(GO) vet -race $(TOOLGC) ./...
 	$(GO) vet -race $(TOOLGC) -tags agentonly ./cmd/eventpipe   # the slim agent build (and its tests) stays buildable
 	cd testenv/build && $(GO) vet -race $(TOOLGC) ./cri
-	cd deploy/check && $(GO) vet $(TOOLGC) ./...
+	cd deploy/check && $(GO) vet -race $(TOOLGC) ./...   # -race: it shares the main module's compiles (same versions)
 	cd deploy/image && $(GO) vet $(TOOLGC) ./...
 
 ## tools: kube-apiserver, etcd, kubeparts (the hollow kubelet; testenv/build),
@@ -187,9 +190,12 @@ $(BIN)/kubeconform:
 
 ## chart-check: helm lint, kubeconform, server-side dry-run, values schema,
 ## generated manifests up to date, agent RBAC = its requests, alert and
-## dashboard queries name exported metrics (deploy/check, its own module).
+## dashboard queries name exported metrics (deploy/check, its own module). It
+## vets and tests with -race, as `make test` does the main module: the two
+## modules resolve their shared dependencies to the same versions, so a cold
+## run compiles the Kubernetes client stack once for both (bench/build.md).
 chart-check: chart-tools kube-tools
-	cd deploy/check && $(GO) vet $(TOOLGC) ./... && $(GO) test $(TOOLGC) -count=1 -timeout 20m ./...
+	cd deploy/check && $(GO) vet -race $(TOOLGC) ./... && $(GO) test -race $(TOOLGC) -vet=off -count=1 -timeout 20m ./...
 
 ## manifests: render deploy/agent/*.yaml and deploy/collector/*.yaml from the chart.
 manifests: $(BIN)/helm

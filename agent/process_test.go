@@ -21,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/eventpipe/eventpipe/testenv/evbin"
 	"github.com/eventpipe/eventpipe/testenv/kube"
 )
 
@@ -45,11 +46,7 @@ func eventpipeBinary(t testing.TB) string {
 			return
 		}
 		binPath = filepath.Join(dir, "eventpipe")
-		cmd := exec.Command("go", "build", "-o", binPath, "./cmd/eventpipe")
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build ./cmd/eventpipe: %v\n%s", err, out)
-		}
+		buildErr = evbin.Build(context.Background(), root, binPath)
 	})
 	if buildErr != nil {
 		t.Fatal(buildErr)

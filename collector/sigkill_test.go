@@ -22,6 +22,7 @@ import (
 
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
 	"github.com/eventpipe/eventpipe/collector/store"
+	"github.com/eventpipe/eventpipe/testenv/evbin"
 )
 
 // buildEventpipe builds ./cmd/eventpipe into dir (the real binary, as
@@ -29,11 +30,8 @@ import (
 func buildEventpipe(t *testing.T, dir string) string {
 	t.Helper()
 	bin := filepath.Join(dir, "eventpipe")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/eventpipe")
-	cmd.Dir = ".."
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build ./cmd/eventpipe: %v\n%s", err, out)
+	if err := evbin.Build(context.Background(), "..", bin); err != nil {
+		t.Fatal(err)
 	}
 	return bin
 }

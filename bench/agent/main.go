@@ -41,6 +41,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/eventpipe/eventpipe/collector"
+	"github.com/eventpipe/eventpipe/testenv/evbin"
 	"github.com/eventpipe/eventpipe/testenv/kube"
 	"github.com/eventpipe/eventpipe/testenv/scenario"
 )
@@ -785,7 +786,7 @@ func buildEventpipe(dir, name string) (binary, error) {
 		return binary{}, err
 	}
 	b := binary{name: name, path: filepath.Join(dir, "eventpipe-"+name)}
-	args := []string{"build", "-o", b.path}
+	var args []string
 	switch name {
 	case "full":
 	case "agentonly":
@@ -793,10 +794,8 @@ func buildEventpipe(dir, name string) (binary, error) {
 	default:
 		return binary{}, fmt.Errorf("unknown build %q (want full or agentonly)", name)
 	}
-	cmd := exec.Command("go", append(args, "./cmd/eventpipe")...)
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return binary{}, fmt.Errorf("go %s ./cmd/eventpipe: %v\n%s", strings.Join(args, " "), err, out)
+	if err := evbin.Build(context.Background(), root, b.path, args...); err != nil {
+		return binary{}, err
 	}
 	fi, err := os.Stat(b.path)
 	if err != nil {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -18,6 +17,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
+	"github.com/eventpipe/eventpipe/testenv/evbin"
 	"github.com/eventpipe/eventpipe/testenv/kube"
 	"github.com/eventpipe/eventpipe/testenv/victorialogs"
 )
@@ -72,10 +72,8 @@ func newEnv(ctx context.Context, opts Options) (*env, error) {
 	// drill asks (collector/store/fs_syncjournal.go); otherwise the binary
 	// is the product's.
 	tags := strings.Join(append([]string{"drill_syncjournal"}, opts.Tags...), ",")
-	build := exec.CommandContext(ctx, "go", "build", "-tags", tags, "-o", e.bin, "./cmd/eventpipe")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("go build ./cmd/eventpipe: %v\n%s", err, out)
+	if err := evbin.Build(ctx, root, e.bin, "-tags", tags); err != nil {
+		return nil, err
 	}
 	vlBin, err := victorialogs.Binary()
 	if err != nil {

@@ -48,6 +48,7 @@ import (
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
 	"github.com/eventpipe/eventpipe/collector"
 	"github.com/eventpipe/eventpipe/sinks/gateway/gatewaytest"
+	"github.com/eventpipe/eventpipe/testenv/evbin"
 )
 
 var (
@@ -98,10 +99,8 @@ func run() error {
 	}
 	e := &env{dir: dir, bin: filepath.Join(dir, "eventpipe")}
 	fmt.Println("building eventpipe ...")
-	build := exec.Command("go", "build", "-o", e.bin, "./cmd/eventpipe")
-	build.Stdout, build.Stderr = os.Stdout, os.Stderr
-	if err := build.Run(); err != nil {
-		return fmt.Errorf("build: %w", err)
+	if err := evbin.Build(context.Background(), ".", e.bin); err != nil {
+		return err
 	}
 	if e.drv, err = gatewaytest.StartDriver(filepath.Join(dir, "driver", "driver.sock"), driverOpts()...); err != nil {
 		return err

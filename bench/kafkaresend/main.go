@@ -23,6 +23,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"github.com/eventpipe/eventpipe/testenv/evbin"
 	"github.com/eventpipe/eventpipe/testenv/freeport"
 	"io"
 	"log/slog"
@@ -91,10 +92,8 @@ func run(bin string, duration, every time.Duration, workers, batch, inflight int
 			return err
 		}
 		bin = filepath.Join(dir, "eventpipe")
-		b := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/eventpipe")
-		b.Dir = root
-		if out, err := b.CombinedOutput(); err != nil {
-			return fmt.Errorf("go build: %v\n%s", err, out)
+		if err := evbin.Build(ctx, root, bin); err != nil {
+			return err
 		}
 	}
 	kc, err := kfake.NewCluster(kfake.NumBrokers(3))

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/eventpipe/eventpipe/testenv/evbin"
 )
 
 // releaseLDFlags are the linker flags of the release build, read from
@@ -53,25 +55,25 @@ func TestReleaseBuildReportsItsVersion(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
-	build := func(args ...string) {
-		t.Helper()
-		cmd := exec.CommandContext(ctx, "go", args...)
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-	}
 	exe := filepath.Join(dir, "eventpipe")
-	// The release's link flags; not its -trimpath, which would recompile
-	// every package (the version is stamped at link time either way).
-	build("build", "-ldflags", ldflags, "-o", exe, "./cmd/eventpipe")
+	// The release's link flags on the compile every test binary shares
+	// (testenv/evbin: the release's -trimpath, no cgo).
+	if err := evbin.Build(ctx, root, exe, "-ldflags", ldflags); err != nil {
+		t.Fatal(err)
+	}
 	out, err := exec.CommandContext(ctx, exe, "version").CombinedOutput()
 	if want := "eventpipe " + version + " (revision " + revision + ", go"; err != nil || !strings.HasPrefix(string(out), want) {
 		t.Errorf("eventpipe version: %q (%v), want %q...", out, err, want)
 	}
 	for pkg, test := range map[string]string{"./sinks/kafka": "TestBuildVersionInRecords", "./sinks/loki": "TestUserAgentIsTheBuildVersion", "./collector/backbone": "TestBuildVersionInBackboneRecords"} {
 		bin := filepath.Join(dir, filepath.Base(pkg)+".test")
-		build("test", "-c", "-ldflags", ldflags, "-o", bin, pkg)
+		args := []string{"test", "-c", "-trimpath", "-ldflags", ldflags, "-o", bin, pkg}
+		compile := exec.CommandContext(ctx, "go", args...)
+		compile.Dir = root
+		compile.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := compile.CombinedOutput(); err != nil {
+			t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
 		cmd := exec.CommandContext(ctx, bin, "-test.run", "^"+test+"$", "-test.count", "1", "-test.v")
 		cmd.Dir = filepath.Join(root, pkg)
 		cmd.Env = append(os.Environ(), "EVENTPIPE_WANT_VERSION="+version)

@@ -37,6 +37,7 @@ import (
 	"github.com/eventpipe/eventpipe/sinks/gateway"
 	"github.com/eventpipe/eventpipe/sinks/kafka"
 	"github.com/eventpipe/eventpipe/sinks/loki"
+	"github.com/eventpipe/eventpipe/testenv/evbin"
 )
 
 var (
@@ -216,10 +217,8 @@ func selfSigned(tmpl *x509.Certificate) (crtPEM, keyPEM []byte, err error) {
 // and adds its /metrics to c.
 func scrapeBinary(c *Catalogue, dir string) (int, error) {
 	bin := filepath.Join(dir, "eventpipe")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/eventpipe")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		return 0, fmt.Errorf("go build ./cmd/eventpipe: %v\n%s", err, out)
+	if err := evbin.Build(context.Background(), root, bin); err != nil {
+		return 0, err
 	}
 	// The collector binds ports it chooses (127.0.0.1:0) and reports them
 	// in its "collector started" line: a port picked here and closed again

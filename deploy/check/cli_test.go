@@ -1,14 +1,14 @@
 package check
 
 import (
-	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/eventpipe/eventpipe/testenv/evbin"
 )
 
 // The eventpipe binary, built once for the package's CLI tests.
@@ -22,10 +22,8 @@ func eventpipeBinary(t *testing.T) string {
 	t.Helper()
 	cliOnce.Do(func() {
 		bin := filepath.Join(tmpDir, "cli", "eventpipe")
-		build := exec.CommandContext(ctxT(t, 10*time.Minute), "go", "build", "-o", bin, "./cmd/eventpipe")
-		build.Dir = root
-		if out, err := build.CombinedOutput(); err != nil {
-			cliErr = errors.New("go build ./cmd/eventpipe: " + err.Error() + "\n" + string(out))
+		if err := evbin.Build(ctxT(t, 10*time.Minute), root, bin); err != nil {
+			cliErr = err
 			return
 		}
 		cliBin = bin

@@ -2,7 +2,6 @@ package check
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/eventpipe/eventpipe/collector"
 	"github.com/eventpipe/eventpipe/sinks/file"
+	"github.com/eventpipe/eventpipe/testenv/evbin"
 )
 
 // renderSet renders the chart with the given values files and --set values
@@ -377,11 +377,9 @@ func TestPostRendererThroughHelm(t *testing.T) {
 		t.Fatal("Chart.yaml has no appVersion")
 	}
 	version := string(m[1])
-	build := exec.CommandContext(ctx, "go", "build", "-ldflags", "-X github.com/eventpipe/eventpipe/api/buildinfo.version="+version,
-		"-o", filepath.Join(dir, "bin", "eventpipe"), "./cmd/eventpipe")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/eventpipe: %v\n%s", err, out)
+	if err := evbin.Build(ctx, root, filepath.Join(dir, "bin", "eventpipe"),
+		"-ldflags", "-X github.com/eventpipe/eventpipe/api/buildinfo.version="+version); err != nil {
+		t.Fatal(err)
 	}
 	t.Setenv("PATH", filepath.Join(dir, "bin")+string(os.PathListSeparator)+os.Getenv("PATH"))
 	rendered, err := os.ReadFile(filepath.Join(root, "deploy", "openshell", "testdata", "rendered.yaml"))

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	eventpipev1 "github.com/eventpipe/eventpipe/api/eventpipe/v1"
+	"github.com/eventpipe/eventpipe/testenv/evbin"
 )
 
 // TestProcessSIGKILLNoRepeat runs the real binary (`eventpipe
@@ -22,10 +23,8 @@ import (
 func TestProcessSIGKILLNoRepeat(t *testing.T) {
 	dir := shortDir(t)
 	bin := filepath.Join(dir, "eventpipe")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/eventpipe")
-	build.Dir = "../.."
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/eventpipe: %v\n%s", err, out)
+	if err := evbin.Build(context.Background(), "../..", bin); err != nil {
+		t.Fatal(err)
 	}
 	drv := startDriver(t, dir)
 	col := startCollector(t, dir, "")

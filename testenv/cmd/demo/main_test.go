@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/eventpipe/eventpipe/testenv/demo"
+	"github.com/eventpipe/eventpipe/testenv/evbin"
 	"github.com/eventpipe/eventpipe/testenv/kube"
 	"github.com/eventpipe/eventpipe/testenv/scenario"
 )
@@ -339,10 +340,8 @@ func buildCLI(t *testing.T) string {
 		t.Fatal(err)
 	}
 	bin := filepath.Join(t.TempDir(), "eventpipe")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/eventpipe")
-	build.Dir = root
-	if b, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build eventpipe: %v\n%s", err, b)
+	if err := evbin.Build(context.Background(), root, bin); err != nil {
+		t.Fatal(err)
 	}
 	return bin
 }
