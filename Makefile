@@ -117,8 +117,11 @@ proto-tools:
 ## dev-cluster: a control plane on loopback (etcd, kube-apiserver, kube-scheduler,
 ## kube-controller-manager) and a hollow node that runs the chart's collector as
 ## $(BIN)/eventpipe; prints a kubeconfig.
+## It is built like make run's demo (gobuild: the release flags), not `go run`:
+## so its compile of the client stack is the one the tests' eventpipe builds share.
 dev-cluster: kube-tools build
-	$(GO) run ./testenv/cmd/dev-cluster $(ARGS)
+	$(call gobuild,$(BIN)/eventpipe-dev-cluster,./testenv/cmd/dev-cluster)
+	$(BIN)/eventpipe-dev-cluster $(ARGS)
 
 ## bench: run the Go benchmarks (see bench/README.md for the harnesses).
 bench: tools

@@ -303,7 +303,7 @@ func (d *docsRun) command(ctx context.Context, line, dir string) *exec.Cmd {
 	cmd.Dir = dir
 	cmd.Env = d.env()
 	// Its own process group, so a stop reaches everything it started
-	// (make -> go run -> dev-cluster) as Ctrl-C would.
+	// (make -> eventpipe-dev-cluster) as Ctrl-C would.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = 10 * time.Second

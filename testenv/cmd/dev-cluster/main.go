@@ -8,8 +8,8 @@
 // volumes for its claim. It optionally plays scenarios into it, prints a
 // kubeconfig path and waits for Ctrl-C.
 //
-//	go run ./testenv/cmd/dev-cluster --scenario img-missing --mode managed
-//	go run ./testenv/cmd/dev-cluster --scenario all --mode all --load 200 --rate 500
+//	make dev-cluster ARGS="--scenario img-missing --mode managed"
+//	make dev-cluster ARGS="--scenario all --mode all --load 200 --rate 500"
 package main
 
 import (
