@@ -148,6 +148,10 @@ func (s *stream) snapshot(id string) (gatewaytest.Sandbox, int) {
 func waitFor(t *testing.T, d time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
 	deadline := time.Now().Add(d)
+	// A condition that keeps failing is polled less often (50 ms up to
+	// 250 ms): the blocker subtests wait side by side, each reading the
+	// whole store and asking the proxy three ways per poll.
+	pause := 50 * time.Millisecond
 	for {
 		ok, detail := cond()
 		if ok {
@@ -156,7 +160,8 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() (bool, stri
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out after %s waiting for %s: %s", d, what, detail)
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(pause)
+		pause = min(2*pause, 250*time.Millisecond)
 	}
 }
 
