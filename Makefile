@@ -10,10 +10,11 @@ export EVENTPIPE_BIN_DIR := $(BIN)
 GO ?= go
 # -p 4: four test packages at a time on 2 cores, because the tests wait more
 # than they compute (control planes starting, Events arriving, the kubelet's
-# back-offs). At go test's default (one package per core) the cores were 45%
-# busy through the test phase, which took 673 s warm; at -p 4, 83% and 438 s
-# (bench/build.md). It does not crowd the compiler: `make vet` has compiled
-# every package with the same flags before, so go test mostly links and runs.
+# back-offs). At go test's default (one package per core) the warm test phase
+# took 673 s and the cores were about half idle; at -p 4 it took 477 s, the
+# cores 83% busy (bench/build.md, CI18 and CI19). It does not crowd the
+# compiler: `make vet` has compiled every package with the same flags before,
+# so go test mostly links and runs.
 GOTEST_FLAGS ?= -race -count=1 -timeout 30m -p 4
 # The compiler and linker of `make test` run with GOGC=400: fewer collections
 # cut a cold build's CPU time by about 10% (bench/build.md). It goes through

@@ -67,12 +67,8 @@ func TestReleaseBuildReportsItsVersion(t *testing.T) {
 	}
 	for pkg, test := range map[string]string{"./sinks/kafka": "TestBuildVersionInRecords", "./sinks/loki": "TestUserAgentIsTheBuildVersion", "./collector/backbone": "TestBuildVersionInBackboneRecords"} {
 		bin := filepath.Join(dir, filepath.Base(pkg)+".test")
-		args := []string{"test", "-c", "-trimpath", "-ldflags", ldflags, "-o", bin, pkg}
-		compile := exec.CommandContext(ctx, "go", args...)
-		compile.Dir = root
-		compile.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := compile.CombinedOutput(); err != nil {
-			t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+		if err := evbin.Go(ctx, root, "test", "-c", "-ldflags", ldflags, "-o", bin, pkg); err != nil {
+			t.Fatal(err)
 		}
 		cmd := exec.CommandContext(ctx, bin, "-test.run", "^"+test+"$", "-test.count", "1", "-test.v")
 		cmd.Dir = filepath.Join(root, pkg)

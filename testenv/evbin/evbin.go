@@ -28,16 +28,26 @@ const Package = "./cmd/eventpipe"
 // `go build` before the package (for example "-tags", "agentonly" or
 // "-ldflags", "-X ..."). The output of a failed build is in the error.
 func Build(ctx context.Context, root, out string, extra ...string) error {
-	if root == "" || out == "" {
-		return fmt.Errorf("evbin: root and out are required")
+	if out == "" {
+		return fmt.Errorf("evbin: out is required")
 	}
-	args := append([]string{"build", "-trimpath"}, extra...)
-	args = append(args, "-o", out, Package)
-	cmd := exec.CommandContext(ctx, "go", args...)
+	args := append(append([]string{}, extra...), "-o", out, Package)
+	return Go(ctx, root, "build", args...)
+}
+
+// Go runs the go command's subcommand (build, or test -c for a test binary
+// of the release kind) in root with the release image's compile flags, args
+// after them. The output of a failed run is in the error.
+func Go(ctx context.Context, root, subcommand string, args ...string) error {
+	if root == "" || subcommand == "" {
+		return fmt.Errorf("evbin: root and subcommand are required")
+	}
+	all := append([]string{subcommand, "-trimpath"}, args...)
+	cmd := exec.CommandContext(ctx, "go", all...)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("go %s: %w\n%s", strings.Join(args, " "), err, b)
+		return fmt.Errorf("go %s: %w\n%s", strings.Join(all, " "), err, b)
 	}
 	return nil
 }
