@@ -27,14 +27,17 @@ const (
 )
 
 // Ports returns n distinct free loopback ports, each checked by binding it.
-func Ports(n int) ([]int, error) {
+func Ports(n int) ([]int, error) { return pick(n, low, high) }
+
+// pick returns n distinct loopback ports of [lo, hi) that it could bind.
+func pick(n, lo, hi int) ([]int, error) {
 	ports := make([]int, 0, n)
 	seen := map[int]bool{}
 	for tries := 0; len(ports) < n; tries++ {
 		if tries > 1000 {
-			return nil, fmt.Errorf("find %d free ports in %d-%d: only %d after %d tries", n, low, high, len(ports), tries)
+			return nil, fmt.Errorf("find %d free ports in %d-%d: only %d after %d tries", n, lo, hi, len(ports), tries)
 		}
-		p := low + rand.IntN(high-low)
+		p := lo + rand.IntN(hi-lo)
 		if seen[p] {
 			continue
 		}
